@@ -1,0 +1,66 @@
+"""The ``subnetlab`` command.
+
+Subcommands live one per module in ``subnetlab.cli.commands``; each module has
+``register(app)``. Bad input ends with one ``error: ...`` line on stderr and
+exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+import typer
+
+from subnetlab.errors import SubnetlabError
+
+app = typer.Typer(
+    name="subnetlab",
+    help="Find, analyse and transfer the subnetworks inside trained neural networks.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _register_commands() -> None:
+    from subnetlab.cli import commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"subnetlab.cli.commands.{info.name}")
+        module.register(app)
+
+
+_register_commands()
+
+
+def fail(message: str) -> "typer.Exit":
+    """Print the contract's one-line error and return the exit to raise."""
+    print(f"error: {message}", file=sys.stderr)
+    return typer.Exit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app, mapping every input error to ``error: ...`` + exit 2."""
+    try:
+        code = app(args=argv, standalone_mode=False, prog_name="subnetlab")
+    except SubnetlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        print("error: aborted", file=sys.stderr)
+        sys.exit(130)
+    except click.exceptions.ClickException as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        sys.exit(2)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("error: interrupted; rerun the same command to resume", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

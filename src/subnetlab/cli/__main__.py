@@ -1,0 +1,3 @@
+from subnetlab.cli import main
+
+main()

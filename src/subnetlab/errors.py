@@ -1,0 +1,18 @@
+"""The one exception type users see: bad input, named precisely.
+
+Every public function that validates input raises ``SubnetlabError`` with a
+message that names the value or the ``file:line`` at fault. The CLI turns it
+into a single ``error: ...`` line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+
+class SubnetlabError(ValueError):
+    """Bad input or an unsupported model: the message says which value is at fault."""
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise ``SubnetlabError(message)`` unless ``condition`` holds."""
+    if not condition:
+        raise SubnetlabError(message)
