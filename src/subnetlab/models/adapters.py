@@ -1,0 +1,253 @@
+"""Adapters: where each architecture family keeps its heads, MLPs and their weights.
+
+An adapter answers, for one loaded model, the questions every method asks:
+which modules are the layers; per layer how many heads of which width; which
+module receives the concatenated head outputs (the attention output projection,
+whose *input* we gate); which module's *output* is the MLP's contribution to the
+residual stream; and which parameter slices belong to each head and each MLP
+(for sparsity by parameters, weight masks and physical pruning later).
+
+Families are described by a small table (``FamilySpec``) rather than one class
+each, because they differ only in module paths and weight orientation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from subnetlab.errors import SubnetlabError
+
+
+@dataclass(frozen=True)
+class ParamSlice:
+    """A slice ``[start:stop]`` along ``dim`` of parameter ``name``; ``share`` of it is the component's.
+
+    ``share`` < 1 marks parameters shared by several heads (grouped-query attention:
+    one key/value head serves ``num_heads / num_kv_heads`` query heads).
+    """
+
+    name: str
+    dim: int
+    start: int
+    stop: int
+    share: float = 1.0
+
+    def numel(self, shape: torch.Size) -> float:
+        other = 1
+        for i, size in enumerate(shape):
+            if i != self.dim:
+                other *= size
+        return (self.stop - self.start) * other * self.share
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """Module paths (relative to a layer) and weight orientation of one architecture family."""
+
+    family: str
+    model_types: tuple[str, ...]
+    layers: str  # path from the base model to the ModuleList of layers
+    query: str  # for fused QKV (GPT-2) the fused module
+    key: str | None
+    value: str | None
+    out_proj: str  # input = concatenated head outputs
+    mlp_output: str  # output = the MLP's contribution to the residual stream
+    mlp_matrices: tuple[str, ...]  # modules whose weights (and biases) belong to the MLP
+    transposed: bool = False  # GPT-2 Conv1D stores weights as [in, out]
+    example: str = ""
+
+
+FAMILIES: dict[str, FamilySpec] = {
+    spec.family: spec
+    for spec in [
+        FamilySpec(
+            "bert", ("bert",), "encoder.layer",
+            "attention.self.query", "attention.self.key", "attention.self.value",
+            "attention.output.dense", "output.dense", ("intermediate.dense", "output.dense"),
+            example="bert-base-cased, minilm",
+        ),
+        FamilySpec(
+            "roberta", ("roberta", "xlm-roberta"), "encoder.layer",
+            "attention.self.query", "attention.self.key", "attention.self.value",
+            "attention.output.dense", "output.dense", ("intermediate.dense", "output.dense"),
+            example="roberta-base",
+        ),
+        FamilySpec(
+            "gpt2", ("gpt2",), "h", "attn.c_attn", None, None,
+            "attn.c_proj", "mlp", ("mlp.c_fc", "mlp.c_proj"), transposed=True,
+            example="gpt2, small GPT-2s from a config",
+        ),
+        FamilySpec(
+            "vit", ("vit",), "layers",
+            "attention.q_proj", "attention.k_proj", "attention.v_proj",
+            "attention.o_proj", "mlp", ("mlp.fc1", "mlp.fc2"),
+            example="google/vit-base-patch16-224",
+        ),
+        FamilySpec(
+            "llama", ("llama", "mistral", "qwen2", "qwen3"), "layers",
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+            "self_attn.o_proj", "mlp", ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+            example="Llama / Mistral / Qwen2 (grouped-query attention)",
+        ),
+    ]
+}
+
+
+def _family_for(model_type: str) -> FamilySpec:
+    for spec in FAMILIES.values():
+        if model_type in spec.model_types:
+            return spec
+    supported = ", ".join(f"{s.family} ({'/'.join(s.model_types)})" for s in FAMILIES.values())
+    raise SubnetlabError(f"unsupported model type {model_type!r}; supported families: {supported}")
+
+
+def _get(module: nn.Module, path: str) -> nn.Module:
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
+
+
+@dataclass
+class Adapter:
+    """The component map of one model instance (see module docstring)."""
+
+    model: nn.Module
+    spec: FamilySpec
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    _names: dict[int, str] = field(repr=False, default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+    # -- modules -----------------------------------------------------------------
+    def layers(self) -> list[nn.Module]:
+        return list(_get(self.model.base_model, self.spec.layers))
+
+    def head_output_module(self, layer: int) -> nn.Module:
+        """The attention output projection: its input is ``[batch, pos, heads * head_dim]``."""
+        return _get(self.layers()[layer], self.spec.out_proj)
+
+    def mlp_output_module(self, layer: int) -> nn.Module:
+        """The module whose output is the MLP's contribution to the residual stream."""
+        return _get(self.layers()[layer], self.spec.mlp_output)
+
+    def module_name(self, module: nn.Module) -> str:
+        if not self._names:
+            self._names.update({id(m): n for n, m in self.model.named_modules()})
+        return self._names[id(module)]
+
+    def _param(self, layer: int, path: str, kind: str = "weight") -> str:
+        return f"{self.module_name(_get(self.layers()[layer], path))}.{kind}"
+
+    def _has_bias(self, layer: int, path: str) -> bool:
+        return getattr(_get(self.layers()[layer], path), "bias", None) is not None
+
+    # -- parameters of components ---------------------------------------------------
+    def head_params(self, layer: int, head: int) -> list[ParamSlice]:
+        """The slices of the Q, K, V and output-projection weights that belong to one head."""
+        d, s = self.head_dim, self.spec
+        width = self.num_heads * d
+        q = (head * d, (head + 1) * d)
+        group = self.num_heads // self.num_kv_heads
+        kv_head = head // group
+        kv = (kv_head * d, (kv_head + 1) * d)
+        out_dim_qkv, out_dim_o = (1, 0) if s.transposed else (0, 1)
+        slices: list[ParamSlice] = []
+        if s.key is None:  # fused QKV: [q | k | v] along the output axis
+            for offset in (0, width, 2 * width):
+                slices.append(ParamSlice(self._param(layer, s.query), out_dim_qkv, offset + q[0], offset + q[1]))
+                if self._has_bias(layer, s.query):
+                    slices.append(ParamSlice(self._param(layer, s.query, "bias"), 0, offset + q[0], offset + q[1]))
+        else:
+            for path, rng, share in ((s.query, q, 1.0), (s.key, kv, 1 / group), (s.value, kv, 1 / group)):
+                slices.append(ParamSlice(self._param(layer, path), out_dim_qkv, *rng, share))
+                if self._has_bias(layer, path):
+                    slices.append(ParamSlice(self._param(layer, path, "bias"), 0, *rng, share))
+        slices.append(ParamSlice(self._param(layer, s.out_proj), out_dim_o, *q))
+        return slices
+
+    def mlp_params(self, layer: int) -> list[ParamSlice]:
+        """Every weight and bias of the MLP's matrices (an MLP is gated as a whole)."""
+        slices = []
+        for path in self.spec.mlp_matrices:
+            for kind in ("weight", "bias"):
+                if kind == "bias" and not self._has_bias(layer, path):
+                    continue
+                name = self._param(layer, path, kind)
+                shape = self.parameter(name).shape
+                slices.append(ParamSlice(name, 0, 0, shape[0]))
+        return slices
+
+    def parameter(self, name: str) -> torch.Tensor:
+        return self.model.get_parameter(name)
+
+    def count(self, slices: list[ParamSlice]) -> float:
+        return sum(sl.numel(self.parameter(sl.name).shape) for sl in slices)
+
+    def params_per_head(self) -> torch.Tensor:
+        """``[layers, heads]`` parameter counts (shared K/V counted fractionally)."""
+        return torch.tensor(
+            [[self.count(self.head_params(l, h)) for h in range(self.num_heads)] for l in range(self.num_layers)],
+            dtype=torch.float64,
+        )
+
+    def params_per_mlp(self) -> torch.Tensor:
+        return torch.tensor([self.count(self.mlp_params(l)) for l in range(self.num_layers)], dtype=torch.float64)
+
+    def weight_matrices(self, include: tuple[str, ...] = ("attention", "mlp")) -> list[str]:
+        """Names of the attention and MLP weight matrices (not embeddings, norms or heads): weight-mask targets."""
+        s = self.spec
+        attention = [p for p in (s.query, s.key, s.value, s.out_proj) if p is not None]
+        names = []
+        for layer in range(self.num_layers):
+            paths = (attention if "attention" in include else []) + (list(s.mlp_matrices) if "mlp" in include else [])
+            names.extend(self._param(layer, p) for p in paths)
+        return names
+
+    # -- identity -------------------------------------------------------------------
+    def fingerprint(self, parameter_names: list[str] | None = None) -> str:
+        """Hash of the architecture and the named parameters' shapes: a mask fits only this shape of model."""
+        if parameter_names is None:
+            parameter_names = sorted(
+                {sl.name for l in range(self.num_layers) for h in range(self.num_heads) for sl in self.head_params(l, h)}
+                | {sl.name for l in range(self.num_layers) for sl in self.mlp_params(l)}
+            )
+        shapes = {name: list(self.parameter(name).shape) for name in sorted(parameter_names)}
+        blob = json.dumps(
+            {"family": self.family, "layers": self.num_layers, "heads": self.num_heads,
+             "kv_heads": self.num_kv_heads, "head_dim": self.head_dim, "params": shapes},
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def get_adapter(model: nn.Module) -> Adapter:
+    """Build the adapter for a Hugging Face model, or fail listing the supported families."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "model_type"):
+        raise SubnetlabError(f"{type(model).__name__} has no Hugging Face config; cannot find its components")
+    spec = _family_for(config.model_type)
+    num_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head")
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")
+    head_dim = getattr(config, "head_dim", None) or hidden // num_heads
+    num_kv = getattr(config, "num_key_value_heads", None) or num_heads
+    layers = _get(model.base_model, spec.layers)
+    return Adapter(model, spec, len(layers), num_heads, num_kv, head_dim, hidden)
+
+
+def head_name(layer: int, head: int) -> str:
+    return f"L{layer}.H{head}"
+
+
+def mlp_name(layer: int) -> str:
+    return f"L{layer}.MLP"

