@@ -11,8 +11,8 @@ import importlib
 import pkgutil
 import sys
 
-import click
 import typer
+from typer._click import exceptions as click_errors  # typer 0.2x vendors click
 
 from subnetlab.errors import SubnetlabError
 
@@ -45,22 +45,34 @@ def fail(message: str) -> "typer.Exit":
     return typer.Exit(2)
 
 
+def _quiet_libraries() -> None:
+    """Library chatter (weight-loading bars, init notices) would drown our one line per stage."""
+    import os
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, mapping every input error to ``error: ...`` + exit 2."""
+    _quiet_libraries()
     try:
         code = app(args=argv, standalone_mode=False, prog_name="subnetlab")
     except SubnetlabError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Abort:
-        print("error: aborted", file=sys.stderr)
-        sys.exit(130)
-    except click.exceptions.ClickException as e:
+    except click_errors.NoArgsIsHelpError as e:
+        print(e.format_message() if hasattr(e, "format_message") else e, file=sys.stderr)
+        sys.exit(2)
+    except click_errors.ClickException as e:
         print(f"error: {e.format_message()}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+    except (typer.Abort, KeyboardInterrupt):
         print("error: interrupted; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,60 @@
+"""`subnetlab models` and `subnetlab inspect`: what subnetlab supports, and a model's components."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def models() -> None:
+    """List the supported architecture families and the builtin model aliases."""
+    from subnetlab.models import BUILTIN_ALIASES, FAMILIES
+
+    table = Table(title="Architecture families")
+    for col in ("family", "model types", "examples"):
+        table.add_column(col)
+    for spec in FAMILIES.values():
+        table.add_row(spec.family, ", ".join(spec.model_types), spec.example)
+    aliases = Table(title="Builtin aliases")
+    aliases.add_column("alias")
+    aliases.add_column("model")
+    for name, (description, _) in BUILTIN_ALIASES.items():
+        aliases.add_row(name, description)
+    console = Console()
+    console.print(table)
+    console.print(aliases)
+
+
+def inspect(model: str = typer.Option(..., "--model", help="Alias (minilm), local directory or hub id.")) -> None:
+    """Print the component table: layers x heads, head dimension, parameters per head and per MLP."""
+    from subnetlab.models import load_model
+
+    loaded = load_model(model)
+    a = loaded.adapter
+    per_head, per_mlp = a.params_per_head(), a.params_per_mlp()
+    console = Console()
+    console.print(
+        f"{model}: family {a.family}, {a.num_layers} layers x {a.num_heads} heads "
+        f"({a.num_kv_heads} key/value heads), head dim {a.head_dim}, hidden {a.hidden_size}, "
+        f"fingerprint {a.fingerprint()}"
+    )
+    table = Table()
+    for col in ("layer", "heads", "params / head", "params / MLP", "attention output", "MLP output"):
+        table.add_column(col)
+    for layer in range(a.num_layers):
+        table.add_row(
+            str(layer), str(a.num_heads), f"{per_head[layer].mean():,.0f}", f"{per_mlp[layer]:,.0f}",
+            a.module_name(a.head_output_module(layer)), a.module_name(a.mlp_output_module(layer)),
+        )
+    console.print(table)
+    total = per_head.sum() + per_mlp.sum()
+    console.print(
+        f"components: {a.num_layers * a.num_heads} heads + {a.num_layers} MLPs; "
+        f"their parameters: {total:,.0f} (heads {per_head.sum() / total:.1%})"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("models")(models)
+    app.command("inspect")(inspect)
