@@ -1,0 +1,51 @@
+"""`subnetlab reproduce NAME --preset demo|paper --out DIR` and `subnetlab demo`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from subnetlab.errors import SubnetlabError
+
+
+def _parse_overrides(pairs: list[str]) -> dict[str, str]:
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SubnetlabError(f"--set: expected KEY=VALUE, got {pair!r}")
+        overrides[key.replace("-", "_")] = value
+    return overrides
+
+
+def reproduce(
+    name: str = typer.Argument(..., help="heuristic-core, subtask-induction, lottery or shape-bias."),
+    preset: str = typer.Option("demo", "--preset", help="demo (a 2-core CPU) or paper (the paper's setting)."),
+    out: Path = typer.Option(..., "--out", help="Run directory; a rerun resumes."),
+    set_: list[str] = typer.Option([], "--set", help="Override one preset setting, KEY=VALUE (repeatable)."),
+) -> None:
+    """Run one paper's study end to end and write DIR/report.md."""
+    from subnetlab.experiments import get_reproduction, settings_for
+
+    module = get_reproduction(name)
+    report = module.run(settings_for(module, preset, _parse_overrides(set_)), out)
+    print(f"report: {report}")
+
+
+DEMOS = ("heuristic-core", "subtask-induction")
+
+
+def demo(out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the demo runs go.")) -> None:
+    """The embedded default: the Heuristic Core demo, then the Subtask Induction demo."""
+    from subnetlab.experiments import get_reproduction, settings_for
+
+    for name in DEMOS:
+        module = get_reproduction(name)
+        report = module.run(settings_for(module, "demo"), out / name)
+        print(f"{name} report: {report}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("reproduce")(reproduce)
+    app.command("demo")(demo)
