@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+import yaml
+
 from subnetlab.errors import SubnetlabError
 
 REPRODUCTIONS: dict[str, str] = {
@@ -39,6 +41,6 @@ def settings_for(module: ModuleType, preset: str, overrides: dict | None = None)
     for key, value in (overrides or {}).items():
         if key not in settings:
             raise SubnetlabError(f"unknown setting {key!r} for {module.NAME}; known: {', '.join(sorted(settings))}")
-        settings[key] = type(settings[key])(value) if settings[key] is not None and not isinstance(settings[key], (list, dict)) else value
+        settings[key] = yaml.safe_load(value) if isinstance(value, str) else value  # "3" -> 3, "[0, 1]" -> list
     settings["preset"] = preset
     return settings
