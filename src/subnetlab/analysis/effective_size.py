@@ -1,0 +1,144 @@
+"""Effective size: the smallest subnetwork faithful to the model (Bhaskar et al., 2024, section 4).
+
+A subnetwork is *faithful* to the model on data D when their accuracies on D
+differ by at most a threshold (3 points in the paper). The model's effective
+size on D is the size of the smallest faithful subnetwork: prune to every
+sparsity level on a 5% grid, average accuracy over seeds at each level, and
+take the highest level that is faithful. Size is reported as the fraction of
+components kept (``1 - sparsity``).
+
+D is the in-domain set, the out-of-domain set (mean over its subcases), or the
+equally weighted mix of the two. Under the Competing Subnetworks hypothesis the
+OOD effective size should *fall* when the model starts to generalize; the paper
+finds it *rises*.
+
+This module holds the pure functions (no models); ``effective_size_sweep`` in
+``subnetlab.analysis.effective_size_sweep`` produces their inputs by pruning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from subnetlab.errors import SubnetlabError
+
+On = Literal["id", "ood", "mixed"]
+ON_CHOICES: tuple[str, ...] = ("id", "ood", "mixed")
+
+
+def level_grid(start: float = 0.05, stop: float = 0.70, step: float = 0.05) -> list[float]:
+    """Sparsity levels ``start, start + step, ..., stop`` (inclusive), rounded to 4 decimals."""
+    if not (0.0 < start <= stop < 1.0 and step > 0.0):
+        raise SubnetlabError(f"sparsity levels {start}:{stop}:{step} must satisfy 0 < start <= stop < 1, step > 0")
+    n = int(round((stop - start) / step)) + 1
+    return [round(start + i * step, 4) for i in range(n)]
+
+
+def parse_levels(text: str) -> list[float]:
+    """``"0.05:0.70:0.05"`` -> the grid; ``"0.1,0.3,0.5"`` -> those levels."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            return level_grid(start, stop, step)
+        levels = sorted({round(float(x), 4) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise SubnetlabError(f"--levels: malformed value {text!r} (expected e.g. 0.05:0.70:0.05)") from None
+    if not levels or not all(0.0 < s < 1.0 for s in levels):
+        raise SubnetlabError(f"--levels: {text!r} must list sparsities in (0, 1)")
+    return levels
+
+
+def data_accuracy(id_accuracy: float, ood_accuracy: float, on: str) -> float:
+    """Accuracy on the chosen evaluation data: ID, OOD, or their equally weighted mix."""
+    if on == "id":
+        return id_accuracy
+    if on == "ood":
+        return ood_accuracy
+    if on == "mixed":
+        return 0.5 * (id_accuracy + ood_accuracy)
+    raise SubnetlabError(f"--on: {on!r} is not one of {', '.join(ON_CHOICES)}")
+
+
+@dataclass(frozen=True)
+class EffectiveSize:
+    """The answer at one checkpoint: the highest faithful sparsity and the size it implies."""
+
+    sparsity: float  # 0.0 when no level is faithful (only the full model is)
+    size: float  # 1 - sparsity: fraction of components kept
+    model_accuracy: float
+    mean_accuracy: dict[float, float]  # level -> accuracy averaged over seeds
+    faithful: list[float]  # levels whose mean accuracy is within the threshold
+
+    def to_dict(self) -> dict:
+        return {"sparsity": self.sparsity, "size": self.size, "model_accuracy": self.model_accuracy,
+                "mean_accuracy": {f"{k:.4f}": v for k, v in self.mean_accuracy.items()},
+                "faithful_levels": self.faithful}
+
+
+def effective_size(
+    accuracies: Mapping[float, Sequence[float]],
+    model_accuracy: float,
+    faithfulness: float = 0.03,
+) -> EffectiveSize:
+    """Highest sparsity level whose seed-mean accuracy is within ``faithfulness`` of the model's.
+
+    ``accuracies`` maps each sparsity level to the accuracies of its seeds (on the
+    chosen data). Faithfulness is two-sided, as in the paper ("within 3%"): a
+    subnetwork far *better* than the model on D does not approximate it either.
+    Levels need not be contiguous; the paper picks the highest faithful one.
+    """
+    if faithfulness < 0:
+        raise SubnetlabError(f"--faithfulness {faithfulness} must be non-negative")
+    if not accuracies:
+        raise SubnetlabError("effective size needs accuracies at one sparsity level at least")
+    means: dict[float, float] = {}
+    for level, accs in sorted(accuracies.items()):
+        values = [float(a) for a in accs if a is not None and not math.isnan(float(a))]
+        if not values:
+            raise SubnetlabError(f"no accuracy measured at sparsity {level}")
+        means[float(level)] = sum(values) / len(values)
+    faithful = [lvl for lvl, acc in means.items() if abs(acc - model_accuracy) <= faithfulness + 1e-12]
+    best = max(faithful, default=0.0)
+    return EffectiveSize(best, round(1.0 - best, 6), model_accuracy, means, faithful)
+
+
+def generalization_onset(ood_accuracy: Sequence[float], fraction: float = 0.2, min_rise: float = 0.02) -> int | None:
+    """Index of the checkpoint just before OOD accuracy starts to rise, or None if it never does.
+
+    The rise is measured from the lowest OOD accuracy reached before the peak; it
+    *starts* at the first checkpoint after that low point that has covered
+    ``fraction`` of the total rise. A total rise under ``min_rise`` counts as none.
+    """
+    acc = [float(a) for a in ood_accuracy]
+    if len(acc) < 2:
+        return None
+    peak = max(range(len(acc)), key=lambda i: (acc[i], -i))
+    low = min(range(peak + 1), key=lambda i: (acc[i], -i))  # the last minimum before the peak
+    total = acc[peak] - acc[low]
+    if total < min_rise:
+        return None
+    for i in range(low + 1, peak + 1):
+        if acc[i] - acc[low] >= fraction * total:
+            return i - 1
+    return None  # unreachable: the peak itself covers the whole rise
+
+
+def compare_heads(before: Sequence[str], core: Sequence[str]) -> dict:
+    """How the heads kept before generalization relate to the final core."""
+    b, c = set(before), set(core)
+    return {
+        "core": sorted(c, key=_head_key), "before": sorted(b, key=_head_key),
+        "core_in_before": sorted(c & b, key=_head_key), "core_missing_before": sorted(c - b, key=_head_key),
+        "fraction_of_core_present": (len(c & b) / len(c)) if c else float("nan"),
+    }
+
+
+def _head_key(name: str) -> tuple[int, int]:
+    layer, _, head = name.partition(".")
+    try:
+        return int(layer.lstrip("L")), int(head.lstrip("H")) if head.startswith("H") else 10**6
+    except ValueError:
+        return 10**6, 10**6

@@ -1,0 +1,86 @@
+"""Effective size on stub accuracy curves whose answers are known by construction."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from subnetlab.analysis.effective_size import (
+    compare_heads,
+    data_accuracy,
+    effective_size,
+    generalization_onset,
+    level_grid,
+    parse_levels,
+)
+from subnetlab.errors import SubnetlabError
+
+
+def stub_curve(model: float, drop_after: float, seeds: int = 3) -> dict[float, list[float]]:
+    """Seed accuracies that stay within 1 point of ``model`` up to ``drop_after``, then fall 10 points."""
+    curve = {}
+    for level in level_grid():
+        base = model - 0.01 if level <= drop_after + 1e-9 else model - 0.10 - level / 10
+        curve[level] = [base + d for d in (-0.005, 0.0, 0.005)[:seeds]]
+    return curve
+
+
+def test_grid_is_the_papers_5_percent_resolution():
+    assert level_grid() == [round(0.05 * i, 4) for i in range(1, 15)]
+    assert parse_levels("0.05:0.70:0.05") == level_grid()
+    assert parse_levels("0.3,0.1") == [0.1, 0.3]
+    with pytest.raises(SubnetlabError, match="--levels"):
+        parse_levels("a:b")
+
+
+@pytest.mark.parametrize("drop_after", [0.05, 0.35, 0.70])
+def test_effective_size_on_a_stub_curve(drop_after):
+    result = effective_size(stub_curve(0.80, drop_after), model_accuracy=0.80, faithfulness=0.03)
+    assert result.sparsity == pytest.approx(drop_after)
+    assert result.size == pytest.approx(1 - drop_after)
+    assert result.mean_accuracy[0.05] == pytest.approx(0.79)
+
+
+def test_nothing_faithful_means_the_full_model():
+    curve = {0.05: [0.5, 0.52], 0.1: [0.4, 0.41]}
+    result = effective_size(curve, model_accuracy=0.80)
+    assert result.sparsity == 0.0 and result.size == 1.0 and result.faithful == []
+
+
+def test_highest_faithful_level_wins_even_past_a_gap_and_faithfulness_is_two_sided():
+    curve = {0.1: [0.79], 0.2: [0.70], 0.3: [0.785], 0.4: [0.90]}
+    result = effective_size(curve, model_accuracy=0.80)
+    assert result.faithful == [0.1, 0.3]  # 0.4 is 10 points *above* the model: not faithful
+    assert result.sparsity == 0.3
+    assert effective_size(curve, 0.80, faithfulness=0.10).sparsity == 0.4
+
+
+def test_mean_over_seeds_decides_not_any_single_seed():
+    curve = {0.5: [0.76, 0.80, 0.80]}  # mean 0.7867: within 3 points of 0.80 though one seed is not
+    assert effective_size(curve, 0.80).sparsity == 0.5
+    curve = {0.5: [0.70, 0.80, 0.80]}  # mean 0.7667: not faithful although two seeds are
+    assert effective_size(curve, 0.80).sparsity == 0.0
+
+
+def test_data_accuracy_mix():
+    assert data_accuracy(0.8, 0.4, "mixed") == pytest.approx(0.6)
+    assert data_accuracy(0.8, 0.4, "ood") == 0.4
+    with pytest.raises(SubnetlabError, match="--on"):
+        data_accuracy(0.8, 0.4, "both")
+
+
+def test_generalization_onset():
+    flat_then_rise = [0.10, 0.12, 0.09, 0.10, 0.30, 0.55, 0.60]
+    # lowest point before the peak is index 2 (0.09); 20% of the 0.51 rise is first covered at index 4
+    assert generalization_onset(flat_then_rise) == 3
+    assert generalization_onset([0.2, 0.2, 0.205, 0.2]) is None
+    assert generalization_onset([0.1]) is None
+
+
+def test_compare_heads():
+    out = compare_heads(["L2.H5", "L0.H1", "L10.H3"], ["L10.H3", "L2.H5", "L4.H0"])
+    assert out["core_in_before"] == ["L2.H5", "L10.H3"]
+    assert out["core_missing_before"] == ["L4.H0"]
+    assert out["fraction_of_core_present"] == pytest.approx(2 / 3)
+    assert math.isnan(compare_heads(["L0.H0"], [])["fraction_of_core_present"])
