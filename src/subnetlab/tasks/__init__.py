@@ -1,0 +1,42 @@
+"""Datasets as tasks: examples, label spaces, tokenized batches, metrics, OOD subcases.
+
+See ``subnetlab.tasks.base`` for the Task API and ``subnetlab.tasks.registry``
+for the task names (``nli-synthetic``, ``hans-synthetic``, ``mnli``, ``hans``,
+``qqp``, ``paws-qqp``, ``arith:<op>``).
+"""
+
+from subnetlab.tasks.arithmetic import PAPER_OPERATIONS, arithmetic_tokenizer, make_arithmetic_task, parse_operation
+from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
+from subnetlab.tasks.hans_generator import SUBCASES as HANS_SUBCASES
+from subnetlab.tasks.hans_generator import generate_hans_style
+from subnetlab.tasks.hans_vocab import DEFAULT_VOCABULARY, Vocabulary
+from subnetlab.tasks.nli_data import load_hans, load_mnli
+from subnetlab.tasks.paraphrase_data import load_paraphrase
+from subnetlab.tasks.registry import FILE_FORMATS, add_file_split, get_task, load_file, shared_data_dir, task_names
+from subnetlab.tasks.synthetic_nli import generate_synthetic_nli
+
+__all__ = [
+    "DEFAULT_VOCABULARY",
+    "Example",
+    "FILE_FORMATS",
+    "HANS_SUBCASES",
+    "NLI2",
+    "NLI3",
+    "PAPER_OPERATIONS",
+    "PARAPHRASE",
+    "Task",
+    "Vocabulary",
+    "add_file_split",
+    "arithmetic_tokenizer",
+    "generate_hans_style",
+    "generate_synthetic_nli",
+    "get_task",
+    "load_file",
+    "load_hans",
+    "load_mnli",
+    "load_paraphrase",
+    "make_arithmetic_task",
+    "parse_operation",
+    "shared_data_dir",
+    "task_names",
+]

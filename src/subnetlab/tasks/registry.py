@@ -1,0 +1,167 @@
+"""Task names -> Task objects: ``get_task("mnli", train=..., eval=...)``.
+
+Known names and their options (paths may be local files or ``hub:`` specs,
+see ``subnetlab.tasks.hub``):
+
+* ``nli-synthetic``: the synthetic 3-way corpus. ``n_train=20000``,
+  ``n_eval=2000``, ``minority_fraction=0.1``, ``seed=0``,
+  ``hans_per_subcase=100``, ``eval_vocab_fraction=0.5``. Splits: ``id``
+  (synthetic, training vocabulary) and ``hans-synthetic`` (HANS-style, the
+  held-out vocabulary).
+* ``hans-synthetic``: HANS-style pairs, 2-way; ``n_per_subcase=200``
+  (training, training vocabulary), ``eval_per_subcase=100`` (split
+  ``hans-synthetic``, held-out vocabulary), ``seed``, ``eval_vocab_fraction``.
+* ``mnli``: ``train=`` / ``eval=`` files (``eval`` becomes split ``id``; a
+  dict ``{split: path}`` gives several splits).
+* ``hans``: ``eval=`` a HANS file -> split ``hans``; ``perturbed=exclude|only|all``.
+* ``qqp``: ``train=`` / ``eval=`` QQP files (split ``id``).
+* ``paws-qqp``: ``eval=`` a PAWS-QQP file -> split ``paws-qqp``;
+  ``not_equivalent_only=False`` (True keeps label-0 pairs, as the Heuristic
+  Core paper does).
+* ``arith:<op>``: modular arithmetic, e.g. ``arith:a+ab`` (see ``arithmetic``).
+
+Any task takes further evaluation splits from files through
+``add_file_split(task, split, format, path)`` (e.g. the real HANS file next to
+the synthetic training corpus).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.tasks.arithmetic import make_arithmetic_task
+from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
+from subnetlab.tasks.hans_generator import generate_hans_style
+from subnetlab.tasks.hans_vocab import DEFAULT_VOCABULARY
+from subnetlab.tasks.hub import is_hub_spec, load_hub
+from subnetlab.tasks.nli_data import load_hans, load_mnli
+from subnetlab.tasks.paraphrase_data import load_paraphrase
+from subnetlab.tasks.sampling import seeded
+from subnetlab.tasks.synthetic_nli import generate_synthetic_nli
+
+PathLike = str | os.PathLike
+
+# file format name -> (loader, label space); used for --eval-data NAME=FILE
+FILE_FORMATS: dict[str, tuple[Callable[..., list[Example]], list[str]]] = {
+    "mnli": (load_mnli, NLI3),
+    "hans": (load_hans, NLI2),
+    "qqp": (load_paraphrase, PARAPHRASE),
+    "paws-qqp": (load_paraphrase, PARAPHRASE),
+}
+
+
+def load_file(fmt: str, path: PathLike, **options: Any) -> tuple[list[Example], list[str]]:
+    """Examples and label space of a data file (or ``hub:`` spec) in format ``fmt``."""
+    if fmt not in FILE_FORMATS:
+        raise SubnetlabError(f"unknown data format {fmt!r} (known: {', '.join(FILE_FORMATS)})")
+    loader, labels = FILE_FORMATS[fmt]
+    if is_hub_spec(path):
+        return load_hub(fmt, str(path), **options), labels
+    return loader(path, **options), labels
+
+
+def add_file_split(task: Task, split: str, fmt: str, path: PathLike, **options: Any) -> None:
+    """Attach the file at ``path`` (format ``fmt``) to ``task`` as evaluation split ``split``."""
+    examples, labels = load_file(fmt, path, **options)
+    task.add_eval_split(split, examples, labels)
+
+
+def _nli_synthetic(n_train: int = 20000, n_eval: int = 2000, minority_fraction: float = 0.1, seed: int = 0,
+                   hans_per_subcase: int = 100, eval_vocab_fraction: float = 0.5) -> Task:
+    train_vocab, eval_vocab = DEFAULT_VOCABULARY.split(eval_vocab_fraction, seeded(seed))
+    train = generate_synthetic_nli(n_train, generator=seeded(seed + 1), minority_fraction=minority_fraction, nouns=train_vocab.nouns)
+    in_domain = generate_synthetic_nli(n_eval, generator=seeded(seed + 2), minority_fraction=minority_fraction, nouns=train_vocab.nouns)
+    hans = generate_hans_style(hans_per_subcase, generator=seeded(seed + 3), vocabulary=eval_vocab)
+    options = dict(n_train=n_train, n_eval=n_eval, minority_fraction=minority_fraction, seed=seed,
+                   hans_per_subcase=hans_per_subcase, eval_vocab_fraction=eval_vocab_fraction)
+    return Task("nli-synthetic", "classification", NLI3, train, {"id": in_domain, "hans-synthetic": hans},
+                split_labels={"hans-synthetic": NLI2}, options=options)
+
+
+def _hans_synthetic(n_per_subcase: int = 200, eval_per_subcase: int = 100, seed: int = 0, eval_vocab_fraction: float = 0.5) -> Task:
+    train_vocab, eval_vocab = DEFAULT_VOCABULARY.split(eval_vocab_fraction, seeded(seed))
+    train = generate_hans_style(n_per_subcase, generator=seeded(seed + 1), vocabulary=train_vocab)
+    evals = generate_hans_style(eval_per_subcase, generator=seeded(seed + 3), vocabulary=eval_vocab)
+    options = dict(n_per_subcase=n_per_subcase, eval_per_subcase=eval_per_subcase, seed=seed, eval_vocab_fraction=eval_vocab_fraction)
+    return Task("hans-synthetic", "classification", NLI2, train, {"hans-synthetic": evals}, options=options)
+
+
+def _eval_dict(eval: PathLike | dict[str, PathLike] | None, default_split: str) -> dict[str, PathLike]:
+    if eval is None:
+        return {}
+    if isinstance(eval, dict):
+        return dict(eval)
+    return {default_split: eval}
+
+
+def _file_task(name: str, fmt: str, labels: list[str], train: PathLike | None, eval: Any, default_split: str, **options: Any) -> Task:
+    splits = _eval_dict(eval, default_split)
+    if train is None and not splits:
+        raise SubnetlabError(f"task {name} reads files: pass train=FILE and/or eval=FILE (the --data option)")
+    train_examples = load_file(fmt, train, **options)[0] if train is not None else []
+    eval_splits = {split: load_file(fmt, path, **options)[0] for split, path in splits.items()}
+    recorded = dict(options, train=str(train) if train else None, eval={k: str(v) for k, v in splits.items()})
+    return Task(name, "classification", labels, train_examples, eval_splits, options=recorded)
+
+
+def _mnli(train: PathLike | None = None, eval: Any = None) -> Task:
+    return _file_task("mnli", "mnli", NLI3, train, eval, "id")
+
+
+def _hans(eval: Any = None, train: PathLike | None = None, perturbed: str = "exclude") -> Task:
+    return _file_task("hans", "hans", NLI2, train, eval, "hans", perturbed=perturbed)
+
+
+def _qqp(train: PathLike | None = None, eval: Any = None) -> Task:
+    return _file_task("qqp", "qqp", PARAPHRASE, train, eval, "id")
+
+
+def _paws(eval: Any = None, train: PathLike | None = None, not_equivalent_only: bool = False) -> Task:
+    return _file_task("paws-qqp", "paws-qqp", PARAPHRASE, train, eval, "paws-qqp", not_equivalent_only=not_equivalent_only)
+
+
+_TASKS: dict[str, Callable[..., Task]] = {
+    "nli-synthetic": _nli_synthetic,
+    "hans-synthetic": _hans_synthetic,
+    "mnli": _mnli,
+    "hans": _hans,
+    "qqp": _qqp,
+    "paws-qqp": _paws,
+}
+
+
+def task_names() -> list[str]:
+    return [*_TASKS, "arith:<op>"]
+
+
+def get_task(name: str, **options: Any) -> Task:
+    """Build the task called ``name`` with ``options`` (see the module doc)."""
+    if name.startswith("arith:"):
+        op = name.split(":", 1)[1]
+        factory: Callable[..., Task] = lambda **kw: make_arithmetic_task(op, **kw)  # noqa: E731
+        signature = inspect.signature(make_arithmetic_task).replace(
+            parameters=[p for p in inspect.signature(make_arithmetic_task).parameters.values() if p.name != "op"]
+        )
+    elif name in _TASKS:
+        factory = _TASKS[name]
+        signature = inspect.signature(factory)
+    else:
+        raise SubnetlabError(f"unknown task {name!r} (known: {', '.join(task_names())})")
+    unknown = sorted(set(options) - set(signature.parameters))
+    if unknown:
+        known = ", ".join(signature.parameters)
+        raise SubnetlabError(f"task {name}: unknown option(s) {', '.join(unknown)} (known: {known})")
+    task = factory(**options)
+    task.options.setdefault("task", name)
+    return task
+
+
+def shared_data_dir(start: PathLike | None = None) -> Path:
+    """``<repo>/../shared/data`` for tests, benchmarks and the demo (may not exist)."""
+    repo = Path(start) if start else Path(__file__).resolve().parents[3]
+    return (repo / ".." / "shared" / "data").resolve()
