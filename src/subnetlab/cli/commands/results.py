@@ -1,0 +1,58 @@
+"""``subnetlab results DIR``: every run under DIR as one table (CSV + Parquet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:  # pandas loads only when the command runs, not for every `subnetlab` call
+    import pandas as pd
+
+MAX_ROWS = 15
+MAX_COLUMNS = 7
+
+
+def _summary_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns worth a glance: config values that vary across runs (the grid), then metrics."""
+    varying = [c for c in frame.columns if c.startswith("config.") and frame[c].astype(str).nunique() > 1]
+    metrics = [c for c in frame.columns if c.startswith("metrics.")]
+    return ["run_dir"] + (varying + metrics)[: MAX_COLUMNS - 1]
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return "" if value != value else f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def print_summary(frame: pd.DataFrame, written: tuple[Path, Path]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    columns = _summary_columns(frame)
+    table = Table(title=f"{len(frame)} runs, {frame.shape[1]} columns", title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for _, row in frame.head(MAX_ROWS).iterrows():
+        table.add_row(*(_cell(row[c]) for c in columns))
+    console.print(table)
+    if len(frame) > MAX_ROWS:
+        console.print(f"... and {len(frame) - MAX_ROWS} more runs")
+    console.print(f"wrote {written[0]} and {written[1]}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("results")
+    def results(
+        directory: Path = typer.Argument(..., metavar="DIR", help="Directory holding run directories (searched recursively)."),
+        out: Path = typer.Option(None, "--out", help="File stem for STEM.csv and STEM.parquet [default: DIR/results]."),
+    ) -> None:
+        """Collect every run's config.json and metrics.json under DIR into one table (CSV and Parquet)."""
+        from subnetlab.executor.results import collect_results, write_results
+
+        frame = collect_results(directory)
+        written = write_results(frame, out if out is not None else directory / "results")
+        print_summary(frame, written)

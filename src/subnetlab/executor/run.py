@@ -1,0 +1,159 @@
+"""``run_jobs``: run a list of independent jobs on one of three backends, skipping finished ones.
+
+Every multi-job command (prune over seeds and sparsities, effective size over
+checkpoints, transfer over conditions, lottery seeds) builds ``Job`` objects and
+hands them here. Checks that cost nothing (options, duplicate run directories,
+importable job functions, a run directory holding another config) happen before
+any job starts, so a typo never surfaces hours into a sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Generator, Iterator, Sequence
+from pathlib import Path
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.executor.job import Job, check_existing_config, execute, load_metrics, resolve_function
+from subnetlab.executor.report import JobResult, SweepReport, error_text, traceback_text
+from subnetlab.progress import stage, track
+
+BACKENDS = ("local", "processes", "ray")
+
+
+def _check_options(
+    backend: str, n_jobs: int | None, address: str | None, cpus_per_job: int, gpus_per_job: float, max_retries: int
+) -> None:
+    if backend not in BACKENDS:
+        raise SubnetlabError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if n_jobs is not None and (not isinstance(n_jobs, int) or n_jobs < 1):
+        raise SubnetlabError(f"--jobs {n_jobs}: expected a positive integer")
+    if backend == "local" and n_jobs not in (None, 1):
+        raise SubnetlabError(f"--jobs {n_jobs}: the local backend runs one job at a time; use --backend processes or ray")
+    if address is not None and backend != "ray":
+        raise SubnetlabError(f"--address {address}: only the ray backend joins a cluster (add --backend ray)")
+    if not isinstance(cpus_per_job, int) or cpus_per_job < 1:
+        raise SubnetlabError(f"--cpus-per-job {cpus_per_job}: expected a positive integer")
+    if gpus_per_job < 0 or (gpus_per_job > 1 and gpus_per_job != int(gpus_per_job)):
+        raise SubnetlabError(f"--gpus-per-job {gpus_per_job:g}: expected a fraction up to 1 or a whole number of GPUs")
+    if not isinstance(max_retries, int) or max_retries < 0:
+        raise SubnetlabError(f"--max-retries {max_retries}: expected a non-negative integer")
+
+
+def _name_jobs(jobs: Sequence[Job], sweep_dir: Path) -> list[Job]:
+    """Give unnamed jobs their run directory relative to the sweep directory; refuse duplicates."""
+    named, seen_dirs, seen_names = [], {}, {}
+    for job in jobs:
+        if not isinstance(job, Job):
+            raise SubnetlabError(f"expected Job objects, got {type(job).__name__}")
+        key = os.path.abspath(job.out_dir)
+        if key in seen_dirs:
+            raise SubnetlabError(f"{job.out_dir}: two jobs share this run directory")
+        seen_dirs[key] = True
+        name = job.name or Path(os.path.relpath(key, os.path.abspath(sweep_dir))).as_posix()
+        if name in seen_names:
+            raise SubnetlabError(f"job name {name!r} is used twice")
+        seen_names[name] = True
+        named.append(Job(fn=job.fn, config=job.config, out_dir=job.out_dir, name=name))
+    return named
+
+
+def default_sweep_dir(jobs: Sequence[Job]) -> Path:
+    """The deepest directory holding every job's run directory (commands should pass their --out)."""
+    parents = [os.path.dirname(os.path.abspath(j.out_dir)) for j in jobs]
+    return Path(os.path.commonpath(parents))
+
+
+def run_local(jobs: Sequence[Job]) -> Iterator[JobResult]:
+    """The default backend: one job after another in this process (no retries: a death ends the sweep)."""
+    for job in jobs:
+        common = dict(name=job.name, out_dir=job.out_dir, config=job.config, attempts=1)
+        started = time.perf_counter()
+        try:
+            metrics = execute(job)
+        except Exception as e:
+            seconds = time.perf_counter() - started
+            yield JobResult(status="failed", error=error_text(e), traceback=traceback_text(e), seconds=seconds, **common)
+        else:
+            yield JobResult(status="done", metrics=metrics, seconds=time.perf_counter() - started, **common)
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    backend: str = "local",
+    n_jobs: int | None = None,
+    address: str | None = None,
+    cpus_per_job: int = 1,
+    gpus_per_job: float = 0.0,
+    max_retries: int = 2,
+    sweep_dir: str | os.PathLike | None = None,
+) -> SweepReport:
+    """Run every job not already done; return what happened and write ``<sweep_dir>/sweep.json``.
+
+    ``backend``: ``local`` (sequential, in this process), ``processes`` (``n_jobs``
+    worker processes at once; default: CPUs // ``cpus_per_job``) or ``ray`` (a
+    local Ray instance sized ``n_jobs * cpus_per_job`` CPUs, default all CPUs,
+    unless Ray is already initialised or ``address`` names a cluster: ``auto`` or
+    ``HOST:PORT``). ``cpus_per_job`` sets each worker's torch threads (the
+    local backend leaves threads alone); ``gpus_per_job`` may be fractional.
+    A worker that dies is retried ``max_retries`` times; a job that raises is
+    reported as failed and the others carry on. ``sweep_dir`` defaults to the
+    deepest directory holding all run directories. KeyboardInterrupt stops the
+    sweep, records the unfinished jobs as pending in ``sweep.json`` and propagates;
+    rerunning the same call finishes only those.
+    """
+    _check_options(backend, n_jobs, address, cpus_per_job, gpus_per_job, max_retries)
+    if backend == "ray":
+        from subnetlab.executor.ray_backend import import_ray
+
+        import_ray()
+    if not jobs:
+        return SweepReport([], backend)
+    root = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(jobs)
+    jobs = _name_jobs(jobs, root)
+    for spec in dict.fromkeys(j.fn for j in jobs):
+        resolve_function(spec)
+    for job in jobs:
+        check_existing_config(job)
+
+    results: dict[str, JobResult] = {}
+    pending = []
+    for job in jobs:
+        if job.is_done:
+            results[job.name] = JobResult(job.name, job.out_dir, "skipped", job.config, metrics=load_metrics(job))
+        else:
+            pending.append(job)
+    report = SweepReport([], backend)
+    where = f"{backend}" + (f" x{n_jobs}" if n_jobs else "")
+    stage(f"sweep: {len(jobs)} jobs, {len(jobs) - len(pending)} already done, running {len(pending)} ({where})")
+    outcomes = _backend(pending, backend, n_jobs, address, cpus_per_job, gpus_per_job, max_retries)
+    try:
+        for result in track(outcomes, total=len(pending), description="sweep"):
+            results[result.name] = result
+            if result.status == "failed":
+                stage(f"job {result.name} failed: {result.error}")
+    finally:
+        outcomes.close()  # stops workers now, not at garbage collection
+        report.jobs = [
+            results.get(j.name) or JobResult(j.name, j.out_dir, "pending", j.config, attempts=None) for j in jobs
+        ]
+        report.write(root)
+    stage(f"sweep: {report.summary()}")
+    return report
+
+
+def _backend(
+    jobs: list[Job], backend: str, n_jobs: int | None, address: str | None,
+    cpus_per_job: int, gpus_per_job: float, max_retries: int,
+) -> Generator[JobResult, None, None]:
+    if backend == "local" or not jobs:  # nothing to run: start no workers and no Ray
+        return run_local(jobs)
+    if backend == "processes":
+        from subnetlab.executor.processes import run_processes
+
+        workers = n_jobs if n_jobs is not None else max(1, (os.cpu_count() or 1) // cpus_per_job)
+        return run_processes(jobs, workers, cpus_per_job, gpus_per_job, max_retries)
+    from subnetlab.executor.ray_backend import run_ray
+
+    return run_ray(jobs, n_jobs, address, cpus_per_job, gpus_per_job, max_retries)
