@@ -31,13 +31,17 @@ def print_summary(frame: pd.DataFrame, written: tuple[Path, Path]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
     columns = _summary_columns(frame)
+    rows = [[_cell(row[c]) for c in columns] for _, row in frame.head(MAX_ROWS).iterrows()]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    console = Console()
+    if not console.is_terminal:  # piped or logged: as wide as the table, never wrapped mid-name
+        console = Console(width=max(80, sum(w + 3 for w in widths) + 1))
     table = Table(title=f"{len(frame)} runs, {frame.shape[1]} columns", title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
-    for _, row in frame.head(MAX_ROWS).iterrows():
-        table.add_row(*(_cell(row[c]) for c in columns))
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     if len(frame) > MAX_ROWS:
         console.print(f"... and {len(frame) - MAX_ROWS} more runs")
