@@ -1,0 +1,125 @@
+"""Rule-based attention pattern types on hand-built maps; normed attention against the layer's output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from subnetlab.analysis.attention_norms import normed_attention, transformed_inputs
+from subnetlab.analysis.attention_stats import TokenLayout
+from subnetlab.analysis.attention_types import (
+    HeadTypes, Thresholds, classify_map, head_types, map_features, row_normalize, vertical_keys,
+)
+from subnetlab.models import build_model
+from tests.conftest import tiny_config
+
+# [CLS] the cat sat on mats [SEP] a dog ran far . [SEP]
+WORDS = [None, "the", "cat", "sat", "on", "mats", None, "a", "dog", "ran", "far", ".", None]
+SEGMENT = torch.tensor([-1, 0, 0, 0, 0, 0, -1, 1, 1, 1, 1, 1, -1])
+LAYOUT = TokenLayout(SEGMENT, WORDS)
+T = len(WORDS)
+CLS, SEP1, SEP2, DOT = 0, 6, 12, 11
+
+
+def _rows(weights: dict[int, float], i: int, noise: float = 0.05) -> torch.Tensor:
+    row = torch.full((T,), noise / T)
+    for k, w in weights.items():
+        row[k] += w
+    return row
+
+
+def _map(fn) -> torch.Tensor:
+    return row_normalize(torch.stack([fn(i) for i in range(T)]))
+
+
+def _previous_or_self(i: int) -> int:
+    return i - 1 if i - 1 >= 0 and not vertical_keys(LAYOUT)[i - 1] else i
+
+
+HAND_BUILT = {
+    "diagonal": _map(lambda i: _rows({_previous_or_self(i): 0.9}, i)),
+    "vertical": _map(lambda i: _rows({CLS: 0.3, SEP1: 0.3, SEP2: 0.2, DOT: 0.1}, i)),
+    "vertical+diagonal": _map(lambda i: _rows({_previous_or_self(i): 0.45, SEP2: 0.45}, i)),
+    "block": _map(lambda i: _rows({k: 0.9 / len(ks) for ks in [[k for k in range(T) if SEGMENT[k] == SEGMENT[i]
+                                                                  and k != DOT]] for k in ks} if SEGMENT[i] >= 0 else {i: 0.9}, i)),
+    # each word attends to one distant word of the other sentence (an alignment-like head)
+    "heterogeneous": _map(lambda i: _rows({(i + 7) % T if (i + 7) % T not in (CLS, SEP1, SEP2, DOT) else 3: 0.9}, i)),
+}
+
+
+@pytest.mark.parametrize("expected", list(HAND_BUILT))
+def test_hand_built_maps_get_their_type(expected):
+    assert classify_map(HAND_BUILT[expected], LAYOUT) == expected
+
+
+def test_features_measure_the_shares():
+    v, d, s, breadth = map_features(HAND_BUILT["vertical"], LAYOUT).tolist()
+    assert v == pytest.approx((0.9 + 0.05 * 4 / T) / 0.95) and d < 0.1  # rows sum to 0.95 before normalising
+    v, d, s, breadth = map_features(HAND_BUILT["block"], LAYOUT).tolist()
+    assert s > 0.9 and breadth > 0.95
+    batched = map_features(torch.stack([HAND_BUILT["block"], HAND_BUILT["diagonal"]]), LAYOUT)
+    assert batched.shape == (2, 4)
+    assert torch.allclose(batched[1], map_features(HAND_BUILT["diagonal"], LAYOUT))
+
+
+def test_head_types_shares_over_a_head_subset():
+    feats = torch.stack([map_features(HAND_BUILT[t], LAYOUT) for t in
+                         ["diagonal", "block", "vertical", "heterogeneous"]]).view(2, 2, 4)
+    ht = HeadTypes(feats, feats, examples=1)
+    assert ht.types() == [["diagonal", "block"], ["vertical", "heterogeneous"]]
+    shares = ht.shares("raw", heads=torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+    assert shares["diagonal"] == 0.5 and shares["vertical"] == 0.5 and shares["block"] == 0.0
+    assert sum(ht.shares().values()) == pytest.approx(1.0)
+    assert Thresholds().diagonal == 0.5
+
+
+def _eager_bert():
+    cfg = tiny_config("bert")
+    return build_model(cfg, head="classification", seed=0, attn_implementation="eager")
+
+
+def test_transformed_inputs_rebuild_the_attention_output():
+    """sum_h sum_j alpha_ij f_h(x_j) + b_O is exactly what the output projection returns."""
+    m = _eager_bert()
+    a = m.adapter
+    ids = torch.randint(3, 97, (2, 6), generator=torch.Generator().manual_seed(0))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    outputs = {}
+    handles = [a.head_output_module(l).register_forward_hook(lambda mod, x, o, l=l: outputs.__setitem__(l, o.detach()))
+               for l in range(a.num_layers)]
+    try:
+        maps, fx = transformed_inputs(m.model, a, inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    for l in range(a.num_layers):
+        rebuilt = torch.einsum("bhij,bhjk->bik", maps[l], fx[l]) + a.head_output_module(l).bias
+        assert torch.allclose(rebuilt, outputs[l], atol=1e-5)
+    raw, normed = normed_attention(m.model, a, inputs)
+    assert torch.allclose(normed[0], raw[0] * fx[0].norm(dim=-1).unsqueeze(-2))
+
+
+class _Tokenizer:
+    """A whitespace tokenizer with word ids and offsets, as ``layout_from_tokenizer`` needs."""
+
+    def __init__(self):
+        from transformers import BertTokenizerFast
+        from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+        vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "cat", "sat", "a", "dog", "ran", "."])}
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+        self.fast = BertTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
+                                      cls_token="[CLS]", sep_token="[SEP]")
+
+
+def test_head_types_on_a_tiny_model_end_to_end():
+    m = _eager_bert()
+    tok = _Tokenizer().fast
+    ht = head_types(m.model, tok, [("the cat sat .", "a dog ran ."), ("a cat ran", "the dog sat .")])
+    assert ht.raw.shape == (2, 4, 4) and ht.normed.shape == (2, 4, 4) and ht.examples == 2
+    assert all(t in {"diagonal", "block", "vertical", "vertical+diagonal", "heterogeneous"}
+               for row in ht.types("normed") for t in row)
+    assert sum(ht.shares("normed").values()) == pytest.approx(1.0)
