@@ -1,0 +1,96 @@
+"""Stability of "good" subnetworks across fine-tuning seeds (Prasanna et al., section 5.1).
+
+Given the structured subnetworks that s-pruning found after fine-tuning with
+different seeds: how much do their surviving heads overlap (pairwise Jaccard),
+how often does each head survive (a ``[layers, heads]`` frequency map), and
+which heads survive in every seed (the *super-survivors*).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.models.adapters import head_name, mlp_name
+from subnetlab.subnetwork import Subnetwork
+
+
+def _structured(subnetworks: Sequence[Subnetwork]) -> list[Subnetwork]:
+    subs = list(subnetworks)
+    if not subs:
+        raise SubnetlabError("stability needs at least one subnetwork")
+    for s in subs:
+        if s.kind != "structured":
+            raise SubnetlabError("stability over seeds compares structured (heads / MLPs) subnetworks")
+        if s.fingerprint != subs[0].fingerprint:
+            raise SubnetlabError("the subnetworks come from different architectures")
+    return subs
+
+
+def jaccard(a: Tensor, b: Tensor) -> float:
+    """|A and B| / |A or B| of two 0/1 masks (1.0 when both are empty)."""
+    a, b = a > 0.5, b > 0.5
+    union = int((a | b).sum())
+    return int((a & b).sum()) / union if union else 1.0
+
+
+def pairwise_jaccard(subnetworks: Sequence[Subnetwork], part: str = "heads") -> Tensor:
+    """``[n, n]`` Jaccard overlap of the surviving ``heads`` (or ``mlps``) of every pair."""
+    subs = _structured(subnetworks)
+    masks = [getattr(s, part) for s in subs]
+    n = len(masks)
+    out = torch.ones(n, n, dtype=torch.float64)
+    for i in range(n):
+        for j in range(i + 1, n):
+            out[i, j] = out[j, i] = jaccard(masks[i], masks[j])
+    return out
+
+
+def survival_frequency(subnetworks: Sequence[Subnetwork]) -> tuple[Tensor, Tensor]:
+    """Fraction of seeds in which each head ``[L, H]`` and each MLP ``[L]`` survives."""
+    subs = _structured(subnetworks)
+    heads = torch.stack([s.heads.float() for s in subs]).mean(0)
+    mlps = torch.stack([s.mlps.float() for s in subs]).mean(0)
+    return heads, mlps
+
+
+def super_survivors(subnetworks: Sequence[Subnetwork]) -> tuple[Tensor, Tensor]:
+    """0/1 masks of the heads ``[L, H]`` and MLPs ``[L]`` that survive in every seed."""
+    heads, mlps = survival_frequency(subnetworks)
+    return (heads >= 1.0).float(), (mlps >= 1.0).float()
+
+
+def pearson(x: Tensor, y: Tensor) -> float:
+    """Pearson correlation of two equally shaped tensors (NaN when either is constant)."""
+    x, y = x.flatten().double(), y.flatten().double()
+    xc, yc = x - x.mean(), y - y.mean()
+    denom = float(xc.norm() * yc.norm())
+    return float((xc * yc).sum()) / denom if denom > 0 else math.nan
+
+
+def stability_summary(subnetworks: Sequence[Subnetwork]) -> dict:
+    """Everything the report needs: overlaps, frequencies, super-survivors by name."""
+    subs = _structured(subnetworks)
+    pj = pairwise_jaccard(subs)
+    n = len(subs)
+    off = [float(pj[i, j]) for i in range(n) for j in range(i + 1, n)]
+    freq_h, freq_m = survival_frequency(subs)
+    sup_h, sup_m = super_survivors(subs)
+    L, H = sup_h.shape
+    return {
+        "seeds": [s.seed for s in subs],
+        "pairwise_jaccard": pj.tolist(),
+        "mean_jaccard": sum(off) / len(off) if off else math.nan,
+        "min_jaccard": min(off) if off else math.nan,
+        "max_jaccard": max(off) if off else math.nan,
+        "heads_kept": [int(s.heads.sum()) for s in subs],
+        "mlps_kept": [int(s.mlps.sum()) for s in subs],
+        "head_frequency": freq_h.tolist(),
+        "mlp_frequency": freq_m.tolist(),
+        "super_survivor_heads": [head_name(l, h) for l in range(L) for h in range(H) if sup_h[l, h] > 0.5],
+        "super_survivor_mlps": [mlp_name(l) for l in range(L) if sup_m[l] > 0.5],
+    }
