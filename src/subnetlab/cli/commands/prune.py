@@ -1,0 +1,144 @@
+"""`subnetlab prune`: hard-concrete structured pruning over sparsities and seeds.
+
+    subnetlab prune --model runs/ft/model --task nli-synthetic --sparsity 0.5,0.7 --seeds 0-11 \\
+        --preset demo --jobs 2 --out runs/prune
+    subnetlab prune ... --schedule staircase --levels 0.05:0.70:0.05 --seeds 0-2 --out runs/stairs
+
+One run directory per (sparsity, seed) (or one staircase per seed), run through
+``subnetlab.executor`` (finished runs are skipped, killed runs resume), then a
+Table 5 style summary over seeds, printed and written to ``DIR/summary.json``.
+The layout is documented in ``subnetlab.methods.pruning_job``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.executor import ExecutorOptions, Job, executor_options
+
+
+def _parse_sparsities(values: list[str]) -> list[float]:
+    from subnetlab.cli.commands._options import parse_fraction
+
+    out: list[float] = []
+    for text in values:
+        for part in str(text).split(","):
+            part = part.strip()
+            try:
+                value = float(part)
+            except ValueError:
+                raise SubnetlabError(f"--sparsity: malformed value {part!r} (expected e.g. 0.5 or 0.5,0.7)") from None
+            out.append(parse_fraction(value, "--sparsity"))
+    if not out:
+        raise SubnetlabError("--sparsity: give at least one target, e.g. 0.5")
+    return sorted(dict.fromkeys(out))
+
+
+def _parse_pairs(pairs: list[str], option: str) -> dict[str, object]:
+    import yaml
+
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SubnetlabError(f"{option}: expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key.replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise SubnetlabError(f"{option}: cannot read the value of {pair!r}") from None
+    return out
+
+
+def prune(
+    model: str = typer.Option(..., "--model", help="Fine-tuned checkpoint: a local directory, hub id or alias."),
+    task: str = typer.Option(..., "--task", help="Task name (nli-synthetic, mnli, hans, qqp, paws-qqp, arith:<op>)."),
+    sparsity: list[str] = typer.Option(..., "--sparsity", help="Target(s) in (0, 1): 0.5, or 0.5,0.7 (repeatable)."),
+    seeds: str = typer.Option("0-11", "--seeds", help="Seeds: 0-11, 0,3,5 or 0-2,7."),
+    out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs and resumes killed ones."),
+    preset: str = typer.Option("paper", "--preset", help="paper (Appendix B's numbers) or demo (a 2-core CPU)."),
+    schedule: str = typer.Option("linear", "--schedule", help="linear (the paper's, one run per target) or staircase."),
+    levels: str = typer.Option("0.05:0.70:0.05", "--levels", help="Staircase levels: start:stop:step or a list."),
+    ablation: Optional[str] = typer.Option(None, "--ablation", help="mean (default), zero or resample."),
+    selection: Optional[str] = typer.Option(None, "--selection", help="topk (default) or threshold (the paper's)."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE, e.g. train=FILE (repeatable)."),
+    eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split [SPLIT:]FORMAT=FILE (repeatable)."),
+    splits: Optional[str] = typer.Option(None, "--splits", help="Evaluation splits to score, comma-separated (default: all)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE, e.g. total_steps=500 (repeatable)."),
+    executor: ExecutorOptions = None,
+) -> None:
+    """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds."""
+    from subnetlab.cli.commands._options import parse_int_list
+    from subnetlab.io import write_json
+    from subnetlab.methods.pruning_config import preset_config
+    from subnetlab.methods.pruning_job import FULL_MODEL_JOB, PRUNE_JOB, run_dir_name
+    from subnetlab.methods.pruning_schedule import parse_levels
+    from subnetlab.methods.pruning_setup import build_task, eval_splits
+
+    targets = _parse_sparsities(sparsity)
+    seed_list = parse_int_list(seeds, "--seeds")
+    if schedule not in ("linear", "staircase"):
+        raise SubnetlabError(f"--schedule {schedule!r}: expected linear or staircase")
+    overrides = _parse_pairs(set_, "--set")
+    if ablation is not None:
+        overrides["ablation"] = ablation
+    if selection is not None:
+        overrides["selection"] = selection
+    level_list = parse_levels(levels) if schedule == "staircase" else ()
+    split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
+    base = {"model": model, "task": task, "task_options": _parse_pairs(task_option, "--task-option"),
+            "eval_data": list(eval_data), "splits": split_list, "cache_dir": str(out / "cache"), "preset": preset}
+    eval_splits(build_task(base), split_list)  # a missing split or bad task option fails before any job starts
+
+    jobs: list[Job] = []
+    if schedule == "staircase":
+        plans = [(level_list[-1], seed) for seed in seed_list]
+    else:
+        plans = [(target, seed) for target in targets for seed in seed_list]
+    first = None
+    for target, seed in plans:
+        cfg = preset_config(preset, target, seed=seed, schedule=schedule, levels=level_list, **overrides)
+        first = first or cfg
+        jobs.append(Job(PRUNE_JOB, {**base, "prune": cfg.to_dict()}, out / run_dir_name(target, seed, schedule)))
+    assert first is not None
+    full = {k: base[k] for k in ("model", "task", "task_options", "eval_data", "splits")}
+    full["eval"] = {"batch_size": first.eval_batch_size, "max_length": first.max_length, "limit": first.eval_limit}
+    jobs.insert(0, Job(FULL_MODEL_JOB, full, out / "full-model", name="full-model"))
+
+    report = executor.run(jobs, sweep_dir=out)
+    summary = _summary(report)
+    write_json(out / "summary.json", summary)
+    from subnetlab.methods.pruning_summary import format_summary
+
+    if summary:
+        typer.echo(format_summary(summary), nl=False)
+    failed = [j for j in report.jobs if j.status == "failed"]
+    if failed:
+        raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
+                             f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
+
+
+def _summary(report) -> dict:
+    from subnetlab.methods.pruning_job import level_name
+    from subnetlab.methods.pruning_summary import summarize
+
+    groups: dict[str, list[dict]] = {}
+    model_scores = None
+    for job in report.jobs:
+        if not job.metrics:
+            continue
+        if job.name == "full-model":
+            model_scores = job.metrics.get("eval")
+        elif "levels" in job.metrics:
+            for level, entry in job.metrics["levels"].items():
+                groups.setdefault(level, []).append(entry["eval"])
+        elif "eval" in job.metrics:
+            groups.setdefault(level_name(job.metrics["target_sparsity"]), []).append(job.metrics["eval"])
+    return summarize(groups, model_scores) if groups else {}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("prune")(executor_options(prune))
