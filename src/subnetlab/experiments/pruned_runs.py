@@ -34,6 +34,11 @@ class PrunedRun:
         return round(float(value), 4) if isinstance(value, (int, float)) else None
 
     @property
+    def schedule(self) -> str:
+        """``linear`` (one run per sparsity, the paper's) or ``staircase`` (a level of a sweep)."""
+        return self.subnetwork.extra.get("schedule", self.config.get("prune", {}).get("schedule", "linear"))
+
+    @property
     def seed(self) -> int | None:
         return self.subnetwork.seed if self.subnetwork.seed is not None else self.config.get("seed")
 
@@ -65,6 +70,12 @@ def find_pruned_runs(root: str | Path) -> list[PrunedRun]:
     return sorted(runs, key=lambda r: (r.target_sparsity or 0.0, r.seed if r.seed is not None else -1, str(r.path)))
 
 
+def linear_runs(runs: Sequence[PrunedRun]) -> list[PrunedRun]:
+    """The independent runs (the paper's), leaving out staircase levels when there are any others."""
+    linear = [r for r in runs if r.schedule != "staircase"]
+    return linear or list(runs)
+
+
 def group_by_sparsity(runs: Sequence[PrunedRun]) -> dict[float, list[PrunedRun]]:
     groups: dict[float, list[PrunedRun]] = {}
     for run in runs:
@@ -83,7 +94,7 @@ def two_groups(dirs: Sequence[str | Path]) -> tuple[tuple[str, list[PrunedRun]],
     if len(dirs) == 2:
         groups = []
         for d in dirs:
-            runs = find_pruned_runs(d)
+            runs = linear_runs(find_pruned_runs(d))
             by = group_by_sparsity(runs) if all(r.target_sparsity is not None for r in runs) else {}
             label = sparsity_label(next(iter(by))) if len(by) == 1 else Path(d).name
             groups.append((label, runs))
@@ -91,7 +102,7 @@ def two_groups(dirs: Sequence[str | Path]) -> tuple[tuple[str, list[PrunedRun]],
             groups = [(f"{label} ({Path(d).name})", runs) for (label, runs), d in zip(groups, dirs)]
         return groups[0], groups[1]
     if len(dirs) == 1:
-        by = group_by_sparsity(find_pruned_runs(dirs[0]))
+        by = group_by_sparsity(linear_runs(find_pruned_runs(dirs[0])))
         if len(by) != 2:
             found = ", ".join(sparsity_label(s) for s in by)
             raise SubnetlabError(f"--runs {dirs[0]}: expected runs at two sparsities, found {len(by)} ({found}); "

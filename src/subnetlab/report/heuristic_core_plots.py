@@ -33,7 +33,7 @@ def frequency_maps_plot(analysis: CoreAnalysis, path: str | os.PathLike) -> Path
     """Two layer x head maps of how often each head is kept at A and at B (Figures 13 and 14)."""
     fa, fb = analysis.freq_a.numpy(), analysis.freq_b.numpy()
     L, H = fa.shape
-    fig, axes = plt.subplots(1, 2, figsize=(2 * max(3.2, 0.35 * H + 1.4), max(2.6, 0.35 * L + 1.2)))
+    fig, axes = plt.subplots(1, 2, figsize=(2 * max(3.2, 0.35 * H + 1.4), max(2.8, 0.35 * L + 1.4)), layout="constrained")
     for ax, freq, n, label in ((axes[0], fa, analysis.n_a, analysis.labels[0]), (axes[1], fb, analysis.n_b, analysis.labels[1])):
         im = ax.imshow(freq, cmap="viridis", vmin=0, vmax=n, aspect="auto")
         ax.set_xticks(range(H), [str(h) for h in range(H)], fontsize=7)

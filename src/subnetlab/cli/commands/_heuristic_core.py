@@ -1,0 +1,45 @@
+"""Option parsing shared by `subnetlab ablate`, `attention` and `effective-size`."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from subnetlab.errors import SubnetlabError
+
+
+def build_task(task: str, data: Optional[str], eval_data: list[str], task_option: list[str], data_key: str = "eval") -> Any:
+    """The task named on the command line, with ``--data`` / ``--eval-data`` / ``--task-option`` applied."""
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.methods.finetune_config import parse_eval_data
+    from subnetlab.tasks.registry import add_file_split, get_task
+
+    t = get_task(task, **parse_task_options(task_option, data, data_key))
+    for spec in eval_data:
+        name, fmt, path = parse_eval_data(spec)
+        add_file_split(t, name, fmt, path)
+    return t
+
+
+def parse_subcases(text: Optional[str]) -> Optional[list[str]]:
+    """``--subcases a,b`` -> list; ``all`` -> None (every subcase); None -> the default."""
+    if text is None or text.strip() == "all":
+        return None
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise SubnetlabError(f"--subcases: empty list {text!r}")
+    return names
+
+
+def parse_non_listed(text: str) -> int | str | None:
+    """``all``, ``none`` or a number of randomly drawn heads for the Avg. (non-HC) row."""
+    if text == "all":
+        return "all"
+    if text == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SubnetlabError(f"--non-listed: {text!r} is not all, none or a number") from None
+    if value < 1:
+        raise SubnetlabError(f"--non-listed: {value} must be at least 1")
+    return value

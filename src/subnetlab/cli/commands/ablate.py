@@ -1,0 +1,60 @@
+"""`subnetlab ablate`: Table 3 of the Heuristic Core paper for any heads of any fine-tuned model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def ablate(
+    model: str = typer.Option(..., "--model", help="Fine-tuned model directory (e.g. runs/ft/model)."),
+    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, hans, mnli, paws-qqp, ..."),
+    heads: str = typer.Option(..., "--heads", help="L4.H0,L2.H5 or core:DIR (the core from `subnetlab core --out DIR`)."),
+    out: Path = typer.Option(..., "--out", help="Where config.json, metrics.json and report.md go."),
+    joint: bool = typer.Option(True, "--joint/--no-joint", help="Also ablate the listed heads together."),
+    data: Optional[str] = typer.Option(None, "--data", help="Evaluation file for file-based tasks."),
+    eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, [SPLIT:]FORMAT=FILE (repeatable)."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
+    id_split: list[str] = typer.Option(["id"], "--id-split", help="In-domain split(s); the others are out-of-domain."),
+    subcases: Optional[str] = typer.Option(None, "--subcases", help="OOD subcases to tabulate (comma list, or all) [the paper's four when present]."),
+    non_listed: str = typer.Option("all", "--non-listed", help="Heads behind Avg. (non-HC): all, none, or N drawn at random."),
+    means_examples: int = typer.Option(512, "--means-examples", help="Training examples averaged for mean ablation."),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    max_length: int = typer.Option(128, "--max-length"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate the first N examples of each split."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random non-listed heads."),
+) -> None:
+    """Accuracy in-domain and per OOD subcase with no head, each listed head, the non-listed heads
+    (on average) and all listed heads mean-ablated; says whether the joint drop is super-additive."""
+    from subnetlab.cli.commands._heuristic_core import build_task, parse_non_listed, parse_subcases
+    from subnetlab.experiments.heuristic_core_steps import ablation_step, default_subcases, resolve_heads
+    from subnetlab.methods.pruning_ablation import mean_activations
+    from subnetlab.methods.pruning_data import PruningData
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.methods.pruning_setup import load_pruning_model
+
+    t = build_task(task, data, eval_data, task_option)
+    missing = [s for s in id_split if s not in t.eval_splits]
+    if missing:
+        raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
+    loaded = load_pruning_model(model, t)
+    a = loaded.adapter
+    listed = resolve_heads(heads, a.num_layers, a.num_heads)
+    chosen = parse_subcases(subcases) if subcases is not None else default_subcases(t, id_split)
+    source = "train" if t.train else id_split[0]
+    tokenizer = loaded.tokenizer if loaded.tokenizer is not None else t.tokenizer
+    means = mean_activations(loaded.model, a, PruningData.from_task(t, tokenizer, source, max_length), means_examples, batch_size)
+    config = {"command": "ablate", "model": model, "task": t.options, "eval_data": eval_data, "heads": heads,
+              "listed": [f"L{l}.H{h}" for l, h in listed], "joint": joint, "id_splits": id_split, "subcases": chosen,
+              "non_listed": non_listed, "means": {"split": source, "examples": means_examples},
+              "batch_size": batch_size, "max_length": max_length, "limit": limit, "seed": seed}
+    ablation_step(loaded, t, listed, out, joint=joint, config=config, means=means, id_splits=id_split,
+                            subcases=chosen, batch_size=batch_size, max_length=max_length, limit=limit,
+                            non_listed=parse_non_listed(non_listed), seed=seed)
+    print((out / "report.md").read_text(encoding="utf-8"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ablate")(ablate)

@@ -1,0 +1,31 @@
+"""`subnetlab core --runs DIR_A DIR_B --out DIR`: the heads every pruned subnetwork shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def core(
+    runs: list[Path] = typer.Option(..., "--runs", help="Pruning run directories: DIR_A DIR_B (one per sparsity), or one DIR holding both."),
+    more: Optional[list[Path]] = typer.Argument(None, hidden=True),
+    out: Path = typer.Option(..., "--out", help="Where config.json, metrics.json, report.md and the figures go."),
+) -> None:
+    """Head frequencies over seeds at two sparsities, the Figure 5 heatmap, the core,
+    Spearman's rho and the expected overlap of random subnetworks."""
+    from subnetlab.experiments.heuristic_core_steps import core_step
+    from subnetlab.report.markdown import num
+
+    metrics = core_step([*runs, *(more or [])], out)
+    la, lb = metrics["labels"]
+    print(f"{metrics['n_a']} subnetworks at {la}, {metrics['n_b']} at {lb}")
+    print(f"core ({metrics['core_size']} heads): {', '.join(metrics['core']) or 'none'}")
+    print(f"Spearman's rho {num(metrics['spearman_rho'], 3)} (p = {num(metrics['spearman_p'])}); "
+          f"random subnetworks would share {num(metrics['expected_random_intersection'])} heads")
+    print(f"report: {out / 'report.md'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("core")(core)

@@ -1,0 +1,128 @@
+"""Markdown sections of the Heuristic Core study, rendered from the steps' saved metrics.
+
+Each function takes a ``MarkdownReport`` and plain dicts (what the steps wrote
+to ``metrics.json``), so a resumed run renders the same report without
+recomputing anything. Captions say what to look for; numbers are measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from subnetlab.analysis.attention_stats import PATTERNS
+from subnetlab.analysis.scores import short_name
+from subnetlab.report.markdown import MarkdownReport, delta_pct, num, pct
+
+
+def core_section(doc: MarkdownReport, core: Mapping[str, Any], heatmap: str | os.PathLike,
+                 frequencies: str | os.PathLike, base: str | os.PathLike) -> None:
+    la, lb = core["labels"]
+    heads = core["num_layers"] * core["num_heads"]
+    names = ", ".join(core["core"]) or "none"
+    doc.para(
+        f"Over {core['n_a']} subnetworks at {la} and {core['n_b']} at {lb} sparsity, **{core['core_size']} of {heads} "
+        f"heads are kept by every one of them**: {names}. Independent random subnetworks keeping as many heads "
+        f"would share {num(core['expected_random_intersection'])} heads on average "
+        f"(probability of sharing {core['core_size']} or more: {num(core['p_random_intersection_at_least_core'])}). "
+        f"The frequencies of the heads at the two sparsities agree with Spearman's rho = {num(core['spearman_rho'], 2)} "
+        f"(p = {num(core['spearman_p'])})."
+    )
+    if core.get("mlps_in_all"):
+        doc.para(f"MLPs kept by every subnetwork: {', '.join(core['mlps_in_all'])}.")
+    doc.figure(heatmap, f"Number of heads kept by i of the {la} subnetworks (rows) and j of the {lb} ones (columns); "
+               "the top-right cell is the core, and mass along the diagonal means the two sparsities favour the same heads.",
+               base=base)
+    doc.figure(frequencies, f"How often each head (column) of each layer (row) is kept at {la} and at {lb}; "
+               "the bright cells of the right map should be bright on the left too.", base=base)
+
+
+def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str | None = None) -> None:
+    columns: list[str] = table["columns"]
+    base = table["rows"][0]["accuracy"]
+    rows = []
+    for r in table["rows"]:
+        cells = [r["label"]]
+        for c in columns:
+            acc = r["accuracy"][c]
+            cells.append(pct(acc) if r["label"] == "None" else f"{pct(acc)} {delta_pct(acc, base[c])}")
+        rows.append(cells)
+    n_avg = len(table.get("averaged_heads") or [])
+    doc.table(["Ablated head", *[short_name(c) for c in columns]], rows, caption=caption or (
+        "Accuracy (%) with heads mean-ablated from the full model, one at a time and jointly; "
+        f"arrows give the change from no ablation. Avg. (non-HC) averages single ablations of {n_avg} heads outside the list."))
+    verdict = table.get("super_additivity") or {}
+    if verdict:
+        ood = [c for c in columns if c not in table.get("id_columns", [])]
+        hits = [c for c in ood if verdict[c]["super_additive"]]
+        doc.para(
+            f"Joint ablation is super-additive (its drop exceeds the sum of the single drops) on "
+            f"{len(hits)} of {len(ood)} out-of-domain columns"
+            + (f" ({', '.join(short_name(c) for c in hits)})" if hits else "") + ". "
+            + "; ".join(f"{short_name(c)}: joint {pct(v['joint_drop'])} vs sum {pct(v['sum_single_drops'])} points"
+                        for c, v in verdict.items()) + "."
+        )
+
+
+def attention_section(doc: MarkdownReport, attention: Mapping[str, Any], base: str | os.PathLike,
+                      root: str | os.PathLike) -> None:
+    rows = [[r["head"], *[pct(r[p]) for p in PATTERNS], r["dominant"]] for r in attention["selected"]]
+    doc.table(["Head", *[f"{p} (%)" for p in PATTERNS], "dominant"], rows, caption=(
+        f"Share of attention (%) each head sends from a sentence token to the same word in the other sentence "
+        f"(over the {int(attention['query_counts'][0])} tokens that have one), to the previous and next token, to "
+        f"[CLS]/[SEP], and to itself, over {attention['examples']} sentence pairs (Figure 9 of the paper)."))
+    shown = attention.get("maps") or []
+    for rel in shown[: 2 * max(1, len(attention["selected"]))]:
+        head = Path(rel).stem.split("-")[-1]
+        doc.figure(Path(root) / rel, f"Attention of {head} on a pair with many shared words; weight off the diagonal "
+                   "that links a word to its copy in the other sentence is the lexical-overlap pattern.", base=base)
+
+
+def effective_size_section(doc: MarkdownReport, result: Mapping[str, Any], plot: str | os.PathLike,
+                           base: str | os.PathLike) -> None:
+    rows = []
+    for c in result["checkpoints"]:
+        rows.append([c["step"], pct(c["id_accuracy"]), pct(c["ood_accuracy"]),
+                     *[pct(c["effective_size"][on]["size"]) for on in result["on"]]])
+    doc.table(["step", "ID acc.", "OOD acc.", *[f"eff. size {on} (%)" for on in result["on"]]], rows, caption=(
+        f"Effective size (% of components in the smallest subnetwork within {pct(result['faithfulness'])} points of the "
+        f"model's accuracy, levels {result['levels'][0]:.2f} to {result['levels'][-1]:.2f}, mean over "
+        f"{len(result['seeds'])} seeds) at each checkpoint."))
+    doc.figure(plot, "ID and OOD accuracy (solid, left axis) and effective size (dashed, right axis) over training; "
+               "under competing subnetworks the OOD size would fall as OOD accuracy rises, the paper finds it rises.",
+               base=base)
+    before = result.get("before_onset")
+    if before:
+        frac = before["fraction_of_core_present"]
+        doc.para(
+            f"OOD accuracy starts to rise after step {before['step']}. The heads kept by every subnetwork there "
+            f"({len(before['before'])} heads) contain {len(before['core_in_before'])} of the {len(before['core'])} "
+            f"final core heads" + (f" ({pct(frac, 0)}%)" if not math.isnan(frac) else "")
+            + (f"; missing: {', '.join(before['core_missing_before'])}." if before["core_missing_before"] else ".")
+        )
+    else:
+        doc.para("OOD accuracy does not rise measurably over these checkpoints, so there is no onset checkpoint to compare.")
+
+
+def seeds_table(doc: MarkdownReport, model: Mapping[str, float], by_sparsity: Mapping[str, Mapping[str, Sequence[float]]],
+                columns: Sequence[str], caption: str) -> None:
+    """Table 5: the full model and min / max / mean / std over the seeds' subnetworks, per evaluation column."""
+    headers = ["Eval set", "Model"]
+    for label in by_sparsity:
+        headers += [f"{label} min", "max", "mean", "std"]
+    rows = []
+    for c in columns:
+        cells: list[Any] = [short_name(c), pct(model.get(c))]
+        for values in by_sparsity.values():
+            v = [x for x in values.get(c, []) if x is not None]
+            if v:
+                m = sum(v) / len(v)
+                sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else 0.0
+                cells += [pct(min(v)), pct(max(v)), pct(m), pct(sd)]
+            else:
+                cells += ["-"] * 4
+        rows.append(cells)
+    doc.table(headers, rows, caption=caption)
