@@ -88,6 +88,8 @@ def resolve_function(spec: str) -> JobFunction:
     if not _IMPORT_STRING.match(spec):
         raise SubnetlabError(f"job function {spec!r}: expected an import string 'package.module:function'")
     module_name, attr = spec.split(":")
+    if module_name == "__main__":
+        raise SubnetlabError(f"job function {spec!r}: must live in an importable module, not in a script's __main__")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

@@ -1,25 +1,31 @@
 """The ``processes`` backend: up to N jobs at once, each in its own worker process.
 
-One process per job attempt (``python -m subnetlab.executor.worker``) rather
-than a pool: a job that kills its process (out of memory, a segfault in a
-kernel) takes nothing else down, is seen by its exit status, and is retried up
-to ``max_retries`` times; a job that raises is reported and not retried.
-Workers get ``cpus_per_job`` threads and, with ``gpus_per_job``, their own
-``CUDA_VISIBLE_DEVICES`` (fractions of a GPU pack several jobs on one device).
+One fresh process per job attempt rather than a long-lived pool: a job that
+kills its process (out of memory, a segfault in a kernel) takes nothing else
+down, is seen by its exit status, and is retried up to ``max_retries`` times; a
+job that raises is reported and not retried; no state leaks from one job into
+the next. Processes are forked from a ``multiprocessing`` fork server that has
+imported subnetlab once, so a job starts in milliseconds instead of the seconds
+that importing torch and transformers takes (``spawn`` where there is no fork
+server). Workers get ``cpus_per_job`` threads and, with ``gpus_per_job``, their
+own ``CUDA_VISIBLE_DEVICES`` (fractions of a GPU pack several jobs on one device).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 from subnetlab.errors import SubnetlabError
@@ -78,21 +84,49 @@ class GpuSlots:
 class _Attempt:
     job: Job
     attempt: int
-    process: subprocess.Popen
+    process: multiprocessing.process.BaseProcess
     outcome: Path
     devices: list[str]
     started: float
 
 
+def _context(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
+    """A fork server that has imported subnetlab (and the job modules); spawn where unavailable.
+
+    The fork server starts with this process's ``sys.path``, so whatever the
+    caller can import (a test helper, a benchmark script's module) workers can too.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["subnetlab.executor.worker", *preload])
+    return context
+
+
+@contextmanager
+def _caller_main_not_rerun() -> Iterator[None]:
+    """Stop multiprocessing from re-running the caller's script in every worker.
+
+    Jobs name their function by import string, so workers never need the caller's
+    ``__main__``. Without this, each worker would re-execute the calling script
+    (the ``if __name__ == "__main__"`` pitfall) and fail outright for drivers
+    read from stdin or a notebook. A main module whose spec is named
+    ``__main__`` is left alone by multiprocessing's child preparation.
+    """
+    main = sys.modules["__main__"]
+    saved = getattr(main, "__spec__", None)
+    main.__spec__ = ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = saved
+
+
 def _worker_env(threads: int, devices: list[str] | None) -> dict[str, str]:
-    """The parent's environment plus its import path, thread counts and GPU assignment."""
-    env = dict(os.environ)
-    paths = [p or os.getcwd() for p in sys.path]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(threads)
+    """Variables a worker sets before its job runs: thread counts and GPU assignment."""
+    env = {var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     if devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices) if devices else ""
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     return env
 
 
@@ -113,7 +147,10 @@ def run_processes(
     max_retries: int,
 ) -> Iterator[JobResult]:
     """Yield one result per job as each finishes; kill running workers if interrupted."""
+    from subnetlab.executor.worker import child_main
+
     slots = GpuSlots(visible_gpus(), gpus_per_job) if gpus_per_job > 0 else None
+    context = _context(sorted({job.fn.split(":")[0] for job in jobs}))
     queue: deque[tuple[int, Job, int]] = deque((i, job, 1) for i, job in enumerate(jobs))
     running: dict[int, _Attempt] = {}
     scratch = Path(tempfile.mkdtemp(prefix="subnetlab-sweep-"))
@@ -126,22 +163,22 @@ def run_processes(
                 index, job, attempt = queue.popleft()
                 spec = scratch / f"job{index}.try{attempt}.json"
                 outcome = scratch / f"job{index}.try{attempt}.outcome.json"
-                write_json(spec, {"job": job.to_dict(), "threads": cpus_per_job, "outcome": str(outcome)})
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "subnetlab.executor.worker", str(spec)],
-                    env=_worker_env(cpus_per_job, devices),
-                    stdin=subprocess.DEVNULL,
-                )
+                write_json(spec, {"job": job.to_dict(), "threads": cpus_per_job, "outcome": str(outcome),
+                                  "env": _worker_env(cpus_per_job, devices)})
+                process = context.Process(target=child_main, args=(str(spec),), name=f"subnetlab:{job.name}")
+                with _caller_main_not_rerun():
+                    process.start()
                 running[index] = _Attempt(job, attempt, process, outcome, devices or [], time.perf_counter())
 
-            finished = [i for i, a in running.items() if a.process.poll() is not None]
+            finished = [i for i, a in running.items() if a.process.exitcode is not None]
             if not finished:
-                time.sleep(0.05)
+                multiprocessing.connection.wait([a.process.sentinel for a in running.values()], timeout=1.0)
             for index in finished:
                 a = running.pop(index)
                 if slots is not None:
                     slots.give(a.devices)
                 result = _collect(a, max_retries)
+                a.process.close()
                 if result is None:
                     queue.appendleft((index, a.job, a.attempt + 1))
                 else:
@@ -150,7 +187,7 @@ def run_processes(
         for a in running.values():
             a.process.kill()
         for a in running.values():
-            a.process.wait()
+            a.process.join()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -164,7 +201,7 @@ def _collect(a: _Attempt, max_retries: int) -> JobResult | None:
             return JobResult(status="done", metrics=load_metrics(a.job), **common)
         if outcome["status"] == "failed":
             return JobResult(status="failed", error=outcome["error"], traceback=outcome["traceback"], **common)
-    why = _death(a.process.returncode)
+    why = _death(a.process.exitcode)
     if a.attempt <= max_retries:
         stage(f"job {a.job.name}: worker died ({why}); retry {a.attempt}/{max_retries}")
         return None

@@ -1,8 +1,11 @@
-"""One job in its own process: ``python -m subnetlab.executor.worker SPEC.json``.
+"""One job in its own process: ``child_main(SPEC.json)``, or ``python -m subnetlab.executor.worker SPEC.json``.
 
-The ``processes`` backend starts one of these per job attempt. ``SPEC.json``
-holds the job, the thread count and where to write the outcome. The parent tells
-the three endings apart by what is left behind:
+The ``processes`` backend forks one ``child_main`` per job attempt from a
+fork server that has already imported subnetlab (so a job starts in
+milliseconds, in a fresh process). ``SPEC.json`` holds the job, the thread
+count, environment variables to set (GPU assignment) and where to write the
+outcome. The command-line form runs one job by hand (debugging, scheduler array
+jobs). The parent tells the three endings apart by what is left behind:
 
 - job finished: outcome file says ``done``, exit 0;
 - job function raised: outcome file says ``failed`` with the error, exit 1
@@ -13,6 +16,7 @@ the three endings apart by what is left behind:
 
 from __future__ import annotations
 
+import os
 import sys
 
 from subnetlab.errors import SubnetlabError
@@ -28,6 +32,7 @@ EXIT_INTERRUPTED = 130
 def run_spec(spec_path: str) -> int:
     """Run the job described by ``spec_path``; return the process exit status."""
     spec = read_json(spec_path)
+    os.environ.update(spec.get("env", {}))  # before any CUDA initialisation in the job
     outcome_path = spec["outcome"]
     try:
         job = Job.from_dict(spec["job"])
@@ -39,6 +44,11 @@ def run_spec(spec_path: str) -> int:
         return EXIT_FAILED
     write_json(outcome_path, {"status": "done"})
     return EXIT_DONE
+
+
+def child_main(spec_path: str) -> None:
+    """Entry point of a forked worker process."""
+    sys.exit(run_spec(spec_path))
 
 
 def main(argv: list[str] | None = None) -> int:
