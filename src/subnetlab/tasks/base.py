@@ -206,23 +206,45 @@ class Task:
     ) -> Iterator[dict[str, Tensor]]:
         """Padded batches of ``split``: model inputs plus ``labels`` (and LM answer keys).
 
-        ``limit`` keeps the first ``limit`` examples (in file order) before any
-        shuffling; ``shuffle`` draws the order from ``generator``.
+        ``limit`` keeps the examples ``subset(split, limit)`` chooses, before
+        any shuffling; ``shuffle`` draws the order from ``generator``.
         """
         if batch_size < 1:
             raise SubnetlabError(f"batch size {batch_size} must be at least 1")
-        n = len(self.examples(split))
-        if limit is not None:
-            if limit < 1:
-                raise SubnetlabError(f"limit {limit} must be at least 1")
-            n = min(n, limit)
-        order = torch.randperm(n, generator=generator).tolist() if shuffle else list(range(n))
-        for start in range(0, n, batch_size):
-            yield self.batch_at(tokenizer, split, order[start : start + batch_size], max_length=max_length)
+        chosen = self.subset(split, limit)
+        if shuffle:
+            chosen = [chosen[i] for i in torch.randperm(len(chosen), generator=generator).tolist()]
+        for start in range(0, len(chosen), batch_size):
+            yield self.batch_at(tokenizer, split, chosen[start : start + batch_size], max_length=max_length)
+
+    def subset(self, split: str, limit: int | None = None) -> list[int]:
+        """Indices of the examples a ``limit`` keeps, in split order.
+
+        The first ``limit`` examples; when the split has subcases, the first
+        ones of every subcase in turn, so a limited HANS evaluation still
+        covers all 30 subcases evenly.
+        """
+        examples = self.examples(split)
+        if limit is None or limit >= len(examples):
+            return list(range(len(examples)))
+        if limit < 1:
+            raise SubnetlabError(f"limit {limit} must be at least 1")
+        groups: dict[str | None, list[int]] = {}
+        for i, ex in enumerate(examples):
+            groups.setdefault(ex.subcase, []).append(i)
+        if len(groups) == 1:
+            return list(range(limit))
+        chosen: list[int] = []
+        depth = 0
+        while len(chosen) < limit:
+            for members in groups.values():
+                if depth < len(members) and len(chosen) < limit:
+                    chosen.append(members[depth])
+            depth += 1
+        return sorted(chosen)
 
     def num_batches(self, split: str, batch_size: int, limit: int | None = None) -> int:
-        n = len(self.examples(split)) if limit is None else min(limit, len(self.examples(split)))
-        return (n + batch_size - 1) // batch_size
+        return (len(self.subset(split, limit)) + batch_size - 1) // batch_size
 
     @staticmethod
     def model_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -271,17 +293,18 @@ class Task:
     def score(self, predictions: Tensor | Sequence[int], split: str, limit: int | None = None) -> dict[str, Any]:
         """Accuracy overall, per label, per subcase, per heuristic and per group.
 
-        ``predictions`` are in split order for the first ``limit`` examples
-        (all of them when ``limit`` is None), as ``batches(limit=...)`` yields.
+        ``predictions`` follow the order ``batches(split, limit=limit)`` yields
+        without shuffling: the examples ``subset(split, limit)`` (all when None).
         """
-        examples = self.examples(split)[:limit] if limit is not None else self.examples(split)
+        examples = [self.examples(split)[i] for i in self.subset(split, limit)]
         preds = predictions.tolist() if isinstance(predictions, Tensor) else list(predictions)
         if len(preds) != len(examples):
             raise SubnetlabError(f"split {split!r}: {len(preds)} predictions for {len(examples)} examples")
         names = self.split_labels(split)
         correct = [int(p == ex.label) for p, ex in zip(preds, examples)]
         result: dict[str, Any] = {"accuracy": _mean(correct), "n": len(correct)}
-        result["labels"] = _grouped(correct, [names[ex.label] for ex in examples])
+        by_label = _grouped(correct, [names[ex.label] for ex in examples])
+        result["labels"] = {name: by_label[name] for name in names if name in by_label}
         for field, key in (("subcase", "subcases"), ("heuristic", "heuristics"), ("group", "groups")):
             values = [getattr(ex, field) for ex in examples]
             if any(v is not None for v in values):

@@ -1,0 +1,110 @@
+"""`subnetlab evaluate`: accuracy per split and per out-of-domain subcase, optionally of a subnetwork."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from subnetlab.errors import SubnetlabError
+
+
+def _table(split: str, score: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    from subnetlab.tasks import HANS_SUBCASES
+
+    table = Table(title=f"{split}: accuracy {score['accuracy']:.3f} (n={score['n']})")
+    if "subcases" not in score:
+        table.add_column("label")
+        table.add_column("accuracy", justify="right")
+        for name, acc in score.get("labels", {}).items():
+            table.add_row(name, f"{acc:.3f}")
+        return table
+    for col in ("heuristic", "label", "subcase"):
+        table.add_column(col)
+    table.add_column("accuracy", justify="right")
+    for name, acc in score["subcases"].items():
+        heuristic, label, _ = HANS_SUBCASES.get(name, ("", None, None))
+        label_name = "" if label is None else ("entailment" if label == 0 else "non-entailment")
+        table.add_row(heuristic, label_name, name, f"{acc:.3f}")
+    return table
+
+
+def evaluate(
+    model: str = typer.Option(..., "--model", help="Model directory (e.g. runs/ft/model), minilm or a hub id."),
+    task: str = typer.Option(..., "--task", help="Task name: hans, mnli, paws-qqp, qqp, nli-synthetic, arith:<op>, ..."),
+    out: Path = typer.Option(..., "--out", help="Where metrics.json and config.json go."),
+    data: Optional[str] = typer.Option(None, "--data", help="Evaluation file for file-based tasks (hans, mnli, ...)."),
+    eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable)."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. perturbed=all."),
+    split: list[str] = typer.Option([], "--split", help="Evaluate only these splits (repeatable; default all)."),
+    subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="A subnetwork .safetensors file: evaluate the gated model."),
+    ablation: Optional[str] = typer.Option(None, "--ablation", help="zero or mean (default: the subnetwork's own)."),
+    means: Optional[Path] = typer.Option(None, "--means", help="Mean activations (.safetensors) for mean ablation."),
+    means_examples: int = typer.Option(512, "--means-examples", help="Examples to average when computing means."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Examples per forward pass."),
+    max_length: int = typer.Option(128, "--max-length", help="Tokens per example."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate the first N examples of each split."),
+) -> None:
+    """Print a per-subcase accuracy table for each split and write it to DIR/metrics.json."""
+    from rich.console import Console
+
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.io import write_json
+    from subnetlab.methods.evaluate import evaluate as run_eval
+    from subnetlab.methods.evaluate import subnetwork_context
+    from subnetlab.methods.finetune_config import parse_eval_data
+    from subnetlab.methods.finetune_model import ARITH_PREFIX
+    from subnetlab.models import load_model
+    from subnetlab.progress import stage
+    from subnetlab.tasks.registry import add_file_split, get_task
+
+    if model.startswith(ARITH_PREFIX):
+        raise SubnetlabError(f"--model {model}: evaluate a trained model directory, not a fresh {ARITH_PREFIX} model")
+    t = get_task(task, **parse_task_options(task_option, data, "eval"))
+    for spec in eval_data:
+        name, fmt, path = parse_eval_data(spec)
+        add_file_split(t, name, fmt, path)
+    loaded = load_model(model, head="causal-lm" if t.kind == "lm" else "classification")
+    archs = getattr(loaded.model.config, "architectures", None) or []
+    if t.kind == "classification" and not any(a.endswith("ForSequenceClassification") for a in archs):
+        raise SubnetlabError(f"--model {model} has no trained classification head ({', '.join(archs) or 'none'}); fine-tune it first")
+    tokenizer = t.tokenizer or loaded.tokenizer
+    splits = list(split) or None
+    config = {"command": "evaluate", "model": model, "task": t.options, "eval_data": list(eval_data), "splits": splits,
+              "subnetwork": str(subnetwork) if subnetwork else None, "ablation": ablation, "means": str(means) if means else None,
+              "batch_size": batch_size, "max_length": max_length, "limit": limit}
+    if subnetwork is None:
+        results = run_eval(loaded.model, tokenizer, t, splits, batch_size, max_length, limit=limit)
+    else:
+        from subnetlab.intervene import ComponentValues, collect_means
+        from subnetlab.subnetwork import Subnetwork
+
+        sub = Subnetwork.load(subnetwork, loaded.adapter)
+        values = None
+        kind = ablation or sub.ablation
+        if sub.kind == "structured" and kind == "mean":
+            if means is not None:
+                values = ComponentValues.load(means)
+            else:
+                source = "train" if t.train else (splits or list(t.eval_splits))[0]
+                stage(f"mean activations over {min(means_examples, len(t.examples(source)))} examples of {source}")
+                batches = (t.model_inputs(b) for b in t.batches(tokenizer, source, batch_size, max_length=max_length, limit=means_examples))
+                values = collect_means(loaded.model, loaded.adapter, batches)
+                config["means_from"] = {"split": source, "examples": min(means_examples, len(t.examples(source)))}
+        with subnetwork_context(loaded.model, loaded.adapter, sub, ablation=ablation, means=values):
+            results = run_eval(loaded.model, tokenizer, t, splits, batch_size, max_length, limit=limit)
+        config["subnetwork_sparsity"] = sub.sparsity
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", config)
+    write_json(out / "metrics.json", results)
+    console = Console()
+    for name, score in results.items():
+        console.print(_table(name, score))
+    console.print(f"written: {out / 'metrics.json'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("evaluate")(evaluate)

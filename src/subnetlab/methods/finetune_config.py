@@ -1,0 +1,122 @@
+"""The configuration of a fine-tuning run, its presets, and its validation.
+
+A preset supplies defaults; values given explicitly (``None`` means "not
+given") override them. The resolved configuration is what ``config.json``
+records, and what a rerun must match to resume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+
+# Heuristic Core, Appendix A: bert-base-cased on MNLI, 5 epochs, batch 32, lr 2e-5,
+# max length 128, Adam(0.9, 0.999, eps 1e-8), evaluation and checkpoints every 500 steps.
+# Subtask Induction, Appendix B.1: AdamW(0.9, 0.999), lr 5e-4, for the arithmetic GPT-2s.
+PRESETS: dict[str, dict[str, Any]] = {
+    "heuristic-core": dict(model="bert-base-cased", lr=2e-5, batch_size=32, max_length=128, epochs=5.0,
+                           adam_betas=(0.9, 0.999), adam_eps=1e-8, save_every=500, eval_every=500),
+    "subtask-induction": dict(lr=5e-4, adam_betas=(0.9, 0.999), adam_eps=1e-8, max_length=8),
+}
+
+
+@dataclass
+class FinetuneConfig:
+    """Everything that determines a fine-tuning run (and so its results)."""
+
+    model: str = "minilm"
+    task: str = "nli-synthetic"
+    task_options: dict[str, Any] = field(default_factory=dict)
+    eval_data: list[str] = field(default_factory=list)  # "[SPLIT:]FORMAT=FILE" extra evaluation splits
+    lr: float = 2e-5
+    batch_size: int = 32
+    epochs: float = 3.0
+    max_steps: int | None = None  # overrides epochs when set
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0  # of the total steps; used when warmup_steps is 0
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    scheduler: str = "linear"  # linear decay to 0 after warmup, or constant
+    grad_clip: float | None = 1.0
+    max_length: int = 128
+    save_every: int = 500
+    eval_every: int = 500
+    eval_at_start: bool = True
+    eval_limit: int | None = None  # examples per evaluation split
+    eval_batch_size: int = 64
+    seed: int = 0
+    device: str = "cpu"
+    preset: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["adam_betas"] = list(self.adam_betas)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "FinetuneConfig":
+        known = {f.name for f in fields(cls)}
+        cfg = cls(**{k: v for k, v in data.items() if k in known})
+        cfg.adam_betas = tuple(cfg.adam_betas)  # type: ignore[assignment]
+        return cfg
+
+
+def resolve_config(preset: str | None = None, **given: Any) -> FinetuneConfig:
+    """Defaults <- preset <- explicitly given values (``None`` = not given); validated."""
+    values: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise SubnetlabError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+        values.update(PRESETS[preset])
+    known = {f.name for f in fields(FinetuneConfig)}
+    for key, value in given.items():
+        if key not in known:
+            raise SubnetlabError(f"unknown fine-tuning option {key!r}")
+        if value is not None:
+            values[key] = value
+    cfg = FinetuneConfig(preset=preset, **values)
+    cfg.adam_betas = tuple(cfg.adam_betas)  # type: ignore[assignment]
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: FinetuneConfig) -> None:
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise SubnetlabError(message)
+
+    need(cfg.lr > 0, f"--lr {cfg.lr} must be positive")
+    need(cfg.batch_size >= 1, f"--batch-size {cfg.batch_size} must be at least 1")
+    need(cfg.epochs > 0, f"--epochs {cfg.epochs} must be positive")
+    need(cfg.max_steps is None or cfg.max_steps >= 1, f"--max-steps {cfg.max_steps} must be at least 1")
+    need(cfg.warmup_steps >= 0, f"--warmup-steps {cfg.warmup_steps} must be >= 0")
+    need(0.0 <= cfg.warmup_ratio < 1.0, f"--warmup-ratio {cfg.warmup_ratio} must be in [0, 1)")
+    need(cfg.weight_decay >= 0, f"--weight-decay {cfg.weight_decay} must be >= 0")
+    need(cfg.scheduler in ("linear", "constant"), f"--scheduler {cfg.scheduler!r} is not linear or constant")
+    need(cfg.grad_clip is None or cfg.grad_clip > 0, f"--grad-clip {cfg.grad_clip} must be positive")
+    need(cfg.max_length >= 2, f"--max-length {cfg.max_length} must be at least 2")
+    need(cfg.save_every >= 1, f"--save-every {cfg.save_every} must be at least 1")
+    need(cfg.eval_every >= 1, f"--eval-every {cfg.eval_every} must be at least 1")
+    need(cfg.eval_limit is None or cfg.eval_limit >= 1, f"--eval-limit {cfg.eval_limit} must be at least 1")
+    need(cfg.eval_batch_size >= 1, f"--eval-batch-size {cfg.eval_batch_size} must be at least 1")
+    need(cfg.device in ("cpu", "cuda", "auto") or cfg.device.startswith("cuda:"), f"--device {cfg.device!r} is not cpu, cuda or auto")
+    need(len(cfg.adam_betas) == 2 and all(0 <= b < 1 for b in cfg.adam_betas), f"adam betas {cfg.adam_betas} must be in [0, 1)")
+    for spec in cfg.eval_data:
+        parse_eval_data(spec)
+
+
+def parse_eval_data(spec: str) -> tuple[str, str, str]:
+    """``hans=FILE`` -> ("hans", "hans", FILE); ``mm:mnli=FILE`` -> ("mm", "mnli", FILE)."""
+    from subnetlab.tasks.registry import FILE_FORMATS
+
+    head, sep, path = spec.partition("=")
+    if not sep or not path or not head:
+        raise SubnetlabError(f"--eval-data {spec!r}: expected FORMAT=FILE or SPLIT:FORMAT=FILE")
+    split, _, fmt = head.rpartition(":")
+    split = split or fmt
+    if fmt not in FILE_FORMATS:
+        raise SubnetlabError(f"--eval-data {spec!r}: unknown format {fmt!r} (known: {', '.join(FILE_FORMATS)})")
+    return split, fmt, path

@@ -1,0 +1,83 @@
+"""The model a fine-tuning run starts from, fitted to its task.
+
+``--model`` is a builtin alias (``minilm``), a local Hugging Face directory,
+a hub id, or ``gpt2-arith:<layers>``: a fresh GPT-2 built from a config as in
+Subtask Induction (Appendix B.1: 4 heads, width 128, MLP 512, 2 to 12 layers)
+over the arithmetic task's own word-level tokenizer. Classification tasks get
+a sequence-classification head with one output per label (named in
+``config.id2label``); LM tasks a causal-LM head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import AutoConfig, GPT2Config
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.models import LoadedModel, build_model, load_model, resolve
+from subnetlab.tasks.base import Task
+
+ARITH_PREFIX = "gpt2-arith:"
+
+
+def arithmetic_gpt2_config(num_layers: int, vocab_size: int, pad_id: int, positions: int = 16) -> GPT2Config:
+    """GPT-2 of Subtask Induction's arithmetic experiments: 4 heads, width 128, MLP 512."""
+    return GPT2Config(
+        vocab_size=vocab_size, n_positions=positions, n_embd=128, n_layer=num_layers, n_head=4, n_inner=512,
+        bos_token_id=pad_id, eos_token_id=pad_id, pad_token_id=pad_id,
+    )
+
+
+def _parse_layers(spec: str) -> int:
+    text = spec[len(ARITH_PREFIX):]
+    if not text.isdigit() or not 1 <= int(text) <= 48:
+        raise SubnetlabError(f"model {spec!r}: expected gpt2-arith:<layers> with 1-48 layers (the paper uses 2-12)")
+    return int(text)
+
+
+def _check_existing_head(spec: str, num_labels: int, task: Task) -> None:
+    """Refuse a saved classifier whose number of outputs does not fit the task."""
+    local = Path(resolve(spec)).expanduser()
+    if not (local / "config.json").is_file():
+        return
+    try:
+        config = AutoConfig.from_pretrained(str(local))
+    except (OSError, ValueError):
+        return  # load_model reports unreadable configs
+    archs = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForSequenceClassification") for a in archs) and config.num_labels != num_labels:
+        raise SubnetlabError(
+            f"model {spec} has a classification head with {config.num_labels} outputs but task {task.name} "
+            f"has {num_labels} labels ({', '.join(task.labels)})"
+        )
+
+
+def model_for_task(spec: str, task: Task, *, seed: int = 0) -> LoadedModel:
+    """Load or build the model named ``spec`` with the head ``task`` needs, and its tokenizer.
+
+    The task's own tokenizer (arithmetic) takes precedence over the model's.
+    Fresh heads are initialised from ``seed``.
+    """
+    import torch
+
+    if spec.startswith(ARITH_PREFIX):
+        if task.kind != "lm" or task.tokenizer is None:
+            raise SubnetlabError(f"model {spec} is for the arithmetic tasks (arith:<op>), not {task.name}")
+        tok = task.tokenizer
+        config = arithmetic_gpt2_config(_parse_layers(spec), len(tok), tok.pad_token_id)
+        return build_model(config, head="causal-lm", seed=seed, tokenizer=tok)
+    if task.kind == "lm":
+        loaded = load_model(spec, head="causal-lm")
+    else:
+        n = len(task.labels)
+        _check_existing_head(spec, n, task)
+        torch.manual_seed(seed)  # the new classifier's initialisation
+        loaded = load_model(spec, head="classification", num_labels=n)
+        loaded.model.config.id2label = dict(enumerate(task.labels))
+        loaded.model.config.label2id = {name: i for i, name in enumerate(task.labels)}
+    if task.tokenizer is not None:
+        loaded.tokenizer = task.tokenizer
+    if loaded.tokenizer is None:
+        raise SubnetlabError(f"model {spec} has no tokenizer and task {task.name} brings none")
+    return loaded
