@@ -1,0 +1,70 @@
+"""Figure 3 of Subtask Induction: test accuracy against the number of disambiguation samples.
+
+One line per transfer condition (mean over seeds), a band for the spread over
+seeds (mean +- one standard deviation, clipped to [0, 1]), a logarithmic x
+axis (symmetric-log, so the ambiguous set alone, 0 samples, has a place).
+With several model depths the left panel averages over them and the right
+shows the deepest, as in the paper.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from subnetlab.report.plots import save_figure  # noqa: E402
+
+COLORS = {"subnetwork": "tab:red", "full": "tab:blue", "random-matched": "tab:green",
+          "complement-matched": "tab:olive", "scratch": "tab:gray", "embeddings": "tab:purple"}
+
+
+def accuracy_grid(runs: Sequence[dict], layers: Sequence[int] | None = None) -> dict[str, dict[int, list[float]]]:
+    """``{condition: {size: [test accuracy per run]}}`` over runs of the given depths (all when None)."""
+    grid: dict[str, dict[int, list[float]]] = {}
+    for r in runs:
+        if layers is not None and r.get("layers") not in layers:
+            continue
+        grid.setdefault(r["condition"], {}).setdefault(int(r["size"]), []).append(float(r["test_accuracy"]))
+    return grid
+
+
+def _panel(ax, grid: dict[str, dict[int, list[float]]], title: str) -> None:
+    for condition, by_size in grid.items():
+        sizes = sorted(by_size)
+        values = [np.asarray(by_size[s]) for s in sizes]
+        mean = np.array([v.mean() for v in values])
+        std = np.array([v.std() if len(v) > 1 else 0.0 for v in values])
+        color = COLORS.get(condition)
+        ax.plot(sizes, 100 * mean, marker="o", ms=3, color=color, label=condition)
+        ax.fill_between(sizes, 100 * np.clip(mean - std, 0, 1), 100 * np.clip(mean + std, 0, 1), color=color, alpha=0.15)
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlabel("disambiguation samples (symmetric log scale)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylim(0, 102)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=9)
+
+
+def figure3(runs: Sequence[dict], path: str | os.PathLike) -> Path:
+    """Write the Figure 3 plot of ``runs`` (dicts with condition, size, layers, test_accuracy)."""
+    depths = sorted({r.get("layers") for r in runs if r.get("layers") is not None})
+    panels = [(None, f"average over {len(depths)} depths ({', '.join(map(str, depths))} layers)")] if len(depths) > 1 else []
+    if depths:
+        panels.append(([depths[-1]], f"GPT-2, {depths[-1]} layers; band: +-1 s.d. over seeds"))
+    else:
+        panels.append((None, "band: +-1 s.d. over seeds"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.0), squeeze=False)
+    for ax, (layers, title) in zip(axes[0], panels):
+        _panel(ax, accuracy_grid(runs, layers), title)
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    return save_figure(fig, path)
+
+
+__all__ = ["accuracy_grid", "figure3"]

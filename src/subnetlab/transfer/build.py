@@ -1,0 +1,153 @@
+"""Building the model a transfer run starts from, for every condition of the paper and its controls.
+
+Section 3.2: the weights inside the subnetwork are copied from the trained
+model and frozen, every other weight is re-initialised and trained::
+
+    W = m * W_kept + (1 - m) * W_new          (gradients reach W_new only)
+
+This is ``subnetlab.intervene.mask_weights(model, masks, kept=...)``: the kept
+values live in a buffer, so they are bit-identical after any amount of training.
+
+Conditions:
+
+* ``subnetwork``: the discovered mask;
+* ``random-matched`` / ``complement-matched``: the controls of
+  ``subnetlab.transfer.controls`` (built by the caller, passed as the mask);
+* ``scratch``: a freshly initialised model;
+* ``full``: the whole trained model, fine-tuned;
+* ``embeddings``: a fresh model with only the trained token and position
+  embeddings copied in (how much of the effect do they carry?).
+
+``reinit="all"`` (the paper's text) re-initialises everything outside the
+subnetwork, embeddings, biases and layer norms included; ``reinit="masked"``
+(the released code) re-initialises only the masked matrices and copies every
+other parameter from the trained model (trainable). ``freeze=False`` (appendix
+B.3) lets the transferred weights train too: they are simply copied in.
+Fresh weights come from the model class's own initialisation under ``seed``,
+so ``scratch`` and ``subnetwork`` with the same seed share every weight
+outside the subnetwork.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.intervene import WeightMasks, mask_weights
+from subnetlab.models.adapters import Adapter, get_adapter
+from subnetlab.subnetwork import Subnetwork
+
+CONDITIONS = ("subnetwork", "random-matched", "complement-matched", "scratch", "full", "embeddings")
+MASKED_CONDITIONS = ("subnetwork", "random-matched", "complement-matched")
+REINIT = ("all", "masked")
+
+
+@dataclass
+class TransferModel:
+    """A model ready to train, with what was transferred into it and what stays frozen."""
+
+    model: nn.Module
+    condition: str
+    handle: WeightMasks | None = None  # the m*W_kept + (1-m)*W_new parametrization, if any
+    frozen: list[str] = field(default_factory=list)  # parameters (or masked positions' names) that never train
+    transferred: int = 0  # number of trained values copied in
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def effective_weight(self, name: str) -> Tensor:
+        """The weight the forward pass uses (``m*W_kept + (1-m)*W_new`` for masked ones)."""
+        module_name, _, attr = name.rpartition(".")
+        return getattr(self.model.get_submodule(module_name), attr).detach()
+
+
+def fresh_copy(model: nn.Module, seed: int, attn_implementation: str | None = None) -> nn.Module:
+    """A newly initialised model of ``model``'s class and config, from the global RNG seeded with ``seed``.
+
+    Hugging Face initialisers draw from the global generator, so it is forked
+    and seeded here: the caller's random state is untouched.
+    """
+    config = copy.deepcopy(model.config)
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        fresh = type(model)(config)
+    fresh.to(next(model.parameters()).device)
+    fresh.train(model.training)
+    return fresh
+
+
+def embedding_names(model: nn.Module) -> list[str]:
+    """Token and position embedding parameters (``nn.Embedding`` weights) of a model."""
+    names = []
+    for module_name, module in model.named_modules():
+        if isinstance(module, nn.Embedding):
+            names.append(f"{module_name}.weight")
+    return names
+
+
+def _copy_in(target: nn.Module, source: nn.Module, names: list[str]) -> int:
+    with torch.no_grad():
+        for name in names:
+            target.get_parameter(name).copy_(source.get_parameter(name))
+    return sum(target.get_parameter(n).numel() for n in names)
+
+
+def build_transfer_model(
+    trained: nn.Module,
+    condition: str,
+    *,
+    seed: int,
+    subnetwork: Subnetwork | None = None,
+    reinit: str = "all",
+    freeze: bool = True,
+    adapter: Adapter | None = None,
+) -> TransferModel:
+    """The starting model of one transfer run (see the module docstring for the conditions)."""
+    if condition not in CONDITIONS:
+        raise SubnetlabError(f"--condition {condition!r}: choose one of {', '.join(CONDITIONS)}")
+    if reinit not in REINIT:
+        raise SubnetlabError(f"--reinit {reinit!r}: choose 'all' (the paper's text) or 'masked' (its released code)")
+    if condition == "full":
+        model = copy.deepcopy(trained)
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return TransferModel(model, condition, transferred=sum(p.numel() for p in model.parameters()))
+    model = fresh_copy(trained, seed)
+    if condition == "scratch":
+        return TransferModel(model, condition)
+    if condition == "embeddings":
+        names = embedding_names(model)
+        n = _copy_in(model, trained, names)
+        if freeze:
+            for name in names:
+                model.get_parameter(name).requires_grad_(False)
+        return TransferModel(model, condition, frozen=names if freeze else [], transferred=n)
+    if subnetwork is None:
+        raise SubnetlabError(f"condition {condition!r} needs a subnetwork (--subnetwork FILE)")
+    if subnetwork.kind != "weights":
+        raise SubnetlabError("transfer needs a weight-level subnetwork (kind 'weights'), e.g. from `subnetlab discover`")
+    subnetwork.check(adapter or get_adapter(trained))
+    masked = sorted(subnetwork.weights)
+    if reinit == "masked":
+        others = [n for n, _ in model.named_parameters() if n not in set(masked)]
+        _copy_in(model, trained, others)
+    masks = {n: subnetwork.weights[n].to(model.get_parameter(n).dtype) for n in masked}
+    kept = {n: trained.get_parameter(n).detach() for n in masked}
+    transferred = sum(int(m.sum()) for m in masks.values())
+    if not freeze:
+        with torch.no_grad():
+            for n in masked:
+                w = model.get_parameter(n)
+                w.copy_(masks[n] * kept[n] + (1 - masks[n]) * w)
+        return TransferModel(model, condition, transferred=transferred)
+    handle = mask_weights(model, masks, kept=kept).apply()
+    return TransferModel(model, condition, handle=handle, frozen=masked, transferred=transferred)
+
+
+__all__ = ["CONDITIONS", "MASKED_CONDITIONS", "REINIT", "TransferModel", "build_transfer_model", "embedding_names", "fresh_copy"]

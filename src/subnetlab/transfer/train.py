@@ -1,0 +1,147 @@
+"""Training one model on a next-token task held as tensors; keep the epoch best on the evaluation set.
+
+The paper (section 4.2) trains each transferred model for a fixed number of
+epochs, keeps the model with the best evaluation accuracy and reports its test
+accuracy. The loss is cross-entropy over the whole vocabulary for the token
+after the prompt; accuracy is an argmax over the task's answer tokens (the
+convention of ``subnetlab.tasks``). The same loop trains the base model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.transfer.data import LMSplit
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Optimiser and schedule of a training run (AdamW, constant learning rate)."""
+
+    epochs: int = 100
+    lr: float = 2e-4
+    batch_size: int = 64
+    weight_decay: float = 0.01
+    eval_every: int = 1
+    eval_batch_size: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1 or self.eval_every < 1 or self.lr <= 0:
+            raise SubnetlabError(f"invalid training settings: {self}")
+
+    def config(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    """Best-on-evaluation epoch, its evaluation and test accuracy, and the curve that led there."""
+
+    best_epoch: int
+    eval_accuracy: float
+    test_accuracy: float
+    final_eval_accuracy: float
+    curve: list[dict[str, float]] = field(default_factory=list)  # per evaluated epoch: loss, eval acc
+    seconds: float = 0.0
+    sequences: int = 0  # training sequences processed (epochs x rows)
+
+    def metrics(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def last_logits(model: nn.Module, input_ids: Tensor) -> Tensor:
+    """``[B, V]`` next-token logits after the last prompt position (all prompts equal length)."""
+    try:
+        out = model(input_ids=input_ids, logits_to_keep=1)
+    except TypeError:  # models without logits_to_keep compute every position
+        out = model(input_ids=input_ids)
+    logits = out.logits if hasattr(out, "logits") else out[0]
+    if logits.dim() != 3:
+        raise SubnetlabError(f"transfer training needs a causal-LM head; the model returned logits of shape {tuple(logits.shape)}")
+    return logits[:, -1]
+
+
+def loss_on(logits: Tensor, targets: Tensor) -> Tensor:
+    return F.cross_entropy(logits, targets)
+
+
+def correct(logits: Tensor, split: LMSplit, rows: Tensor | slice) -> Tensor:
+    """``[B]`` 1 where the argmax over the answer tokens is the gold answer."""
+    pred = logits[:, split.answers].argmax(-1)
+    gold = (split.targets[rows].unsqueeze(1) == split.answers.unsqueeze(0)).float().argmax(1)
+    return (pred == gold).float()
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, split: LMSplit, batch_size: int = 1000) -> float:
+    """Accuracy of ``model`` (in eval mode) on the whole split."""
+    was = model.training
+    model.eval()
+    hits = 0.0
+    for start in range(0, len(split), batch_size):
+        rows = slice(start, start + batch_size)
+        hits += float(correct(last_logits(model, split.input_ids[rows]), split, rows).sum())
+    model.train(was)
+    return hits / len(split)
+
+
+def train_model(
+    model: nn.Module,
+    train: LMSplit,
+    eval_split: LMSplit,
+    test: LMSplit | None,
+    settings: TrainSettings,
+    seed: int,
+    *,
+    keep_best: bool = True,
+) -> TrainResult:
+    """Train every parameter of ``model`` that requires grad; restore the best-on-eval weights.
+
+    Shuffling draws from a generator seeded with ``seed``; dropout from the global
+    generator, forked and seeded with ``seed`` so the caller's state is untouched.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise SubnetlabError("the model has no trainable parameters")
+    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    g = torch.Generator().manual_seed(int(seed))
+    best_acc, best_epoch, best_test, best_state = -1.0, -1, float("nan"), None
+    curve: list[dict[str, float]] = []
+    started = time.perf_counter()
+    acc = float("nan")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        for epoch in range(settings.epochs):
+            model.train()
+            total, steps = 0.0, 0
+            for rows in train.batches(settings.batch_size, g):
+                loss = loss_on(last_logits(model, train.input_ids[rows]), train.targets[rows])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total, steps = total + float(loss.detach()), steps + 1
+            last = epoch == settings.epochs - 1
+            if (epoch + 1) % settings.eval_every and not last:
+                continue
+            acc = accuracy(model, eval_split, settings.eval_batch_size)
+            curve.append({"epoch": epoch, "loss": total / steps, "eval_accuracy": acc})
+            if acc > best_acc:
+                best_acc, best_epoch = acc, epoch
+                best_test = accuracy(model, test, settings.eval_batch_size) if test is not None else float("nan")
+                if keep_best:
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if keep_best and best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return TrainResult(best_epoch, best_acc, best_test, acc, curve, time.perf_counter() - started,
+                       settings.epochs * len(train))
+
+
+__all__ = ["TrainResult", "TrainSettings", "accuracy", "correct", "last_logits", "loss_on", "train_model"]
