@@ -70,7 +70,7 @@ def test_head_types_shares_over_a_head_subset():
     shares = ht.shares("raw", heads=torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
     assert shares["diagonal"] == 0.5 and shares["vertical"] == 0.5 and shares["block"] == 0.0
     assert sum(ht.shares().values()) == pytest.approx(1.0)
-    assert Thresholds().diagonal == 0.5
+    assert Thresholds().diagonal == 0.4
 
 
 def _eager_bert():

@@ -32,7 +32,6 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates
-from subnetlab.io import read_json, write_json
 from subnetlab.methods.evaluate import evaluate
 from subnetlab.methods.finetune import build_task, epoch_order, lr_factor
 from subnetlab.methods.finetune_config import FinetuneConfig
@@ -84,6 +83,15 @@ class PinnedSubnetwork:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is CUDA when there is one; a named CUDA device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SubnetlabError(f"device {name}: no CUDA device here")
+    return torch.device(name)
 
 
 def _optimizer(model: nn.Module, cfg: FinetuneConfig) -> torch.optim.AdamW:
@@ -143,38 +151,30 @@ def train_masked(
             "train_loss": sum(tail) / len(tail), "wall_seconds": time.time() - started}
 
 
-def retrain(cfg: FinetuneConfig, subnetwork: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, Any]:
-    """``subnetlab lottery-retrain``: pre-trained ``cfg.model`` + fixed mask from ``subnetwork``, fine-tuned.
+def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Job function (``subnetlab.executor``): pre-trained model + fixed mask, fine-tuned and evaluated.
 
-    Writes ``config.json``, ``subnetwork.safetensors`` (the mask used), ``model/``
-    (trained weights; structured subnetworks must be evaluated with the mask's
-    gates, weight-level ones are zero in place) and ``metrics.json``. A finished
-    run with the same configuration is skipped.
+    ``config``: ``finetune`` (a ``FinetuneConfig`` as JSON: model = the *pre-trained*
+    model, task, hyperparameters, seed), ``subnetwork`` (the mask file) and
+    ``save_model`` (default true). Writes ``subnetwork.safetensors`` (the mask
+    used) and ``model/`` (trained weights: weight-level subnetworks are zero in
+    place, structured ones must be evaluated with the mask's gates); returns the
+    metrics (the executor writes ``config.json`` and ``metrics.json``).
     """
     out = Path(out_dir)
-    config = {"command": "lottery-retrain", "finetune": cfg.to_json(), "subnetwork": str(subnetwork)}
-    if (out / "config.json").is_file():
-        previous = read_json(out / "config.json")
-        if previous != config:
-            raise SubnetlabError(f"{out} holds a run with a different configuration; choose another --out")
-        if (out / "metrics.json").is_file():
-            stage(f"{out}: already finished")
-            return read_json(out / "metrics.json")
+    cfg = FinetuneConfig.from_json(config["finetune"])
     task = build_task(cfg)
     loaded = model_for_task(cfg.model, task, seed=cfg.seed)
-    sub = Subnetwork.load(subnetwork, adapter=loaded.adapter)
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if cfg.device == "auto" else cfg.device))
-    model = loaded.model.to(device)
-    write_json(out / "config.json", config)
+    sub = Subnetwork.load(config["subnetwork"], adapter=loaded.adapter)
+    model = loaded.model.to(resolve_device(cfg.device))
     sub.save(out / "subnetwork.safetensors")
-    stage(f"re-fine-tuning {cfg.model} with {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
+    control = sub.extra.get("control", "good")
+    stage(f"re-fine-tuning {cfg.model} with the {control} {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
     metrics = train_masked(model, loaded.adapter, loaded.tokenizer, task, sub, cfg)
-    model.save_pretrained(str(out / "model"))
-    if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
-        loaded.tokenizer.save_pretrained(str(out / "model"))
-    metrics["subnetwork"] = {"method": sub.method, "kind": sub.kind, "sparsity": sub.sparsity,
-                             "parameter_sparsity": sub.parameter_sparsity(loaded.adapter),
-                             "control": sub.extra.get("control", "good")}
-    write_json(out / "metrics.json", metrics)
+    if config.get("save_model", True):
+        model.save_pretrained(str(out / "model"))
+        if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
+            loaded.tokenizer.save_pretrained(str(out / "model"))
+    metrics["subnetwork"] = {"method": sub.method, "kind": sub.kind, "control": control, "sparsity": sub.sparsity,
+                             "parameter_sparsity": sub.parameter_sparsity(loaded.adapter)}
     return metrics

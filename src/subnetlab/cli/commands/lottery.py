@@ -1,0 +1,114 @@
+"""`subnetlab lottery-prune` and `subnetlab lottery-retrain` (Prasanna et al., 2020).
+
+``lottery-prune`` finds the "good" subnetwork of a fine-tuned checkpoint by
+magnitude or importance pruning and writes it with its random and bad
+controls; ``lottery-retrain`` fine-tunes the pre-trained model with one of
+those masks fixed. Each is one executor job run in this process, so the run
+directory holds ``config.json`` and ``metrics.json`` and a rerun of a finished
+command is skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+
+def run_one(fn: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Run job ``fn`` into ``out`` here and now, or return its metrics if it already finished."""
+    from subnetlab.executor import Job, execute
+    from subnetlab.executor.job import check_existing_config, load_metrics
+    from subnetlab.progress import stage
+
+    job = Job(fn, config, out)
+    check_existing_config(job)  # a different config in --out is an error, not an overwrite
+    if job.is_done:
+        stage(f"{out}: already finished")
+        return load_metrics(job)
+    return execute(job)
+
+
+def lottery_prune(
+    model: str = typer.Option(..., "--model", help="The fine-tuned checkpoint (a model directory)."),
+    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, ..."),
+    method: str = typer.Option(..., "--method", help="magnitude (weights) or importance (heads and MLPs)."),
+    out: Path = typer.Option(..., "--out", help="Run directory; a finished run is skipped."),
+    data: Optional[str] = typer.Option(None, "--data", help="Development file for file-based tasks (mnli, qqp, ...)."),
+    eval_data: list[str] = typer.Option([], "--eval-data", help="Extra split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable)."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
+    split: Optional[str] = typer.Option(None, "--split", help="Development split to evaluate on [the task's first]."),
+    eval_limit: Optional[int] = typer.Option(None, "--eval-limit", help="Development examples used (default: all)."),
+    importance_limit: Optional[int] = typer.Option(None, "--importance-limit", help="Examples for importance scores [--eval-limit]."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples per importance batch."),
+    max_length: int = typer.Option(128, "--max-length", help="Tokens per example."),
+    threshold: float = typer.Option(0.9, "--threshold", help="Stop before the metric falls below this share of the full model's."),
+    fraction: float = typer.Option(0.1, "--fraction", help="Share removed per step: of the remaining weights, or of all heads."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="At most this many steps [magnitude: 10; importance: no limit]."),
+    criterion: str = typer.Option("sensitivity", "--criterion", help="Importance: sensitivity (Michel et al.), taylor or grad-x-activation."),
+    refine: bool = typer.Option(True, "--refine/--no-refine", help="Importance: continue with heads alone, then MLPs alone."),
+    control_seed: int = typer.Option(0, "--control-seed", help="Seed of the random and bad controls."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
+) -> None:
+    """Prune a fine-tuned model and write subnetwork.safetensors plus random.safetensors and bad.safetensors."""
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.methods.lottery_prune import prune_config
+
+    config = prune_config(
+        model=model, task=task, method=method, task_options=parse_task_options(task_option, data, "eval"),
+        eval_data=list(eval_data), split=split, eval_limit=eval_limit, importance_limit=importance_limit,
+        batch_size=batch_size, max_length=max_length, threshold=threshold, fraction=fraction, max_steps=max_steps,
+        criterion=criterion, refine=refine, control_seed=control_seed, device=device,
+    )
+    metrics = run_one("subnetlab.methods.lottery_prune:prune_job", config, out)
+    print(f"full model: {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
+          f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")
+    print(f"subnetwork: {out / 'subnetwork.safetensors'} (controls: random.safetensors, bad.safetensors)")
+
+
+def lottery_retrain(
+    model: str = typer.Option(..., "--model", help="The PRE-TRAINED model (alias, directory or hub id)."),
+    subnetwork: Path = typer.Option(..., "--subnetwork", help="Subnetwork file (from lottery-prune) to keep fixed."),
+    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, ..."),
+    out: Path = typer.Option(..., "--out", help="Run directory; a finished run is skipped."),
+    data: Optional[str] = typer.Option(None, "--data", help="Training file for file-based tasks."),
+    eval_data: list[str] = typer.Option([], "--eval-data", help="Extra split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable)."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="A fine-tuning preset (see subnetlab finetune)."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Peak learning rate [2e-5]."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Examples per step [32]."),
+    epochs: Optional[float] = typer.Option(None, "--epochs", help="Passes over the training set [3]."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many steps (overrides --epochs)."),
+    warmup_ratio: Optional[float] = typer.Option(None, "--warmup-ratio", help="Warmup as a fraction of the steps [0]."),
+    weight_decay: Optional[float] = typer.Option(None, "--weight-decay", help="AdamW weight decay [0]."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens per example [128]."),
+    eval_limit: Optional[int] = typer.Option(None, "--eval-limit", help="Examples per evaluation split (default: all)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the new classifier, dropout and data order [0]."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or auto [cpu]."),
+    save_model: bool = typer.Option(True, "--save-model/--no-save-model", help="Write the trained weights to DIR/model."),
+) -> None:
+    """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.methods.finetune_config import resolve_config
+
+    if not subnetwork.is_file():
+        raise SubnetlabError(f"{subnetwork}: no such subnetwork file")
+    cfg = resolve_config(
+        preset, model=model, task=task, task_options=parse_task_options(task_option, data, "train"),
+        eval_data=list(eval_data), lr=lr, batch_size=batch_size, epochs=epochs, max_steps=max_steps,
+        warmup_ratio=warmup_ratio, weight_decay=weight_decay, max_length=max_length, eval_limit=eval_limit,
+        seed=seed, device=device,
+    )
+    config = {"finetune": cfg.to_json(), "subnetwork": str(subnetwork.resolve()), "save_model": save_model}
+    metrics = run_one("subnetlab.methods.lottery_retrain:retrain_job", config, out)
+    sub = metrics["subnetwork"]
+    print(f"{sub['control']} {sub['method']} subnetwork, sparsity {sub['sparsity']:.1%}:")
+    for split_name, score in metrics["final"].items():
+        print(f"  {split_name}: accuracy {score['accuracy']:.4f} (n={score['n']})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("lottery-prune")(lottery_prune)
+    app.command("lottery-retrain")(lottery_retrain)
