@@ -114,6 +114,19 @@ def test_cli_evaluate_on_real_hans_and_bad_input(tok, tmp_path, capsys):
     assert "ln_subject/object_swap" in out and "ce_adverb" in out
     metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
     assert metrics["hans"]["n"] == 60 and len(metrics["hans"]["subcases"]) == 30
+    # the same model as a subnetwork with every head of layer 1 mean-ablated
+    heads = torch.ones(2, 4)
+    heads[1] = 0
+    Subnetwork.structured(get_adapter(m), heads, ablation="mean").save(tmp_path / "sub.safetensors")
+    with pytest.raises(SystemExit) as done:
+        main(["evaluate", "--model", str(model_dir), "--task", "hans", "--data", str(hans), "--limit", "60",
+              "--subnetwork", str(tmp_path / "sub.safetensors"), "--means-examples", "30", "--out", str(tmp_path / "ev-sub")])
+    assert done.value.code == 0
+    gated = json.loads((tmp_path / "ev-sub" / "metrics.json").read_text())
+    config = json.loads((tmp_path / "ev-sub" / "config.json").read_text())
+    assert config["means_from"] == {"split": "hans", "examples": 30} and config["subnetwork_sparsity"] == pytest.approx(0.4)
+    assert gated["hans"]["n"] == 60
+    capsys.readouterr()
     for args, fragment in [
         (["--task", "hans", "--data", str(tmp_path / "missing.tsv")], "missing.tsv: no such file"),
         (["--task", "hanz", "--data", str(hans)], "unknown task 'hanz'"),

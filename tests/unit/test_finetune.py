@@ -42,10 +42,8 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
     assert [c.name for c in ckpts] == ["step-3", "step-6", "step-9"]
     assert [(c / "optimizer.safetensors").exists() for c in ckpts] == [False, False, True]
     assert (ckpts[0] / "model.safetensors").exists() and (ckpts[0] / "tokenizer.json").exists()
-    # the weights really moved, and a different seed gives a different run
-    other = finetune(arith_config(seed=4), tmp_path / "c")
-    wc = load_file(tmp_path / "c" / "model" / "model.safetensors")
-    assert any(not torch.equal(wa[k], wc[k]) for k in wa) and other["steps"] == 9
+    early = load_file(ckpts[0] / "model.safetensors")
+    assert any(not torch.equal(early[k], wa[k]) for k in wa)  # training really moved the weights
 
 
 def test_run_directory_contract_and_reruns(tmp_path):
@@ -81,6 +79,7 @@ def test_classification_head_must_fit_the_task(tiny_bert_dir, tmp_path):
                          max_steps=1, batch_size=8)
     with pytest.raises(SubnetlabError, match="has a classification head with 2 outputs but task nli-synthetic has 3 labels"):
         finetune(cfg, tmp_path / "x")
+    assert not (tmp_path / "x").exists()
     ok = resolve_config(model=str(tiny_bert_dir), task="hans-synthetic", task_options={"n_per_subcase": 2, "eval_per_subcase": 1},
                         max_steps=2, batch_size=8, lr=1e-3, eval_limit=30)
     metrics = finetune(ok, tmp_path / "y")

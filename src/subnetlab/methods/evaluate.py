@@ -58,13 +58,16 @@ def predict(
     batch_size: int = 64,
     max_length: int = 128,
     limit: int | None = None,
+    show_progress: bool = True,
 ) -> Tensor:
-    """Predicted label ids (in the split's label space) for the first ``limit`` examples."""
+    """Predicted label ids (in the split's label space) of the examples ``task.subset(split, limit)``."""
     perm = label_permutation(model, task)
     device = _device(model)
     preds = []
-    total = task.num_batches(split, batch_size, limit)
-    for batch in track(task.batches(tokenizer, split, batch_size, max_length=max_length, limit=limit), total=total, description=f"eval {split}"):
+    batches = task.batches(tokenizer, split, batch_size, max_length=max_length, limit=limit)
+    if show_progress:  # off inside another progress bar (fine-tuning): Rich allows one live display
+        batches = track(batches, total=task.num_batches(split, batch_size, limit), description=f"eval {split}")
+    for batch in batches:
         inputs = {k: v.to(device) for k, v in task.model_inputs(batch).items()}
         logits = task.task_logits(model(**inputs), batch).float()  # [B, C]
         if perm is not None:
@@ -82,11 +85,12 @@ def evaluate(
     max_length: int = 128,
     *,
     limit: int | None = None,
+    show_progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """``{split: task.score(...)}`` for ``splits`` (default: every evaluation split).
 
     Runs without gradients in eval mode and restores the model's previous mode.
-    ``limit`` caps the examples per split (the first ones, in file order).
+    ``limit`` caps the examples per split (``Task.subset``: spread over subcases).
     """
     tokenizer = tokenizer if tokenizer is not None else task.tokenizer
     if tokenizer is None:
@@ -99,11 +103,33 @@ def evaluate(
     try:
         results = {}
         for split in names:
-            preds = predict(model, tokenizer, task, split, batch_size=batch_size, max_length=max_length, limit=limit)
+            preds = predict(model, tokenizer, task, split, batch_size=batch_size, max_length=max_length, limit=limit,
+                            show_progress=show_progress)
             results[split] = task.score(preds, split, limit=limit)
         return results
     finally:
         model.train(was_training)
+
+
+def mean_values(
+    model: nn.Module,
+    adapter: Any,
+    task: Task,
+    tokenizer: Any,
+    split: str,
+    examples: int = 512,
+    batch_size: int = 64,
+    max_length: int = 128,
+) -> Any:
+    """Mean head / MLP activations over ``examples`` of ``split`` (for mean ablation)."""
+    from subnetlab.intervene import collect_means
+
+    device = _device(model)
+    batches = (
+        {k: v.to(device) for k, v in task.model_inputs(b).items()}
+        for b in task.batches(tokenizer, split, batch_size, max_length=max_length, limit=examples)
+    )
+    return collect_means(model, adapter, batches)
 
 
 def subnetwork_context(

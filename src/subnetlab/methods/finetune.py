@@ -145,7 +145,9 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
         return read_json(out / "metrics.json")
     task = build_task(cfg)
     device = _device(cfg.device)
-    out.mkdir(parents=True, exist_ok=True)
+    resume = latest_resumable(out)
+    loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
+    out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
     write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options})
     clean_temporaries(out)
 
@@ -153,9 +155,6 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     per_epoch = math.ceil(n / cfg.batch_size)
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
     warmup = cfg.warmup_steps or int(cfg.warmup_ratio * total)
-
-    resume = latest_resumable(out)
-    loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
     if resume is None:
         torch.manual_seed(cfg.seed)  # dropout stream of a fresh run
     model, tokenizer = loaded.model.to(device), loaded.tokenizer
@@ -170,7 +169,8 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     _trim_log(out / "metrics.jsonl", step)
 
     def log_eval(at: int) -> dict[str, Any]:
-        scores = evaluate(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_length=cfg.max_length, limit=cfg.eval_limit)
+        scores = evaluate(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_length=cfg.max_length,
+                          limit=cfg.eval_limit, show_progress=False)
         record = {"step": at, "epoch": at / per_epoch, "lr": scheduler.get_last_lr()[0],
                   "train_loss": state["loss_sum"] / state["loss_count"] if state["loss_count"] else None, "splits": scores}
         append_jsonl(out / "metrics.jsonl", record)

@@ -79,21 +79,21 @@ def evaluate(
     if subnetwork is None:
         results = run_eval(loaded.model, tokenizer, t, splits, batch_size, max_length, limit=limit)
     else:
-        from subnetlab.intervene import ComponentValues, collect_means
+        from subnetlab.intervene import ComponentValues
+        from subnetlab.methods.evaluate import mean_values
         from subnetlab.subnetwork import Subnetwork
 
         sub = Subnetwork.load(subnetwork, loaded.adapter)
         values = None
-        kind = ablation or sub.ablation
-        if sub.kind == "structured" and kind == "mean":
+        if sub.kind == "structured" and (ablation or sub.ablation) == "mean":
             if means is not None:
                 values = ComponentValues.load(means)
             else:
                 source = "train" if t.train else (splits or list(t.eval_splits))[0]
-                stage(f"mean activations over {min(means_examples, len(t.examples(source)))} examples of {source}")
-                batches = (t.model_inputs(b) for b in t.batches(tokenizer, source, batch_size, max_length=max_length, limit=means_examples))
-                values = collect_means(loaded.model, loaded.adapter, batches)
-                config["means_from"] = {"split": source, "examples": min(means_examples, len(t.examples(source)))}
+                count = min(means_examples, len(t.examples(source)))
+                stage(f"mean activations over {count} examples of {source}")
+                values = mean_values(loaded.model, loaded.adapter, t, tokenizer, source, count, batch_size, max_length)
+                config["means_from"] = {"split": source, "examples": count}
         with subnetwork_context(loaded.model, loaded.adapter, sub, ablation=ablation, means=values):
             results = run_eval(loaded.model, tokenizer, t, splits, batch_size, max_length, limit=limit)
         config["subnetwork_sparsity"] = sub.sparsity
