@@ -6,9 +6,9 @@ the class of each image (``labels``), and, for cue-conflict images, the class
 whose *texture* the image carries (``textures``, -1 when unknown or absent).
 Splits are plain dicts ``{name: ImageSet}``.
 
-Image folders are laid out one folder per class (``root/<class>/<image>``), as
-ImageNet subsets usually are; ``load_image_folder`` reads and resizes them with
-Pillow (no torchvision).
+Anything with ``classes``, ``labels``, ``textures``, ``name``, ``len`` and
+``pixels(index)`` is an ``ImageSource``: image folders too large for memory
+(``images_folder.ImageFolderSet``) are read lazily through the same interface.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -25,6 +26,33 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.io import load_tensors, save_tensors
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG", ".JPG", ".PNG")
+
+
+@runtime_checkable
+class ImageSource(Protocol):
+    """Anything that yields labelled images by index: in memory (``ImageSet``) or read lazily from files."""
+
+    classes: list[str]
+    labels: Tensor  # [N]
+    textures: Tensor  # [N], -1 = none
+    name: str
+
+    def __len__(self) -> int: ...
+
+    def pixels(self, index: Tensor) -> Tensor:
+        """Images ``[B, 3, H, W]`` (0..1) at ``index``."""
+        ...
+
+
+def iter_batches(source: ImageSource, batch_size: int, shuffle: bool = False,
+                 generator: torch.Generator | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(images [B, 3, H, W], labels [B])`` over any source; ``shuffle`` needs an explicit ``generator``."""
+    if shuffle and generator is None:
+        raise SubnetlabError("shuffled batches need an explicit torch.Generator")
+    order = torch.randperm(len(source), generator=generator) if shuffle else torch.arange(len(source))
+    for start in range(0, len(source), batch_size):
+        idx = order[start:start + batch_size]
+        yield source.pixels(idx), source.labels[idx]
 
 
 @dataclass
@@ -67,15 +95,13 @@ class ImageSet:
             raise SubnetlabError(f"replacement images {tuple(images.shape)} do not match {tuple(self.images.shape)}")
         return replace(self, images=images, name=name, meta=dict(self.meta))
 
+    def pixels(self, index: Tensor) -> Tensor:
+        return self.images[index]
+
     def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None
                 ) -> Iterator[tuple[Tensor, Tensor]]:
         """``(images [B, 3, H, W], labels [B])``; ``shuffle`` needs an explicit ``generator``."""
-        if shuffle and generator is None:
-            raise SubnetlabError("shuffled batches need an explicit torch.Generator")
-        order = torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
-        for start in range(0, len(self), batch_size):
-            idx = order[start:start + batch_size]
-            yield self.images[idx], self.labels[idx]
+        return iter_batches(self, batch_size, shuffle, generator)
 
     # -- files -------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -98,15 +124,42 @@ class ImageSet:
         return cls(t["images"].float() / 255, t["labels"].long(), classes, t.get("textures"), name, meta)
 
 
-def concat(sets: Sequence[ImageSet], name: str) -> ImageSet:
-    """Stack image sets with the same classes (e.g. a data mixture of original and mean-pooled images)."""
-    if not sets:
-        raise SubnetlabError("concat needs at least one image set")
-    for s in sets[1:]:
-        if s.classes != sets[0].classes:
-            raise SubnetlabError(f"cannot mix image sets with different classes: {s.name!r} vs {sets[0].name!r}")
-    return ImageSet(torch.cat([s.images for s in sets]), torch.cat([s.labels for s in sets]), list(sets[0].classes),
-                    torch.cat([s.textures for s in sets]), name)
+class ConcatSource:
+    """Several sources with the same classes, one after another (a data mixture), read lazily."""
+
+    def __init__(self, sources: Sequence[ImageSource], name: str) -> None:
+        if not sources:
+            raise SubnetlabError("a mixture needs at least one image source")
+        for s in sources[1:]:
+            if list(s.classes) != list(sources[0].classes):
+                raise SubnetlabError(f"cannot mix image sources with different classes: {s.name!r} vs {sources[0].name!r}")
+        self.sources = list(sources)
+        self.classes = list(sources[0].classes)
+        self.labels = torch.cat([s.labels for s in sources])
+        self.textures = torch.cat([s.textures for s in sources])
+        self.name = name
+        self._offsets = torch.tensor([0, *np.cumsum([len(s) for s in sources]).tolist()])
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    def pixels(self, index: Tensor) -> Tensor:
+        which = torch.bucketize(index, self._offsets[1:], right=True)
+        parts: list[Tensor | None] = [None] * len(index)
+        for k in which.unique().tolist():
+            sel = (which == k).nonzero().squeeze(1)
+            imgs = self.sources[k].pixels(index[sel] - self._offsets[k])
+            for j, i in enumerate(sel.tolist()):
+                parts[i] = imgs[j]
+        return torch.stack(parts)  # type: ignore[arg-type]
+
+
+def concat(sets: Sequence[ImageSource], name: str) -> ImageSource:
+    """A data mixture: one in-memory ``ImageSet`` if every part is one, else a lazy ``ConcatSource``."""
+    if sets and all(isinstance(s, ImageSet) for s in sets):
+        mixed = ConcatSource(sets, name)  # validates the classes
+        return ImageSet(torch.cat([s.images for s in sets]), mixed.labels, mixed.classes, mixed.textures, name)
+    return ConcatSource(sets, name)
 
 
 def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
@@ -116,55 +169,4 @@ def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Te
     return (images - m) / s
 
 
-def _read_image(path: Path, size: int) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
-            w, h = im.size
-            side = min(w, h)  # centre crop to a square, then resize: the usual evaluation transform
-            left, top = (w - side) // 2, (h - side) // 2
-            im = im.crop((left, top, left + side, top + side)).resize((size, size), Image.BILINEAR)
-            return np.asarray(im, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError) as e:
-        raise SubnetlabError(f"{path}: not a readable image ({e})") from None
-
-
-def load_image_folder(
-    root: str | Path,
-    size: int = 224,
-    classes: Sequence[str] | None = None,
-    class_folders: dict[str, Sequence[str]] | None = None,
-    limit_per_class: int | None = None,
-    name: str | None = None,
-) -> ImageSet:
-    """Read ``root/<class>/*.jpg`` (centre-cropped, resized to ``size``) into an ``ImageSet``.
-
-    ``class_folders`` maps a class to several folder names (16-class ImageNet
-    merges WordNet folders, see ``imagenet16_folders``); folders that do not
-    exist are skipped, but every class must end up with at least one image.
-    """
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise SubnetlabError(f"{root}: no such image folder")
-    if class_folders is None:
-        names = list(classes) if classes is not None else sorted(p.name for p in root.iterdir() if p.is_dir())
-        class_folders = {c: [c] for c in names}
-    if not class_folders:
-        raise SubnetlabError(f"{root}: no class folders found")
-    images, labels = [], []
-    for label, (cls, folders) in enumerate(class_folders.items()):
-        files = sorted(f for folder in folders if (root / folder).is_dir()
-                       for f in (root / folder).iterdir() if f.suffix in IMAGE_SUFFIXES)
-        if limit_per_class is not None:
-            files = files[:limit_per_class]
-        if not files:
-            raise SubnetlabError(f"{root}: class {cls!r} has no images (looked in {', '.join(folders)})")
-        images += [_read_image(f, size) for f in files]
-        labels += [label] * len(files)
-    pixels = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255
-    return ImageSet(pixels, torch.tensor(labels), list(class_folders), name=name or root.name)
-
-
-__all__ = ["ImageSet", "concat", "normalize", "load_image_folder", "IMAGE_SUFFIXES"]
+__all__ = ["ImageSource", "ImageSet", "ConcatSource", "iter_batches", "concat", "normalize", "IMAGE_SUFFIXES"]
