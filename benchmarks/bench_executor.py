@@ -30,9 +30,11 @@ NOOP = "bench_executor:noop_job"
 def standin_job(config: dict, out_dir: Path) -> dict:
     """MiniLM fine-tuning steps: the compute shape of one pruning run, without the method."""
     import torch
+    import transformers
 
     from subnetlab.models import load_model
 
+    transformers.logging.set_verbosity_error()
     loaded = load_model("minilm", head="classification", num_labels=3)
     model = loaded.model.train()
     generator = torch.Generator().manual_seed(config["seed"])
@@ -46,7 +48,7 @@ def standin_job(config: dict, out_dir: Path) -> dict:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return {"final_loss": float(loss), "train_seconds": time.perf_counter() - started,
+    return {"final_loss": loss.item(), "train_seconds": time.perf_counter() - started,
             "threads": torch.get_num_threads()}
 
 

@@ -72,7 +72,7 @@ def run_local(jobs: Sequence[Job]) -> Iterator[JobResult]:
         started = time.perf_counter()
         try:
             metrics = execute(job)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # the job's own error: report it, run the next one
             seconds = time.perf_counter() - started
             yield JobResult(status="failed", error=error_text(e), traceback=traceback_text(e), seconds=seconds, **common)
         else:
