@@ -124,3 +124,13 @@ def test_missing_empty_and_malformed_files(tmp_path):
     paws.write_text("id\tsentence1\tsentence2\tlabel\n1\tb'ok'\tb'fine'\t7\n")
     with pytest.raises(SubnetlabError, match=r"paws.tsv:2: unknown label 7"):
         load_paraphrase(paws)
+
+
+def test_hub_specs_parse_without_network():
+    from subnetlab.tasks.hub import is_hub_spec, parse_hub_spec
+
+    assert parse_hub_spec("hub:nyu-mll/glue:mnli@validation_matched") == ("nyu-mll/glue", "mnli", "validation_matched")
+    assert parse_hub_spec("hub:jhu-cogsci/hans@validation") == ("jhu-cogsci/hans", None, "validation")
+    assert is_hub_spec("hub:x@y") and not is_hub_spec("data/x.tsv")
+    with pytest.raises(SubnetlabError, match="names no split"):
+        parse_hub_spec("hub:nyu-mll/glue:mnli")
