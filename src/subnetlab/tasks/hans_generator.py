@@ -16,47 +16,18 @@ a final `` .``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.base import NLI2, Example
 from subnetlab.tasks.hans_vocab import DEFAULT_VOCABULARY, Vocabulary
+from subnetlab.tasks.hans_trees import T, Tree, constituents, leaves, render
 from subnetlab.tasks.sampling import Sampler
 
-Tree = tuple  # (label, *children); a child is a Tree or a single word
-Node = Union[Tree, str]
-
-
-def T(label: str, *children: Node | str) -> Tree:
-    """A tree node; a multi-word string child becomes one leaf per word."""
-    out: list[Node] = []
-    for c in children:
-        out.extend(c.split()) if isinstance(c, str) else out.append(c)
-    return (label, *out)
-
-
-def leaves(tree: Node) -> list[str]:
-    if isinstance(tree, str):
-        return [tree]
-    return [w for child in tree[1:] for w in leaves(child)]
-
-
-def constituents(tree: Node) -> Iterator[list[str]]:
-    """The word sequence under every node (leaves included)."""
-    yield leaves(tree)
-    if not isinstance(tree, str):
-        for child in tree[1:]:
-            yield from constituents(child)
-
-
-def render(tree: Node) -> str:
-    words = leaves(tree)
-    return " ".join([words[0][:1].upper() + words[0][1:], *words[1:], "."])
-
+__all__ = ["SUBCASES", "GeneratedPair", "generate_hans_style", "sample_pair", "T", "Tree", "constituents", "leaves", "render"]
 
 @dataclass(frozen=True)
 class GeneratedPair:
