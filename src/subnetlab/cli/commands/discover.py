@@ -1,0 +1,95 @@
+"""`subnetlab discover`: find the weight-level subnetwork that computes a subtask (continuous sparsification)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.executor import ExecutorOptions, Job, executor_options
+
+PAPER = dict(epochs=50, lr=1e-3, batch_size=500, samples=50_000, lambdas="1e-7,5e-7,1e-8")
+
+
+def parse_floats(text: str, name: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SubnetlabError(f"{name}: malformed value {text!r} (expected e.g. 1e-7,5e-7)") from None
+    if not values or any(v < 0 for v in values):
+        raise SubnetlabError(f"{name}: expected non-negative numbers, got {text!r}")
+    return values
+
+
+def discover(
+    model: str = typer.Option(..., "--model", help="The trained model's directory (a Hugging Face causal LM)."),
+    task: str = typer.Option(..., "--task", help="The subtask, e.g. arith:ab."),
+    out: Path = typer.Option(..., "--out", help="Run directory: subnetwork.safetensors, metrics.json; a rerun resumes."),
+    lambdas: str = typer.Option(PAPER["lambdas"], "--lambdas", help="L0 penalties to sweep; the best on evaluation wins."),
+    epochs: int = typer.Option(PAPER["epochs"], "--epochs", help="Epochs of mask training (beta reaches beta_final at the end)."),
+    lr: float = typer.Option(PAPER["lr"], "--lr", help="AdamW learning rate of the mask logits."),
+    batch_size: int = typer.Option(PAPER["batch_size"], "--batch-size", help="Examples per step."),
+    samples: Optional[int] = typer.Option(PAPER["samples"], "--samples", help="Training rows of an arithmetic subtask (n_train)."),
+    include: str = typer.Option("attention,mlp", "--include", help="Masked weight matrices: attention, mlp or both."),
+    keep: str = typer.Option("best", "--keep", help="Mask of the best epoch on evaluation, or of the last (Algorithm 1)."),
+    beta_final: float = typer.Option(100.0, "--beta-final", help="Final sigmoid scale (beta starts at 1)."),
+    init: float = typer.Option(-0.1, "--init", help="Initial mask logit s."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the data and its order."),
+    threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. max_number=100."),
+    executor: ExecutorOptions = None,
+) -> None:
+    """Train a continuous-sparsification mask over MODEL's frozen attention and MLP weights on TASK.
+
+    Defaults are the paper's (Zhang et al. 2024, appendix A and B.1): s = -0.1, beta 1 -> 100,
+    lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples."""
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.io import read_json, write_json
+    from subnetlab.methods.continuous_sparsification import ContinuousSparsification
+    from subnetlab.transfer.jobs import load_lm, select_best
+
+    options = parse_task_options(task_option, None, "train")
+    if samples is not None and task.startswith("arith:"):
+        options.setdefault("n_train", samples)
+    values = parse_floats(lambdas, "--lambdas")
+    parts = tuple(p.strip() for p in include.split(",") if p.strip())
+    cs = dict(epochs=epochs, lr=lr, batch_size=batch_size, include=list(parts), keep=keep, beta_final=beta_final, init=init)
+    ContinuousSparsification(**{**cs, "include": parts})  # validate before any job starts
+    loaded, built = load_lm(model, task, {"seed": seed, **options})  # a wrong model or task fails here
+    if built.kind != "lm":
+        raise SubnetlabError(f"task {task}: discovery runs on language-model tasks (e.g. arith:ab)")
+    config = {"command": "discover", "model": str(model), "task": task, "task_options": options, "cs": cs,
+              "lambdas": values, "seed": seed}
+    previous = out / "config.json"
+    if previous.is_file() and read_json(previous) != config:
+        raise SubnetlabError(f"{previous}: holds a different discovery run; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(previous, config)
+    jobs = [Job("subnetlab.transfer.jobs:discover_job",
+                {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads,
+                 "cs": {**cs, "l0_lambda": lam}}, out / f"lambda_{lam:g}") for lam in values]
+    report = executor.run(jobs, sweep_dir=out)
+    failed = [j for j in report.jobs if j.status == "failed"]
+    if failed:
+        raise SubnetlabError(f"discovery failed for {failed[0].name}: {failed[0].error}")
+    best = select_best([j.metrics for j in report.jobs])
+    from subnetlab.subnetwork import Subnetwork
+
+    Subnetwork.load(best["subnetwork"], loaded.adapter).save(out / "subnetwork.safetensors")
+    summary = {**{k: v for k, v in best.items() if k != "history"}, "subnetwork": str(out / "subnetwork.safetensors"),
+               "sweep": [{k: j.metrics[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent")}
+                         for j in report.jobs]}
+    write_json(out / "metrics.json", summary)
+    for row in summary["sweep"]:
+        print(f"lambda {row['l0_lambda']:g}: eval {row['eval_accuracy']:.4f}  test {row['test_accuracy']:.4f}  "
+              f"kept {row['kept_percent']:.2f}%")
+    print(f"selected lambda {best['l0_lambda']:g}: subtask test accuracy {best['test_accuracy']:.4f} "
+          f"(full model {best['full_model_test_accuracy']:.4f}); parameters kept {best['kept_percent']:.2f}% "
+          f"(per layer: {', '.join(f'L{k} {v:.2f}%' for k, v in best['kept_percent_per_layer'].items())})")
+    print(f"subnetwork: {out / 'subnetwork.safetensors'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("discover")(executor_options(discover))

@@ -1,0 +1,108 @@
+"""`subnetlab transfer`: subtask induction, a frozen subnetwork in a re-initialised model, with its controls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.executor import ExecutorOptions, Job, executor_options
+
+PAPER_SIZES = [0, 10, 16, 25, 40, 64, 100, 160, 250, 400, 640, 1000, 1600, 2500, 4000, 6400, 10000]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``0,10,100``, a range ``0-3``, or ``paper`` (the released code's 0 and 16 sizes from 10 to 10^4)."""
+    from subnetlab.cli.commands._options import parse_int_list
+
+    return list(PAPER_SIZES) if text.strip() == "paper" else parse_int_list(text, "--disambiguation")
+
+
+def parse_conditions(text: str) -> list[str]:
+    from subnetlab.transfer import CONDITIONS
+
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in names if c not in CONDITIONS]
+    if bad or not names:
+        raise SubnetlabError(f"--condition {text!r}: choose from {', '.join(CONDITIONS)} (comma-separated)")
+    return names
+
+
+def transfer(
+    model: str = typer.Option(..., "--model", help="The trained model's directory (where the subnetwork was found)."),
+    task: str = typer.Option(..., "--task", help="The new task, e.g. arith:a^2+ab (ambiguous set plus N disambiguation rows)."),
+    out: Path = typer.Option(..., "--out", help="Sweep directory: one run directory per condition, size and seed; a rerun resumes."),
+    condition: str = typer.Option("subnetwork", "--condition", help="subnetwork, random-matched, complement-matched, scratch, full, embeddings (comma-separated)."),
+    subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="Subnetwork file from `subnetlab discover` (masked conditions)."),
+    disambiguation: str = typer.Option("0,100,1000", "--disambiguation", help="Numbers of disambiguation rows, e.g. 0,10,100 or 'paper'."),
+    seeds: str = typer.Option("0", "--seeds", help="Seeds (data, initialisation, controls): 0-4 or 0,2."),
+    epochs: int = typer.Option(100, "--epochs", help="Training epochs; the model best on evaluation is kept."),
+    lr: float = typer.Option(2e-4, "--lr", help="AdamW learning rate."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Rows per step (not stated in the paper)."),
+    eval_every: int = typer.Option(1, "--eval-every", help="Evaluate every N epochs."),
+    freeze: bool = typer.Option(True, "--freeze/--no-freeze", help="Keep the transferred weights frozen (--no-freeze: appendix B.3)."),
+    reinit: str = typer.Option("all", "--reinit", help="all: everything outside the subnetwork (the paper's text); masked: only the masked matrices (its code)."),
+    stack: int = typer.Option(1, "--stack", help="Train up to K runs of one job together (torch.func); pays off on GPUs and tiny batches."),
+    threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_eval=1000."),
+    executor: ExecutorOptions = None,
+) -> None:
+    """Transfer SUBNETWORK from MODEL into fresh models and train them on TASK, for every condition,
+    number of disambiguation rows and seed; report each run's test accuracy at its best evaluation epoch."""
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_int_list
+    from subnetlab.io import write_json
+    from subnetlab.report.subtask_figure import figure3
+    from subnetlab.report.subtask_report import summarise
+    from subnetlab.subnetwork import Subnetwork
+    from subnetlab.transfer import MASKED_CONDITIONS, REINIT, TrainSettings
+    from subnetlab.transfer.jobs import load_lm
+
+    conditions = parse_conditions(condition)
+    sizes, seed_list = parse_sizes(disambiguation), parse_int_list(seeds)
+    if reinit not in REINIT:
+        raise SubnetlabError(f"--reinit {reinit!r}: choose 'all' or 'masked'")
+    if stack < 1 or threads < 1:
+        raise SubnetlabError("--stack and --threads must be at least 1")
+    train = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, eval_every=eval_every).config()
+    options = parse_task_options(task_option, None, "train")
+    loaded, built = load_lm(model, task, {"ambiguous": True, "n_disambiguation": max(sizes), **options})
+    if built.kind != "lm":
+        raise SubnetlabError(f"task {task}: transfer training runs on language-model tasks (e.g. arith:a^2+ab)")
+    needs_sub = [c for c in conditions if c in MASKED_CONDITIONS]
+    if needs_sub and subnetwork is None:
+        raise SubnetlabError(f"--condition {needs_sub[0]} needs --subnetwork FILE")
+    if subnetwork is not None:
+        Subnetwork.load(subnetwork, loaded.adapter)  # wrong file or model: fail before any job
+    jobs = []
+    for c in conditions:
+        for size in sizes:
+            runs = [{"condition": c, "size": size, "seed": s} for s in seed_list]
+            packs = [runs] if stack > 1 else [[r] for r in runs]
+            for pack in packs:
+                config = {"model": str(model), "subnetwork": str(subnetwork) if subnetwork else None, "task": task,
+                          "task_options": options, "runs": pack, "train": train, "reinit": reinit, "freeze": freeze,
+                          "stack": stack, "threads": threads}
+                name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
+                jobs.append(Job("subnetlab.transfer.jobs:transfer_job", config, out / c / name))
+    report = executor.run(jobs, sweep_dir=out)
+    done = [j for j in report.jobs if j.metrics is not None]
+    runs = [r for j in done for r in j.metrics["runs"]]
+    if runs:
+        summary = summarise(runs)
+        write_json(out / "metrics.json", {"summary": summary, "runs": [{k: v for k, v in r.items() if k != "curve"} for r in runs]})
+        figure3(runs, out / "figure3.png")
+        print("condition".ljust(20) + "".join(f"{s:>9}" for s in sizes))
+        for c in summary:
+            cells = summary[c]["by_size"]
+            print(c.ljust(20) + "".join(f"{100 * cells[str(s)]['mean']:8.1f}%" if str(s) in cells else f"{'-':>9}" for s in sizes))
+        print(f"test accuracy at the best evaluation epoch, mean over seeds; {out / 'metrics.json'}, {out / 'figure3.png'}")
+    failed = [j for j in report.jobs if j.status == "failed"]
+    if failed:
+        raise SubnetlabError(f"{len(failed)} transfer run(s) failed, first {failed[0].name}: {failed[0].error}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("transfer")(executor_options(transfer))

@@ -1,0 +1,163 @@
+"""Continuous sparsification: the beta schedule, the masks and the L0 term against their formulas."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.methods.continuous_sparsification import (
+    ContinuousMask,
+    ContinuousSparsification,
+    beta_at,
+    kept_percentages,
+    sweep,
+)
+from subnetlab.transfer.data import LMSplit
+from subnetlab.transfer.train import accuracy, last_logits, loss_on
+from tests.conftest import tiny_model
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def test_beta_schedule_multiplies_by_the_nth_root_each_epoch():
+    n, final = 50, 100.0
+    betas = [beta_at(e, n, final) for e in range(n + 3)]
+    assert betas[0] == 1.0
+    for e in range(1, n):
+        assert betas[e] / betas[e - 1] == pytest.approx(final ** (1 / n), rel=1e-12)
+    assert betas[n - 1] == pytest.approx(final ** ((n - 1) / n))
+    assert betas[n] == pytest.approx(final) and betas[n + 2] == final  # capped at beta_final
+    assert beta_at(3, 10, 100.0, beta_start=2.0) == pytest.approx(2.0 * 100 ** 0.3)
+    with pytest.raises(SubnetlabError):
+        beta_at(0, 0)
+
+
+def test_strategy_beta_matches_schedule_and_validates():
+    cs = ContinuousSparsification(epochs=7, beta_final=30.0)
+    assert [cs.beta(e) for e in range(7)] == [beta_at(e, 7, 30.0) for e in range(7)]
+    for bad in (dict(epochs=0), dict(keep="first"), dict(include=("embeddings",)), dict(beta_final=0.5)):
+        with pytest.raises(SubnetlabError):
+            ContinuousSparsification(**bad)
+
+
+def test_mask_soft_in_training_hard_in_eval():
+    mask = ContinuousMask((2, 3), init=-0.1, beta=4.0)
+    assert torch.equal(mask.s.detach(), torch.full((2, 3), -0.1))
+    with torch.no_grad():
+        mask.s.copy_(torch.tensor([[-0.3, 0.0, 0.2], [1e-4, -1e-4, 0.7]]))
+    mask.train()
+    soft = mask().detach()
+    for i in range(2):
+        for j in range(3):
+            assert float(soft[i, j]) == pytest.approx(_sigmoid(4.0 * float(mask.s[i, j])), rel=1e-6)
+    mask.eval()
+    assert mask().tolist() == [[0.0, 0.0, 1.0], [1.0, 0.0, 1.0]]  # 1[s > 0]: s = 0 is removed
+
+
+def test_l0_penalty_and_its_gradient_match_the_formula():
+    g = torch.Generator().manual_seed(0)
+    cs = ContinuousSparsification(l0_lambda=5e-3)
+    masks = {"a": ContinuousMask((3, 4), beta=2.5), "b": ContinuousMask((5,), beta=2.5)}
+    with torch.no_grad():
+        for m in masks.values():
+            m.s.copy_(torch.randn(m.s.shape, generator=g))
+    pen = cs.penalty(masks)
+    expected = 5e-3 * sum(_sigmoid(2.5 * float(v)) for m in masks.values() for v in m.s.reshape(-1))
+    assert float(pen) == pytest.approx(expected, rel=1e-6)
+    pen.backward()
+    for m in masks.values():
+        for s, grad in zip(m.s.detach().reshape(-1), m.s.grad.reshape(-1)):
+            sig = _sigmoid(2.5 * float(s))
+            assert float(grad) == pytest.approx(5e-3 * 2.5 * sig * (1 - sig), rel=1e-5)
+
+
+def test_masks_created_eagerly_over_attention_and_mlp_matrices_only():
+    loaded = tiny_model("gpt2")
+    cs = ContinuousSparsification(include=("mlp",))
+    masks = cs.create_masks(loaded.adapter)
+    assert sorted(masks) == sorted(loaded.adapter.weight_matrices(("mlp",)))
+    for name, m in masks.items():
+        assert m.s.shape == loaded.adapter.parameter(name).shape
+        assert set(m.state_dict()) == {"s", "beta"}
+    both = ContinuousSparsification().targets(loaded.adapter)
+    assert not any("wte" in n or "wpe" in n or "ln_" in n or "lm_head" in n for n in both)
+    assert len(both) == 4 * loaded.adapter.num_layers
+
+
+def _data(n: int, seed: int) -> LMSplit:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(3, 90, (n, 3), generator=g)
+    return LMSplit(x, torch.randint(0, 7, (n,), generator=g), torch.arange(7))
+
+
+def test_fit_keeps_model_weights_and_follows_schedule():
+    torch.manual_seed(0)
+    loaded = tiny_model("gpt2", seed=1)
+    model, adapter = loaded.model, loaded.adapter
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    data = _data(64, 0)
+    # targets = the full model's own predictions: a subtask the full model solves
+    with torch.no_grad():
+        data.targets = last_logits(model.eval(), data.input_ids)[:, :7].argmax(-1)
+    cs = ContinuousSparsification(epochs=4, lr=0.05, batch_size=16, l0_lambda=1e-3, beta_final=20.0, keep="last")
+    g = torch.Generator().manual_seed(0)
+    seen_betas = []
+    result = cs.fit(
+        model, adapter,
+        batches=lambda e: [(data.input_ids[r], data.targets[r]) for r in data.batches(16, g)],
+        loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]),
+        evaluate=lambda m: accuracy(m, data),
+        log=lambda rec: seen_betas.append(rec.beta),
+    )
+    assert seen_betas == [beta_at(e, 4, 20.0) for e in range(4)]
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]) and p.requires_grad  # frozen during, restored after
+    assert sorted(result.masks) == sorted(adapter.weight_matrices())
+    for name, m in result.masks.items():
+        assert m.dtype == torch.uint8 and m.shape == adapter.parameter(name).shape
+    assert result.epoch == 3 and len(result.history) == 4
+    assert 0.0 < result.kept_fraction < 1.0
+    assert result.history[-1].kept_fraction == pytest.approx(result.kept_fraction)
+
+
+def test_larger_lambda_keeps_fewer_weights():
+    loaded = tiny_model("gpt2", seed=2)
+    data = _data(48, 1)
+    with torch.no_grad():
+        data.targets = last_logits(loaded.model.eval(), data.input_ids)[:, :7].argmax(-1)
+
+    def run(strategy: ContinuousSparsification):
+        g = torch.Generator().manual_seed(0)
+        return strategy.fit(loaded.model, loaded.adapter,
+                            batches=lambda e: [(data.input_ids[r], data.targets[r]) for r in data.batches(16, g)],
+                            loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]),
+                            evaluate=lambda m: accuracy(m, data))
+
+    base = ContinuousSparsification(epochs=3, lr=0.05, batch_size=16, beta_final=10.0, keep="last")
+    best, results = sweep(base, [0.0, 1.0], run)
+    assert [r.l0_lambda for r in results] == [0.0, 1.0]
+    assert results[1].kept_fraction < results[0].kept_fraction
+    assert best is max(results, key=lambda r: (r.eval_accuracy, -r.kept_fraction))
+
+
+def test_kept_percentages_by_hand():
+    loaded = tiny_model("gpt2")
+    adapter = loaded.adapter
+    names = adapter.weight_matrices()
+    masks = {n: torch.zeros(adapter.parameter(n).shape, dtype=torch.uint8) for n in names}
+    masks[names[0]].view(-1)[:10] = 1  # layer 0
+    masks[names[-1]].view(-1)[:30] = 1  # layer 1
+    out = kept_percentages(masks, adapter)
+    total = sum(m.numel() for m in masks.values())
+    layer0 = sum(masks[n].numel() for n in names[:4])
+    assert out["kept"] == 40 and out["total"] == total
+    assert out["overall"] == pytest.approx(100 * 40 / total)
+    assert out["per_layer"]["0"] == pytest.approx(100 * 10 / layer0)
+    assert out["per_layer"]["1"] == pytest.approx(100 * 30 / (total - layer0))
+    with pytest.raises(SubnetlabError):
+        kept_percentages({"transformer.wte.weight": torch.ones(2, 2)}, adapter)

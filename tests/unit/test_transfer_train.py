@@ -1,0 +1,105 @@
+"""Transfer training: task tensors, best-on-evaluation selection, and stacked training equal to single."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.models import build_model
+from subnetlab.subnetwork import Subnetwork
+from subnetlab.tasks.registry import get_task
+from subnetlab.transfer import (
+    LMSplit,
+    TrainSettings,
+    accuracy,
+    build_transfer_model,
+    last_logits,
+    lm_split,
+    random_matched,
+    train_model,
+)
+from subnetlab.transfer.stacked import functional_parts, train_stacked
+from tests.conftest import tiny_config
+
+
+def _model(seed: int = 0):
+    config = tiny_config("gpt2")
+    config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0  # single and stacked then agree exactly
+    return build_model(config, head="causal-lm", seed=seed)
+
+
+def test_lm_split_matches_the_task():
+    task = get_task("arith:a^2+ab", ambiguous=True, n_disambiguation=5, max_number=20, n_eval=10, n_test=10, seed=1)
+    split = lm_split(task, "train")
+    assert split.input_ids.shape == (25, 3) and len(split) == 25
+    sep = task.tokenizer.convert_tokens_to_ids("<sep>")
+    assert torch.all(split.input_ids[:, 2] == sep)
+    a, b = split.input_ids[:, 0], split.input_ids[:, 1]
+    assert torch.equal(split.targets, (a * a + a * b) % 7)  # number tokens are their own ids
+    assert torch.equal(split.labels(), split.targets)  # answers "0".."6" are tokens 0..6
+    assert torch.all(a[:20] == b[:20])  # the ambiguous rows first
+    with pytest.raises(SubnetlabError):
+        lm_split(get_task("hans-synthetic", n_per_subcase=1, eval_per_subcase=1), "train")
+
+
+def test_accuracy_against_hand_count():
+    loaded = _model()
+    g = torch.Generator().manual_seed(0)
+    split = LMSplit(torch.randint(3, 90, (30, 3), generator=g), torch.randint(0, 7, (30,), generator=g), torch.arange(7))
+    with torch.no_grad():
+        logits = loaded.model(input_ids=split.input_ids).logits[:, -1, :7]
+    expected = float((logits.argmax(-1) == split.targets).float().mean())
+    assert accuracy(loaded.model, split, batch_size=7) == pytest.approx(expected)
+
+
+def test_train_model_keeps_the_best_epoch_on_evaluation():
+    loaded = _model()
+    g = torch.Generator().manual_seed(1)
+    train = LMSplit(torch.randint(3, 90, (40, 3), generator=g), torch.randint(0, 7, (40,), generator=g), torch.arange(7))
+    result = train_model(loaded.model, train, train, train, TrainSettings(epochs=6, lr=5e-3, batch_size=8), seed=0)
+    accs = [c["eval_accuracy"] for c in result.curve]
+    assert result.eval_accuracy == max(accs) and result.best_epoch == accs.index(max(accs))
+    assert accuracy(loaded.model, train) == pytest.approx(result.eval_accuracy)  # the best weights restored
+    assert result.test_accuracy == pytest.approx(result.eval_accuracy)  # test = eval here
+    assert result.sequences == 6 * 40
+
+
+def test_stacked_training_equals_single_runs():
+    trained = _model(seed=5)
+    adapter = trained.adapter
+    g = torch.Generator().manual_seed(0)
+    sub = Subnetwork.from_weight_masks(
+        adapter, {n: torch.rand(adapter.parameter(n).shape, generator=g) < 0.2 for n in adapter.weight_matrices()})
+    models = [build_transfer_model(trained.model, "subnetwork", seed=1, subnetwork=sub),
+              build_transfer_model(trained.model, "random-matched", seed=2, subnetwork=random_matched(sub, 2))]
+    singles = [copy.deepcopy(m) for m in models]
+    splits = [LMSplit(torch.randint(3, 90, (24, 3), generator=g), torch.randint(0, 7, (24,), generator=g), torch.arange(7))
+              for _ in range(4)]
+    settings = TrainSettings(epochs=3, lr=1e-2, batch_size=8)
+    stacked = train_stacked(models, splits[:2], splits[2:], [None, None], settings, [0, 1])
+    single = [train_model(m.model, splits[i], splits[2 + i], None, settings, seed=i) for i, m in enumerate(singles)]
+    for a, b in zip(stacked, single):
+        assert a.best_epoch == b.best_epoch and a.eval_accuracy == pytest.approx(b.eval_accuracy)
+        assert [c["loss"] for c in a.curve] == pytest.approx([c["loss"] for c in b.curve], rel=1e-4)
+    probe = torch.randint(3, 90, (16, 3), generator=g)
+    for a, b in zip(models, singles):
+        # same function after training (parameters may differ where the gradient is exactly zero, e.g. key
+        # biases, which Adam moves by float noise differently in the two computations)
+        with torch.no_grad():
+            assert torch.allclose(last_logits(a.model, probe), last_logits(b.model, probe), atol=1e-4)
+        assert sorted(functional_parts(a)[2]) == sorted(sub.weights)
+        for name, mask in sub.weights.items():  # kept weights still frozen in the stacked run
+            if a.condition == "subnetwork":
+                assert torch.equal(a.effective_weight(name)[mask.bool()], trained.model.get_parameter(name)[mask.bool()])
+
+
+def test_stacked_refuses_mixed_roles():
+    trained = _model()
+    g = torch.Generator().manual_seed(0)
+    split = LMSplit(torch.randint(3, 90, (8, 3), generator=g), torch.randint(0, 7, (8,), generator=g), torch.arange(7))
+    models = [build_transfer_model(trained.model, "scratch", seed=0), build_transfer_model(trained.model, "embeddings", seed=0)]
+    with pytest.raises(SubnetlabError, match="share"):
+        train_stacked(models, [split] * 2, [split] * 2, [None] * 2, TrainSettings(epochs=1), [0, 1])
