@@ -37,20 +37,6 @@ def level_grid(start: float = 0.05, stop: float = 0.70, step: float = 0.05) -> l
     return [round(start + i * step, 4) for i in range(n)]
 
 
-def parse_levels(text: str) -> list[float]:
-    """``"0.05:0.70:0.05"`` -> the grid; ``"0.1,0.3,0.5"`` -> those levels."""
-    try:
-        if ":" in text:
-            start, stop, step = (float(x) for x in text.split(":"))
-            return level_grid(start, stop, step)
-        levels = sorted({round(float(x), 4) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise SubnetlabError(f"--levels: malformed value {text!r} (expected e.g. 0.05:0.70:0.05)") from None
-    if not levels or not all(0.0 < s < 1.0 for s in levels):
-        raise SubnetlabError(f"--levels: {text!r} must list sparsities in (0, 1)")
-    return levels
-
-
 def data_accuracy(id_accuracy: float, ood_accuracy: float, on: str) -> float:
     """Accuracy on the chosen evaluation data: ID, OOD, or their equally weighted mix."""
     if on == "id":

@@ -18,6 +18,7 @@ PAPER_SUBCASES: tuple[str, ...] = (
     "ln_subject/object_swap", "ln_preposition", "cn_embedded_under_if", "cn_embedded_under_verb",
 )
 SHORT_NAMES: dict[str, str] = {
+    "id": "ID",
     "ln_subject/object_swap": "SO-Swap [LO]",
     "ln_preposition": "Prep [LO]",
     "cn_embedded_under_if": "Embed-If [C]",

@@ -22,7 +22,7 @@ from subnetlab.io import read_json, write_json
 from subnetlab.models.adapters import head_name
 from subnetlab.progress import stage
 from subnetlab.report import heuristic_core as sections
-from subnetlab.report.heuristic_core_plots import frequency_heatmap_plot, frequency_maps_plot
+from subnetlab.report.heuristic_core_plots import effective_size_plot, frequency_heatmap_plot, frequency_maps_plot
 from subnetlab.report.markdown import MarkdownReport
 from subnetlab.report.plots import attention_map
 from subnetlab.tasks.base import Task
@@ -173,3 +173,22 @@ def attention_step(loaded: Any, pairs: Sequence[tuple[str, str]], heads: Sequenc
     write_json(out / "config.json", config)
     write_json(out / "metrics.json", metrics)
     return metrics
+
+
+# -- effective size -------------------------------------------------------------------------
+
+def effective_size_outputs(result: dict, out: Path, config: dict) -> Path:
+    """Write the effective-size analysis (metrics, Figure 6, report) beside its sweep; return the plot."""
+    rows = result["checkpoints"]
+    steps = [r["step"] for r in rows]
+    onset = result.get("before_onset")
+    plot = effective_size_plot(
+        steps, {on: [r["effective_size"][on]["size"] for r in rows] for on in result["on"]},
+        {"ID": [r["id_accuracy"] for r in rows], "OOD": [r["ood_accuracy"] for r in rows]},
+        out / "effective_size.png", onset_step=onset["step"] if onset else None)
+    doc = MarkdownReport("Effective size over training")
+    sections.effective_size_section(doc, result, plot, base=out)
+    doc.write(out / "report.md")
+    write_json(out / "config.json", config)
+    write_json(out / "metrics.json", result)
+    return plot

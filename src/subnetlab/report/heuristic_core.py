@@ -59,26 +59,33 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
         ood = [c for c in columns if c not in table.get("id_columns", [])]
         hits = [c for c in ood if verdict[c]["super_additive"]]
         doc.para(
-            f"Joint ablation is super-additive (its drop exceeds the sum of the single drops) on "
+            f"Ablating the listed heads jointly is super-additive (its drop exceeds the sum of the single drops) on "
             f"{len(hits)} of {len(ood)} out-of-domain columns"
-            + (f" ({', '.join(short_name(c) for c in hits)})" if hits else "") + ". "
-            + "; ".join(f"{short_name(c)}: joint {pct(v['joint_drop'])} vs sum {pct(v['sum_single_drops'])} points"
-                        for c, v in verdict.items()) + "."
+            + (f" ({', '.join(short_name(c) for c in hits)})" if hits else "") + "; joint vs summed single drops, in points: "
+            + ", ".join(f"{short_name(c)} {pct(verdict[c]['joint_drop'])} vs {pct(verdict[c]['sum_single_drops'])}"
+                        for c in ood) + "."
         )
 
 
 def attention_section(doc: MarkdownReport, attention: Mapping[str, Any], base: str | os.PathLike,
-                      root: str | os.PathLike) -> None:
+                      root: str | os.PathLike, max_maps: int = 3) -> None:
+    """The Figure 9 table for the selected heads, and maps of the ``max_maps`` heads that attend most to repeated words."""
     rows = [[r["head"], *[pct(r[p]) for p in PATTERNS], r["dominant"]] for r in attention["selected"]]
     doc.table(["Head", *[f"{p} (%)" for p in PATTERNS], "dominant"], rows, caption=(
         f"Share of attention (%) each head sends from a sentence token to the same word in the other sentence "
         f"(over the {int(attention['query_counts'][0])} tokens that have one), to the previous and next token, to "
         f"[CLS]/[SEP], and to itself, over {attention['examples']} sentence pairs (Figure 9 of the paper)."))
     shown = attention.get("maps") or []
-    for rel in shown[: 2 * max(1, len(attention["selected"]))]:
+    by_repeat = sorted(attention["selected"], key=lambda r: -(r["repeated"] if r["repeated"] == r["repeated"] else -1))
+    top = {r["head"] for r in by_repeat[:max_maps]}
+    for rel in shown:
         head = Path(rel).stem.split("-")[-1]
-        doc.figure(Path(root) / rel, f"Attention of {head} on a pair with many shared words; weight off the diagonal "
-                   "that links a word to its copy in the other sentence is the lexical-overlap pattern.", base=base)
+        if head not in top:
+            continue
+        share = next(r["repeated"] for r in attention["selected"] if r["head"] == head)
+        doc.figure(Path(root) / rel, f"Attention of {head} (on average {pct(share)}% of a token's attention goes to the "
+                   "same word in the other sentence) on a pair with many shared words; cells linking a word to its copy "
+                   "in the other sentence are the lexical-overlap pattern.", base=base)
 
 
 def effective_size_section(doc: MarkdownReport, result: Mapping[str, Any], plot: str | os.PathLike,

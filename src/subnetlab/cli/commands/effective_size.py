@@ -1,0 +1,70 @@
+"""`subnetlab effective-size`: the smallest faithful subnetwork at every fine-tuning checkpoint (Figure 6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from subnetlab.executor import ExecutorOptions, executor_options
+
+
+def effective_size(
+    checkpoints: Path = typer.Option(..., "--checkpoints", help="A `subnetlab finetune` run directory (its checkpoints/step-N)."),
+    task: str = typer.Option(..., "--task", help="Task name (the fine-tuning task, e.g. nli-synthetic)."),
+    out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs."),
+    seeds: int = typer.Option(3, "--seeds", help="Pruning seeds per checkpoint (0..N-1)."),
+    faithfulness: float = typer.Option(0.03, "--faithfulness", help="Largest accuracy gap to the model (0.03 = 3 points)."),
+    on: str = typer.Option("ood", "--on", help="Evaluation data: id, ood or mixed (comma list for several; the first picks the heads)."),
+    levels: str = typer.Option("0.05:0.70:0.05", "--levels", help="Sparsity levels: start:stop:step or a list."),
+    every: int = typer.Option(1, "--every", help="Use every N-th checkpoint (the last is always used)."),
+    preset: str = typer.Option("paper", "--preset", help="Pruning preset: paper or demo."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
+    eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split [SPLIT:]FORMAT=FILE (repeatable)."),
+    id_split: list[str] = typer.Option(["id"], "--id-split", help="In-domain split(s); the others are out-of-domain."),
+    subcases: Optional[str] = typer.Option(None, "--subcases", help="OOD subcases averaged for OOD accuracy (comma list, or all) [the paper's four when present]."),
+    core: Optional[Path] = typer.Option(None, "--core", help="A `subnetlab core --out` directory to compare the pre-generalization heads with."),
+    set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE (repeatable)."),
+    executor: ExecutorOptions = None,
+) -> None:
+    """Per checkpoint: the smallest subnetwork (at the levels' resolution) within --faithfulness of the
+    model's accuracy, mean over seeds; the Figure 6 plot; the heads before OOD accuracy rises."""
+    from subnetlab.analysis.effective_size import ON_CHOICES
+    from subnetlab.cli.commands._heuristic_core import build_task, parse_subcases
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands.prune import _parse_pairs
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.experiments.effective_size_sweep import analyse_sweep, check_sweep, find_checkpoints, sweep_jobs
+    from subnetlab.experiments.heuristic_core_steps import default_subcases, effective_size_outputs
+    from subnetlab.io import read_json
+    from subnetlab.methods.pruning_schedule import parse_levels
+
+    choices = [c.strip() for c in on.split(",") if c.strip()]
+    bad = [c for c in choices if c not in ON_CHOICES]
+    if bad or not choices:
+        raise SubnetlabError(f"--on {on!r}: expected id, ood or mixed (or a comma list of them)")
+    if seeds < 1:
+        raise SubnetlabError(f"--seeds {seeds} must be at least 1")
+    if not 0.0 <= faithfulness < 1.0:
+        raise SubnetlabError(f"--faithfulness {faithfulness} is outside [0, 1)")
+    level_list = list(parse_levels(levels))
+    found = find_checkpoints(checkpoints, every)
+    t = build_task(task, None, eval_data, task_option)
+    missing = [s for s in id_split if s not in t.eval_splits]
+    if missing:
+        raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
+    chosen = parse_subcases(subcases) if subcases is not None else default_subcases(t, id_split)
+    core_heads = read_json(core / "metrics.json").get("core") if core is not None else None
+    base = {"task": task, "task_options": parse_task_options(task_option, None, "eval"), "eval_data": list(eval_data), "splits": None}
+    jobs = sweep_jobs(found, base, list(range(seeds)), level_list, preset, _parse_pairs(set_, "--set"), out)
+    check_sweep(executor.run(jobs, sweep_dir=out))
+    result = analyse_sweep(found, list(range(seeds)), level_list, out, on=choices, faithfulness=faithfulness,
+                           id_splits=id_split, subcases=chosen, core=core_heads)
+    effective_size_outputs(result, out, config={"command": "effective-size", "checkpoints": str(checkpoints), "task": task,
+                                                "seeds": seeds, "levels": level_list, "on": choices, "preset": preset})
+    print((out / "report.md").read_text(encoding="utf-8"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("effective-size")(executor_options(effective_size))
