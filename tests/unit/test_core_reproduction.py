@@ -1,0 +1,92 @@
+"""Pieces of the Heuristic Core reproduction that need no model: OOD subcase choice, data files,
+checkpoint picking, and the report's verdicts computed from hand-made results."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from subnetlab.analysis.scores import PAPER_SUBCASES
+from subnetlab.errors import SubnetlabError
+from subnetlab.experiments import heuristic_core_data as data
+from subnetlab.experiments.heuristic_core_report import ablation_effects, compact, compact_table, spread
+from subnetlab.experiments.heuristic_core_study import pick_checkpoints
+from subnetlab.tasks import load_hans, load_paraphrase
+from subnetlab.tasks.base import Example
+
+
+def test_choose_subcases():
+    assert data.choose_subcases("paper", None) == list(PAPER_SUBCASES)
+    scores = {s: 0.1 for s in data.non_entailment_subcases()}
+    scores.update({"cn_adverb": 0.9, "sn_NP/S": 0.5, "ln_passive": 0.5, "le_passive": 1.0})  # le_: entailment, never chosen
+    assert data.choose_subcases("auto", scores, count=3) == ["cn_adverb", "ln_passive", "sn_NP/S"]
+    assert data.choose_subcases(["ln_preposition"], None) == ["ln_preposition"]
+    with pytest.raises(SubnetlabError, match="no_such"):
+        data.choose_subcases(["no_such"], None)
+    with pytest.raises(SubnetlabError, match="auto"):
+        data.choose_subcases("auto", None)
+    assert len(data.non_entailment_subcases()) == 15
+
+
+def ex(i: int, sub: str, heuristic: str = "lexical_overlap", label: int = 1) -> Example:
+    return Example(f"the doctor {i} saw the judge .", f"the judge saw the doctor {i} .", label, sub, heuristic)
+
+
+def test_hans_tsv_round_trip_and_selection(tmp_path):
+    pool = [ex(i, s) for i in range(5) for s in ("ln_passive", "cn_adverb")]
+    chosen = data.select(pool, ["cn_adverb", "ln_passive"], per_subcase=2)
+    assert [e.subcase for e in chosen] == ["cn_adverb", "cn_adverb", "ln_passive", "ln_passive"]
+    back = load_hans(data.write_hans_tsv(tmp_path / "o.tsv", chosen))
+    assert [(e.text_a, e.text_b, e.label, e.subcase, e.heuristic) for e in back] == \
+        [(e.text_a, e.text_b, e.label, e.subcase, e.heuristic) for e in chosen]
+    with pytest.raises(SubnetlabError, match="sn_NP/S"):
+        data.select(pool, ["sn_NP/S"], 1)
+
+
+def test_pairs_jsonl_and_interleave(tmp_path):
+    pool = [ex(i, s, h) for i in range(3) for s, h in (("ln_passive", "lexical_overlap"), ("le_passive", "lexical_overlap"),
+                                                      ("cn_adverb", "constituent"))]
+    mixed = data.interleave(pool, lambda e: e.heuristic == "lexical_overlap", 3)
+    assert [e.subcase for e in mixed] == ["ln_passive", "le_passive", "ln_passive"]
+    back = load_paraphrase(data.write_pairs_jsonl(tmp_path / "p.jsonl", mixed))
+    assert [(e.text_a, e.text_b) for e in back] == [(e.text_a, e.text_b) for e in mixed]
+
+
+def test_synthetic_ood_examples_use_the_held_out_vocabulary():
+    from subnetlab.tasks.registry import get_task
+
+    pool = data.synthetic_ood_examples({"seed": 0, "n_train": 10}, per_subcase=3)
+    task = get_task("nli-synthetic", n_train=10, n_eval=5, hans_per_subcase=3, seed=0)
+    assert [(e.text_a, e.subcase) for e in pool] == [(e.text_a, e.subcase) for e in task.eval_splits["hans-synthetic"]]
+
+
+def test_pick_checkpoints():
+    found = [(s, f"step-{s}") for s in (10, 20, 30, 40, 50)]
+    assert pick_checkpoints(found, None) == found
+    assert [s for s, _ in pick_checkpoints(found, 3)] == [10, 30, 50]
+    assert [s for s, _ in pick_checkpoints(found, 1)] == [50]
+    assert pick_checkpoints(found, 9) == found
+
+
+def test_report_verdict_numbers_from_hand_made_results():
+    acc = {"id": 0.8, "ood/a": 0.4, "ood/b": 0.6, "real/a": 0.2, "real/b": 0.4}
+    assert compact(acc) == {"id": 0.8, "a": 0.4, "b": 0.6, "real HANS (mean)": pytest.approx(0.3)}
+    table = {"model": acc, "by_sparsity": {"50%": {"id": [0.80, 0.82], "ood/a": [0.2, 0.6], "ood/b": [0.4, 0.4],
+                                                   "real/a": [0.1, 0.3], "real/b": [0.3, 0.5]}}}
+    t = compact_table(table)
+    assert t["by_sparsity"]["50%"]["real HANS (mean)"] == pytest.approx([0.2, 0.4])
+    s = spread(t, "50%")
+    assert s["id_sd"] == pytest.approx(math.sqrt(2) * 0.01)
+    assert s["ood_mean_range"] == pytest.approx(0.2)  # seed means 0.3 and 0.5
+    assert s["ood_subcase_sd"] == pytest.approx((math.sqrt(2) * 0.2 + 0.0) / 2)
+    ablation = {"columns": ["id", "a"], "id_columns": ["id"], "rows": [
+        {"label": "None", "heads": [], "accuracy": {"id": 0.8, "a": 0.6}},
+        {"label": "Avg. (non-HC)", "heads": ["L0.H0", "L0.H1"], "accuracy": {"id": 0.79, "a": 0.59}},
+        {"label": "L1.H0", "heads": ["L1.H0"], "accuracy": {"id": 0.8, "a": 0.4}},
+        {"label": "L1.H1", "heads": ["L1.H1"], "accuracy": {"id": 0.78, "a": 0.5}},
+        {"label": "L1.H0 & L1.H1", "heads": ["L1.H0", "L1.H1"], "accuracy": {"id": 0.7, "a": 0.1}}]}
+    e = ablation_effects(ablation)
+    assert e["core_id_drop"] == pytest.approx(0.01) and e["core_ood_drop"] == pytest.approx(0.15)
+    assert e["other_ood_drop"] == pytest.approx(0.01) and e["joint_ood_drop"] == pytest.approx(0.5)
+    assert e["core_max_ood_drop"] == pytest.approx(0.2)
