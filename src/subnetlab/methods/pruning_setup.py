@@ -50,6 +50,28 @@ def eval_splits(task: Task, requested: list[str] | None) -> list[str]:
     return names
 
 
+def check_checkpoint(name: str) -> None:
+    """Cheap check before a sweep starts: a local checkpoint must be a supported architecture."""
+    from pathlib import Path
+
+    from transformers import AutoConfig
+
+    from subnetlab.models import FAMILIES, resolve
+
+    source = Path(resolve(name)).expanduser()
+    if not source.exists():
+        return  # a hub id: checked when the jobs load it
+    if not (source / "config.json").is_file():
+        raise SubnetlabError(f"{name}: not a Hugging Face model directory (no config.json)")
+    try:
+        model_type = AutoConfig.from_pretrained(str(source)).model_type
+    except (OSError, ValueError, KeyError) as e:
+        raise SubnetlabError(f"{source / 'config.json'}: cannot read the model config ({str(e).splitlines()[0]})") from None
+    supported = sorted(t for spec in FAMILIES.values() for t in spec.model_types)
+    if model_type not in supported:
+        raise SubnetlabError(f"{name}: model type {model_type!r} is not supported (supported: {', '.join(supported)})")
+
+
 def load_pruning_model(name: str, task: Task) -> LoadedModel:
     """Load a fine-tuned checkpoint with the head the task needs; refuse what cannot be pruned."""
     head = "causal-lm" if task.kind == "lm" else "classification"

@@ -76,7 +76,7 @@ def prune(
     from subnetlab.methods.pruning_config import preset_config
     from subnetlab.methods.pruning_job import FULL_MODEL_JOB, PRUNE_JOB, run_dir_name
     from subnetlab.methods.pruning_schedule import parse_levels
-    from subnetlab.methods.pruning_setup import build_task, eval_splits
+    from subnetlab.methods.pruning_setup import build_task, check_checkpoint, eval_splits
 
     targets = _parse_sparsities(sparsity)
     seed_list = parse_int_list(seeds, "--seeds")
@@ -91,7 +91,8 @@ def prune(
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
     base = {"model": model, "task": task, "task_options": _parse_pairs(task_option, "--task-option"),
             "eval_data": list(eval_data), "splits": split_list, "cache_dir": str(out / "cache"), "preset": preset}
-    eval_splits(build_task(base), split_list)  # a missing split or bad task option fails before any job starts
+    check_checkpoint(model)  # a bad checkpoint, task option or split fails before any job starts
+    eval_splits(build_task(base), split_list)
 
     jobs: list[Job] = []
     if schedule == "staircase":

@@ -1,0 +1,125 @@
+"""Pruning a tiny trained model: the target is reached, seeds are reproducible, kills resume bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from subnetlab.intervene import collect_means
+from subnetlab.methods.pruning_checkpoint import load_checkpoint
+from subnetlab.methods.pruning_config import PruneConfig
+from subnetlab.methods.pruning_data import PruningData
+from subnetlab.methods.pruning_objective import NonFiniteLoss
+from subnetlab.methods.structured_pruning import prune
+from tests.conftest import VOCAB, tiny_model
+
+N, T = 256, 8
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny BERT trained to tell which third of the vocabulary most of a sequence's tokens come from."""
+    loaded = tiny_model("bert", seed=0, layers=2, heads=4, hidden=32)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, VOCAB, (N, T), generator=g)
+    bins = (ids - 3) * 3 // (VOCAB - 3)
+    labels = torch.stack([(bins == c).sum(1) for c in range(3)], 1).argmax(1)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones(N, T, dtype=torch.long)}
+    model = loaded.model
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        idx = torch.randint(0, N, (32,), generator=g)
+        loss = F.cross_entropy(model(input_ids=ids[idx], attention_mask=inputs["attention_mask"][idx]).logits, labels[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    for p in model.parameters():
+        p.grad = None
+    data = PruningData.from_tensors(inputs)
+    means = collect_means(model, loaded.adapter, [inputs])
+    return loaded, data, means
+
+
+def config(**kw) -> PruneConfig:
+    base = dict(sparsity=0.5, seed=0, warmup_steps=40, total_steps=60, batch_size=16, accumulation=1,
+                init_log_alpha=3.0, lr=0.1, lambda_lr=0.5, checkpoint_every=10, eval_batch_size=64)
+    return PruneConfig(**{**base, **kw})
+
+
+def test_reaches_target_and_same_seed_same_subnetwork(trained) -> None:
+    loaded, data, means = trained
+    frozen = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    first = prune(loaded.model, loaded.adapter, data, config(), ablation=means)
+    again = prune(loaded.model, loaded.adapter, data, config(), ablation=means)
+    other = prune(loaded.model, loaded.adapter, data, config(seed=1), ablation=means)
+    assert first.selection.sparsity == 0.5  # top-k: exactly the target (10 components, 5 removed)
+    assert abs(float(first.gates.expected_sparsity().detach()) - 0.5) < 0.12  # the gates themselves got there
+    assert abs(first.selections["threshold"].sparsity - 0.5) <= 0.2
+    assert first.history[-1]["target"] == 0.5
+    assert torch.equal(first.gates.log_alpha_heads, again.gates.log_alpha_heads)
+    assert torch.equal(first.selection.heads, again.selection.heads)
+    assert not torch.equal(first.gates.log_alpha_heads, other.gates.log_alpha_heads)
+    # the model itself is untouched and no hook is left behind
+    assert all(torch.equal(v, frozen[k]) for k, v in loaded.model.state_dict().items())
+    assert all(p.requires_grad for p in loaded.model.parameters())
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("ablation,accumulation", [("mean", 1), ("resample", 2)])
+def test_kill_and_resume_is_bit_identical(trained, tmp_path: Path, ablation: str, accumulation: int) -> None:
+    loaded, data, means = trained
+    cfg = config(total_steps=30, warmup_steps=20, ablation=ablation, accumulation=accumulation)
+    values = means if ablation == "mean" else None
+    whole = prune(loaded.model, loaded.adapter, data, cfg, ablation=values, run_dir=tmp_path / "whole")
+
+    def kill_at_17(step: int) -> None:
+        if step == 17:
+            raise Killed
+
+    with pytest.raises(Killed):
+        prune(loaded.model, loaded.adapter, data, cfg, ablation=values, run_dir=tmp_path / "killed", on_step=kill_at_17)
+    assert load_checkpoint(tmp_path / "killed").step == 10  # checkpoints every 10 steps
+    resumed = prune(loaded.model, loaded.adapter, data, cfg, ablation=values, run_dir=tmp_path / "killed")
+    assert resumed.resumed_from == 10
+    for name in ("log_alpha_heads", "log_alpha_mlps"):
+        assert torch.equal(getattr(whole.gates, name), getattr(resumed.gates, name))
+    assert torch.equal(whole.lagrangian.lambda1, resumed.lagrangian.lambda1)
+    assert whole.history == resumed.history
+    assert torch.equal(whole.selection.heads, resumed.selection.heads)
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(trained, tmp_path: Path) -> None:
+    loaded, data, means = trained
+    calls = {"n": 0}
+
+    def poison(module, args, output):
+        calls["n"] += 1
+        return output * float("nan") if calls["n"] > 13 else None
+
+    handle = loaded.model.classifier.register_forward_hook(poison)
+    try:
+        with pytest.raises(NonFiniteLoss, match=r"at step 13.*checkpoint"):
+            prune(loaded.model, loaded.adapter, data, config(teacher="online", total_steps=30),
+                  ablation=means, run_dir=tmp_path)
+    finally:
+        handle.remove()
+    assert load_checkpoint(tmp_path).step == 10
+
+
+def test_staircase_saves_every_level_at_its_sparsity(trained) -> None:
+    loaded, data, means = trained
+    seen = []
+    cfg = config(schedule="staircase", levels=(0.2, 0.4, 0.6), sparsity=0.6, ramp_steps=8, hold_steps=6,
+                 first_ramp_steps=15, lr_decay="constant", ablation="zero")
+    result = prune(loaded.model, loaded.adapter, None or data, cfg,
+                   on_level=lambda level, sel, step: seen.append((level, step, sel["topk"].sparsity)))
+    assert [(lvl, step) for lvl, step, _ in seen] == [(0.2, 21), (0.4, 35), (0.6, 49)]
+    assert [s for _, _, s in seen] == pytest.approx([0.2, 0.4, 0.6])
+    assert result.selection.sparsity == pytest.approx(0.6)
