@@ -51,7 +51,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lr": 1e-4, "batch_size": 32, "epochs": 1.0, "max_steps": None, "warmup_ratio": 0.1,
         "weight_decay": 0.01, "max_length": 64,
         "eval_limit": 300, "importance_limit": 96,
-        "threshold": 0.9, "fraction": 0.1, "criterion": "sensitivity", "refine": True,
+        "threshold": 0.9, "fraction": 0.1, "criterion": "sensitivity", "refine": True, "prune_max_steps": None,
         "pattern_pairs": 40, "pattern_source": "mnli-shared",
         "backend": "local", "jobs": None, "device": "cpu",
     },
@@ -70,7 +70,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lr": 2e-5, "batch_size": 32, "epochs": 3.0, "max_steps": None, "warmup_ratio": 0.1,
         "weight_decay": 0.01, "max_length": 128,
         "eval_limit": None, "importance_limit": None,
-        "threshold": 0.9, "fraction": 0.1, "criterion": "sensitivity", "refine": True,
+        "threshold": 0.9, "fraction": 0.1, "criterion": "sensitivity", "refine": True, "prune_max_steps": None,
         "pattern_pairs": 100, "pattern_source": "task",
         "backend": "local", "jobs": None, "device": "auto",
     },
@@ -132,6 +132,7 @@ def _task_stage(settings: dict[str, Any], task: str, tdir: Path) -> dict[str, An
                       "batch_size": settings["batch_size"], "max_length": settings["max_length"],
                       "threshold": settings["threshold"], "fraction": settings["fraction"],
                       "criterion": settings["criterion"], "refine": settings["refine"],
+                      "max_steps": settings["prune_max_steps"],
                       "control_seed": s, "device": settings["device"], "seed": s}
             jobs.append(Job("subnetlab.methods.lottery_prune:prune_job", config, d))
     stage(f"{task}: pruning ({len(jobs)} jobs)")

@@ -27,16 +27,16 @@ def tickets_plot(values: Mapping[str, Sequence[float]], full: float, path: str |
 
 def pruning_curves_plot(histories: Mapping[str, Sequence[Mapping]], full: float, threshold: float,
                         path: str | os.PathLike) -> Path:
-    """Development accuracy after every pruning step against the share removed; rejected steps hollow."""
+    """Development accuracy along the accepted pruning steps; rejected candidate steps as hollow circles."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name, steps in histories.items():
-        xs = [0.0] + [100 * s["sparsity"] for s in steps]
-        ys = [100 * full] + [100 * s["metric"] for s in steps]
+        kept = [s for s in steps if s["accepted"]]
+        xs = [0.0] + [100 * s["sparsity"] for s in kept]
+        ys = [100 * full] + [100 * s["metric"] for s in kept]
         line, = ax.plot(xs, ys, marker="o", ms=3, label=name)
-        for s in steps:
-            if not s["accepted"]:
-                ax.plot([100 * s["sparsity"]], [100 * s["metric"]], marker="o", ms=7, mfc="none",
-                        color=line.get_color())
+        rejected = [s for s in steps if not s["accepted"]]
+        ax.plot([100 * s["sparsity"] for s in rejected], [100 * s["metric"] for s in rejected], ls="none",
+                marker="o", ms=7, mfc="none", color=line.get_color())
     ax.axhline(100 * threshold * full, color="tab:red", ls="--", lw=1, label=f"{threshold:.0%} of full")
     ax.set_xlabel("removed (%: weights for magnitude, heads + MLPs for importance)")
     ax.set_ylabel("dev accuracy (%)")

@@ -89,8 +89,8 @@ def _tickets(doc: MarkdownReport, task: str, r: dict[str, Any], split: str, figd
     hist = {f"{GROUP[m]}-pruning (seed {s0})": r["prune"][f"{m}-seed{s0}"]["steps"] for m in ("magnitude", "importance")}
     m0 = r["prune"][f"importance-seed{s0}"]
     path = pruning_curves_plot(hist, m0["full_metric"], m0["threshold"], figdir / f"{task}-pruning.png")
-    doc.figure(path, "Development accuracy after each pruning step; hollow circles are the rejected steps that "
-                     "fell below the dashed threshold, so the subnetwork is the last filled point.", base=out)
+    doc.figure(path, "Development accuracy after each accepted pruning step; hollow circles are candidate steps that "
+                     "fell below the dashed threshold and were rejected, so each subnetwork is its line's last point.", base=out)
 
 
 def _stability(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, out: Path) -> None:

@@ -1,0 +1,49 @@
+"""lottery-prune / lottery-retrain: bad input is one `error:` line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.experiments import get_reproduction, settings_for
+from subnetlab.methods.lottery_prune import prune_config
+
+
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    """Run the CLI entry point in-process (the subprocess contract is covered by test_cli_basics)."""
+    from subnetlab.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["lottery-prune", "--model", "m", "--task", "nli-synthetic", "--method", "lottery", "--out", "x"], "--method 'lottery'"),
+    (["lottery-prune", "--model", "m", "--task", "nli-synthetic", "--method", "importance", "--threshold", "1.5",
+      "--out", "x"], "--threshold 1.5"),
+    (["lottery-retrain", "--model", "minilm", "--task", "nli-synthetic", "--subnetwork", "no/such.safetensors",
+      "--out", "x"], "no/such.safetensors: no such subnetwork file"),
+])
+def test_bad_input_is_one_error_line(args, fragment, tmp_path, capsys):
+    code, stderr = _cli(capsys, *[a if a != "x" else str(tmp_path / "out") for a in args])
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_prune_config_defaults_and_validation():
+    config = prune_config(model="m", task="t", method="magnitude")
+    assert config["threshold"] == 0.9 and config["fraction"] == 0.1 and config["criterion"] == "sensitivity"
+    with pytest.raises(SubnetlabError, match="unknown pruning option"):
+        prune_config(model="m", task="t", method="magnitude", nope=1)
+    with pytest.raises(SubnetlabError, match="--eval-limit 0"):
+        prune_config(model="m", task="t", method="magnitude", eval_limit=0)
+
+
+def test_reproduction_settings_are_checked():
+    module = get_reproduction("lottery")
+    settings = settings_for(module, "demo", {"retrain_seeds": "[5]"})
+    with pytest.raises(SubnetlabError, match="retrain_seeds"):
+        module.run(settings, "/nonexistent/never-written")
+    assert set(module.PRESETS) == {"demo", "paper"}
