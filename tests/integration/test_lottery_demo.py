@@ -42,6 +42,7 @@ def test_lottery_demo_smallest_end_to_end(tmp_path):
     metrics = read_json(out / "metrics.json")["tasks"]["nli-synthetic"]
     assert set(metrics["retrain"]) == {f"{m}-{c}-seed0" for m in ("magnitude", "importance") for c in ("good", "random", "bad")}
     assert metrics["stability"]["seeds"] == [0, 1]
+    assert set(metrics["prune"]["magnitude-seed0"]["controls_metric"]) == {"random", "bad"}
 
     # a rerun resumes: every job is skipped, the report is rewritten from the same numbers
     assert module.run(settings, out).read_text().split("## Notes")[0].split("wall time")[0] == text.split("wall time")[0]

@@ -57,6 +57,9 @@ def test_magnitude_prune_removes_exactly_the_smallest_and_stops_before_threshold
     sub = result.subnetwork
     total = sum(a.parameter(n).numel() for n in names)
     expected_kept = remaining_schedule(total, 0.1, 3)[-1]
+    assert [s.removed for s in result.history] == [total - r for r in remaining_schedule(total, 0.1, 4)]
+    # the evaluated models really computed with those masks: density measured inside evaluate()
+    assert calls[1:] == pytest.approx([1 - s.removed / total for s in result.history])
     assert sub.count() == expected_kept
     # independent check: a stable sort of all magnitudes; the removed ones are exactly its head
     flat = np.concatenate([a.parameter(n).detach().abs().flatten().numpy() for n in names])

@@ -11,7 +11,8 @@ loads the fine-tuned model, measures the full model's development metric
   ``lottery_controls``), drawn with ``control_seed``;
 * ``importance.safetensors`` (s-pruning): the last importance scores.
 
-It returns the metrics (pruning history, full and pruned metric, sparsity);
+It returns the metrics (pruning history, full and pruned metric, sparsity, and
+the controls' metric when applied to the fine-tuned model without re-fine-tuning);
 the executor writes ``config.json`` and ``metrics.json``.
 """
 
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.intervene import apply_gates, mask_weights
 from subnetlab.io import save_tensors
 from subnetlab.methods.evaluate import evaluate, label_permutation
 from subnetlab.methods.finetune_config import parse_eval_data
@@ -34,6 +36,7 @@ from subnetlab.methods.lottery_controls import controls
 from subnetlab.methods.lottery_retrain import resolve_device
 from subnetlab.methods.magnitude_pruning import magnitude_prune
 from subnetlab.progress import stage
+from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.registry import add_file_split, get_task
 
@@ -87,6 +90,15 @@ def _loss_fn(task: Task, model: torch.nn.Module):
     return loss
 
 
+def applied(model: torch.nn.Module, adapter, subnetwork: Subnetwork):
+    """Context manager evaluating ``model`` as ``subnetwork``: gates at zero, or weight masks."""
+    if subnetwork.kind == "structured":
+        heads, mlps = subnetwork.gates()
+        device = next(model.parameters()).device
+        return apply_gates(model, adapter, heads.to(device), mlps.to(device))
+    return mask_weights(model, {n: m.to(adapter.parameter(n).device) for n, m in subnetwork.weights.items()})
+
+
 def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
     """Prune ``config['model']`` on ``config['task']`` (see the module doc)."""
     config = prune_config(**config)
@@ -120,11 +132,16 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
                                   max_steps=config["max_steps"], full_metric=full, seed=config["seed"])
         h, m = result.importance
         save_tensors(out / "importance.safetensors", {"heads": h, "mlps": m}, {"criterion": str(config["criterion"])})
+    pruned_metric = {}
     for name, sub in controls(result.subnetwork, adapter, int(config["control_seed"]), result.importance).items():
         sub.save(out / ("subnetwork.safetensors" if name == "good" else f"{name}.safetensors"))
+        if name != "good":  # the controls applied to the fine-tuned model, before any re-fine-tuning
+            with applied(model, adapter, sub):
+                pruned_metric[name] = dev_metric()
     good = result.subnetwork
     metrics = {**result.summary(), "method": config["method"], "split": split, "kind": good.kind,
-               "parameter_sparsity": good.parameter_sparsity(adapter), "kept": good.count()}
+               "parameter_sparsity": good.parameter_sparsity(adapter), "kept": good.count(),
+               "controls_metric": pruned_metric}
     if good.kind == "structured":
         metrics["kept_components"] = good.kept_names()
         metrics["heads_kept"], metrics["mlps_kept"] = int(good.heads.sum()), int(good.mlps.sum())

@@ -73,15 +73,18 @@ def _tickets(doc: MarkdownReport, task: str, r: dict[str, Any], split: str, figd
     for method in ("magnitude", "importance"):
         for control in ("good", "random", "bad"):
             runs = [r["retrain"][f"{method}-{control}-seed{s}"] for s in seeds]
-            pruned = [r["prune"][f"{method}-seed{s}"]["metric"] for s in seeds] if control == "good" else []
+            prune = [r["prune"][f"{method}-seed{s}"] for s in seeds]
+            pruned = [p["metric"] if control == "good" else p.get("controls_metric", {}).get(control) for p in prune]
+            pruned = [x for x in pruned if x is not None]
             sub = runs[0]["subnetwork"]
             label = f"{GROUP[method]} {control}"
             dots[label] = [_acc(x, split) for x in runs]
             rows.append([label, pct(sub["sparsity"]), _mean_sd(pruned), _mean_sd(dots[label])]
                         + [_mean_sd([_acc(x, o) for x in runs]) for o in other])
     doc.table(["subnetwork", "removed", f"pruned, {split}", f"re-fine-tuned, {split}"] + [f"re-fine-tuned, {o}" for o in other],
-              rows, caption=f"{task}: good, random and bad subnetworks re-fine-tuned from the pre-trained weights with the "
-                            f"mask fixed (Table 2 of the paper; mean ± sd over seeds {', '.join(seeds)}; accuracy %).")
+              rows, caption=f"{task}: good, random and bad subnetworks, applied to the fine-tuned model ('pruned') and "
+                            f"re-fine-tuned from the pre-trained weights with the mask fixed (Table 2 of the paper; "
+                            f"mean ± sd over seeds {', '.join(seeds)}; accuracy %).")
     path = tickets_plot(dots, statistics.mean(full), figdir / f"{task}-tickets.png", split=split)
     doc.figure(path, "Each dot is one re-fine-tuned subnetwork and the red line the full fine-tuned model: "
                      "look for how far random and bad fall below good (the paper: not far for s-pruning).", base=out)
