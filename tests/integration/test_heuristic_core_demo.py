@@ -1,14 +1,19 @@
-"""`subnetlab reproduce heuristic-core --preset demo` at its smallest size, end to end on MiniLM."""
+"""`subnetlab reproduce heuristic-core --preset demo` at its smallest size, end to end on MiniLM,
+then the analysis commands on what it produced."""
 
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
+from subnetlab.cli import main
 from subnetlab.experiments import get_reproduction, settings_for
 from subnetlab.io import read_json
+from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.integration
 
@@ -32,37 +37,80 @@ def smallest_demo() -> dict:
     return s
 
 
-@pytest.fixture
-def one_thread():
-    """Inputs of ~20 tokens gain little from a second thread, and a busy CI machine makes two much slower."""
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """One smallest demo run, shared by the tests below (one thread: ~20-token inputs gain little
+    from a second one, and lose much on a busy CI machine)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    out = tmp_path_factory.mktemp("heuristic-core") / "hc"
+    try:
+        get_reproduction("heuristic-core").run(smallest_demo(), out)
+        yield out
+    finally:
+        torch.set_num_threads(threads)
 
 
-def test_demo_at_smallest_size_writes_a_complete_report(tmp_path, one_thread):
-    module = get_reproduction("heuristic-core")
-    settings = smallest_demo()
-    report = module.run(settings, tmp_path / "hc")
-    text = report.read_text(encoding="utf-8")
+def test_demo_writes_a_complete_report(demo):
+    text = (demo / "report.md").read_text(encoding="utf-8")
     for heading in ("Setup", "Subnetworks across seeds", "Shared heads: the core", "Ablating the core heads",
                     "Effective size over training", "Attention patterns of the core heads"):
         assert heading in text
-    assert "minilm" in text and "demo" in text
-    metrics = read_json(tmp_path / "hc" / "metrics.json")
-    nli = metrics["studies"]["nli"]
-    assert 0 <= nli["core_size"] <= 72 and len(nli["subcases"]) == 4
-    core = read_json(tmp_path / "hc" / "nli" / "core" / "metrics.json")
-    assert core["n_a"] == 2 and core["n_b"] == 2
-    # every figure the report links to exists
-    import re
+    assert "`minilm`" in text and "**demo**" in text
+    nli = read_json(demo / "metrics.json")["studies"]["nli"]
+    core = read_json(demo / "nli" / "core" / "metrics.json")
+    assert core["n_a"] == 2 and core["n_b"] == 2 and nli["core"] == core["core"]
+    assert len(nli["subcases"]) == 4 and isinstance(nli["alike_id_spread_ood"], bool)
+    assert (demo / "nli" / "data" / "real.tsv").is_file() == (SHARED_DATA / "hans").is_dir()
+    for rel in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):  # every linked figure exists
+        assert (demo / rel).is_file(), rel
 
-    for rel in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
-        assert (tmp_path / "hc" / rel).is_file(), rel
-    # a rerun resumes: nothing is recomputed and the report is the same apart from the wall time
-    stamp = (tmp_path / "hc" / "nli" / "ablation" / "metrics.json").stat().st_mtime_ns
-    again = module.run(settings, tmp_path / "hc").read_text(encoding="utf-8")
-    assert (tmp_path / "hc" / "nli" / "ablation" / "metrics.json").stat().st_mtime_ns == stamp
+
+def test_rerun_resumes_without_recomputing(demo):
+    text = (demo / "report.md").read_text(encoding="utf-8")
+    stamps = {p: p.stat().st_mtime_ns for p in demo.rglob("metrics.json") if p.parent != demo}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        again = get_reproduction("heuristic-core").run(smallest_demo(), demo).read_text(encoding="utf-8")
+    finally:
+        torch.set_num_threads(threads)
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
     strip = lambda t: re.sub(r"wall time: .* on this machine", "", t)  # noqa: E731
     assert strip(again) == strip(text)
+
+
+def cli(*args: str) -> int:
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in args])
+    return int(e.value.code)
+
+
+def test_analysis_commands_on_the_demo_outputs(demo, tmp_path, capsys):
+    model = demo / "nli" / "finetune" / "model"
+    core = demo / "nli" / "core"
+    task_opts = ["--task-option", "n_train=96", "--task-option", "n_eval=40", "--task-option", "hans_per_subcase=2"]
+    heads = read_json(core / "metrics.json")["core"] or ["L0.H0"]
+    spec = f"core:{core}" if read_json(core / "metrics.json")["core"] else ",".join(heads)
+    assert cli("ablate", "--model", model, "--task", "nli-synthetic", *task_opts, "--heads", spec, "--non-listed", "1",
+               "--subcases", "ln_subject/object_swap,cn_embedded_under_if", "--means-examples", "32",
+               "--max-length", "48", "--out", tmp_path / "ablate") == 0
+    table = read_json(tmp_path / "ablate" / "metrics.json")
+    assert table["columns"] == ["id", "ln_subject/object_swap", "cn_embedded_under_if"]
+    assert [r["label"] for r in table["rows"][2:2 + len(heads)]] == heads
+    pairs = demo / "nli" / "data" / "attention.jsonl"
+    assert cli("attention", "--model", model, "--data", pairs, "--format", "paws-qqp", "--heads", spec,
+               "--examples", "3", "--maps", "1", "--out", tmp_path / "att") == 0
+    att = read_json(tmp_path / "att" / "metrics.json")
+    assert att["examples"] == 3 and len(att["heads"]) == 72 and [r["head"] for r in att["selected"]] == heads
+    assert cli("effective-size", "--checkpoints", demo / "nli" / "finetune", "--task", "nli-synthetic", *task_opts,
+               "--seeds", "1", "--levels", "0.5", "--every", "2", "--preset", "demo", "--on", "id,ood",
+               "--set", "ramp_steps=2", "--set", "hold_steps=2", "--set", "first_ramp_steps=2",
+               "--set", "train_limit=32", "--set", "means_examples=32", "--set", "max_length=48",
+               "--subcases", "ln_subject/object_swap", "--core", core, "--out", tmp_path / "es") == 0
+    es = read_json(tmp_path / "es" / "metrics.json")
+    assert [c["step"] for c in es["checkpoints"]] == [3, 6] and es["on"] == ["id", "ood"]
+    assert (tmp_path / "es" / "effective_size.png").is_file()
+    capsys.readouterr()
+    assert cli("ablate", "--model", model, "--task", "nli-synthetic", "--heads", "L99.H0", "--out", tmp_path / "x") == 2
+    assert "L99.H0" in capsys.readouterr().err

@@ -90,3 +90,29 @@ def test_report_verdict_numbers_from_hand_made_results():
     assert e["core_id_drop"] == pytest.approx(0.01) and e["core_ood_drop"] == pytest.approx(0.15)
     assert e["other_ood_drop"] == pytest.approx(0.01) and e["joint_ood_drop"] == pytest.approx(0.5)
     assert e["core_max_ood_drop"] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("preset", ["demo", "paper"])
+def test_presets_resolve_to_valid_configurations(preset):
+    """Every setting of a preset reaches a validated config (no data is loaded, so the paper preset needs no hub)."""
+    from subnetlab.experiments import get_reproduction, settings_for
+    from subnetlab.methods.finetune_config import resolve_config
+    from subnetlab.methods.pruning_config import preset_config
+    from subnetlab.methods.pruning_schedule import parse_levels
+
+    module = get_reproduction("heuristic-core")
+    s = settings_for(module, preset)
+    assert s["preset"] == preset and len(s["seeds"]) >= 2
+    for study in s["studies"]:
+        resolve_config(s["finetune_preset"], model=s["model"], task=study["task"], **s["finetune"])
+        assert len(study["sparsities"]) == 2 and study["sparsities"][0] < study["sparsities"][1]
+        for target in study["sparsities"]:
+            preset_config(s["prune_preset"], target, seed=0, **s["prune"])
+        rule = study["ood"]["subcases"]
+        assert rule is None or rule in ("auto", "paper") or all(x in data.non_entailment_subcases() for x in rule)
+    es = s["effective_size"]
+    levels = parse_levels(es["levels"])
+    preset_config(s["prune_preset"], max(levels), seed=0, schedule="staircase", levels=levels, **{**s["prune"], **es["prune"]})
+    if preset == "paper":
+        assert s["model"] == "bert-base-cased" and s["seeds"] == list(range(12))
+        assert [st["sparsities"] for st in s["studies"]] == [[0.5, 0.7], [0.3, 0.6]]
