@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from subnetlab.cli import main
+
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +29,9 @@ def _cli(args: list[str]) -> int:
 def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("si") / "demo"
     sets = [x for k, v in TINY.items() for x in ("--set", f"{k}={v}")]
+    threads = torch.get_num_threads()
     assert _cli(["reproduce", "subtask-induction", "--preset", "demo", "--out", str(out), *sets]) == 0
+    assert torch.get_num_threads() == threads  # the in-process jobs restore the caller's threads
     return out, sets
 
 

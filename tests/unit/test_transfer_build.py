@@ -19,6 +19,15 @@ from subnetlab.transfer import (
 from tests.conftest import tiny_model
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models: one thread is several times faster than two on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def trained():
     return tiny_model("gpt2", seed=7)

@@ -37,18 +37,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         sizes=PAPER_SIZES, seeds=[0, 1, 2, 3, 4], conditions=CONDITIONS_ALL,
         transfer_epochs=100, transfer_lr=2e-4, transfer_batch=64, eval_every=1,
         n_eval=1000, n_test=1000, reinit="all", freeze=True,
-        backend="processes", jobs=2, threads=1, stack=1, seed=0,
+        backend="processes", jobs=2, threads=1, stack=1, seed=0, device="auto",
     ),
     "demo": dict(
         layers=[2], max_number=100, modulus=7,
         base_op="a+ab", sub_op="ab", target_op="a^2+ab",
-        base_train=5000, base_lr=1e-3, base_batch=64, base_epochs=25, base_scheduler="linear",
-        cs_samples=5000, cs_epochs=20, cs_lr=1e-3, cs_batch=100, lambdas=[1e-7, 1e-8],
+        base_train=5000, base_lr=1e-3, base_batch=64, base_epochs=30, base_scheduler="linear",
+        cs_samples=5000, cs_epochs=30, cs_lr=1e-3, cs_batch=100, lambdas=[1e-7, 1e-8],
         cs_include=["attention", "mlp"], cs_keep="best",
-        sizes=[0, 30, 100, 300, 1000], seeds=[0, 1], conditions=CONDITIONS_ALL,
-        transfer_epochs=60, transfer_lr=1e-3, transfer_batch=64, eval_every=2,
-        n_eval=1000, n_test=1000, reinit="all", freeze=True,
-        backend="processes", jobs=2, threads=1, stack=1, seed=0,
+        sizes=[0, 100, 1000], seeds=[0, 1], conditions=CONDITIONS_ALL,
+        transfer_epochs=80, transfer_lr=1e-3, transfer_batch=64, eval_every=4,
+        n_eval=500, n_test=500, reinit="all", freeze=True,
+        backend="processes", jobs=2, threads=1, stack=1, seed=0, device="cpu",
     ),
 }
 
@@ -65,14 +65,14 @@ def _base(settings: dict, layers: int, out: Path) -> Path:
                       "modulus": settings["modulus"], "n_eval": settings["n_eval"], "n_test": settings["n_test"],
                       "seed": settings["seed"]},
         lr=settings["base_lr"], batch_size=settings["base_batch"], epochs=float(settings["base_epochs"]),
-        scheduler=settings["base_scheduler"], seed=settings["seed"], eval_at_start=False,
+        scheduler=settings["base_scheduler"], seed=settings["seed"], eval_at_start=False, device=settings["device"],
         eval_every=10**9, save_every=10**9,
     )
-    import torch
+    from subnetlab.transfer.jobs import torch_threads
 
-    torch.set_num_threads(max(1, int(settings["threads"])))
     stage(f"base model: {layers}-layer GPT-2 on {settings['base_op']} mod {settings['modulus']}")
-    metrics = finetune(cfg, run)
+    with torch_threads(settings["threads"]):
+        metrics = finetune(cfg, run)
     accuracy = metrics["final"]["test"]["accuracy"] if "test" in metrics.get("final", {}) else None
     write_json(out / f"L{layers}" / "base_summary.json", {"test_accuracy": accuracy, "wall_seconds": metrics.get("wall_seconds")})
     return run / "model"
@@ -91,7 +91,7 @@ def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
                              "n_eval": settings["n_eval"], "n_test": settings["n_test"]},
             "cs": {"l0_lambda": float(lam), "epochs": settings["cs_epochs"], "lr": settings["cs_lr"],
                    "batch_size": settings["cs_batch"], "include": list(settings["cs_include"]), "keep": settings["cs_keep"]},
-            "threads": settings["threads"],
+            "threads": settings["threads"], "device": settings["device"],
         }
         jobs.append(Job("subnetlab.transfer.jobs:discover_job", config, root / f"lambda_{lam:g}"))
     report = _run(jobs, settings, root)
@@ -112,7 +112,7 @@ def _transfer_jobs(settings: dict, layers: int, model_dir: Path, subnetwork: str
                     "train": {"epochs": settings["transfer_epochs"], "lr": settings["transfer_lr"],
                               "batch_size": settings["transfer_batch"], "eval_every": settings["eval_every"]},
                     "reinit": settings["reinit"], "freeze": settings["freeze"], "stack": settings["stack"],
-                    "threads": settings["threads"], "layers": layers,
+                    "threads": settings["threads"], "layers": layers, "device": settings["device"],
                 }
                 jobs.append(Job("subnetlab.transfer.jobs:transfer_job", config,
                                 out / f"L{layers}" / "transfer" / condition / f"n{size}_s{seed}"))

@@ -53,10 +53,11 @@ class ContinuousMask(nn.Module):
     mask ``1[s > 0]``. Shape equals the masked weight's shape.
     """
 
-    def __init__(self, shape: Sequence[int], init: float = -0.1, beta: float = 1.0) -> None:
+    def __init__(self, shape: Sequence[int], init: float = -0.1, beta: float = 1.0,
+                 device: torch.device | str | None = None) -> None:
         super().__init__()
-        self.s = nn.Parameter(torch.full(tuple(shape), float(init)))
-        self.register_buffer("beta", torch.tensor(float(beta)))
+        self.s = nn.Parameter(torch.full(tuple(shape), float(init), device=device))
+        self.register_buffer("beta", torch.tensor(float(beta), device=device))
 
     def soft(self) -> Tensor:
         return torch.sigmoid(self.beta * self.s)
@@ -139,7 +140,8 @@ class ContinuousSparsification:
     def create_masks(self, adapter: Adapter, names: Sequence[str] | None = None) -> dict[str, ContinuousMask]:
         """One ``ContinuousMask`` per target, every ``s`` set to ``init`` (created now, never lazily)."""
         names = list(names) if names is not None else self.targets(adapter)
-        return {n: ContinuousMask(adapter.parameter(n).shape, self.init, self.beta_start) for n in names}
+        return {n: ContinuousMask(adapter.parameter(n).shape, self.init, self.beta_start, adapter.parameter(n).device)
+                for n in names}
 
     def beta(self, epoch: int) -> float:
         return beta_at(epoch, self.epochs, self.beta_final, self.beta_start)
@@ -198,7 +200,7 @@ class ContinuousSparsification:
                         m.eval()
                     with torch.no_grad():
                         acc = float(evaluate(model))
-                    hard = {n: m.hard().to(torch.uint8) for n, m in masks.items()}
+                    hard = {n: m.hard().to(torch.uint8).cpu() for n, m in masks.items()}
                     kept = sum(int(h.sum()) for h in hard.values()) / sum(h.numel() for h in hard.values())
                     record = EpochRecord(epoch, beta, total / steps, pen_total / steps, acc, kept)
                     history.append(record)

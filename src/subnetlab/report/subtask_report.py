@@ -44,10 +44,21 @@ def summarise(runs: Sequence[dict]) -> dict[str, Any]:
     return out
 
 
+def _first(summary: dict, condition: str, percent: int) -> str:
+    if condition not in summary:
+        return "-"
+    size = summary[condition][f"first_size_{percent}"]
+    return "never (in the sizes run)" if size is None else str(size)
+
+
 def _ratio(summary: dict, condition: str, key: str) -> str:
     sub, other = summary.get("subnetwork", {}).get(key), summary.get(condition, {}).get(key)
-    if sub is None or other is None:
-        return "-" if sub is None else "never reached"
+    if condition not in summary or "subnetwork" not in summary:
+        return "-"
+    if sub is None:
+        return "the subnetwork never reaches it"
+    if other is None:
+        return f"{condition} never reaches it (subnetwork: N={sub})"
     if sub == 0:
         return f"{other} vs 0 samples"
     return f"{other / sub:.1f}x"
@@ -73,7 +84,7 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
         f"base training: AdamW lr {settings['base_lr']:g}, batch {settings['base_batch']}, {settings['base_epochs']} epochs "
         f"({settings['base_scheduler']} schedule; epochs, batch and schedule are not stated in the paper)",
         f"discovery: continuous sparsification, masks over {' and '.join(settings['cs_include'])} weight matrices, "
-        f"s init -0.1, beta 1 -> 100, lambda in {settings['lambdas']}, AdamW lr {settings['cs_lr']:g}, "
+        f"s init -0.1, beta 1 -> 100, lambda in {{{', '.join(f'{float(x):g}' for x in settings['lambdas'])}}}, AdamW lr {settings['cs_lr']:g}, "
         f"batch {settings['cs_batch']}, {settings['cs_epochs']} epochs, mask kept: {settings['cs_keep']} epoch on evaluation",
         f"transfer: conditions {', '.join(settings['conditions'])}; N in {settings['sizes']}; seeds {settings['seeds']}; "
         f"AdamW lr {settings['transfer_lr']:g}, batch {settings['transfer_batch']} (batch not stated in the paper), "
@@ -108,22 +119,24 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
         ["about 3-8% of parameters transferred (Table 3)",
          ", ".join(f"{l} layers: {discovered[l]['kept_percent']:.2f}%" for l in settings["layers"])],
         ["Subtask Induction reaches near-perfect accuracy with about 1,000 disambiguation samples",
-         f"first N with mean >= 99%: {summary.get('subnetwork', {}).get('first_size_99', '-')}; >= 95%: "
-         f"{summary.get('subnetwork', {}).get('first_size_95', '-')}"],
+         f"first N with mean >= 99%: {_first(summary, 'subnetwork', 99)}; >= 95%: {_first(summary, 'subnetwork', 95)}"],
         [f"scratch averages {PAPER_SCRATCH_MEAN * 100:.1f}% over sizes and never reaches perfect accuracy",
          f"scratch mean {pct(summary.get('scratch', {}).get('mean_over_sizes'))}%, best mean "
          f"{pct(summary.get('scratch', {}).get('max_mean'))}%"],
         ["random-matched subnetworks need about 6x more data",
-         f"N to reach 95%: {_ratio(summary, 'random-matched', 'first_size_95')}; to reach 99%: "
-         f"{_ratio(summary, 'random-matched', 'first_size_99')} of the subnetwork's"],
+         f"data needed by random-matched relative to the subnetwork, to reach 95%: "
+         f"{_ratio(summary, 'random-matched', 'first_size_95')}; to reach 99%: {_ratio(summary, 'random-matched', 'first_size_99')}"],
         ["transferring the subnetwork is at least as good as transferring the whole model",
          f"mean over sizes: subnetwork {pct(summary.get('subnetwork', {}).get('mean_over_sizes'))}%, "
          f"full {pct(summary.get('full', {}).get('mean_over_sizes'))}%"],
     ], caption="Claims quoted from section 4.3 and Table 3; the right column is measured here.")
     seconds = sum(r.get("seconds", 0.0) for r in runs)
+    cpu = sum(r.get("cpu_seconds", 0.0) for r in runs)
     sequences = sum(r.get("sequences", 0) for r in runs)
-    doc.para(f"Transfer training: {sequences} training sequences in {seconds:.0f} s of run time "
-             f"({sequences / max(seconds, 1e-9):.0f} sequences/s per worker).")
+    doc.para(f"Transfer training: {sequences} training sequences (plus an evaluation every {settings['eval_every']} "
+             f"epoch(s)) in {seconds:.0f} s of wall time summed over runs and {cpu:.0f} s of CPU time "
+             f"({sequences / max(cpu, 1e-9):.0f} training sequences per CPU-second, evaluation included), "
+             f"{settings['jobs'] if settings['backend'] != 'local' else 1} run(s) at a time with {settings['threads']} thread(s) each.")
     metrics = {"preset": preset, "discovery": {str(k): {kk: v for kk, v in d.items() if kk != "history"} for k, d in discovered.items()},
                "base": {str(k): v for k, v in bases.items()}, "summary": summary,
                "runs": [{k: v for k, v in r.items() if k != "curve"} for r in runs]}

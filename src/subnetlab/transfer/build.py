@@ -137,7 +137,7 @@ def build_transfer_model(
     if reinit == "masked":
         others = [n for n, _ in model.named_parameters() if n not in set(masked)]
         _copy_in(model, trained, others)
-    masks = {n: subnetwork.weights[n].to(model.get_parameter(n).dtype) for n in masked}
+    masks = {n: subnetwork.weights[n].to(model.get_parameter(n).device, model.get_parameter(n).dtype) for n in masked}
     kept = {n: trained.get_parameter(n).detach() for n in masked}
     transferred = sum(int(m.sum()) for m in masks.values())
     if not freeze:

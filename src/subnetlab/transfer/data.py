@@ -34,10 +34,14 @@ class LMSplit:
         """``[N]`` index of each target among the answer tokens (what accuracy compares)."""
         return (self.targets.unsqueeze(1) == self.answers.unsqueeze(0)).float().argmax(1)
 
+    def to(self, device: torch.device | str) -> "LMSplit":
+        return LMSplit(self.input_ids.to(device), self.targets.to(device), self.answers.to(device))
+
     def batches(self, batch_size: int, generator: torch.Generator | None = None) -> list[Tensor]:
         """Row indices of each batch; shuffled with ``generator`` when given."""
         n = len(self)
         order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
+        order = order.to(self.input_ids.device)  # the generator stays on the CPU: same order on any device
         return [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
 

@@ -10,6 +10,8 @@ job with the same size train stacked when ``stack > 1``.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,18 @@ def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[Lo
     return loaded, task
 
 
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch threads (None: unchanged) and restore the caller's count after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _quiet_hub() -> None:
     """Worker processes print one line per stage, not the weight-loading bars of every job."""
     from transformers.utils import logging as hf_logging
@@ -56,8 +70,21 @@ def _quiet_hub() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _splits(task: Task, tokenizer: Any = None) -> dict[str, LMSplit]:
-    return {s: lm_split(task, s, tokenizer) for s in task.split_names}
+def _splits(task: Task, tokenizer: Any = None, device: torch.device | None = None) -> dict[str, LMSplit]:
+    splits = {s: lm_split(task, s, tokenizer) for s in task.split_names}
+    return {k: v.to(device) for k, v in splits.items()} if device is not None else splits
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """``cpu``, ``cuda[:i]`` or ``auto`` (a GPU when there is one)."""
+    name = name or "cpu"
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SubnetlabError(f"device {name!r}: no CUDA device here")
+    if name != "cpu" and not name.startswith("cuda"):
+        raise SubnetlabError(f"device {name!r}: expected cpu, cuda or auto")
+    return torch.device(name)
 
 
 def discover_job(config: dict, out_dir: Path) -> dict:
@@ -69,14 +96,17 @@ def discover_job(config: dict, out_dir: Path) -> dict:
     mask, the full model's test accuracy on the subtask, and Table 3's kept
     percentages. A lambda sweep is one job per value, then ``select_best``.
     """
-    out_dir = Path(out_dir)
     _quiet_hub()
-    if config.get("threads"):
-        torch.set_num_threads(int(config["threads"]))
+    with torch_threads(config.get("threads")):
+        return _discover(config, Path(out_dir))
+
+
+def _discover(config: dict, out_dir: Path) -> dict:
     seed = int(config.get("seed", 0))
     loaded, task = load_lm(config["model"], config["task"], {"seed": seed, **config.get("task_options", {})})
-    model, adapter = loaded.model, loaded.adapter
-    splits = _splits(task, loaded.tokenizer if task.tokenizer is None else None)
+    device = resolve_device(config.get("device"))
+    model, adapter = loaded.model.to(device), loaded.adapter
+    splits = _splits(task, loaded.tokenizer if task.tokenizer is None else None, device)
     train, ev, test = splits["train"], splits["eval"], splits["test"]
     fields = dict(config.get("cs", {}))
     if "include" in fields:
@@ -84,7 +114,7 @@ def discover_job(config: dict, out_dir: Path) -> dict:
     strategy = ContinuousSparsification(**fields)
     g = torch.Generator().manual_seed(seed)
     stage(f"discovery on {task.name}: lambda={strategy.l0_lambda:g}, {strategy.epochs} epochs of {len(train)} rows")
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     full_acc = accuracy(model, test)
     found = strategy.fit(
         model, adapter,
@@ -95,7 +125,7 @@ def discover_job(config: dict, out_dir: Path) -> dict:
     sub = Subnetwork.from_weight_masks(
         adapter, found.masks, method="continuous-sparsification", seed=seed, ablation="zero",
         extra={"l0_lambda": repr(strategy.l0_lambda), "task": task.name, "epoch": str(found.epoch)})
-    with mask_weights(model, {n: m.float() for n, m in sub.weights.items()}):
+    with mask_weights(model, {n: m.to(device, torch.float32) for n, m in sub.weights.items()}):
         test_acc = accuracy(model, test)
     sub.save(out_dir / "subnetwork.safetensors")
     kept = kept_percentages(sub.weights, adapter)
@@ -105,6 +135,7 @@ def discover_job(config: dict, out_dir: Path) -> dict:
         "full_model_test_accuracy": full_acc, "kept_percent": kept["overall"], "kept_percent_per_layer": kept["per_layer"],
         "kept": kept["kept"], "masked_total": kept["total"],
         "history": [vars(h) for h in found.history], "seconds": time.perf_counter() - started,
+        "cpu_seconds": time.process_time() - cpu_started,
     }
 
 
@@ -132,9 +163,15 @@ def transfer_job(config: dict, out_dir: Path) -> dict:
     fields), ``reinit``, ``freeze``, ``stack``, ``threads``.
     """
     _quiet_hub()
-    torch.set_num_threads(int(config.get("threads") or torch.get_num_threads()))
+    with torch_threads(config.get("threads")):
+        return _transfer(config)
+
+
+def _transfer(config: dict) -> dict:
     settings = TrainSettings(**config.get("train", {}))
+    device = resolve_device(config.get("device"))
     trained = load_model(config["model"], head="causal-lm")
+    trained.model.to(device)
     sub = Subnetwork.load(config["subnetwork"], trained.adapter) if config.get("subnetwork") else None
     task_options = dict(config.get("task_options", {}))
     if config["task"].startswith("arith:"):
@@ -148,14 +185,14 @@ def transfer_job(config: dict, out_dir: Path) -> dict:
         tm = build_transfer_model(trained.model, condition, seed=seed, subnetwork=_subnetwork_for(condition, sub, seed),
                                   reinit=config.get("reinit", "all"), freeze=bool(config.get("freeze", True)),
                                   adapter=trained.adapter)
-        prepared.append({"run": run, "tm": tm, "splits": _splits(task), "seed": seed})
+        prepared.append({"run": run, "tm": tm, "splits": _splits(task, device=device), "seed": seed})
     results = _train_all(prepared, settings, int(config.get("stack", 1)))
     runs = []
     for item, res in zip(prepared, results):
         runs.append({**item["run"], "test_accuracy": res.test_accuracy, "eval_accuracy": res.eval_accuracy,
                      "best_epoch": res.best_epoch, "final_eval_accuracy": res.final_eval_accuracy,
                      "transferred": item["tm"].transferred, "train_rows": len(item["splits"]["train"]),
-                     "seconds": res.seconds, "sequences": res.sequences,
+                     "seconds": res.seconds, "cpu_seconds": res.cpu_seconds, "sequences": res.sequences,
                      "curve": [[c["epoch"], round(c["loss"], 5), c["eval_accuracy"]] for c in res.curve]})
     return {"runs": runs}
 
@@ -185,4 +222,4 @@ def _train_all(prepared: list[dict], settings: TrainSettings, stack: int) -> lis
     return results
 
 
-__all__ = ["discover_job", "load_lm", "select_best", "transfer_job"]
+__all__ = ["discover_job", "load_lm", "resolve_device", "select_best", "torch_threads", "transfer_job"]

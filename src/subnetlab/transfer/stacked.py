@@ -109,11 +109,11 @@ def train_stacked(
     best_T = {n: v.clone() for n, v in T.items()}
     curves: list[list[dict[str, float]]] = [[] for _ in range(k)]
     last_acc = [float("nan")] * k
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
 
     def accuracies(splits: Sequence[LMSplit]) -> list[float]:
         base.eval()
-        hits = torch.zeros(k)
+        hits = torch.zeros(k, dtype=torch.float64)
         n = len(splits[0])
         if any(len(s) != n for s in splits):
             return [_acc_one(base, weights, T, Fx, M, Kp, i, s, settings) for i, s in enumerate(splits)]
@@ -157,10 +157,10 @@ def train_stacked(
                         best_T[n][i] = T[n][i].detach()
             for i in range(k):
                 curves[i].append({"epoch": epoch, "loss": float(totals[i]) / len(orders[0]), "eval_accuracy": accs[i]})
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     _write_back(models, best_T)
     return [TrainResult(best[i][1], best[i][0], best[i][2], last_acc[i], curves[i], seconds / k,
-                        settings.epochs * len(trains[i])) for i in range(k)]
+                        settings.epochs * len(trains[i]), cpu / k) for i in range(k)]
 
 
 def _acc_one(base: nn.Module, weights, T, Fx, M, Kp, i: int, split: LMSplit, settings: TrainSettings) -> float:

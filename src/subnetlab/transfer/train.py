@@ -49,8 +49,9 @@ class TrainResult:
     test_accuracy: float
     final_eval_accuracy: float
     curve: list[dict[str, float]] = field(default_factory=list)  # per evaluated epoch: loss, eval acc
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock
     sequences: int = 0  # training sequences processed (epochs x rows)
+    cpu_seconds: float = 0.0  # this process's CPU time: what an idle machine would take per core
 
     def metrics(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,7 +115,7 @@ def train_model(
     g = torch.Generator().manual_seed(int(seed))
     best_acc, best_epoch, best_test, best_state = -1.0, -1, float("nan"), None
     curve: list[dict[str, float]] = []
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     acc = float("nan")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
@@ -141,7 +142,7 @@ def train_model(
         model.load_state_dict(best_state)
     model.eval()
     return TrainResult(best_epoch, best_acc, best_test, acc, curve, time.perf_counter() - started,
-                       settings.epochs * len(train))
+                       settings.epochs * len(train), time.process_time() - cpu_started)
 
 
 __all__ = ["TrainResult", "TrainSettings", "accuracy", "correct", "last_logits", "loss_on", "train_model"]

@@ -38,6 +38,7 @@ def discover(
     init: float = typer.Option(-0.1, "--init", help="Initial mask logit s."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data and its order."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. max_number=100."),
     executor: ExecutorOptions = None,
 ) -> None:
@@ -48,12 +49,13 @@ def discover(
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.io import read_json, write_json
     from subnetlab.methods.continuous_sparsification import ContinuousSparsification
-    from subnetlab.transfer.jobs import load_lm, select_best
+    from subnetlab.transfer.jobs import load_lm, resolve_device, select_best
 
     options = parse_task_options(task_option, None, "train")
     if samples is not None and task.startswith("arith:"):
         options.setdefault("n_train", samples)
     values = parse_floats(lambdas, "--lambdas")
+    resolve_device(device)
     parts = tuple(p.strip() for p in include.split(",") if p.strip())
     cs = dict(epochs=epochs, lr=lr, batch_size=batch_size, include=list(parts), keep=keep, beta_final=beta_final, init=init)
     ContinuousSparsification(**{**cs, "include": parts})  # validate before any job starts
@@ -68,7 +70,7 @@ def discover(
     out.mkdir(parents=True, exist_ok=True)
     write_json(previous, config)
     jobs = [Job("subnetlab.transfer.jobs:discover_job",
-                {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads,
+                {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads, "device": device,
                  "cs": {**cs, "l0_lambda": lam}}, out / f"lambda_{lam:g}") for lam in values]
     report = executor.run(jobs, sweep_dir=out)
     failed = [j for j in report.jobs if j.status == "failed"]

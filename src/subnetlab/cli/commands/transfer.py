@@ -46,6 +46,7 @@ def transfer(
     reinit: str = typer.Option("all", "--reinit", help="all: everything outside the subnetwork (the paper's text); masked: only the masked matrices (its code)."),
     stack: int = typer.Option(1, "--stack", help="Train up to K runs of one job together (torch.func); pays off on GPUs and tiny batches."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_eval=1000."),
     executor: ExecutorOptions = None,
 ) -> None:
@@ -58,12 +59,13 @@ def transfer(
     from subnetlab.report.subtask_report import summarise
     from subnetlab.subnetwork import Subnetwork
     from subnetlab.transfer import MASKED_CONDITIONS, REINIT, TrainSettings
-    from subnetlab.transfer.jobs import load_lm
+    from subnetlab.transfer.jobs import load_lm, resolve_device
 
     conditions = parse_conditions(condition)
     sizes, seed_list = parse_sizes(disambiguation), parse_int_list(seeds)
     if reinit not in REINIT:
         raise SubnetlabError(f"--reinit {reinit!r}: choose 'all' or 'masked'")
+    resolve_device(device)
     if stack < 1 or threads < 1:
         raise SubnetlabError("--stack and --threads must be at least 1")
     train = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, eval_every=eval_every).config()
@@ -84,7 +86,7 @@ def transfer(
             for pack in packs:
                 config = {"model": str(model), "subnetwork": str(subnetwork) if subnetwork else None, "task": task,
                           "task_options": options, "runs": pack, "train": train, "reinit": reinit, "freeze": freeze,
-                          "stack": stack, "threads": threads}
+                          "stack": stack, "threads": threads, "device": device}
                 name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
                 jobs.append(Job("subnetlab.transfer.jobs:transfer_job", config, out / c / name))
     report = executor.run(jobs, sweep_dir=out)
