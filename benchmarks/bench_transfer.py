@@ -6,7 +6,7 @@ the demo's depth, a subnetwork-condition model (masked matrices frozen through
 2-core machine best). Single and stacked steps alternate in rounds so machine
 noise hits both alike. Prints sequences/second and their ratio.
 
-    .venv/bin/python benchmarks/bench_transfer.py [--layers 2] [--batch 64] [--stack 4,8] [--rounds 3]
+    .venv/bin/python benchmarks/bench_transfer.py [--layers 2] [--batch 64] [--stack 4,8] [--threads 1,2] [--rounds 3]
 
 ``--demo-grid DIR`` instead times ``subnetlab reproduce subtask-induction
 --preset demo --out DIR`` end to end (wall time of every stage, from its metrics).
@@ -15,6 +15,7 @@ noise hits both alike. Prints sequences/second and their ratio.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -46,9 +47,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--rows", type=int, default=1024, help="training rows per model (one epoch per round)")
-    parser.add_argument("--stack", default="4,8")
+    parser.add_argument("--stack", default="4,8", help="stack sizes to compare ('' for none)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", default="1", help="thread counts to compare for the single model, e.g. 1,2")
     parser.add_argument("--demo-grid", type=Path, default=None)
     args = parser.parse_args()
     if args.demo_grid is not None:
@@ -57,7 +58,8 @@ def main() -> None:
                         "--out", str(args.demo_grid)], check=True)
         print(f"demo preset wall time: {time.perf_counter() - started:.0f} s (a rerun skips finished work)")
         return
-    torch.set_num_threads(args.threads)
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    torch.set_num_threads(thread_counts[0])
     loaded = build_model(arithmetic_gpt2_config(args.layers, vocab_size=1003, pad_id=1001), head="causal-lm", seed=0)
     trained, adapter = loaded.model, loaded.adapter
     g = torch.Generator().manual_seed(0)
@@ -66,20 +68,26 @@ def main() -> None:
     vocab = trained.config.vocab_size
     train, ev = _split(args.rows, vocab, 1), _split(256, vocab, 2)
     settings = TrainSettings(epochs=1, batch_size=args.batch, eval_batch_size=256)
-    stacks = [int(s) for s in args.stack.split(",")]
-    rates: dict[str, list[float]] = {"single": [], **{f"stacked x{k}": [] for k in stacks}}
+    stacks = [int(s) for s in args.stack.split(",") if s.strip()]
+    rates: dict[str, list[float]] = {"single": [], **{f"single, {t} threads": [] for t in thread_counts[1:]},
+                                     **{f"stacked x{k}": [] for k in stacks}}
     for _ in range(args.rounds):
-        (m,) = _models(trained, sub, 1)
-        t = time.perf_counter()
-        train_model(m.model, train, ev, None, settings, seed=0, keep_best=False)
-        rates["single"].append(args.rows / (time.perf_counter() - t))
+        for t_count in thread_counts:
+            torch.set_num_threads(t_count)
+            (m,) = _models(trained, sub, 1)
+            t = time.perf_counter()
+            train_model(m.model, train, ev, None, settings, seed=0, keep_best=False)
+            key = "single" if t_count == thread_counts[0] else f"single, {t_count} threads"
+            rates[key].append(args.rows / (time.perf_counter() - t))
+        torch.set_num_threads(thread_counts[0])
         for k in stacks:
             ms = _models(trained, sub, k)
             t = time.perf_counter()
             train_stacked(ms, [train] * k, [ev] * k, [None] * k, settings, list(range(k)))
             rates[f"stacked x{k}"].append(k * args.rows / (time.perf_counter() - t))
+    print(f"machine load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     single = statistics.median(rates["single"])
-    print(f"GPT-2 {args.layers} layers, width 128, batch {args.batch}, {args.threads} thread(s); "
+    print(f"GPT-2 {args.layers} layers, width 128, batch {args.batch}, {thread_counts[0]} thread(s) unless stated; "
           f"training sequences/second incl. one evaluation of 256 rows per epoch (median of {args.rounds}):")
     for name, values in rates.items():
         med = statistics.median(values)
