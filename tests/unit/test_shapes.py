@@ -60,10 +60,21 @@ def _best_texture(img: torch.Tensor, mask: np.ndarray, k: int) -> int:
 def test_images_have_declared_shape_and_texture_classes():
     data = generate(CFG, 12, seed=3, texture_correlation=0.5)
     assert data.images.shape == (12, 3, 32, 32) and data.images.min() >= 0 and data.images.max() <= 1
+    assert torch.equal(data.shapes, data.labels)
     for i in range(len(data)):
         mask = _object_mask(data.images[i]).numpy()
         assert _best_shape(mask, 6) == int(data.labels[i])
         assert _best_texture(data.images[i], mask, 6) == int(data.textures[i])
+
+
+def test_shape_correlation_makes_texture_the_reliable_cue():
+    data = generate(CFG, 60, seed=5, texture_correlation=1.0, shape_correlation=0.75)
+    assert torch.equal(data.textures, data.labels)  # texture always names the label
+    off = data.shapes != data.labels
+    assert 0.1 < float(off.double().mean()) < 0.45
+    for i in off.nonzero().squeeze(1)[:4].tolist():  # the drawn shape is the recorded one, not the label's
+        mask = _object_mask(data.images[i]).numpy()
+        assert _best_shape(mask, 6) == int(data.shapes[i]) != int(data.labels[i])
 
 
 def test_cue_conflict_and_texture_free_images():
@@ -99,6 +110,7 @@ def test_image_set_save_load_roundtrip(tmp_path):
     back = ImageSet.load(tmp_path / "cc.safetensors")
     assert back.classes == data.classes and back.name == "cc"
     assert torch.equal(back.labels, data.labels) and torch.equal(back.textures, data.textures)
+    assert torch.equal(back.shapes, data.shapes)
     assert (back.images - data.images).abs().max() <= 0.5 / 255 + 1e-6
     both = concat([data, back], "mix")
     assert len(both) == 16 and both.textures.shape == (16,)

@@ -43,7 +43,7 @@ def cue_conflict_metrics(predictions: Tensor, shape_labels: Tensor, texture_labe
     either = float((by_shape + by_texture).sum())
     return {
         "accuracy": float(by_shape.mean()),
-        "robustness": float(1.0 - by_texture.mean()),
+        "robustness": float((predictions != texture_labels).double().mean()),
         "texture_rate": float(by_texture.mean()),
         "shape_bias": float(by_shape.sum()) / either if either else float("nan"),
     }

@@ -57,7 +57,7 @@ def iter_batches(source: ImageSource, batch_size: int, shuffle: bool = False,
 
 @dataclass
 class ImageSet:
-    """Images ``[N, 3, H, W]`` (float, 0..1) with class ``labels [N]`` and texture classes ``textures [N]``."""
+    """Images ``[N, 3, H, W]`` (float, 0..1): class ``labels [N]``, ``textures [N]`` and ``shapes [N]`` classes."""
 
     images: Tensor
     labels: Tensor
@@ -65,6 +65,7 @@ class ImageSet:
     textures: Tensor | None = None  # [N] texture class per image; -1 = none / unknown
     name: str = ""
     meta: dict[str, str] = field(default_factory=dict)
+    shapes: Tensor | None = None  # [N] shape class per image (generated data); default: the labels
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4 or self.images.shape[1] != 3:
@@ -74,6 +75,8 @@ class ImageSet:
             raise SubnetlabError(f"image set {self.name!r}: {n} images but labels of shape {tuple(self.labels.shape)}")
         if self.textures is None:
             self.textures = torch.full((n,), -1, dtype=torch.long)
+        if self.shapes is None:
+            self.shapes = self.labels.clone()
         if n and int(self.labels.max()) >= len(self.classes):
             raise SubnetlabError(f"image set {self.name!r}: label {int(self.labels.max())} but {len(self.classes)} classes")
 
@@ -87,7 +90,7 @@ class ImageSet:
     def subset(self, index: Tensor | Sequence[int], name: str | None = None) -> "ImageSet":
         idx = torch.as_tensor(index, dtype=torch.long)
         return replace(self, images=self.images[idx], labels=self.labels[idx], textures=self.textures[idx],
-                       name=self.name if name is None else name, meta=dict(self.meta))
+                       shapes=self.shapes[idx], name=self.name if name is None else name, meta=dict(self.meta))
 
     def with_images(self, images: Tensor, name: str) -> "ImageSet":
         """The same labels with other pixels (mean-pooled, texture-free)."""
@@ -107,7 +110,7 @@ class ImageSet:
     def save(self, path: str | Path) -> None:
         """One safetensors file; pixels stored as uint8 (lossless for generated data at 1/255 steps)."""
         tensors = {"images": (self.images.clamp(0, 1) * 255).round().to(torch.uint8),
-                   "labels": self.labels.long(), "textures": self.textures.long()}
+                   "labels": self.labels.long(), "textures": self.textures.long(), "shapes": self.shapes.long()}
         save_tensors(path, tensors, {"classes": "\n".join(self.classes), "name": self.name, **self.meta})
 
     @classmethod
@@ -121,7 +124,7 @@ class ImageSet:
             meta = dict(f.metadata() or {})
         classes = meta.pop("classes", "").split("\n")
         name = meta.pop("name", Path(path).stem)
-        return cls(t["images"].float() / 255, t["labels"].long(), classes, t.get("textures"), name, meta)
+        return cls(t["images"].float() / 255, t["labels"].long(), classes, t.get("textures"), name, meta, t.get("shapes"))
 
 
 class ConcatSource:
@@ -158,7 +161,8 @@ def concat(sets: Sequence[ImageSource], name: str) -> ImageSource:
     """A data mixture: one in-memory ``ImageSet`` if every part is one, else a lazy ``ConcatSource``."""
     if sets and all(isinstance(s, ImageSet) for s in sets):
         mixed = ConcatSource(sets, name)  # validates the classes
-        return ImageSet(torch.cat([s.images for s in sets]), mixed.labels, mixed.classes, mixed.textures, name)
+        return ImageSet(torch.cat([s.images for s in sets]), mixed.labels, mixed.classes, mixed.textures, name,
+                        shapes=torch.cat([s.shapes for s in sets]))
     return ConcatSource(sets, name)
 
 

@@ -2,13 +2,17 @@
 
 Each image is one object (a filled shape: circle, square, triangle, ...) on a
 flat background. The object is painted with a two-colour, high-frequency
-texture (stripes, checkerboard, dots, ...). The *label* is always the shape.
+texture (stripes, checkerboard, dots, ...). The *label* is the shape's class.
 ``texture_correlation`` sets how often the texture is the one that belongs to
 the label's class (1.0: texture predicts the class perfectly, the shortcut a
 texture-biased model takes); otherwise it is another class's texture. Colours
 are drawn at random per image and independently of the class, so that neither
 the object's colour nor its mean colour says anything about the class: only
 shape and texture do.
+
+``shape_correlation`` < 1 does the mirror image: some images carry another
+class's shape, so that texture becomes the more reliable cue. ``shapes`` and
+``textures`` record, per image, which class's shape and texture it carries.
 
 Three kinds of image, all seeded:
 
@@ -148,41 +152,56 @@ def generate(
     cue_conflict: bool = False,
     textured: bool = True,
     name: str = "shapes",
+    shape_correlation: float = 1.0,
 ) -> ImageSet:
-    """``n`` class-balanced images (labels = shape classes) with their texture classes (-1 if flat)."""
+    """``n`` class-balanced images with their texture classes (-1 if flat) and shape classes.
+
+    The label is the shape's class, except that with ``shape_correlation`` < 1
+    a share of images carry another class's shape (the label then agrees with
+    the texture only, if ``texture_correlation`` is 1): a pre-training set in
+    which texture is the more reliable cue, as for ImageNet-trained CNNs.
+    """
     if n < 1:
         raise SubnetlabError(f"n={n}: need at least one image")
-    if not 0.0 <= texture_correlation <= 1.0:
-        raise SubnetlabError(f"texture_correlation={texture_correlation}: must be in [0, 1]")
+    for label, value in (("texture_correlation", texture_correlation), ("shape_correlation", shape_correlation)):
+        if not 0.0 <= value <= 1.0:
+            raise SubnetlabError(f"{label}={value}: must be in [0, 1]")
     rng = np.random.default_rng(seed)
     k = config.num_classes
     labels = rng.permutation(np.arange(n) % k)
-    images, textures = [], []
+    images, textures, shapes = [], [], []
     for label in labels:
+        shape = int(label) if shape_correlation >= 1.0 or rng.uniform() < shape_correlation else \
+            int((label + rng.integers(1, k)) % k)
         if not textured:
             texture = None
         elif cue_conflict or rng.uniform() >= texture_correlation:
-            texture = int((label + rng.integers(1, k)) % k)  # any other class's texture
+            texture = int((shape + rng.integers(1, k)) % k)  # another class's texture than the shape's
         else:
             texture = int(label)
-        images.append(render(config, int(label), texture, rng))
+        images.append(render(config, shape, texture, rng))
         textures.append(-1 if texture is None else texture)
+        shapes.append(shape)
     kind = "cue-conflict" if cue_conflict else ("textured" if textured else "texture-free")
     meta = {"generator": "subnetlab.shapes/1", "kind": kind, "seed": str(seed),
-            "texture_correlation": repr(texture_correlation), "textures": "\n".join(config.textures)}
+            "texture_correlation": repr(texture_correlation), "shape_correlation": repr(shape_correlation),
+            "textures": "\n".join(config.textures)}
     return ImageSet(torch.tensor(np.stack(images), dtype=torch.float32), torch.tensor(labels, dtype=torch.long),
-                    config.classes, torch.tensor(textures, dtype=torch.long), name, meta)
+                    config.classes, torch.tensor(textures, dtype=torch.long), name, meta,
+                    torch.tensor(shapes, dtype=torch.long))
 
 
 def generate_splits(config: ShapeTextureConfig, sizes: dict[str, int], seed: int,
-                    correlations: dict[str, float] | None = None) -> dict[str, ImageSet]:
+                    correlations: dict[str, float] | None = None,
+                    shape_correlations: dict[str, float] | None = None) -> dict[str, ImageSet]:
     """Named splits with independent seeds: ``cue-conflict`` and ``texture-free`` by name, others textured."""
     splits = {}
-    correlations = correlations or {}
+    correlations, shape_correlations = correlations or {}, shape_correlations or {}
     for i, (name, n) in enumerate(sizes.items()):
         sub_seed = int(np.random.default_rng([seed, i]).integers(2 ** 31))
         splits[name] = generate(config, n, sub_seed, correlations.get(name, 1.0),
-                                cue_conflict=name == "cue-conflict", textured=name != "texture-free", name=name)
+                                cue_conflict=name == "cue-conflict", textured=name != "texture-free", name=name,
+                                shape_correlation=shape_correlations.get(name, 1.0))
     return splits
 
 

@@ -1,0 +1,79 @@
+"""`subnetlab reproduce shape-bias` end to end at its smallest size: every step, the report, resuming."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from subnetlab.experiments import get_reproduction, settings_for
+from subnetlab.models.vision import vision_adapter
+from subnetlab.subnetwork import Subnetwork
+
+pytestmark = pytest.mark.integration
+
+SMALL_SIZES = {"pretrain": 96, "train": 48, "discovery": 32, "discovery-eval": 16, "test": 24, "cue-conflict": 24,
+               "texture-free": 16}
+
+
+def _smallest() -> dict:
+    module = get_reproduction("shape-bias")
+    settings = settings_for(module, "demo", {"num_classes": 2, "image_size": 16, "sizes": SMALL_SIZES})
+    for family in ("resnet", "vit"):
+        fs = copy.deepcopy(settings[family])
+        fs.update(base_steps=6, train_steps=4, mixture_steps=2, linear_steps=2, eval_every=2, batch_size=16)
+        fs["discovery"].update(epochs=2, lambdas=[1e-5, 1e-4])
+        if family == "resnet":
+            fs["model"] = {"hidden_sizes": [8, 16], "depths": [1, 1], "embedding_size": 8}
+        else:
+            fs["model"] = {"patch_size": 4, "hidden_size": 16, "layers": 1, "heads": 2}
+        settings[family] = fs
+    return settings
+
+
+def test_demo_smallest_runs_reports_and_resumes(tmp_path):
+    module = get_reproduction("shape-bias")
+    settings = _smallest()
+    report = module.run(settings, tmp_path)
+    text = report.read_text()
+    assert "## Table 1 analogue" in text and "## Table 2 analogue" in text and "training_curves.png" in text
+    assert (tmp_path / "training_curves.png").is_file() and (tmp_path / "examples.png").is_file()
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(metrics) == {"resnet", "vit"}
+    for family, m in metrics.items():
+        assert set(m["table1"]) == set(settings["conditions"])
+        for row in m["table1"].values():
+            for key in ("original", "mean-pooled", "cue-conflict/accuracy", "cue-conflict/robustness"):
+                assert 0.0 <= row[key] <= 1.0
+            # robustness >= accuracy: a shape decision is never a texture decision
+            assert row["cue-conflict/robustness"] >= row["cue-conflict/accuracy"]
+        assert 0.0 < m["table2"]["kept_fraction"] <= 1.0
+        assert f"{family.replace('resnet', 'ResNet').replace('vit', 'ViT')} + Subtask Induction" in text
+    # the subnetwork file fits the base model (fingerprint) and masks exactly the vision targets
+    from subnetlab.experiments.shape_bias_data import prepare_data
+    from subnetlab.experiments.shape_bias_models import base_model
+    from subnetlab.models.vision import vision_weight_matrices
+
+    data = prepare_data(settings, tmp_path)
+    base, _ = base_model("resnet", settings["resnet"], data, tmp_path / "resnet", 16, 0)
+    sub = Subnetwork.load(tmp_path / "resnet" / "subnetwork.safetensors", adapter=vision_adapter(base))
+    assert sorted(sub.weights) == sorted(vision_weight_matrices(base))
+    # a rerun finds every step done and reproduces the same metrics without training
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "resnet").glob("*.json")}
+    module.run(settings, tmp_path)
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "resnet").glob("*.json")} == before
+
+
+def test_cli_rejects_unknown_family_without_writing(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "subnetlab.cli", "reproduce", "shape-bias", "--preset", "demo",
+                             "--out", str(out), "--set", "models=[cnn]"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "cnn" in lines[0]
+    assert not (out / "config.json").exists()
