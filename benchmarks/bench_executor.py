@@ -174,7 +174,9 @@ def main() -> None:
 
         torch.set_num_threads(args.local_threads)
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-executor-"))
-    what = f"prune_job, demo preset, {args.prune_steps} steps" if args.job == "prune" else f"{args.fn} {args.base_config}"
+    what = f"{args.fn} {args.base_config}"
+    if args.job == "prune":
+        what = f"prune_job, demo preset, {args.prune_steps} steps"
     settings = {"local": dict(backend="local"),
                 "processes": dict(backend="processes", n_jobs=2, cpus_per_job=1),
                 "ray": dict(backend="ray", n_jobs=2, cpus_per_job=1)}

@@ -15,11 +15,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tests.unit.executor_jobs import calls, expected_metrics
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions, Job, executor_options, run_jobs
 from subnetlab.executor.processes import GpuSlots
 from subnetlab.io import read_json, write_json
+from tests.unit.executor_jobs import calls, expected_metrics
 
 FN = "tests.unit.executor_jobs:draw"
 GRID = [{"seed": s, "n": n} for s in (0, 1) for n in (3, 5)]

@@ -110,7 +110,9 @@ def test_a_sweep_run_by_the_executor_gives_one_row_per_job(tmp_path: Path) -> No
          "metrics.json:2: malformed JSON"),
     ],
 )
-def test_bad_dir_is_one_error_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture, setup, message: str) -> None:
+def test_bad_dir_is_one_error_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture, setup, message: str
+) -> None:
     target = tmp_path / "runs"
     setup(target)
     with pytest.raises(SystemExit) as exit_info:

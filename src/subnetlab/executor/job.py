@@ -79,7 +79,7 @@ class Job:
         return {"fn": self.fn, "config": self.config, "out_dir": str(self.out_dir), "name": self.name}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Job":
+    def from_dict(cls, data: Mapping[str, Any]) -> Job:
         return cls(fn=data["fn"], config=data["config"], out_dir=Path(data["out_dir"]), name=data.get("name"))
 
 

@@ -31,7 +31,7 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -44,7 +44,10 @@ PANEL = "Execution"
 
 @dataclass(frozen=True)
 class ExecutorOptions:
-    """How to run a sweep. ``backend=None`` picks ``processes`` when ``jobs > 1``, ``ray`` with an address, else ``local``."""
+    """How to run a sweep.
+
+    ``backend=None`` picks ``processes`` when ``jobs > 1``, ``ray`` with an address, else ``local``.
+    """
 
     backend: str | None = None
     jobs: int | None = None
@@ -76,19 +79,21 @@ class ExecutorOptions:
 
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {
-    "backend": (None, Annotated[Optional[str], typer.Option(
-        "--backend", help="local (one job at a time), processes, or ray. Default: processes with --jobs > 1, else local.",
+    "backend": (None, Annotated[str | None, typer.Option(
+        "--backend",
+        help="local (one job at a time), processes, or ray. Default: processes with --jobs > 1, else local.",
         rich_help_panel=PANEL)]),
-    "jobs": (None, Annotated[Optional[int], typer.Option(
+    "jobs": (None, Annotated[int | None, typer.Option(
         "--jobs", "-j", help="Jobs at once on this machine (processes; sizes a local Ray instance).",
         rich_help_panel=PANEL)]),
-    "address": (None, Annotated[Optional[str], typer.Option(
+    "address": (None, Annotated[str | None, typer.Option(
         "--address", help="Ray cluster to join: auto or HOST:PORT. Without it, ray starts a local instance.",
         rich_help_panel=PANEL)]),
     "cpus_per_job": (1, Annotated[int, typer.Option(
         "--cpus-per-job", help="CPU cores (torch threads) per job.", rich_help_panel=PANEL)]),
     "gpus_per_job": (0.0, Annotated[float, typer.Option(
-        "--gpus-per-job", help="GPUs per job; fractions share a GPU (0.5 = two jobs per GPU).", rich_help_panel=PANEL)]),
+        "--gpus-per-job", help="GPUs per job; fractions share a GPU (0.5 = two jobs per GPU).",
+        rich_help_panel=PANEL)]),
     "max_retries": (2, Annotated[int, typer.Option(
         "--max-retries", help="Retries of a job whose worker died (a job that raises is not retried).",
         rich_help_panel=PANEL)]),
@@ -117,7 +122,9 @@ def executor_options(command: Callable[..., Any]) -> Callable[..., Any]:
         return command(*args, executor=options, **kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=kept + added)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in kept + added if p.annotation is not inspect.Parameter.empty}
+    wrapper.__annotations__ = {
+        p.name: p.annotation for p in kept + added if p.annotation is not inspect.Parameter.empty
+    }
     if signature.return_annotation is not inspect.Signature.empty:
         wrapper.__annotations__["return"] = signature.return_annotation
     return wrapper

@@ -68,7 +68,8 @@ def _check_resources(ray: Any, cpus_per_job: int, gpus_per_job: float, local: bo
     if cpus_per_job > total.get("CPU", 0):
         raise SubnetlabError(f"--cpus-per-job {cpus_per_job}: the local Ray instance has {total.get('CPU', 0):g} CPUs")
     if gpus_per_job > total.get("GPU", 0):
-        raise SubnetlabError(f"--gpus-per-job {gpus_per_job:g}: the local Ray instance has {total.get('GPU', 0):g} GPUs")
+        gpus = total.get("GPU", 0)
+        raise SubnetlabError(f"--gpus-per-job {gpus_per_job:g}: the local Ray instance has {gpus:g} GPUs")
 
 
 def run_ray(
@@ -118,6 +119,7 @@ def _collect(ray: Any, ref: Any, job: Job, submitted: float) -> JobResult:
     if outcome["status"] == "failed":
         return JobResult(status="failed", error=outcome["error"], traceback=outcome["traceback"], **common)
     if not job.is_done:
-        error = f"{job.out_dir}: metrics.json not visible from the driver; run directories must be on a filesystem every Ray node shares"
+        error = (f"{job.out_dir}: metrics.json not visible from the driver; "
+                 "run directories must be on a filesystem every Ray node shares")
         return JobResult(status="failed", error=error, **common)
     return JobResult(status="done", metrics=load_metrics(job), seconds=outcome["seconds"], **common)

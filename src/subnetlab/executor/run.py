@@ -30,7 +30,9 @@ def _check_options(
     if n_jobs is not None and (not isinstance(n_jobs, int) or n_jobs < 1):
         raise SubnetlabError(f"--jobs {n_jobs}: expected a positive integer")
     if backend == "local" and n_jobs not in (None, 1):
-        raise SubnetlabError(f"--jobs {n_jobs}: the local backend runs one job at a time; use --backend processes or ray")
+        raise SubnetlabError(
+            f"--jobs {n_jobs}: the local backend runs one job at a time; use --backend processes or ray"
+        )
     if address is not None and backend != "ray":
         raise SubnetlabError(f"--address {address}: only the ray backend joins a cluster (add --backend ray)")
     if not isinstance(cpus_per_job, int) or cpus_per_job < 1:
@@ -74,7 +76,8 @@ def run_local(jobs: Sequence[Job]) -> Iterator[JobResult]:
             metrics = execute(job)
         except (Exception, SystemExit) as e:  # the job's own error: report it, run the next one
             seconds = time.perf_counter() - started
-            yield JobResult(status="failed", error=error_text(e), traceback=traceback_text(e), seconds=seconds, **common)
+            yield JobResult(status="failed", error=error_text(e), traceback=traceback_text(e), seconds=seconds,
+                            **common)
         else:
             yield JobResult(status="done", metrics=metrics, seconds=time.perf_counter() - started, **common)
 

@@ -51,7 +51,9 @@ def print_summary(frame: pd.DataFrame, written: tuple[Path, Path]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("results")
     def results(
-        directory: Path = typer.Argument(..., metavar="DIR", help="Directory holding run directories (searched recursively)."),
+        directory: Path = typer.Argument(
+            ..., metavar="DIR", help="Directory holding run directories (searched recursively)."
+        ),
         out: Path = typer.Option(None, "--out", help="File stem for STEM.csv and STEM.parquet [default: DIR/results]."),
     ) -> None:
         """Collect every run's config.json and metrics.json under DIR into one table (CSV and Parquet)."""
