@@ -47,3 +47,37 @@ def test_reproduction_settings_are_checked():
     with pytest.raises(SubnetlabError, match="retrain_seeds"):
         module.run(settings, "/nonexistent/never-written")
     assert set(module.PRESETS) == {"demo", "paper"}
+
+
+def test_stability_and_patterns_helpers(tmp_path, capsys):
+    from subnetlab.cli import main
+    from subnetlab.io import read_json
+    from subnetlab.models import build_model
+    from subnetlab.subnetwork import Subnetwork
+    from tests.conftest import tiny_config
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    m = build_model(tiny_config("bert"), head="classification", seed=0)
+    m.model.save_pretrained(tmp_path / "model")
+    word_tokenizer().save_pretrained(tmp_path / "model")
+    files = []
+    for i, kept in enumerate([["L0.H0", "L1.H2", "L1.MLP"], ["L0.H0", "L0.H3", "L1.MLP"]]):
+        files += ["--subnetwork", str(tmp_path / f"s{i}.safetensors")]
+        Subnetwork.from_names(m.adapter, kept, seed=i).save(tmp_path / f"s{i}.safetensors")
+
+    with pytest.raises(SystemExit) as done:
+        main(["lottery-stability", *files, "--out", str(tmp_path / "st")])
+    assert done.value.code == 0
+    summary = read_json(tmp_path / "st" / "stability.json")
+    assert summary["super_survivor_heads"] == ["L0.H0"] and summary["super_survivor_mlps"] == ["L1.MLP"]
+    assert summary["mean_jaccard"] == pytest.approx(1 / 3) and (tmp_path / "st" / "survival.png").is_file()
+
+    with pytest.raises(SystemExit) as done:
+        main(["lottery-patterns", "--model", str(tmp_path / "model"), "--task", "nli-synthetic", "--task-option",
+              "n_train=1", "--task-option", "n_eval=3", "--task-option", "hans_per_subcase=1", "--pairs", "3",
+              "--subnetwork", str(tmp_path / "s0.safetensors"), "--out", str(tmp_path / "pt")])
+    assert done.value.code == 0
+    patterns = read_json(tmp_path / "pt" / "patterns.json")
+    assert patterns["examples"] == 3 and len(patterns["raw"]["types"]) == 2
+    assert set(patterns["shares"]) == {"all heads, raw", "all heads, normed", "kept heads, raw", "kept heads, normed"}
+    assert (tmp_path / "pt" / "patterns.png").is_file()

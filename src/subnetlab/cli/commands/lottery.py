@@ -1,11 +1,12 @@
-"""`subnetlab lottery-prune` and `subnetlab lottery-retrain` (Prasanna et al., 2020).
+"""`subnetlab lottery-prune`, `lottery-retrain`, `lottery-stability`, `lottery-patterns` (Prasanna et al., 2020).
 
 ``lottery-prune`` finds the "good" subnetwork of a fine-tuned checkpoint by
 magnitude or importance pruning and writes it with its random and bad
 controls; ``lottery-retrain`` fine-tunes the pre-trained model with one of
 those masks fixed. Each is one executor job run in this process, so the run
 directory holds ``config.json`` and ``metrics.json`` and a rerun of a finished
-command is skipped.
+command is skipped. ``lottery-stability`` compares the subnetworks of several
+seeds (super-survivors); ``lottery-patterns`` types every head's attention.
 """
 
 from __future__ import annotations
@@ -109,6 +110,66 @@ def lottery_retrain(
         print(f"  {split_name}: accuracy {score['accuracy']:.4f} (n={score['n']})")
 
 
+def lottery_stability(
+    subnetwork: list[Path] = typer.Option(..., "--subnetwork", help="Structured subnetwork file, one per seed (repeatable)."),
+    out: Path = typer.Option(..., "--out", help="Writes stability.json and survival.png here."),
+) -> None:
+    """Overlap of the kept heads across seeds, super-survivors, and a layers x heads survival heatmap."""
+    from subnetlab.analysis.stability import stability_summary
+    from subnetlab.io import write_json
+    from subnetlab.report.lottery_figures import survival_plot
+    from subnetlab.subnetwork import Subnetwork
+
+    subs = [Subnetwork.load(p) for p in subnetwork]
+    summary = stability_summary(subs)
+    write_json(out / "stability.json", {"files": [str(p) for p in subnetwork], **summary})
+    survival_plot(summary["head_frequency"], out / "survival.png", len(subs))
+    print(f"mean pairwise Jaccard of the kept heads: {summary['mean_jaccard']:.3f}")
+    print(f"super-survivors: {', '.join(summary['super_survivor_heads'] + summary['super_survivor_mlps']) or 'none'}")
+
+
+def lottery_patterns(
+    model: str = typer.Option(..., "--model", help="Model whose heads are typed (alias, directory or hub id)."),
+    task: str = typer.Option(..., "--task", help="Task whose sentence pairs give the attention maps."),
+    out: Path = typer.Option(..., "--out", help="Writes patterns.json (and patterns.png with --subnetwork) here."),
+    data: Optional[str] = typer.Option(None, "--data", help="Development file for file-based tasks."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
+    split: Optional[str] = typer.Option(None, "--split", help="Split to take pairs from [the task's first]."),
+    pairs: int = typer.Option(100, "--pairs", help="Number of sentence pairs (one attention map each per head)."),
+    subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="Also report the type shares among its kept heads."),
+    max_length: int = typer.Option(128, "--max-length", help="Tokens per pair."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
+) -> None:
+    """Kovaleva pattern type of every head, from raw and from normed (Kobayashi) attention."""
+    from subnetlab.analysis.attention_types import TYPES, HeadTypes
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.experiments.lottery_jobs import pattern_types, sentence_pairs
+    from subnetlab.io import write_json
+    from subnetlab.report.lottery_figures import pattern_types_plot
+    from subnetlab.subnetwork import Subnetwork
+    from subnetlab.tasks.registry import get_task
+
+    task_obj = get_task(task, **parse_task_options(task_option, data, "eval"))
+    split = split or next(iter(task_obj.eval_splits))
+    chosen, source = sentence_pairs(task_obj, split, pairs, "task", None)
+    result = {"source": source, "model": model, **pattern_types(model, chosen, max_length, device)}
+    types = HeadTypes.from_dict(result)
+    shares = {f"all heads, {k}": types.shares(k) for k in ("raw", "normed")}
+    if subnetwork is not None:
+        sub = Subnetwork.load(subnetwork)
+        if sub.kind != "structured":
+            from subnetlab.errors import SubnetlabError
+
+            raise SubnetlabError(f"{subnetwork}: pattern shares need a structured (heads) subnetwork")
+        shares.update({f"kept heads, {k}": types.shares(k, sub.heads) for k in ("raw", "normed")})
+        pattern_types_plot(shares, out / "patterns.png")
+    write_json(out / "patterns.json", {**result, "shares": shares})
+    for group, share in shares.items():
+        print(f"{group}: " + ", ".join(f"{t} {100 * share[t]:.0f}%" for t in TYPES))
+
+
 def register(app: typer.Typer) -> None:
     app.command("lottery-prune")(lottery_prune)
     app.command("lottery-retrain")(lottery_retrain)
+    app.command("lottery-stability")(lottery_stability)
+    app.command("lottery-patterns")(lottery_patterns)
