@@ -88,11 +88,3 @@ def load_checkpoint(run_dir: str | Path) -> TrainingState | None:
     optimizer = _unflatten_optimizer(tensors, info.pop("optimizer"))
     plain = {k: v for k, v in tensors.items() if not k.startswith("opt.")}
     return TrainingState(int(info.pop("step")), plain, optimizer, info)
-
-
-def remove_checkpoint(run_dir: str | Path) -> None:
-    """Delete the checkpoint once a run is finished (its results are the run's artefacts)."""
-    for name in (CHECKPOINT, CHECKPOINT_JSON):
-        path = Path(run_dir) / name
-        if path.exists():
-            path.unlink()

@@ -133,7 +133,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "demo": dict(
         batch_size=16, accumulation=1, max_length=64, lr=0.1, lambda_lr=1.0, lr_decay="linear",
         checkpoint_every=25, means_examples=512, train_limit=2000, eval_limit=300, eval_batch_size=64,
-        ramp_steps=40, hold_steps=25, first_ramp_steps=80,
+        ramp_steps=20, hold_steps=20, first_ramp_steps=60,
     ),
 }
 

@@ -10,8 +10,6 @@ over the training pool) or on every batch (``teacher="online"``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -87,12 +85,8 @@ class FullModelOutputs:
 def check_finite(value: Tensor, step: int, what: str = "loss") -> None:
     """Refuse a NaN or infinite loss, naming the optimisation step."""
     if not bool(torch.isfinite(value).all()):
-        raise NonFiniteLoss(f"the {what} became {value.item()} at step {step}")
+        raise NonFiniteLoss(f"the {what} became {value.item()} at step {step}")  # the step being computed
 
 
 class NonFiniteLoss(SubnetlabError):
     """The loss stopped being a finite number; the trainer keeps the last good checkpoint."""
-
-
-def describe(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items())

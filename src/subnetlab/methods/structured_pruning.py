@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues, apply_gates
 from subnetlab.methods.hard_concrete import HardConcreteGates
 from subnetlab.methods.pruning_ablation import resample_values
@@ -99,32 +100,111 @@ def _optimizer(gates: HardConcreteGates, lagrangian: Lagrangian, config: PruneCo
     ], foreach=False)
 
 
-def _state(step: int, gates: HardConcreteGates, lagrangian: Lagrangian, resample_gen: torch.Generator,
-           config: PruneConfig, history: list[dict[str, float]]) -> TrainingState:
-    tensors = {
-        "log_alpha_heads": gates.log_alpha_heads.detach(), "log_alpha_mlps": gates.log_alpha_mlps.detach(),
-        "lambda1": lagrangian.lambda1.detach(), "lambda2": lagrangian.lambda2.detach(),
-        "gate_generator": gates.generator_state(), "resample_generator": resample_gen.get_state(),
-    }
-    return TrainingState(step, tensors, {}, {"config": config.to_dict(), "history": history})
+class Pruner:
+    """The training state and one optimisation step; ``prune`` drives it, benchmarks time it.
 
+    ``with Pruner(model, adapter, data, config, ablation) as p: p.step(i)``: entering
+    freezes the model (eval mode, no parameter gradients), installs the gates
+    (``p.gates_ctl``) and computes the full model's outputs; leaving undoes both.
+    """
 
-def _restore(state: TrainingState, gates: HardConcreteGates, lagrangian: Lagrangian, resample_gen: torch.Generator,
-             optimizer: torch.optim.Optimizer, config: PruneConfig, run_dir: Path) -> list[dict[str, float]]:
-    from subnetlab.errors import SubnetlabError
+    def __init__(self, model: nn.Module, adapter: Adapter, data: PruningData, config: PruneConfig,
+                 ablation: ComponentValues | None = None) -> None:
+        self.model, self.adapter, self.data, self.config, self.ablation = model, adapter, data, config, ablation
+        self.schedule = config.make_schedule()
+        self.total = self.schedule.total_steps
+        self.gates = HardConcreteGates(adapter.num_layers, adapter.num_heads, seed=config.seed,
+                                       init_log_alpha=config.init_log_alpha, init_std=config.init_std,
+                                       prune_mlps=config.prune_mlps)
+        self.lagrangian = Lagrangian()
+        self.optimizer = _optimizer(self.gates, self.lagrangian, config)
+        self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
+        self.resample_gen = torch.Generator().manual_seed(config.seed * 7 + 3)
+        self.order = DataOrder(data.size, config.batch_size, config.seed)
+        self.history: list[dict[str, Any]] = []
+        self._frozen = _Frozen(model)
 
-    if state.info.get("config") != config.to_dict():
-        raise SubnetlabError(f"{run_dir / CHECKPOINT}: written by a different pruning config; use another --out")
-    t = state.tensors
-    with torch.no_grad():
-        gates.log_alpha_heads.copy_(t["log_alpha_heads"])
-        gates.log_alpha_mlps.copy_(t["log_alpha_mlps"])
-        lagrangian.lambda1.copy_(t["lambda1"])
-        lagrangian.lambda2.copy_(t["lambda2"])
-    gates.set_generator_state(t["gate_generator"])
-    resample_gen.set_state(t["resample_generator"].to(torch.uint8))
-    optimizer.load_state_dict(state.optimizer)
-    return list(state.info.get("history", []))
+    def __enter__(self) -> "Pruner":
+        self._frozen.__enter__()
+        try:
+            self.gates.train()
+            self.gates_ctl = apply_gates(self.model, self.adapter, ablation=self.ablation, source=self.gates).__enter__()
+            self.teacher = FullModelOutputs(self.model, self.gates_ctl, self.data, self.config.teacher,
+                                            self.config.eval_batch_size)
+            self.teacher.prepare()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        ctl = getattr(self, "gates_ctl", None)
+        if ctl is not None:
+            ctl.remove()
+        self.gates.eval()
+        self._frozen.__exit__()
+
+    # -- one step ---------------------------------------------------------------------------
+    def step(self, step: int) -> tuple[float, float]:
+        """Optimizer step ``step`` (0-based): accumulate ``accumulation`` micro-batches, update; (KL, Lagrangian)."""
+        cfg, ctl, gates = self.config, self.gates_ctl, self.gates
+        target = self.schedule.target(step)
+        factor = lr_factor(cfg.lr_decay, step, self.total)
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = base * factor
+        self.optimizer.zero_grad(set_to_none=True)
+        kl_sum = lag_sum = 0.0
+        for micro in range(cfg.accumulation):
+            indices = self.order.indices(step * cfg.accumulation + micro)
+            batch = self.data.batch_at(indices)
+            inputs = self.data.model_inputs(batch)
+            if cfg.ablation == "resample":
+                ctl.ablation = resample_values(self.model, self.adapter, ctl, inputs, self.resample_gen)
+            log_p_full = self.teacher.log_probs(indices, batch)
+            outputs = self.model(**inputs)  # draws one gate sample (source=gates)
+            kl = kl_full_to_pruned(log_p_full, self.data.task_logits(outputs, batch))
+            sparsity = gates.expected_sparsity() if cfg.sparsity_estimate == "expected" else gates.sample_sparsity()
+            lag = self.lagrangian(target, sparsity)
+            loss = (kl + lag) / cfg.accumulation
+            check_finite(loss, step + 1)  # steps are counted from 1, as in checkpoints
+            loss.backward()
+            kl_sum += float(kl.detach())
+            lag_sum += float(lag.detach())
+        self.optimizer.step()
+        done = step + 1
+        if done % max(1, self.total // 100) == 0 or done == self.total:
+            self.history.append(_record(done, target, gates, self.lagrangian, kl_sum, lag_sum, cfg, factor))
+        return kl_sum / cfg.accumulation, lag_sum / cfg.accumulation
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save(self, run_dir: Path, step: int) -> None:
+        g, lag = self.gates, self.lagrangian
+        tensors = {
+            "log_alpha_heads": g.log_alpha_heads.detach(), "log_alpha_mlps": g.log_alpha_mlps.detach(),
+            "lambda1": lag.lambda1.detach(), "lambda2": lag.lambda2.detach(),
+            "gate_generator": g.generator_state(), "resample_generator": self.resample_gen.get_state(),
+        }
+        state = TrainingState(step, tensors, {}, {"config": self.config.to_dict(), "history": self.history})
+        save_checkpoint(run_dir, state, self.optimizer.state_dict())
+
+    def restore(self, run_dir: Path) -> int:
+        """Load ``run_dir``'s checkpoint if there is one; return the step to continue from."""
+        state = load_checkpoint(run_dir)
+        if state is None:
+            return 0
+        if state.info.get("config") != self.config.to_dict():
+            raise SubnetlabError(f"{run_dir / CHECKPOINT}: written by a different pruning config; use another --out")
+        t = state.tensors
+        with torch.no_grad():
+            self.gates.log_alpha_heads.copy_(t["log_alpha_heads"])
+            self.gates.log_alpha_mlps.copy_(t["log_alpha_mlps"])
+            self.lagrangian.lambda1.copy_(t["lambda1"])
+            self.lagrangian.lambda2.copy_(t["lambda2"])
+        self.gates.set_generator_state(t["gate_generator"])
+        self.resample_gen.set_state(t["resample_generator"].to(torch.uint8))
+        self.optimizer.load_state_dict(state.optimizer)
+        self.history = list(state.info.get("history", []))
+        return state.step
 
 
 def prune(
@@ -142,77 +222,37 @@ def prune(
 
     ``ablation``: mean values (``ablation="mean"``) or None (zero; resample draws
     its own per batch). ``on_step(step)`` runs after each optimizer step and its
-    checkpoint (tests use it to simulate a kill).
+    checkpoint (tests use it to simulate a kill). A NaN or infinite loss stops
+    the run naming the step; the last checkpoint written stays as it was.
     """
-    schedule = config.make_schedule()
-    total = schedule.total_steps
-    level_ends = schedule.level_ends()
-    gates = HardConcreteGates(adapter.num_layers, adapter.num_heads, seed=config.seed,
-                              init_log_alpha=config.init_log_alpha, init_std=config.init_std,
-                              prune_mlps=config.prune_mlps)
-    lagrangian = Lagrangian()
-    optimizer = _optimizer(gates, lagrangian, config)
-    base_lrs = [group["lr"] for group in optimizer.param_groups]
-    resample_gen = torch.Generator().manual_seed(config.seed * 7 + 3)
-    order = DataOrder(data.size, config.batch_size, config.seed)
+    pruner = Pruner(model, adapter, data, config, ablation)
     run_dir = Path(run_dir) if run_dir is not None else None
-    history: list[dict[str, float]] = []
-    start = 0
-    if run_dir is not None and (state := load_checkpoint(run_dir)) is not None:
-        history = _restore(state, gates, lagrangian, resample_gen, optimizer, config, run_dir)
-        start = state.step
-        stage(f"resuming pruning at step {start} of {total}")
-    log_every = max(1, total // 100)
+    start = pruner.restore(run_dir) if run_dir is not None else 0
+    if start:
+        stage(f"resuming pruning at step {start} of {pruner.total}")
+    level_ends = pruner.schedule.level_ends()
     began = time.perf_counter()
-    gates.train()
-    with _Frozen(model), apply_gates(model, adapter, ablation=ablation, source=gates) as ctl:
-        teacher = FullModelOutputs(model, ctl, data, config.teacher, config.eval_batch_size)
-        teacher.prepare()
-        for step in track(range(start, total), total=total - start, description="pruning"):
-            target = schedule.target(step)
-            factor = lr_factor(config.lr_decay, step, total)
-            for group, base in zip(optimizer.param_groups, base_lrs):
-                group["lr"] = base * factor
-            optimizer.zero_grad(set_to_none=True)
-            kl_sum = lag_sum = 0.0
-            for micro in range(config.accumulation):
-                indices = order.indices(step * config.accumulation + micro)
-                batch = data.batch_at(indices)
-                inputs = data.model_inputs(batch)
-                if config.ablation == "resample":
-                    ctl.ablation = resample_values(model, adapter, ctl, inputs, resample_gen)
-                log_p_full = teacher.log_probs(indices, batch)
-                outputs = model(**inputs)  # draws one gate sample (source=gates)
-                kl = kl_full_to_pruned(log_p_full, data.task_logits(outputs, batch))
-                sparsity = gates.expected_sparsity() if config.sparsity_estimate == "expected" else gates.sample_sparsity()
-                lag = lagrangian(target, sparsity)
-                loss = (kl + lag) / config.accumulation
-                try:
-                    check_finite(loss, step)
-                except NonFiniteLoss as e:
-                    where = f"; the last good checkpoint is {run_dir / CHECKPOINT}" if run_dir and (run_dir / CHECKPOINT).exists() else ""
-                    raise NonFiniteLoss(f"pruning stopped: {e}{where}") from None
-                loss.backward()
-                kl_sum += float(kl.detach())
-                lag_sum += float(lag.detach())
-            optimizer.step()
+    with pruner:
+        for step in track(range(start, pruner.total), total=pruner.total - start, description="pruning"):
+            try:
+                pruner.step(step)
+            except NonFiniteLoss as e:
+                kept = run_dir / CHECKPOINT if run_dir is not None else None
+                where = f"; the last good checkpoint is {kept}" if kept is not None and kept.exists() else ""
+                raise NonFiniteLoss(f"pruning stopped: {e}{where}") from None
             done = step + 1
-            if done % log_every == 0 or done == total:
-                history.append(_record(done, target, gates, lagrangian, kl_sum, lag_sum, config, factor))
             if done in level_ends and on_level is not None:
-                ctl.enabled = False  # the callback evaluates under its own gates
+                pruner.gates_ctl.enabled = False  # the callback evaluates under its own gates
                 try:
-                    on_level(level_ends[done], selections(gates, level_ends[done]), done)
+                    on_level(level_ends[done], selections(pruner.gates, level_ends[done]), done)
                 finally:
-                    ctl.enabled = True
-            if run_dir is not None and (done % config.checkpoint_every == 0 or done == total):
-                save_checkpoint(run_dir, _state(done, gates, lagrangian, resample_gen, config, history),
-                                optimizer.state_dict())
+                    pruner.gates_ctl.enabled = True
+            if run_dir is not None and (done % config.checkpoint_every == 0 or done == pruner.total):
+                pruner.save(run_dir, done)
             if on_step is not None:
                 on_step(done)
-    gates.eval()
-    return PruneResult(config, gates, lagrangian, selections(gates, schedule.sparsity), history,
-                       time.perf_counter() - began, start)
+    return PruneResult(config, pruner.gates, pruner.lagrangian, selections(pruner.gates, pruner.schedule.sparsity),
+                       pruner.history, time.perf_counter() - began, start)
 
 
 def _record(step: int, target: float, gates: HardConcreteGates, lagrangian: Lagrangian, kl: float, lag: float,
