@@ -129,3 +129,21 @@ def test_data_order_is_a_function_of_the_step() -> None:
     assert DataOrder(10, 3, seed=5).indices(0) != order.indices(0) or DataOrder(10, 3, seed=5).indices(1) != order.indices(1)
     with pytest.raises(SubnetlabError, match="larger"):
         DataOrder(2, 3, seed=0)
+
+
+def test_means_are_token_weighted_and_cached(tmp_path) -> None:
+    from subnetlab.methods.pruning_ablation import mean_activations
+
+    m = tiny_model("bert")
+    x = tiny_inputs("bert", batch=6, length=9, pad=3)
+    data = PruningData.from_tensors(x)
+    streamed = mean_activations(m.model, m.adapter, data, examples=6, batch_size=4, cache_dir=tmp_path)  # 4 + 2 rows
+    whole = collect_means(m.model, m.adapter, [x])  # one batch: the reference
+    for a, b in zip(streamed.heads + streamed.mlps, whole.heads + whole.mlps):
+        assert torch.allclose(a, b, atol=1e-6)
+    files = list(tmp_path.glob("means-*.safetensors"))
+    assert len(files) == 1
+    cached = mean_activations(m.model, m.adapter, data, examples=6, batch_size=4, cache_dir=tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(cached.heads, streamed.heads))
+    mean_activations(m.model, m.adapter, data, examples=4, batch_size=4, cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("means-*.safetensors"))) == 2  # other data, other key
