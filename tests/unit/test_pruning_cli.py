@@ -33,6 +33,8 @@ def bert_dir(tmp_path: Path) -> Path:
     (["--sparsity", "1.5"], "--sparsity: 1.5 is outside (0, 1)"),
     (["--sparsity", "0"], "--sparsity: 0.0 is outside (0, 1)"),
     (["--sparsity", "half"], "--sparsity: malformed value 'half'"),
+    (["--sparsity", "0.5", "1.2"], "--sparsity: 1.2 is outside (0, 1)"),
+    (["--seeds", "0"], "--sparsity: give at least one target"),
     (["--sparsity", "0.5", "--seeds", "3-1"], "--seeds: malformed value '3-1'"),
     (["--sparsity", "0.5", "--seeds", "a"], "--seeds: malformed value 'a'"),
     (["--sparsity", "0.5", "--schedule", "cosine"], "--schedule 'cosine'"),
@@ -73,3 +75,10 @@ def test_summary_is_table5_shaped() -> None:
     assert flatten_scores(scores(0.8, 0.5))["hans/sc1"] == 0.5
     text = format_summary(summary)
     assert "sparsity 50%: 2 seed(s)" in text and "hans/sc1" in text and "90.0" in text
+
+
+def test_sparsity_lists() -> None:
+    from subnetlab.cli.commands.prune import _parse_sparsities
+
+    assert _parse_sparsities(["0.7", "0.5"]) == [0.5, 0.7]  # --sparsity 0.7 0.5 (the second as an argument)
+    assert _parse_sparsities(["0.5,0.7", "0.5"]) == [0.5, 0.7]

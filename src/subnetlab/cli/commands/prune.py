@@ -1,6 +1,6 @@
 """`subnetlab prune`: hard-concrete structured pruning over sparsities and seeds.
 
-    subnetlab prune --model runs/ft/model --task nli-synthetic --sparsity 0.5,0.7 --seeds 0-11 \\
+    subnetlab prune --model runs/ft/model --task nli-synthetic --sparsity 0.5 0.7 --seeds 0-11 \\
         --preset demo --jobs 2 --out runs/prune
     subnetlab prune ... --schedule staircase --levels 0.05:0.70:0.05 --seeds 0-2 --out runs/stairs
 
@@ -34,7 +34,7 @@ def _parse_sparsities(values: list[str]) -> list[float]:
                 raise SubnetlabError(f"--sparsity: malformed value {part!r} (expected e.g. 0.5 or 0.5,0.7)") from None
             out.append(parse_fraction(value, "--sparsity"))
     if not out:
-        raise SubnetlabError("--sparsity: give at least one target, e.g. 0.5")
+        raise SubnetlabError("--sparsity: give at least one target, e.g. --sparsity 0.5")
     return sorted(dict.fromkeys(out))
 
 
@@ -56,7 +56,8 @@ def _parse_pairs(pairs: list[str], option: str) -> dict[str, object]:
 def prune(
     model: str = typer.Option(..., "--model", help="Fine-tuned checkpoint: a local directory, hub id or alias."),
     task: str = typer.Option(..., "--task", help="Task name (nli-synthetic, mnli, hans, qqp, paws-qqp, arith:<op>)."),
-    sparsity: list[str] = typer.Option(..., "--sparsity", help="Target(s) in (0, 1): 0.5, or 0.5,0.7 (repeatable)."),
+    sparsity: list[str] = typer.Option([], "--sparsity", help="Target(s) in (0, 1): --sparsity 0.5 0.7, or 0.5,0.7."),
+    more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="Further targets (--sparsity 0.5 0.7)."),
     seeds: str = typer.Option("0-11", "--seeds", help="Seeds: 0-11, 0,3,5 or 0-2,7."),
     out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs and resumes killed ones."),
     preset: str = typer.Option("paper", "--preset", help="paper (Appendix B's numbers) or demo (a 2-core CPU)."),
@@ -78,7 +79,7 @@ def prune(
     from subnetlab.methods.pruning_schedule import parse_levels
     from subnetlab.methods.pruning_setup import build_task, check_checkpoint, eval_splits
 
-    targets = _parse_sparsities(sparsity)
+    targets = _parse_sparsities([*sparsity, *(more or [])])
     seed_list = parse_int_list(seeds, "--seeds")
     if schedule not in ("linear", "staircase"):
         raise SubnetlabError(f"--schedule {schedule!r}: expected linear or staircase")
