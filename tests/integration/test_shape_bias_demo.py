@@ -23,7 +23,7 @@ def _smallest() -> dict:
     for family in ("resnet", "vit"):
         fs = copy.deepcopy(settings[family])
         fs.update(base_steps=6, train_steps=4, mixture_steps=2, linear_steps=2, eval_every=2, batch_size=16)
-        fs["discovery"].update(epochs=2, lambdas=[1e-5, 1e-4])
+        fs["discovery"].update(epochs=2, lambdas=[1e-5, 1e-3], init=0.1, lr=0.05)  # starts all-kept: mechanics only
         if family == "resnet":
             fs["model"] = {"hidden_sizes": [8, 16], "depths": [1, 1], "embedding_size": 8}
         else:
@@ -40,6 +40,8 @@ def test_demo_smallest_runs_reports_and_resumes(tmp_path):
     assert "## Table 1 analogue" in text and "## Table 2 analogue" in text and "training_curves.png" in text
     assert (tmp_path / "training_curves.png").is_file() and (tmp_path / "examples.png").is_file()
     metrics = json.loads((tmp_path / "metrics.json").read_text())
+    timing = metrics.pop("timing")
+    assert timing["cpu_s"] > 0 and timing["wall_s"] > 0
     assert set(metrics) == {"resnet", "vit"}
     for family, m in metrics.items():
         assert set(m["table1"]) == set(settings["conditions"])
@@ -62,18 +64,19 @@ def test_demo_smallest_runs_reports_and_resumes(tmp_path):
     # a rerun finds every step done and reproduces the same metrics without training
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "resnet").glob("*.json")}
     module.run(settings, tmp_path)
-    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    again = json.loads((tmp_path / "metrics.json").read_text())
+    again.pop("timing")
+    assert again == metrics
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "resnet").glob("*.json")} == before
 
 
-def test_cli_rejects_unknown_family_without_writing(tmp_path):
-    import subprocess
-    import sys
+def test_cli_rejects_unknown_family_without_writing(tmp_path, capsys):
+    from subnetlab.cli import main
 
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "subnetlab.cli", "reproduce", "shape-bias", "--preset", "demo",
-                             "--out", str(out), "--set", "models=[cnn]"], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["reproduce", "shape-bias", "--preset", "demo", "--out", str(out), "--set", "models=[cnn]"])
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "cnn" in lines[0]
     assert not (out / "config.json").exists()

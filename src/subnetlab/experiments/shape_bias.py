@@ -43,7 +43,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "seed": 0,
         "num_classes": 4,
         "image_size": 32,
-        "pretrain_texture_correlation": 0.8,  # how often the base model's images carry their class's texture
+        "pretrain_texture_correlation": 0.5,  # how often the base model's images carry their class's texture
         "pretrain_shape_correlation": 1.0,  # < 1: some carry another class's shape (texture the reliable cue)
         "sizes": {"pretrain": 3000, "train": 600, "discovery": 480, "discovery-eval": 120, "test": 300,
                   "cue-conflict": 300, "texture-free": 300},
@@ -111,6 +111,11 @@ def _check(settings: dict[str, Any]) -> None:
             raise SubnetlabError(f"conditions: unknown condition {cond!r}; choose from {', '.join(CONDITIONS)}")
     if settings["data"] not in ("generated", "imagenet16"):
         raise SubnetlabError(f"data: {settings['data']!r} is not 'generated' or 'imagenet16'")
+    if settings["data"] == "imagenet16":
+        for key in ("imagenet_train", "imagenet_val", "cue_conflict"):
+            if not settings.get(key) or not Path(str(settings[key])).expanduser().is_dir():
+                raise SubnetlabError(f"the paper preset needs ImageNet and Geirhos et al.'s cue-conflict stimuli: "
+                                     f"--set {key}=DIR (got {settings.get(key)!r})")
 
 
 def run(settings: dict[str, Any], out: Path) -> Path:
@@ -128,12 +133,19 @@ def run(settings: dict[str, Any], out: Path) -> Path:
 
 
 def _run(settings: dict[str, Any], out: Path) -> Path:
+    import torch
     from subnetlab.experiments.shape_bias_data import prepare_data
     from subnetlab.experiments.shape_bias_models import base_model
     from subnetlab.experiments.shape_bias_steps import discover, run_condition
     from subnetlab.report.shape_bias_report import write_report
 
+    import resource
+    import time
+
     _check(settings)
+    start_wall = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    start_cpu = usage.ru_utime + usage.ru_stime
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", {"reproduction": NAME, **settings})
@@ -156,9 +168,12 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
                  "table1": {c: {"train_size": v["train_size"], **v["row"]} for c, v in r["conditions"].items()}}
         for family, r in results.items()
     }
-    write_json(out / "metrics.json", metrics)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    timing = {"wall_s": round(time.perf_counter() - start_wall, 1),
+              "cpu_s": round(usage.ru_utime + usage.ru_stime - start_cpu, 1), "threads": torch.get_num_threads()}
+    write_json(out / "metrics.json", {**metrics, "timing": timing})
     stage("writing the report")
-    return write_report(out, settings, data, results)
+    return write_report(out, settings, data, results, timing)
 
 
 __all__ = ["NAME", "PRESETS", "run"]

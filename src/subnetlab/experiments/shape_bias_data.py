@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.io import write_text
 from subnetlab.progress import stage
 from subnetlab.tasks.images import ImageSet, ImageSource
 from subnetlab.tasks.images_folder import ImageFolderSet, cue_conflict_folder, save_image_folder, scan_image_folder
@@ -108,7 +109,7 @@ def _pooled_folder(source: ImageFolderSet, segment: Segmenter, root: Path, name:
     pooled = ImageSet(mean_pool_images(source.load().images, segmenter=segment, description=f"mean pooling {name}"),
                       source.labels, source.classes, source.textures, name)
     folder = save_image_folder(pooled, target)
-    done.write_text(str(len(folder)))
+    write_text(done, str(len(folder)))
     return ImageFolderSet(folder.files, source.labels, source.classes, source.size, name, source.textures)
 
 

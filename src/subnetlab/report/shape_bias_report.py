@@ -108,7 +108,15 @@ def _setup(settings: dict[str, Any], data: dict[str, ImageSource]) -> list[str]:
     return lines
 
 
-def write_report(out: Path, settings: dict[str, Any], data: dict[str, ImageSource], results: dict[str, Any]) -> Path:
+def _timing(timing: dict[str, float] | None) -> list[str]:
+    if not timing:
+        return []
+    return [f"- This invocation: {timing['wall_s']:.0f} s wall clock, {timing['cpu_s']:.0f} s CPU time, "
+            f"{timing['threads']} thread(s) (steps found finished by an earlier run are not counted)."]
+
+
+def write_report(out: Path, settings: dict[str, Any], data: dict[str, ImageSource], results: dict[str, Any],
+                 timing: dict[str, float] | None = None) -> Path:
     """Write ``out/report.md`` (and its figures) from the measured results."""
     out = Path(out)
     example_images(data, out / "examples.png")
@@ -118,7 +126,7 @@ def write_report(out: Path, settings: dict[str, Any], data: dict[str, ImageSourc
              "Question: does transferring a subnetwork that classifies mean-pooled (texture-free) images into a "
              "re-initialised model, then training on original images, raise accuracy on mean-pooled and cue-conflict "
              "images over training from scratch on the same data -- and at what cost on original images?", "",
-             "## Setup", "", *_setup(settings, data), "",
+             "## Setup", "", *_setup(settings, data), *_timing(timing), "",
              "![examples](examples.png)", "",
              "*Examples.* Rows: original test images; the same images mean-pooled; cue-conflict images "
              "(title: shape/texture class)" + ("; texture-free renderings" if has_tf else "") +
