@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--task-option", action="append", default=[])
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--seeds", default="0")
-    parser.add_argument("--split", default="id")
+    parser.add_argument("--split", action="append", default=None, help="evaluation split(s) (default: id)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -65,8 +65,9 @@ def main() -> None:
               f"{linear / stairs:.2f}x fewer (per seed)")
     if not args.model:
         return
+    splits = args.split or ["id"]
     common = ["prune", "--model", args.model, "--task", args.task, "--preset", "demo", "--seeds", args.seeds,
-              "--splits", args.split]
+              "--splits", ",".join(splits)]
     for opt in args.task_option:
         common += ["--task-option", opt]
     for pair in args.set:
@@ -75,18 +76,15 @@ def main() -> None:
     t_stairs = run(common + ["--schedule", "staircase", "--levels", LEVELS, "--sparsity", "0.7",
                              "--out", str(args.out / "staircase")])
     t_linear = run(common + ["--sparsity", levels, "--out", str(args.out / "linear")])
-    sizes = {}
-    for name in ("linear", "staircase"):
-        summary = read_json(args.out / name / "summary.json")
-        model_acc = read_json(args.out / name / "full-model" / "metrics.json")["eval"][args.split]["accuracy"]
-        sizes[name] = effective_size(level_accuracies(summary, args.split), model_acc)
-        print(f"{name:>9}: full model {model_acc:.3f}; mean {args.split} accuracy per level: "
-              + ", ".join(f"{lvl:.2f}:{acc:.3f}" for lvl, acc in sizes[name].mean_accuracy.items()))
-        print(f"{'':>9}  effective size {sizes[name].size:.2f} (highest faithful sparsity {sizes[name].sparsity:.2f})")
-    gap = abs(sizes["linear"].sparsity - sizes["staircase"].sparsity)
-    print(f"wall: linear {t_linear:.0f} s, staircase {t_stairs:.0f} s ({t_linear / t_stairs:.2f}x); "
-          f"effective sizes differ by {gap:.2f} ({'within' if gap <= 0.05 + 1e-9 else 'NOT within'} one 5% level)")
-
-
-if __name__ == "__main__":
-    main()
+    for split in splits:
+        sizes = {}
+        for name in ("linear", "staircase"):
+            summary = read_json(args.out / name / "summary.json")
+            model_acc = read_json(args.out / name / "full-model" / "metrics.json")["eval"][split]["accuracy"]
+            sizes[name] = effective_size(level_accuracies(summary, split), model_acc)
+            print(f"[{split}] {name:>9}: full model {model_acc:.3f}; mean accuracy per level: "
+                  + ", ".join(f"{lvl:.2f}:{acc:.3f}" for lvl, acc in sizes[name].mean_accuracy.items()))
+            print(f"[{split}] {'':>9}  effective size {sizes[name].size:.2f} (highest faithful sparsity {sizes[name].sparsity:.2f})")
+        gap = abs(sizes["linear"].sparsity - sizes["staircase"].sparsity)
+        print(f"[{split}] effective sizes differ by {gap:.2f} ({'within' if gap <= 0.05 + 1e-9 else 'NOT within'} one 5% level)")
+    print(f"wall: linear {t_linear:.0f} s, staircase {t_stairs:.0f} s ({t_linear / t_stairs:.2f}x)")

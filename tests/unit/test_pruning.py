@@ -19,6 +19,15 @@ from tests.conftest import VOCAB, tiny_model
 N, T = 256, 8
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread (no OpenMP hand-offs), above all on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def trained():
     """A tiny BERT trained to tell which third of the vocabulary most of a sequence's tokens come from."""
