@@ -43,7 +43,9 @@ def test_reproduction_writes_report_figure_and_table3(demo):
     metrics = json.loads((out / "metrics.json").read_text())
     conditions = {r["condition"] for r in metrics["runs"]}
     assert conditions == {"subnetwork", "random-matched", "complement-matched", "scratch", "full", "embeddings"}
-    assert len(metrics["runs"]) == 6 * 2
+    labels = {r["label"] for r in metrics["runs"]}
+    assert labels == conditions | {"subnetwork, reinit masked", "random-matched, reinit masked"}
+    assert len(metrics["runs"]) == 8 * 2
     kept = metrics["discovery"]["2"]["kept_percent"]
     assert 0.0 <= kept <= 100.0 and f"{kept:.2f}" in report
     # the controls transfer exactly as many weights as the subnetwork

@@ -26,6 +26,9 @@ NAME = "subtask-induction"
 # the released code's 16 log-spaced sizes from 10 to 10^4, plus 0 (the ambiguous set alone)
 PAPER_SIZES = [0, 10, 16, 25, 40, 64, 100, 160, 250, 400, 640, 1000, 1600, 2500, 4000, 6400, 10000]
 CONDITIONS_ALL = ["subnetwork", "random-matched", "complement-matched", "scratch", "full", "embeddings"]
+# also run these with reinit="masked" (the released code: embeddings, biases and norms copied), labelled apart
+MASKED_VARIANTS = ["subnetwork", "random-matched"]
+MASKED_SUFFIX = ", reinit masked"
 
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(
@@ -34,7 +37,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         base_train=200_000, base_lr=5e-4, base_batch=500, base_epochs=20, base_scheduler="linear",
         cs_samples=50_000, cs_epochs=50, cs_lr=1e-3, cs_batch=500, lambdas=[1e-7, 5e-7, 1e-8],
         cs_include=["attention", "mlp"], cs_keep="best",
-        sizes=PAPER_SIZES, seeds=[0, 1, 2, 3, 4], conditions=CONDITIONS_ALL,
+        sizes=PAPER_SIZES, seeds=[0, 1, 2, 3, 4], conditions=CONDITIONS_ALL, also_reinit_masked=MASKED_VARIANTS,
         transfer_epochs=100, transfer_lr=2e-4, transfer_batch=64, eval_every=1,
         n_eval=1000, n_test=1000, reinit="all", freeze=True,
         backend="processes", jobs=2, threads=1, stack=1, seed=0, device="auto",
@@ -45,7 +48,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         base_train=5000, base_lr=1e-3, base_batch=64, base_epochs=30, base_scheduler="linear",
         cs_samples=5000, cs_epochs=30, cs_lr=1e-3, cs_batch=100, lambdas=[1e-7, 1e-8],
         cs_include=["attention", "mlp"], cs_keep="best",
-        sizes=[0, 100, 1000], seeds=[0, 1], conditions=CONDITIONS_ALL,
+        sizes=[0, 30, 100, 300, 1000], seeds=[0, 1], conditions=CONDITIONS_ALL, also_reinit_masked=MASKED_VARIANTS,
         transfer_epochs=80, transfer_lr=1e-3, transfer_batch=64, eval_every=4,
         n_eval=500, n_test=500, reinit="all", freeze=True,
         backend="processes", jobs=2, threads=1, stack=1, seed=0, device="cpu",
@@ -101,21 +104,26 @@ def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
 
 
 def _transfer_jobs(settings: dict, layers: int, model_dir: Path, subnetwork: str, out: Path) -> list[Job]:
+    """One job per (condition, size, seed); conditions in ``also_reinit_masked`` once more with ``reinit="masked"``."""
+    variants = [(c, settings["reinit"], c) for c in settings["conditions"]]
+    if settings["reinit"] != "masked":
+        variants += [(c, "masked", c + MASKED_SUFFIX) for c in settings.get("also_reinit_masked", [])]
     jobs = []
-    for condition in settings["conditions"]:
+    for condition, reinit, label in variants:
+        folder = condition if label == condition else f"{condition}.reinit-masked"
         for size in settings["sizes"]:
             for seed in settings["seeds"]:
                 config = {
                     "model": str(model_dir), "subnetwork": subnetwork, "task": f"arith:{settings['target_op']}",
                     "task_options": {"modulus": settings["modulus"], "n_eval": settings["n_eval"], "n_test": settings["n_test"]},
-                    "runs": [{"condition": condition, "size": size, "seed": seed}],
+                    "runs": [{"condition": condition, "size": size, "seed": seed, "label": label}],
                     "train": {"epochs": settings["transfer_epochs"], "lr": settings["transfer_lr"],
                               "batch_size": settings["transfer_batch"], "eval_every": settings["eval_every"]},
-                    "reinit": settings["reinit"], "freeze": settings["freeze"], "stack": settings["stack"],
+                    "reinit": reinit, "freeze": settings["freeze"], "stack": settings["stack"],
                     "threads": settings["threads"], "layers": layers, "device": settings["device"],
                 }
                 jobs.append(Job("subnetlab.transfer.jobs:transfer_job", config,
-                                out / f"L{layers}" / "transfer" / condition / f"n{size}_s{seed}"))
+                                out / f"L{layers}" / "transfer" / folder / f"n{size}_s{seed}"))
     return jobs
 
 
@@ -138,7 +146,7 @@ def run(settings: dict, out: Path) -> Path:
     if previous.is_file() and read_json(previous) != settings:
         raise SubnetlabError(f"{previous}: holds a different configuration; choose another --out or delete it")
     write_json(previous, settings)
-    unknown = set(settings["conditions"]) - set(CONDITIONS_ALL)
+    unknown = (set(settings["conditions"]) | set(settings.get("also_reinit_masked", []))) - set(CONDITIONS_ALL)
     if unknown:
         raise SubnetlabError(f"unknown condition(s) {sorted(unknown)}; known: {', '.join(CONDITIONS_ALL)}")
     discovered: dict[int, dict] = {}
@@ -157,4 +165,4 @@ def run(settings: dict, out: Path) -> Path:
     return write_report(out, settings, bases, discovered, runs)
 
 
-__all__ = ["CONDITIONS_ALL", "NAME", "PAPER_SIZES", "PRESETS", "run"]
+__all__ = ["CONDITIONS_ALL", "MASKED_VARIANTS", "NAME", "PAPER_SIZES", "PRESETS", "run"]

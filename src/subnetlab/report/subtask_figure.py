@@ -26,12 +26,16 @@ COLORS = {"subnetwork": "tab:red", "full": "tab:blue", "random-matched": "tab:gr
 
 
 def accuracy_grid(runs: Sequence[dict], layers: Sequence[int] | None = None) -> dict[str, dict[int, list[float]]]:
-    """``{condition: {size: [test accuracy per run]}}`` over runs of the given depths (all when None)."""
+    """``{label: {size: [test accuracy per run]}}`` over runs of the given depths (all when None).
+
+    The label is the condition, or the condition with its variant (e.g. ``subnetwork, reinit masked``).
+    """
     grid: dict[str, dict[int, list[float]]] = {}
     for r in runs:
         if layers is not None and r.get("layers") not in layers:
             continue
-        grid.setdefault(r["condition"], {}).setdefault(int(r["size"]), []).append(float(r["test_accuracy"]))
+        label = r.get("label") or r["condition"]
+        grid.setdefault(label, {}).setdefault(int(r["size"]), []).append(float(r["test_accuracy"]))
     return grid
 
 
@@ -41,8 +45,9 @@ def _panel(ax, grid: dict[str, dict[int, list[float]]], title: str) -> None:
         values = [np.asarray(by_size[s]) for s in sizes]
         mean = np.array([v.mean() for v in values])
         std = np.array([v.std() if len(v) > 1 else 0.0 for v in values])
-        color = COLORS.get(condition)
-        ax.plot(sizes, 100 * mean, marker="o", ms=3, color=color, label=condition)
+        color = COLORS.get(condition.split(",")[0])
+        style = "--" if "," in condition else "-"  # a variant of a condition: same colour, dashed
+        ax.plot(sizes, 100 * mean, marker="o", ms=3, color=color, ls=style, label=condition)
         ax.fill_between(sizes, 100 * np.clip(mean - std, 0, 1), 100 * np.clip(mean + std, 0, 1), color=color, alpha=0.15)
     ax.set_xscale("symlog", linthresh=10)
     ax.set_xlabel("disambiguation samples (symmetric log scale)")

@@ -18,6 +18,7 @@ from subnetlab.report.subtask_figure import accuracy_grid, figure3
 PAPER_TABLE3 = {2: 7.68, 4: 7.00, 6: 4.70, 8: 3.55, 10: 3.56, 12: 3.20}  # % of masked parameters kept
 PAPER_SCRATCH_MEAN = 0.506
 THRESHOLDS = (0.99, 0.95)
+MASKED = ", reinit masked"  # label suffix of the released-code variant (subnetlab.experiments.subtask_induction)
 
 
 def first_size_reaching(by_size: dict[int, list[float]], threshold: float) -> int | None:
@@ -51,9 +52,10 @@ def _first(summary: dict, condition: str, percent: int) -> str:
     return "never (in the sizes run)" if size is None else str(size)
 
 
-def _ratio(summary: dict, condition: str, key: str) -> str:
-    sub, other = summary.get("subnetwork", {}).get(key), summary.get(condition, {}).get(key)
-    if condition not in summary or "subnetwork" not in summary:
+def _ratio(summary: dict, condition: str, key: str, reference: str = "subnetwork") -> str:
+    """How many times the reference's data ``condition`` needs to reach a threshold (``key``)."""
+    sub, other = summary.get(reference, {}).get(key), summary.get(condition, {}).get(key)
+    if condition not in summary or reference not in summary:
         return "-"
     if sub is None:
         return "the subnetwork never reaches it"
@@ -90,7 +92,10 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
         f"AdamW lr {settings['transfer_lr']:g}, batch {settings['transfer_batch']} (batch not stated in the paper), "
         f"{settings['transfer_epochs']} epochs, model best on evaluation (checked every {settings['eval_every']} epoch(s)); "
         f"re-initialised: {'everything outside the subnetwork' if settings['reinit'] == 'all' else 'the masked matrices only'}; "
-        f"transferred weights {'frozen' if settings['freeze'] else 'trainable'}",
+        f"transferred weights {'frozen' if settings['freeze'] else 'trainable'}"
+        + (f"; also with only the masked matrices re-initialised (the released code; embeddings, biases and norms "
+           f"copied and trained): {', '.join(settings['also_reinit_masked'])}"
+           if settings.get("also_reinit_masked") and settings["reinit"] != "masked" else ""),
         f"scale: preset `{preset}`; {len(runs)} transfer runs",
     ])
     doc.section("Base models and discovered subnetworks")
@@ -129,6 +134,15 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
         ["transferring the subnetwork is at least as good as transferring the whole model",
          f"mean over sizes: subnetwork {pct(summary.get('subnetwork', {}).get('mean_over_sizes'))}%, "
          f"full {pct(summary.get('full', {}).get('mean_over_sizes'))}%"],
+        *([["(released code's variant: only the masked matrices re-initialised) random-matched needs more data",
+            f"to reach 95%: {_ratio(summary, 'random-matched' + MASKED, 'first_size_95', 'subnetwork' + MASKED)}; mean over "
+            f"sizes: subnetwork {pct(summary['subnetwork' + MASKED]['mean_over_sizes'])}%, random-matched "
+            f"{pct(summary.get('random-matched' + MASKED, {}).get('mean_over_sizes'))}%"]]
+          if "subnetwork" + MASKED in summary else []),
+        *([["(not in the paper) how much do the trained embeddings alone carry?",
+            f"mean over sizes: embeddings only {pct(summary['embeddings']['mean_over_sizes'])}%, scratch "
+            f"{pct(summary.get('scratch', {}).get('mean_over_sizes'))}%, subnetwork "
+            f"{pct(summary.get('subnetwork', {}).get('mean_over_sizes'))}%"]] if "embeddings" in summary else []),
     ], caption="Claims quoted from section 4.3 and Table 3; the right column is measured here.")
     seconds = sum(r.get("seconds", 0.0) for r in runs)
     cpu = sum(r.get("cpu_seconds", 0.0) for r in runs)
