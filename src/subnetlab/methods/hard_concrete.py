@@ -81,8 +81,8 @@ class HardConcreteGates(nn.Module):
 
     # -- sampling -------------------------------------------------------------------
     def _noise(self, shape: tuple[int, ...]) -> Tensor:
-        u = torch.rand(shape, generator=self.generator, dtype=torch.float32)
-        return u * (1.0 - 2.0 * EPS) + EPS  # U(eps, 1 - eps)
+        u = torch.rand(shape, generator=self.generator, dtype=torch.float32)  # drawn on the CPU generator
+        return (u * (1.0 - 2.0 * EPS) + EPS).to(self.log_alpha_heads.device)  # U(eps, 1 - eps)
 
     @staticmethod
     def stretch(u: Tensor, log_alpha: Tensor) -> Tensor:
@@ -96,13 +96,17 @@ class HardConcreteGates(nn.Module):
         if self.prune_mlps:
             mlps = self.stretch(self._noise((self.num_layers,)), self.log_alpha_mlps)
         else:
-            mlps = torch.ones(self.num_layers)
+            mlps = torch.ones(self.num_layers, device=heads.device)
         self.last_sample = (heads, mlps)
         return heads, mlps
 
     def forward(self) -> tuple[Tensor, Tensor]:
         """A sample while training, the deterministic gates in eval mode."""
-        return self.sample() if self.training else self.deterministic()
+        if self.training:
+            return self.sample()
+        heads, mlps = self.deterministic()
+        device = self.log_alpha_heads.device
+        return heads.to(device), mlps.to(device)
 
     # -- closed forms -----------------------------------------------------------------
     @staticmethod
@@ -118,7 +122,8 @@ class HardConcreteGates(nn.Module):
     def expected_l0(self) -> tuple[Tensor, Tensor]:
         """``E[z != 0]`` per gate: ``(heads [L, H], mlps [L])`` (MLPs count 1 when not prunable)."""
         heads = 1.0 - self.prob_closed(self.log_alpha_heads)
-        mlps = 1.0 - self.prob_closed(self.log_alpha_mlps) if self.prune_mlps else torch.ones(self.num_layers)
+        mlps = (1.0 - self.prob_closed(self.log_alpha_mlps) if self.prune_mlps
+                else torch.ones(self.num_layers, device=heads.device))
         return heads, mlps
 
     def expected_sparsity(self) -> Tensor:
@@ -136,16 +141,16 @@ class HardConcreteGates(nn.Module):
     # -- deterministic gates ------------------------------------------------------------
     @torch.no_grad()
     def deterministic(self) -> tuple[Tensor, Tensor]:
-        """Test-time gates as in CoFi and the Heuristic Core code.
+        """Test-time gates as in CoFi and the Heuristic Core code (on the CPU).
 
         Per group (a layer's heads; each MLP) the expected number of closed gates
         ``round(sum P(z = 0))`` is set to 0 (smallest log-alphas first); the others
         get the soft value ``sigmoid(log_alpha / beta * 0.8)``. The paper's
         threshold search runs on these values.
         """
-        heads = torch.stack([_deterministic_group(row) for row in self.log_alpha_heads.detach()])
+        heads = torch.stack([_deterministic_group(row) for row in self.log_alpha_heads.detach().cpu()])
         if self.prune_mlps:
-            mlps = torch.stack([_deterministic_group(a.view(1))[0] for a in self.log_alpha_mlps.detach()])
+            mlps = torch.stack([_deterministic_group(a.view(1))[0] for a in self.log_alpha_mlps.detach().cpu()])
         else:
             mlps = torch.ones(self.num_layers)
         return heads, mlps

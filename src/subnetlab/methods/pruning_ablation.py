@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues, capture_activations, collect_means
 from subnetlab.intervene.gates import ComponentGates
-from subnetlab.methods.pruning_data import PruningData
+from subnetlab.methods.pruning_data import PruningData, model_device, to_device
 from subnetlab.models.adapters import Adapter
 from subnetlab.progress import stage
 
@@ -53,7 +53,8 @@ def mean_activations(model: nn.Module, adapter: Adapter, data: PruningData, exam
         if path.is_file():
             return ComponentValues.load(path)
     stage(f"collecting mean activations over {min(examples, data.size)} examples")
-    batches = (data.model_inputs(data.batch_at(idx)) for idx in data.batches(batch_size, limit=examples))
+    device = model_device(model)
+    batches = (to_device(data.model_inputs(data.batch_at(idx)), device) for idx in data.batches(batch_size, limit=examples))
     values = _token_weighted_means(model, adapter, batches)
     if path is not None:
         values.save(path, {"data": data.key_text(), "examples": str(min(examples, data.size))})

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.gates import ComponentGates
-from subnetlab.methods.pruning_data import PruningData
+from subnetlab.methods.pruning_data import PruningData, model_device, to_device
 
 
 def kl_full_to_pruned(log_p_full: Tensor, pruned_logits: Tensor) -> Tensor:
@@ -63,7 +63,7 @@ class FullModelOutputs:
         was = self.gates.enabled
         self.gates.enabled = False
         try:
-            out = self.model(**self.data.model_inputs(batch))
+            out = self.model(**to_device(self.data.model_inputs(batch), model_device(self.model)))
         finally:
             self.gates.enabled = was
         return F.log_softmax(self.data.task_logits(out, batch).float(), dim=-1)
@@ -79,7 +79,7 @@ class FullModelOutputs:
         if self.mode == "online":
             return self._run(batch)
         self.prepare()
-        return self._table[torch.as_tensor(indices, dtype=torch.long)]
+        return self._table[torch.as_tensor(indices, dtype=torch.long, device=self._table.device)]
 
 
 def check_finite(value: Tensor, step: int, what: str = "loss") -> None:

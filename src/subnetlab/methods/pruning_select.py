@@ -41,8 +41,8 @@ def select_topk(gates: HardConcreteGates, sparsity: float) -> Selection:
     if not 0.0 <= sparsity < 1.0:
         raise SubnetlabError(f"target sparsity {sparsity} is outside [0, 1)")
     L, H = gates.num_layers, gates.num_heads
-    heads_la = gates.log_alpha_heads.detach().reshape(-1)  # [L * H]
-    scores = torch.cat([heads_la, gates.log_alpha_mlps.detach()]) if gates.prune_mlps else heads_la
+    heads_la = gates.log_alpha_heads.detach().cpu().reshape(-1)  # [L * H]
+    scores = torch.cat([heads_la, gates.log_alpha_mlps.detach().cpu()]) if gates.prune_mlps else heads_la
     remove = round(sparsity * gates.num_gates)
     if remove > scores.numel():
         raise SubnetlabError(f"sparsity {sparsity} needs {remove} components removed, only {scores.numel()} are prunable")

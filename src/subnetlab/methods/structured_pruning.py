@@ -39,7 +39,7 @@ from subnetlab.methods.hard_concrete import HardConcreteGates
 from subnetlab.methods.pruning_ablation import resample_values
 from subnetlab.methods.pruning_checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
 from subnetlab.methods.pruning_config import PruneConfig
-from subnetlab.methods.pruning_data import DataOrder, PruningData
+from subnetlab.methods.pruning_data import DataOrder, PruningData, model_device, to_device
 from subnetlab.methods.pruning_objective import FullModelOutputs, Lagrangian, NonFiniteLoss, check_finite, kl_full_to_pruned
 from subnetlab.methods.pruning_schedule import lr_factor
 from subnetlab.methods.pruning_select import Selection, select_threshold, select_topk
@@ -113,10 +113,11 @@ class Pruner:
         self.model, self.adapter, self.data, self.config, self.ablation = model, adapter, data, config, ablation
         self.schedule = config.make_schedule()
         self.total = self.schedule.total_steps
+        self.device = model_device(model)  # gates live beside the model; their noise comes from a CPU generator
         self.gates = HardConcreteGates(adapter.num_layers, adapter.num_heads, seed=config.seed,
                                        init_log_alpha=config.init_log_alpha, init_std=config.init_std,
-                                       prune_mlps=config.prune_mlps)
-        self.lagrangian = Lagrangian()
+                                       prune_mlps=config.prune_mlps).to(self.device)
+        self.lagrangian = Lagrangian().to(self.device)
         self.optimizer = _optimizer(self.gates, self.lagrangian, config)
         self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
         self.resample_gen = torch.Generator().manual_seed(config.seed * 7 + 3)
@@ -156,7 +157,7 @@ class Pruner:
         kl_sum = lag_sum = 0.0
         for micro in range(cfg.accumulation):
             indices = self.order.indices(step * cfg.accumulation + micro)
-            batch = self.data.batch_at(indices)
+            batch = to_device(self.data.batch_at(indices), self.device)
             inputs = self.data.model_inputs(batch)
             if cfg.ablation == "resample":
                 ctl.ablation = resample_values(self.model, self.adapter, ctl, inputs, self.resample_gen)
