@@ -170,3 +170,20 @@ def test_kept_percentages_by_hand():
     assert out["per_layer"]["1"] == pytest.approx(100 * 30 / (total - layer0))
     with pytest.raises(SubnetlabError):
         kept_percentages({"transformer.wte.weight": torch.ones(2, 2)}, adapter)
+
+
+def test_fit_with_seed_is_reproducible_despite_dropout():
+    loaded = tiny_model("gpt2", seed=3)  # GPT-2's default dropout is on in training mode
+    data = _data(32, 2)
+
+    def run():
+        g = torch.Generator().manual_seed(0)
+        cs = ContinuousSparsification(epochs=2, lr=0.05, batch_size=16, l0_lambda=1e-3, keep="last")
+        return cs.fit(loaded.model, loaded.adapter,
+                      batches=lambda e: [(data.input_ids[r], data.targets[r]) for r in data.batches(16, g)],
+                      loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]),
+                      evaluate=lambda m: accuracy(m, data), seed=3)
+
+    first, second = run(), run()
+    assert [h.loss for h in first.history] == [h.loss for h in second.history]
+    assert all(torch.equal(first.masks[n], second.masks[n]) for n in first.masks)

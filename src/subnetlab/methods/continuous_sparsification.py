@@ -161,13 +161,32 @@ class ContinuousSparsification:
         *,
         names: Sequence[str] | None = None,
         log: Callable[[EpochRecord], None] | None = None,
+        seed: int | None = None,
     ) -> DiscoveryResult:
         """Train masks over ``model``'s frozen weights; return the kept binary masks.
 
         ``batches(epoch)`` yields the epoch's batches (the caller shuffles with its
         own seeded generator), ``loss_fn(model, batch)`` is the subtask loss and
         ``evaluate(model)`` the evaluation accuracy (called with hard masks).
+        The model runs in training mode, so its dropout draws from the global
+        generator: with ``seed`` it is forked and seeded (the caller's state kept).
         """
+        if seed is None:
+            return self._fit(model, adapter, batches, loss_fn, evaluate, names, log)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            return self._fit(model, adapter, batches, loss_fn, evaluate, names, log)
+
+    def _fit(
+        self,
+        model: nn.Module,
+        adapter: Adapter,
+        batches: Callable[[int], Iterable[Any]],
+        loss_fn: Callable[[nn.Module, Any], Tensor],
+        evaluate: Callable[[nn.Module], float],
+        names: Sequence[str] | None,
+        log: Callable[[EpochRecord], None] | None,
+    ) -> DiscoveryResult:
         masks = self.create_masks(adapter, names)
         frozen = {n: p.requires_grad for n, p in model.named_parameters()}
         was_training = model.training

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from subnetlab.io import write_json
-from subnetlab.report.markdown import MarkdownReport, num, pct
+from subnetlab.report.markdown import MarkdownReport, pct
 from subnetlab.report.subtask_figure import accuracy_grid, figure3
 
 PAPER_TABLE3 = {2: 7.68, 4: 7.00, 6: 4.70, 8: 3.55, 10: 3.56, 12: 3.20}  # % of masked parameters kept

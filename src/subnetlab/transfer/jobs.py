@@ -121,6 +121,7 @@ def _discover(config: dict, out_dir: Path) -> dict:
         batches=lambda epoch: [(train.input_ids[r], train.targets[r]) for r in train.batches(strategy.batch_size, g)],
         loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]),
         evaluate=lambda m: accuracy(m, ev),
+        seed=seed,
     )
     sub = Subnetwork.from_weight_masks(
         adapter, found.masks, method="continuous-sparsification", seed=seed, ablation="zero",
