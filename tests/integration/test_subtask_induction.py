@@ -86,6 +86,12 @@ def test_discover_and_transfer_commands(demo, tmp_path, capsys):
     assert len(result["runs"]) == 3 * 2 * 2
     assert set(result["summary"]) == {"subnetwork", "random-matched", "scratch"}
     assert (tmp_path / "t" / "figure3.png").is_file()
+    # --stack 2: both seeds of a size in one job, trained together
+    assert _cli(["transfer", "--model", str(model), "--subnetwork", str(tmp_path / "d" / "subnetwork.safetensors"),
+                 "--task", "arith:a^2+ab", "--condition", "random-matched", "--disambiguation", "10", "--seeds", "0-1",
+                 "--epochs", "2", "--stack", "2", "--out", str(tmp_path / "ts"), *common]) == 0
+    stacked = json.loads((tmp_path / "ts" / "random-matched" / "n10" / "metrics.json").read_text())
+    assert [r["seed"] for r in stacked["runs"]] == [0, 1]
     capsys.readouterr()
     bad = [
         (["--condition", "lottery"], "--condition 'lottery'"),

@@ -104,7 +104,8 @@ def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
 
 
 def _transfer_jobs(settings: dict, layers: int, model_dir: Path, subnetwork: str, out: Path) -> list[Job]:
-    """One job per (condition, size, seed); conditions in ``also_reinit_masked`` once more with ``reinit="masked"``."""
+    """One job per (condition, size, seed), or per (condition, size) with ``stack > 1``; the conditions in
+    ``also_reinit_masked`` once more with ``reinit="masked"``."""
     variants = [(c, settings["reinit"], c) for c in settings["conditions"]]
     if settings["reinit"] != "masked":
         variants += [(c, "masked", c + MASKED_SUFFIX) for c in settings.get("also_reinit_masked", [])]
@@ -112,18 +113,20 @@ def _transfer_jobs(settings: dict, layers: int, model_dir: Path, subnetwork: str
     for condition, reinit, label in variants:
         folder = condition if label == condition else f"{condition}.reinit-masked"
         for size in settings["sizes"]:
-            for seed in settings["seeds"]:
+            runs = [{"condition": condition, "size": size, "seed": seed, "label": label} for seed in settings["seeds"]]
+            # stack > 1: the seeds of one size train together in one job (torch.func; pays off on a GPU)
+            for pack in ([runs] if settings["stack"] > 1 else [[r] for r in runs]):
+                name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
                 config = {
                     "model": str(model_dir), "subnetwork": subnetwork, "task": f"arith:{settings['target_op']}",
                     "task_options": {"modulus": settings["modulus"], "n_eval": settings["n_eval"], "n_test": settings["n_test"]},
-                    "runs": [{"condition": condition, "size": size, "seed": seed, "label": label}],
+                    "runs": pack,
                     "train": {"epochs": settings["transfer_epochs"], "lr": settings["transfer_lr"],
                               "batch_size": settings["transfer_batch"], "eval_every": settings["eval_every"]},
                     "reinit": reinit, "freeze": settings["freeze"], "stack": settings["stack"],
                     "threads": settings["threads"], "layers": layers, "device": settings["device"],
                 }
-                jobs.append(Job("subnetlab.transfer.jobs:transfer_job", config,
-                                out / f"L{layers}" / "transfer" / folder / f"n{size}_s{seed}"))
+                jobs.append(Job("subnetlab.transfer.jobs:transfer_job", config, out / f"L{layers}" / "transfer" / folder / name))
     return jobs
 
 
