@@ -57,11 +57,11 @@ PRESETS: dict[str, dict[str, Any]] = {
             "finetune_lr_scale": 1.0, "discovery": dict(_DISCOVERY_DEMO),
         },
         "vit": {
-            "model": {"patch_size": 4, "hidden_size": 64, "layers": 4, "heads": 4},
+            "model": {"patch_size": 8, "hidden_size": 64, "layers": 4, "heads": 4},
             "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
             "optimizer": "adamw", "base_lr": 1e-3, "lr": 1e-3, "weight_decay": 0.05, "warmup": 50, "batch_size": 64,
-            "base_steps": 1500, "train_steps": 400, "mixture_steps": 300, "linear_steps": 150, "eval_every": 40,
-            "finetune_lr_scale": 0.3, "discovery": dict(_DISCOVERY_DEMO),
+            "base_steps": 3000, "train_steps": 400, "mixture_steps": 300, "linear_steps": 150, "eval_every": 40,
+            "finetune_lr_scale": 0.3, "discovery": {**_DISCOVERY_DEMO, "epochs": 60},
         },
     },
     "paper": {

@@ -49,14 +49,9 @@ def train_config(fs: dict[str, Any], steps_key: str, lr_scale: float = 1.0, lr_k
 
 
 def fresh_model(family: str, fs: dict[str, Any], num_labels: int, image_size: int, seed: int) -> nn.Module:
-    """A newly initialised model of the family's architecture (for demo base training)."""
+    """A newly initialised model of the family's small demo architecture (``fs["model"]`` a config dict)."""
     spec = fs["model"]
-    if isinstance(spec, str):  # a hub model: its architecture, freshly initialised
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(spec)
-        config.num_labels = num_labels
-    elif family == "resnet":
+    if family == "resnet":
         config = resnet_config(num_labels, tuple(spec["hidden_sizes"]), tuple(spec["depths"]),
                                int(spec["embedding_size"]), spec.get("layer_type", "basic"))
     else:

@@ -26,7 +26,6 @@ Three kinds of image, all seeded:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
