@@ -98,19 +98,24 @@ def _balanced(labels: torch.Tensor, per_class: int, generator: torch.Generator, 
     return torch.tensor(sorted(chosen))
 
 
-def _pooled_folder(source: ImageFolderSet, segment: Segmenter, root: Path, name: str) -> ImageFolderSet:
-    """Mean-pool a folder set once into ``root/name`` (PNG); later runs read it back."""
+def _pooled_folder(source: ImageFolderSet, segment: Segmenter, root: Path, name: str, chunk: int = 256
+                   ) -> ImageFolderSet:
+    """Mean-pool a folder set once into ``root/name`` (PNG, ``chunk`` images at a time); later runs read it back."""
     done = root / f"{name}.done"
-    target = root / name
-    if done.is_file():
-        files = sorted(target.glob("*/*.png"))
-        if len(files) == len(source):
-            return ImageFolderSet(files, source.labels, source.classes, source.size, name, source.textures)
-    pooled = ImageSet(mean_pool_images(source.load().images, segmenter=segment, description=f"mean pooling {name}"),
-                      source.labels, source.classes, source.textures, name)
-    folder = save_image_folder(pooled, target)
-    write_text(done, str(len(folder)))
-    return ImageFolderSet(folder.files, source.labels, source.classes, source.size, name, source.textures)
+    if not done.is_file():
+        files: list[Path] = []
+        for start in range(0, len(source), chunk):
+            part = source.subset(range(start, min(start + chunk, len(source))))
+            pooled = ImageSet(mean_pool_images(part.pixels(torch.arange(len(part))), segmenter=segment,
+                                               description=f"mean pooling {name}"), part.labels, part.classes,
+                              part.textures, name)
+            written = save_image_folder(pooled, root / name / f"{start // chunk:05d}")
+            files += written.files
+        write_text(done, "\n".join(str(f.relative_to(root)) for f in files))
+    files = [root / line for line in done.read_text().splitlines()]
+    if len(files) != len(source):
+        raise SubnetlabError(f"{done}: lists {len(files)} images, expected {len(source)}; delete it to redo")
+    return ImageFolderSet(files, source.labels, source.classes, source.size, name, source.textures)
 
 
 def paper_data(settings: dict[str, Any], root: Path) -> dict[str, ImageSource]:
