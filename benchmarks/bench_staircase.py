@@ -88,3 +88,7 @@ def main() -> None:
         gap = abs(sizes["linear"].sparsity - sizes["staircase"].sparsity)
         print(f"[{split}] effective sizes differ by {gap:.2f} ({'within' if gap <= 0.05 + 1e-9 else 'NOT within'} one 5% level)")
     print(f"wall: linear {t_linear:.0f} s, staircase {t_stairs:.0f} s ({t_linear / t_stairs:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
