@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from subnetlab.tasks.base import NLI3, Example, Task
@@ -46,3 +47,15 @@ def tiny_nli_task(n_train: int = 48, n_eval: int = 24, seed: int = 0) -> Task:
     train = [example() for _ in range(n_train)]
     dev = [example() for _ in range(n_eval)]
     return Task("tiny-nli", "classification", NLI3, train, {"id": dev})
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread (no OpenMP hand-offs), above all on a busy machine.
+
+    Import it into a test module (``from tests.unit.lottery_helpers import one_thread``) to apply it there.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -12,6 +12,7 @@ from subnetlab.analysis.attention_types import (
 )
 from subnetlab.models import build_model
 from tests.conftest import tiny_config
+from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 # [CLS] the cat sat on mats [SEP] a dog ran far . [SEP]
 WORDS = [None, "the", "cat", "sat", "on", "mats", None, "a", "dog", "ran", "far", ".", None]

@@ -12,6 +12,7 @@ from subnetlab.methods.importance import (
 )
 from subnetlab.methods.importance_pruning import importance_prune, least_important
 from tests.conftest import tiny_inputs, tiny_model
+from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 
 def _batch(seed: int = 0, batch: int = 4, length: int = 6) -> dict:

@@ -9,6 +9,7 @@ from subnetlab.methods.lottery_controls import bad_structured, bad_weights, cont
 from subnetlab.methods.magnitude_pruning import global_magnitude_masks
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import tiny_model
+from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 
 def _good_structured(adapter, kept_heads: int, kept_mlps: int, seed: int = 0) -> Subnetwork:

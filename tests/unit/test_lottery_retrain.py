@@ -8,7 +8,7 @@ from subnetlab.methods.finetune_config import FinetuneConfig
 from subnetlab.methods.lottery_retrain import PinnedSubnetwork, train_masked
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import tiny_model
-from tests.unit.lottery_helpers import tiny_nli_task, word_tokenizer
+from tests.unit.lottery_helpers import one_thread, tiny_nli_task, word_tokenizer  # noqa: F401  (one_thread: autouse)
 
 CFG = FinetuneConfig(lr=1e-3, batch_size=8, max_steps=6, grad_clip=1.0, weight_decay=0.01, eval_batch_size=16, seed=0)
 

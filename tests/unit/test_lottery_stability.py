@@ -13,6 +13,7 @@ from subnetlab.analysis.stability import (
 from subnetlab.errors import SubnetlabError
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import tiny_model
+from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 
 def _subs():

@@ -10,6 +10,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.methods.magnitude_pruning import magnitude_prune, remaining_schedule, smallest_k
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import tiny_model
+from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 
 def test_smallest_k_breaks_ties_by_index():
