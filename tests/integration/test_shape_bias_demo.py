@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from subnetlab.errors import SubnetlabError
 from subnetlab.experiments import get_reproduction, settings_for
 from subnetlab.models.vision import vision_adapter
 from subnetlab.subnetwork import Subnetwork
@@ -68,6 +69,11 @@ def test_demo_smallest_runs_reports_and_resumes(tmp_path):
     again.pop("timing")
     assert again == metrics
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "resnet").glob("*.json")} == before
+    # other settings in the same directory are refused, not silently mixed with the old results
+    changed = copy.deepcopy(settings)
+    changed["resnet"]["lr"] = 0.5
+    with pytest.raises(SubnetlabError, match="other settings"):
+        module.run(changed, tmp_path)
 
 
 def test_cli_rejects_unknown_family_without_writing(tmp_path, capsys):

@@ -18,16 +18,18 @@ For each model family (ResNet, ViT):
    curves on original and mean-pooled images).
 
 Every step writes its result under ``out/<family>/`` and is skipped when a
-rerun finds it. Settings can be overridden with ``--set KEY=VALUE`` (values are
+rerun finds it; a run directory refuses settings other than its own. Settings can be overridden with ``--set KEY=VALUE`` (values are
 YAML: ``--set models=[resnet]``).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from subnetlab.io import write_json
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
 
 NAME = "shape-bias"
@@ -60,7 +62,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "model": {"patch_size": 8, "hidden_size": 64, "layers": 4, "heads": 4},
             "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
             "optimizer": "adamw", "base_lr": 1e-3, "lr": 1e-3, "weight_decay": 0.05, "warmup": 50, "batch_size": 64,
-            "base_steps": 3000, "train_steps": 400, "mixture_steps": 300, "linear_steps": 150, "eval_every": 40,
+            "base_steps": 4000, "train_steps": 400, "mixture_steps": 300, "linear_steps": 150, "eval_every": 40,
             "finetune_lr_scale": 0.3, "discovery": {**_DISCOVERY_DEMO, "epochs": 60},
         },
     },
@@ -100,7 +102,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def _check(settings: dict[str, Any]) -> None:
-    from subnetlab.errors import SubnetlabError
     from subnetlab.experiments.shape_bias_steps import CONDITIONS
 
     for family in settings["models"]:
@@ -147,8 +148,13 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start_cpu = usage.ru_utime + usage.ru_stime
     out = Path(out)
+    config = {"reproduction": NAME, **settings}
+    previous = out / "config.json"
+    if previous.is_file() and read_json(previous) != json.loads(json.dumps(config)):
+        raise SubnetlabError(f"{out} holds a run with other settings (see {previous}); "
+                             "choose a new --out, or delete it to start over")
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", {"reproduction": NAME, **settings})
+    write_json(previous, config)
     data = prepare_data(settings, out)
     seed = int(settings["seed"])
     results: dict[str, Any] = {}
