@@ -112,13 +112,19 @@ def generalization_onset(ood_accuracy: Sequence[float], fraction: float = 0.2, m
     return None  # unreachable: the peak itself covers the whole rise
 
 
-def compare_heads(before: Sequence[str], core: Sequence[str]) -> dict:
-    """How the heads kept before generalization relate to the final core."""
+def compare_heads(before: Sequence[str], core: Sequence[str], chance: float | None = None) -> dict:
+    """How the heads kept before generalization relate to the final core.
+
+    ``chance`` is the fraction of heads a random subnetwork (or intersection)
+    of the same size would keep; the expected number of core heads found by
+    chance is then ``len(core) * chance``.
+    """
     b, c = set(before), set(core)
     return {
         "core": sorted(c, key=_head_key), "before": sorted(b, key=_head_key),
         "core_in_before": sorted(c & b, key=_head_key), "core_missing_before": sorted(c - b, key=_head_key),
         "fraction_of_core_present": (len(c & b) / len(c)) if c else float("nan"),
+        "expected_by_chance": len(c) * chance if chance is not None else None,
     }
 
 

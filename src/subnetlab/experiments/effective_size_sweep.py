@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from subnetlab.analysis.core import core_heads
+from subnetlab.analysis.core import core_heads, expected_random_intersection
 from subnetlab.analysis.effective_size import compare_heads, data_accuracy, effective_size, generalization_onset
 from subnetlab.analysis.scores import mean_of, ood_columns, score_columns
 from subnetlab.errors import SubnetlabError
@@ -119,13 +119,18 @@ def analyse_sweep(
             sizes[choice] = effective_size(accs, model_acc, faithfulness).to_dict()
         best = sizes[on[0]]["sparsity"]
         shared = core_heads(kept[best]) if best in kept else []
+        # chance that a head survives in every one of these subnetworks were they random of the same sizes
+        n_heads = kept[levels[0]][0].heads.numel()
+        chance = (expected_random_intersection(n_heads, [int(s.heads.sum()) for s in kept[best]]) / n_heads
+                  if best in kept else 1.0)
         rows.append({"step": step, "id_accuracy": model_id, "ood_accuracy": model_ood, "effective_size": sizes,
-                     "heads_in_all_at_effective_size": shared})
+                     "heads_in_all_at_effective_size": shared, "chance_head_in_all": chance})
     onset = generalization_onset([r["ood_accuracy"] for r in rows])
     before = None
     if onset is not None:
         row = rows[onset]
-        before = {"step": row["step"], "on": on[0], **compare_heads(row["heads_in_all_at_effective_size"], core or [])}
+        before = {"step": row["step"], "on": on[0],
+                  **compare_heads(row["heads_in_all_at_effective_size"], core or [], row["chance_head_in_all"])}
     return {"checkpoints": rows, "on": list(on), "faithfulness": faithfulness, "levels": list(levels),
             "seeds": list(seeds), "id_splits": list(id_splits), "subcases": list(subcases) if subcases else None,
             "onset_index": onset, "before_onset": before}

@@ -24,30 +24,31 @@ from subnetlab.progress import stage
 
 NAME = "heuristic-core"
 
-_PAPER_ES = {"seeds": [0, 1, 2], "levels": "0.05:0.70:0.05", "checkpoints": 12, "on": ["ood", "id", "mixed"],
+_PAPER_ES = {"seeds": [0, 1, 2], "levels": "0.05:0.70:0.05", "checkpoints": 12, "on": ["id", "ood", "mixed"],
              "faithfulness": 0.03, "prune": {}}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "minilm",
         "finetune_preset": None,
-        "finetune": {"lr": 5e-5, "batch_size": 32, "max_steps": 300, "warmup_ratio": 0.1, "max_length": 64,
-                     "save_every": 50, "eval_every": 50, "eval_batch_size": 128, "seed": 0},
+        "finetune": {"lr": 5e-5, "batch_size": 32, "max_steps": 200, "warmup_ratio": 0.1, "max_length": 64,
+                     "save_every": 40, "eval_every": 40, "eval_batch_size": 128, "seed": 0},
         "studies": [{
             "name": "nli", "title": "NLI: synthetic corpus -> HANS-style subcases",
             "task": "nli-synthetic",
             "task_options": {"n_train": 4800, "n_eval": 300, "hans_per_subcase": 10, "minority_fraction": 0.1, "seed": 0},
-            "ood": {"source": "synthetic", "subcases": "auto", "choose_from": "hans-synthetic", "per_subcase": 50},
-            "real_ood": {"path": "auto:hans/hans_subset_val.tsv", "per_subcase": 50, "curve_per_subcase": 10},
+            "ood": {"source": "synthetic", "subcases": "auto", "choose_from": "hans-synthetic", "per_subcase": 40},
+            "real_ood": {"path": "auto:hans/hans_subset_val.tsv", "per_subcase": 40, "curve_per_subcase": 10},
             "sparsities": [0.5, 0.7],
         }],
         "n_ood_subcases": 4,
         "seeds": [0, 1, 2, 3],
         "prune_preset": "demo",
-        "prune": {"eval_limit": None, "train_limit": 1000, "means_examples": 256, "eval_batch_size": 128},
-        "effective_size": {"seeds": [0, 1], "levels": "0.1:0.7:0.2", "checkpoints": 3, "on": ["ood", "id", "mixed"],
-                           "faithfulness": 0.03, "prune": {"ramp_steps": 20, "hold_steps": 15, "first_ramp_steps": 30}},
-        "ablation": {"non_listed": 8, "seed": 0, "limit": None},
+        "prune_steps_scale": 0.6,
+        "prune": {"eval_limit": None, "train_limit": 800, "means_examples": 128, "eval_batch_size": 128},
+        "effective_size": {"seeds": [0, 1], "levels": "0.1:0.7:0.2", "checkpoints": 3, "on": ["id", "ood", "mixed"],
+                           "faithfulness": 0.03, "prune": {"ramp_steps": 15, "hold_steps": 10, "first_ramp_steps": 25}},
+        "ablation": {"non_listed": 6, "seed": 0, "limit": None},
         "attention": {"examples": 60, "maps": 1, "max_length": 64},
         "backend": "local",
         "jobs": None,
@@ -81,6 +82,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_ood_subcases": 4,
         "seeds": list(range(12)),
         "prune_preset": "paper",
+        "prune_steps_scale": None,
         "prune": {},
         "effective_size": _PAPER_ES,
         "ablation": {"non_listed": "all", "seed": 0, "limit": None},

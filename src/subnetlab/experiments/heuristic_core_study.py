@@ -113,6 +113,17 @@ def _base_config(study: dict, model: str, prepared: dict) -> dict:
             "eval_data": eval_data, "splits": [*ID_SPLITS, *prepared["files"]]}
 
 
+def _scaled_steps(settings: dict, target: float) -> dict[str, int]:
+    """``prune_steps_scale`` shrinks the preset's step rule (warm-up and total) for a small CPU budget."""
+    from subnetlab.methods.pruning_config import STEP_RULES
+
+    scale = settings.get("prune_steps_scale")
+    if scale is None:
+        return {}
+    warmup, total = STEP_RULES[settings["prune_preset"]](target)
+    return {"warmup_steps": max(1, round(warmup * scale)), "total_steps": max(2, round(total * scale))}
+
+
 def _prune(study: dict, settings: dict, base: dict, out: Path) -> dict:
     from subnetlab.methods.pruning_config import preset_config
     from subnetlab.methods.pruning_job import FULL_MODEL_JOB, PRUNE_JOB, run_dir_name
@@ -121,7 +132,8 @@ def _prune(study: dict, settings: dict, base: dict, out: Path) -> dict:
     jobs, cfg = [], None
     for target in study["sparsities"]:
         for seed in settings["seeds"]:
-            cfg = preset_config(settings["prune_preset"], target, seed=seed, **settings.get("prune", {}))
+            cfg = preset_config(settings["prune_preset"], target, seed=seed,
+                                **{**_scaled_steps(settings, target), **settings.get("prune", {})})
             jobs.append(Job(PRUNE_JOB, {**common, "prune": cfg.to_dict()}, out / run_dir_name(target, seed, "linear")))
     full = {**base, "eval": {"batch_size": cfg.eval_batch_size, "max_length": cfg.max_length, "limit": cfg.eval_limit}}
     jobs.insert(0, Job(FULL_MODEL_JOB, full, out / "full-model", name="full-model"))

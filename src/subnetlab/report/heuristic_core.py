@@ -104,10 +104,12 @@ def effective_size_section(doc: MarkdownReport, result: Mapping[str, Any], plot:
     before = result.get("before_onset")
     if before:
         frac = before["fraction_of_core_present"]
+        chance = before.get("expected_by_chance")
         doc.para(
-            f"OOD accuracy starts to rise after step {before['step']}. The heads kept by every subnetwork there "
-            f"({len(before['before'])} heads) contain {len(before['core_in_before'])} of the {len(before['core'])} "
-            f"final core heads" + (f" ({pct(frac, 0)}%)" if not math.isnan(frac) else "")
+            f"OOD accuracy starts to rise after step {before['step']}. The heads kept by every {before['on']} "
+            f"effective-size subnetwork there ({len(before['before'])} heads) contain {len(before['core_in_before'])} of "
+            f"the {len(before['core'])} final core heads" + (f" ({pct(frac, 0)}%)" if not math.isnan(frac) else "")
+            + (f"; random subnetworks of the same sizes would contain {chance:.1f} of them" if chance is not None else "")
             + (f"; missing: {', '.join(before['core_missing_before'])}." if before["core_missing_before"] else ".")
         )
     else:
