@@ -211,6 +211,11 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
     es = settings["effective_size"]
     checkpoints = pick_checkpoints(checkpoint_dirs(ft_dir), es.get("checkpoints"))
     levels = list(parse_levels(es["levels"]))
+    config = {"command": "effective-size", **es, "levels": levels, "steps": [step for step, _ in checkpoints],
+              "core": list(core), "subcases": subcases}
+    done = steps.finished(out, config)
+    if done is not None:
+        return done
     slim = {**{k: v for k, v in base.items() if k != "model"}, "splits": [*ID_SPLITS, "ood"],  # the curves need no real HANS
             "eval_data": [e for e in base["eval_data"] if e.startswith("ood:")]}
     jobs = sweep_jobs(checkpoints, slim, es["seeds"], levels,
@@ -219,7 +224,7 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
     check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
     result = analyse_sweep(checkpoints, es["seeds"], levels, out, on=es["on"], faithfulness=es["faithfulness"],
                            id_splits=ID_SPLITS, subcases=subcases, core=core)
-    steps.effective_size_outputs(result, out, config={"command": "effective-size", "levels": levels, **es})
+    steps.effective_size_outputs(result, out, config=config)
     return result
 
 
