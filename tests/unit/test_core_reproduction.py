@@ -104,7 +104,8 @@ def test_presets_resolve_to_valid_configurations(preset):
     s = settings_for(module, preset)
     assert s["preset"] == preset and len(s["seeds"]) >= 2
     for study in s["studies"]:
-        resolve_config(s["finetune_preset"], model=s["model"], task=study["task"], **s["finetune"])
+        resolve_config(s["finetune_preset"], model=s["model"], task=study["task"],
+                       **{**s["finetune"], **(study.get("finetune") or {})})
         assert len(study["sparsities"]) == 2 and study["sparsities"][0] < study["sparsities"][1]
         for target in study["sparsities"]:
             preset_config(s["prune_preset"], target, seed=0, **s["prune"])

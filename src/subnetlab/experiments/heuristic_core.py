@@ -73,6 +73,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "task": "qqp",
                 "task_options": {"train": "hub:nyu-mll/glue:qqp@train", "eval": {"id": "hub:nyu-mll/glue:qqp@validation"}},
                 "finetune_eval_data": ["paws:paws-qqp=auto"],
+                "finetune": {"max_steps": 40000, "batch_size": 256},  # Appendix A: 40k steps, effective batch 256
                 "ood": {"source": "file", "format": "paws-qqp", "path": "auto:paws_qqp/dev_and_test.tsv", "subcases": None,
                         "not_equivalent_only": True},
                 "real_ood": None,

@@ -66,7 +66,8 @@ def _finetune(study: dict, settings: dict, eval_data: list[str], out: Path) -> d
     from subnetlab.methods.finetune_config import resolve_config
 
     cfg = resolve_config(settings.get("finetune_preset"), model=settings["model"], task=study["task"],
-                         task_options=study.get("task_options") or {}, eval_data=eval_data, **settings["finetune"])
+                         task_options=study.get("task_options") or {}, eval_data=eval_data,
+                         **{**settings["finetune"], **(study.get("finetune") or {})})
     stage(f"[{study['name']}] fine-tuning {settings['model']} on {study['task']}")
     return finetune(cfg, out)
 
