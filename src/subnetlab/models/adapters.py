@@ -236,6 +236,10 @@ def get_adapter(model: nn.Module) -> Adapter:
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "model_type"):
         raise SubnetlabError(f"{type(model).__name__} has no Hugging Face config; cannot find its components")
+    if config.model_type == "resnet":  # no heads or MLPs: convolution weights only
+        from subnetlab.models.vision import ResNetAdapter
+
+        return ResNetAdapter(model)
     spec = _family_for(config.model_type)
     num_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head")
     hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")
