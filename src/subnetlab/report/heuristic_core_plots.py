@@ -64,7 +64,7 @@ def effective_size_plot(
         ax2.plot(steps, [100 * y if y is not None else np.nan for y in ys], marker="s", ms=3, ls="--",
                  label=f"effective size ({name})")
     ax2.set_ylabel("effective size (% of components kept)")
-    ax2.set_ylim(0, 100)
+    ax2.set_ylim(0, 105)
     if onset_step is not None:
         ax.axvline(onset_step, color="grey", ls=":", lw=1)
     h1, l1 = ax.get_legend_handles_labels()
@@ -77,4 +77,6 @@ def effective_size_plot(
 def seed_accuracy_plot(groups: Sequence[str], values: Mapping[str, Sequence[float]], reference: Mapping[str, float],
                        path: str | os.PathLike, title: str) -> Path:
     """Figure 2: one dot per pruned subnetwork for each evaluation set, the full model as a red bar."""
-    return plots.seed_dots(groups, values, path, reference=reference, title=title)
+    from subnetlab.analysis.scores import short_name
+
+    return plots.seed_dots(groups, values, path, reference=reference, title=title, labels=[short_name(g) for g in groups])

@@ -109,8 +109,11 @@ def seed_dots(
     ylabel: str = "accuracy (%)",
     title: str = "",
     percent: bool = True,
+    labels: Sequence[str] | None = None,
 ) -> Path:
-    """One column of dots (one per seed) for each group, with the full model as a short line (Figure 2 style)."""
+    """One column of dots (one per seed) for each group, with the full model as a short line (Figure 2 style).
+
+    ``labels`` are the tick labels (default: the group names)."""
     scale = 100.0 if percent else 1.0
     fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(groups) + 1.5), 3.6))
     rng = np.random.default_rng(0)  # horizontal jitter only, for legibility
@@ -121,7 +124,7 @@ def seed_dots(
         if reference is not None and g in reference:
             ax.hlines(scale * reference[g], i - 0.3, i + 0.3, colors="tab:red", lw=2,
                       label="full model" if i == 0 else None)
-    ax.set_xticks(range(len(groups)), list(groups), rotation=30, ha="right")
+    ax.set_xticks(range(len(groups)), list(labels if labels is not None else groups), rotation=30, ha="right")
     ax.set_ylabel(ylabel)
     if percent:
         ax.set_ylim(-2, 102)
