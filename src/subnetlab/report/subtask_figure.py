@@ -65,10 +65,10 @@ def figure3(runs: Sequence[dict], path: str | os.PathLike) -> Path:
         panels.append(([depths[-1]], f"GPT-2, {depths[-1]} layers; band: +-1 s.d. over seeds"))
     else:
         panels.append((None, "band: +-1 s.d. over seeds"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels) + 2.2, 4.0), squeeze=False)
     for ax, (layers, title) in zip(axes[0], panels):
         _panel(ax, accuracy_grid(runs, layers), title)
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside: never over the curves
     return save_figure(fig, path)
 
 
