@@ -81,7 +81,7 @@ def test_linear_sweep_layout_summary_and_skip(checkpoint: Path, tmp_path: Path, 
 
 def test_staircase_writes_every_level(checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "stairs"
-    prune_cli(checkpoint, out, "--sparsity", "0.4", "--seeds", "0", "--schedule", "staircase", "--levels", "0.2,0.4",
+    prune_cli(checkpoint, out, "--seeds", "0", "--schedule", "staircase", "--levels", "0.2,0.4",
               "--set", "ramp_steps=4", "--set", "hold_steps=3", "--set", "first_ramp_steps=6")
     run = out / "staircase" / "seed-0"
     metrics = read_json(run / "metrics.json")

@@ -56,7 +56,8 @@ def _parse_pairs(pairs: list[str], option: str) -> dict[str, object]:
 def prune(
     model: str = typer.Option(..., "--model", help="Fine-tuned checkpoint: a local directory, hub id or alias."),
     task: str = typer.Option(..., "--task", help="Task name (nli-synthetic, mnli, hans, qqp, paws-qqp, arith:<op>)."),
-    sparsity: list[str] = typer.Option([], "--sparsity", help="Target(s) in (0, 1): --sparsity 0.5 0.7, or 0.5,0.7."),
+    sparsity: list[str] = typer.Option([], "--sparsity", help="Target(s) in (0, 1): --sparsity 0.5 0.7, or 0.5,0.7 "
+                                       "(linear; a staircase climbs --levels)."),
     more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="Further targets (--sparsity 0.5 0.7)."),
     seeds: str = typer.Option("0-11", "--seeds", help="Seeds: 0-11, 0,3,5 or 0-2,7."),
     out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs and resumes killed ones."),
@@ -79,10 +80,11 @@ def prune(
     from subnetlab.methods.pruning_schedule import parse_levels
     from subnetlab.methods.pruning_setup import build_task, check_checkpoint, eval_splits
 
-    targets = _parse_sparsities([*sparsity, *(more or [])])
-    seed_list = parse_int_list(seeds, "--seeds")
     if schedule not in ("linear", "staircase"):
         raise SubnetlabError(f"--schedule {schedule!r}: expected linear or staircase")
+    given = [*sparsity, *(more or [])]
+    targets = _parse_sparsities(given) if schedule == "linear" or given else []
+    seed_list = parse_int_list(seeds, "--seeds")
     overrides = _parse_pairs(set_, "--set")
     if ablation is not None:
         overrides["ablation"] = ablation
