@@ -26,7 +26,8 @@ def finetune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str
     for _, checkpoint in checkpoint_dirs(run):  # finished: resuming needs no optimizer state (2/3 of the disk)
         (checkpoint / OPTIMIZER_FILE).unlink(missing_ok=True)
     return {"final": metrics["final"], "train_loss": metrics["train_loss"], "steps": metrics["steps"],
-            "train_examples": metrics["train_examples"], "model": str(run / "model")}
+            "train_examples": metrics["train_examples"], "wall_seconds": metrics["wall_seconds"],
+            "model": str(run / "model")}
 
 
 def model_dir(finetune_dir: Path) -> Path:

@@ -19,6 +19,7 @@ the executor writes ``config.json`` and ``metrics.json``.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,7 @@ def applied(model: torch.nn.Module, adapter, subnetwork: Subnetwork):
 def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
     """Prune ``config['model']`` on ``config['task']`` (see the module doc)."""
     config = prune_config(**config)
+    started = time.time()
     out = Path(out_dir)
     task = _task(config)
     split = config["split"] or next(iter(task.eval_splits), None)
@@ -141,7 +143,7 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
     good = result.subnetwork
     metrics = {**result.summary(), "method": config["method"], "split": split, "kind": good.kind,
                "parameter_sparsity": good.parameter_sparsity(adapter), "kept": good.count(),
-               "controls_metric": pruned_metric}
+               "controls_metric": pruned_metric, "wall_seconds": time.time() - started}
     if good.kind == "structured":
         metrics["kept_components"] = good.kept_names()
         metrics["heads_kept"], metrics["mlps_kept"] = int(good.heads.sum()), int(good.mlps.sum())

@@ -29,6 +29,17 @@ def _mean_sd(values: list[float]) -> str:
     return f"{pct(statistics.mean(values))} ± {100 * statistics.stdev(values):.1f}"
 
 
+def _job_time(results: dict[str, Any]) -> str:
+    """The jobs' own wall times, as recorded when they ran (a rerun that skips them does not change them)."""
+    times = [m.get("wall_seconds") for r in results.values() for part in ("finetune", "prune", "retrain")
+             for m in r[part].values()]
+    known = [t for t in times if t is not None]
+    if not known:
+        return "job times not recorded"
+    missing = f", {len(times) - len(known)} of {len(times)} jobs unrecorded" if len(known) < len(times) else ""
+    return f"the {len(known)} jobs ran for {sum(known) / 60:.1f} min in total{missing}"
+
+
 def _acc(metrics: dict[str, Any], split: str) -> float:
     return float(metrics["final"][split]["accuracy"])
 
@@ -48,7 +59,8 @@ def _setup(doc: MarkdownReport, settings: dict[str, Any], results: dict[str, Any
         f"stop before {settings['threshold']:.0%} of the full model; criterion `{settings['criterion']}`"
         f"{', then heads-only and MLP-only refinement' if settings['refine'] else ''}",
         f"machine: {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, device "
-        f"`{settings['device']}`; wall time of this invocation {elapsed / 60:.1f} min (finished jobs are skipped on rerun)",
+        f"`{settings['device']}`; {_job_time(results)}; this invocation took {elapsed / 60:.1f} min "
+        f"(finished jobs are skipped on rerun)",
     ])
 
 
