@@ -38,6 +38,8 @@ def test_prune_config_defaults_and_validation():
     assert config["threshold"] == 0.9 and config["fraction"] == 0.1 and config["criterion"] == "sensitivity"
     with pytest.raises(SubnetlabError, match="unknown pruning option"):
         prune_config(model="m", task="t", method="magnitude", nope=1)
+    with pytest.raises(SubnetlabError, match="unknown importance criterion 'fisher'"):
+        prune_config(model="m", task="t", method="importance", criterion="fisher")
     with pytest.raises(SubnetlabError, match="--eval-limit 0"):
         prune_config(model="m", task="t", method="magnitude", eval_limit=0)
 

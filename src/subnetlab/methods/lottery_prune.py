@@ -32,6 +32,7 @@ from subnetlab.io import save_tensors
 from subnetlab.methods.evaluate import evaluate, label_permutation
 from subnetlab.methods.finetune_config import parse_eval_data
 from subnetlab.methods.finetune_model import model_for_task
+from subnetlab.methods.importance import get_criterion
 from subnetlab.methods.importance_pruning import importance_prune
 from subnetlab.methods.lottery_controls import controls
 from subnetlab.methods.lottery_retrain import resolve_device
@@ -61,6 +62,7 @@ def prune_config(**given: Any) -> dict[str, Any]:
         raise SubnetlabError(f"unknown pruning option(s): {', '.join(sorted(unknown))}")
     if config["method"] not in METHODS:
         raise SubnetlabError(f"--method {config['method']!r}: choose magnitude or importance")
+    get_criterion(config["criterion"])  # unknown names fail before any model is loaded
     if not 0.0 < float(config["threshold"]) <= 1.0:
         raise SubnetlabError(f"--threshold {config['threshold']} is outside (0, 1]")
     if not 0.0 < float(config["fraction"]) < 1.0:
