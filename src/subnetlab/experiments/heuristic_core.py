@@ -31,7 +31,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "minilm",
         "finetune_preset": None,
-        "finetune": {"lr": 5e-5, "batch_size": 32, "max_steps": 200, "warmup_ratio": 0.1, "max_length": 64,
+        "finetune": {"lr": 5e-5, "batch_size": 16, "max_steps": 200, "warmup_ratio": 0.1, "max_length": 64,
                      "save_every": 40, "eval_every": 40, "eval_batch_size": 128, "seed": 0},
         "studies": [{
             "name": "nli", "title": "NLI: synthetic corpus -> HANS-style subcases",
@@ -44,7 +44,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_ood_subcases": 4,
         "seeds": [0, 1, 2, 3],
         "prune_preset": "demo",
-        "prune_steps_scale": 0.6,
+        "prune_steps_scale": None,  # the demo pruning preset's own steps: fewer leave subnetworks unfaithful in-domain
+        # means over one batch of 128 training examples (one ~20-token batch is ~2,500 tokens)
         "prune": {"eval_limit": None, "train_limit": 800, "means_examples": 128, "eval_batch_size": 128},
         "effective_size": {"seeds": [0, 1], "levels": "0.1:0.7:0.2", "checkpoints": 3, "on": ["id", "ood", "mixed"],
                            "faithfulness": 0.03, "prune": {"ramp_steps": 15, "hold_steps": 10, "first_ramp_steps": 25}},

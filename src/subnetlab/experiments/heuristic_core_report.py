@@ -187,11 +187,13 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     ablation = compact_ablation(r["ablation"])
     sections.ablation_section(doc, ablation)
     eff = ablation_effects(ablation)
-    hurts = eff["core_ood_drop"] > eff["core_id_drop"] and eff["core_ood_drop"] > eff.get("other_ood_drop", float("-inf"))
+    margin = 0.01  # one point: smaller mean differences are within a few examples at these evaluation sizes
+    hurts = (eff["core_ood_drop"] >= eff["core_id_drop"] + margin
+             and eff["core_ood_drop"] >= eff.get("other_ood_drop", float("-inf")) + margin)
     doc.para(f"Ablating one core head lowers accuracy by {pct(eff['core_id_drop'])} points ID and {pct(eff['core_ood_drop'])} "
              f"points OOD on average (largest OOD drop {pct(eff['core_max_ood_drop'])}); ablating one other head by "
              f"{pct(eff.get('other_id_drop'))} ID and {pct(eff.get('other_ood_drop'))} OOD (negative: accuracy rises). "
-             f"**Pattern 'ablating core heads hurts OOD more than ID (and more than other heads)': "
+             f"**Pattern 'ablating core heads hurts OOD more than ID and more than other heads (by at least one point)': "
              f"{'seen' if hurts else 'not seen'}** at this scale.")
     # effective size
     doc.section("Effective size over training", 3)
