@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from subnetlab.analysis.ablation import AVERAGE_ROW, NONE_ROW, ablation_table, head_gates, parse_heads
+from subnetlab.analysis.ablation import AVERAGE_ROW, NONE_ROW, AblationRow, AblationTable, ablation_table, head_gates, parse_heads
 from subnetlab.analysis.scores import score_columns, short_name
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, collect_means
@@ -66,7 +66,22 @@ def test_rows_equal_separate_evaluate_calls(setup):
         single_drops = sum(table.base[c] - table.row(h).accuracy[c] for h in ("L0.H1", "L1.H2"))
         joint_drop = table.base[c] - table.row("L0.H1 & L1.H2").accuracy[c]
         assert verdict[c]["sum_single_drops"] == pytest.approx(single_drops)
-        assert verdict[c]["super_additive"] == (joint_drop > single_drops)
+        assert verdict[c]["super_additive"] == (joint_drop > 1e-9 and joint_drop > single_drops + 1e-9)
+
+
+def test_super_additivity_on_a_hand_built_table():
+    """Only a real joint drop larger than the summed single drops counts; ties and accuracy gains do not."""
+    base = {"more": 0.9, "tie": 0.9, "gain": 0.9, "smaller_gain": 0.9}
+    rows = [
+        AblationRow(NONE_ROW, [], base),
+        AblationRow("L0.H0", ["L0.H0"], {"more": 0.8, "tie": 0.8, "gain": 0.8, "smaller_gain": 1.0}),
+        AblationRow("L0.H1", ["L0.H1"], {"more": 0.8, "tie": 0.8, "gain": 0.8, "smaller_gain": 1.0}),
+        AblationRow("L0.H0 & L0.H1", ["L0.H0", "L0.H1"], {"more": 0.5, "tie": 0.7, "gain": 1.0, "smaller_gain": 0.95}),
+    ]
+    verdict = AblationTable(list(base), rows, [], []).super_additivity()
+    assert {c: v["super_additive"] for c, v in verdict.items()} == {
+        "more": True, "tie": False, "gain": False, "smaller_gain": False}
+    assert verdict["more"]["joint_drop"] == pytest.approx(0.4) and verdict["more"]["sum_single_drops"] == pytest.approx(0.2)
 
 
 def test_sampled_non_listed_average_is_seeded(setup):

@@ -5,7 +5,9 @@ every out-of-domain column: with no head ablated, with each listed head ablated
 alone, averaged over single ablations of the heads *not* listed ("Avg.
 (non-HC)", the baseline that says whether the listed heads matter more than
 any head), and with the listed heads ablated jointly. The joint ablation is
-*super-additive* on a column when its drop exceeds the sum of the single drops.
+*super-additive* on a column when it lowers accuracy and its drop exceeds the
+sum of the single drops (a joint ablation that raises accuracy is not; equal
+drops are compared with a tolerance of ``TOLERANCE`` so rounding cannot decide).
 
 The accuracy measurement is a callable (``Evaluator``) so that the table does
 not depend on how a task is evaluated; ``task_evaluator`` builds one from a
@@ -29,6 +31,7 @@ Evaluator = Callable[[], dict[str, float]]  # accuracy per column of the model a
 
 NONE_ROW = "None"
 AVERAGE_ROW = "Avg. (non-HC)"
+TOLERANCE = 1e-9  # accuracy differences below this are rounding, not effects
 
 
 def parse_heads(names: Sequence[str], num_layers: int, num_heads: int) -> list[tuple[int, int]]:
@@ -91,7 +94,7 @@ class AblationTable:
         return multi[0] if multi else None
 
     def super_additivity(self) -> dict[str, dict[str, float | bool]]:
-        """Per column: the joint drop, the sum of single drops, and whether the joint one is larger."""
+        """Per column: the joint drop, the sum of single drops, and whether the joint one is a larger, real drop."""
         joint = self.joint
         if joint is None:
             return {}
@@ -99,7 +102,8 @@ class AblationTable:
         for c in self.columns:
             singles = sum(self.base[c] - r.accuracy[c] for r in self.singles)
             drop = self.base[c] - joint.accuracy[c]
-            out[c] = {"joint_drop": drop, "sum_single_drops": singles, "super_additive": drop > singles}
+            out[c] = {"joint_drop": drop, "sum_single_drops": singles,
+                      "super_additive": drop > TOLERANCE and drop > singles + TOLERANCE}
         return out
 
     def mean_drop(self, row: AblationRow, columns: Sequence[str]) -> float:

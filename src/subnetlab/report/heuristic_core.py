@@ -59,7 +59,7 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
         ood = [c for c in columns if c not in table.get("id_columns", [])]
         hits = [c for c in ood if verdict[c]["super_additive"]]
         doc.para(
-            f"Ablating the listed heads jointly is super-additive (its drop exceeds the sum of the single drops) on "
+            f"Ablating the listed heads jointly is super-additive (it lowers accuracy by more than the single ablations together) on "
             f"{len(hits)} of {len(ood)} out-of-domain columns"
             + (f" ({', '.join(short_name(c) for c in hits)})" if hits else "") + "; joint vs summed single drops, in points: "
             + ", ".join(f"{short_name(c)} {pct(verdict[c]['joint_drop'])} vs {pct(verdict[c]['sum_single_drops'])}"
