@@ -65,6 +65,15 @@ def output_of(model, inputs) -> torch.Tensor:
     return model(**inputs).logits
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models: one thread is several times faster than two on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(params=FAMILIES)
 def family(request) -> str:
     return request.param

@@ -11,13 +11,7 @@ from subnetlab.transfer import complement_matched, kept_counts, random_matched
 from tests.conftest import tiny_model
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one thread is several times faster than two on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _subnetwork(adapter, fraction: float, seed: int = 0) -> Subnetwork:

@@ -25,13 +25,7 @@ from subnetlab.transfer.stacked import functional_parts, train_stacked
 from tests.conftest import tiny_config
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one thread is several times faster than two on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(seed: int = 0):
