@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/bench_executor.py --job standin --fn pkg.mod:job --base-config '{...}'
 
 The grid is seed {0, 1} x target sparsity {0.5, 0.7}. ``--job prune`` (the
-default) runs ``subnetlab.methods.pruning_job:prune_job`` with the demo preset
+default) runs ``subnetlab.runs.prune:prune_job`` with the demo preset
 shortened to ``--prune-steps`` steps, on MiniLM given a seeded 3-label head
 and the generated NLI task; the mean-activation cache is filled once before the
 timings so every backend does the same work. ``--job standin`` runs MiniLM
@@ -70,8 +70,8 @@ def grid(fn: str, base: dict, root: Path):
 def prune_grid(base: dict, steps: int, root: Path):
     """The ``subnetlab prune --preset demo`` jobs, shortened to ``steps`` steps."""
     from subnetlab.executor import Job
-    from subnetlab.methods.pruning_config import preset_config
-    from subnetlab.methods.pruning_job import PRUNE_JOB
+    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.runs.prune import PRUNE_JOB
 
     short = dict(total_steps=steps, warmup_steps=max(1, int(0.8 * steps)), batch_size=8, means_examples=64,
                  eval_limit=64, train_limit=256, checkpoint_every=10 * steps)

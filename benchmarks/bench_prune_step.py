@@ -21,9 +21,9 @@ import time
 import torch
 
 from subnetlab.intervene import collect_means
-from subnetlab.methods.pruning_config import PruneConfig
-from subnetlab.methods.pruning_data import PruningData
-from subnetlab.methods.structured_pruning import Pruner
+from subnetlab.methods.hard_concrete.config import PruneConfig
+from subnetlab.methods.hard_concrete.data import PruningData
+from subnetlab.methods.hard_concrete.train import Pruner
 from subnetlab.models import load_model
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from subnetlab.analysis.effective_size import effective_size
 from subnetlab.cli import main as cli
 from subnetlab.io import read_json
-from subnetlab.methods.pruning_config import preset_config
-from subnetlab.methods.pruning_schedule import parse_levels
+from subnetlab.methods.hard_concrete.config import preset_config
+from subnetlab.methods.hard_concrete.schedule import parse_levels
 
 LEVELS = "0.05:0.70:0.05"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from subnetlab.methods.finetune_model import arithmetic_gpt2_config
+from subnetlab.methods.finetune.model import arithmetic_gpt2_config
 from subnetlab.models import build_model
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.transfer import LMSplit, TrainSettings, build_transfer_model, train_model

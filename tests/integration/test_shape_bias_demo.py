@@ -54,8 +54,8 @@ def test_demo_smallest_runs_reports_and_resumes(tmp_path):
         assert 0.0 < m["table2"]["kept_fraction"] <= 1.0
         assert f"{family.replace('resnet', 'ResNet').replace('vit', 'ViT')} + Subtask Induction" in text
     # the subnetwork file fits the base model (fingerprint) and masks exactly the vision targets
-    from subnetlab.experiments.shape_bias_data import prepare_data
-    from subnetlab.experiments.shape_bias_models import base_model
+    from subnetlab.experiments.shape_bias.data import prepare_data
+    from subnetlab.experiments.shape_bias.models import base_model
     from subnetlab.models.vision import vision_weight_matrices
 
     data = prepare_data(settings, tmp_path)

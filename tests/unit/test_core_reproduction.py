@@ -9,9 +9,9 @@ import pytest
 
 from subnetlab.analysis.scores import PAPER_SUBCASES
 from subnetlab.errors import SubnetlabError
-from subnetlab.experiments import heuristic_core_data as data
-from subnetlab.experiments.heuristic_core_report import ablation_effects, compact, compact_table, spread
-from subnetlab.experiments.heuristic_core_study import pick_checkpoints
+from subnetlab.experiments.heuristic_core import data
+from subnetlab.experiments.heuristic_core.report import ablation_effects, compact, compact_table, spread
+from subnetlab.experiments.heuristic_core.study import pick_checkpoints
 from subnetlab.tasks import load_hans, load_paraphrase
 from subnetlab.tasks.base import Example
 
@@ -96,9 +96,9 @@ def test_report_verdict_numbers_from_hand_made_results():
 def test_presets_resolve_to_valid_configurations(preset):
     """Every setting of a preset reaches a validated config (no data is loaded, so the paper preset needs no hub)."""
     from subnetlab.experiments import get_reproduction, settings_for
-    from subnetlab.methods.finetune_config import resolve_config
-    from subnetlab.methods.pruning_config import preset_config
-    from subnetlab.methods.pruning_schedule import parse_levels
+    from subnetlab.methods.finetune.config import resolve_config
+    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.methods.hard_concrete.schedule import parse_levels
 
     module = get_reproduction("heuristic-core")
     s = settings_for(module, preset)

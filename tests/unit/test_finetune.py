@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.finetune import finetune, lr_factor
-from subnetlab.methods.finetune_config import resolve_config
+from subnetlab.methods.finetune.train import finetune, lr_factor
+from subnetlab.methods.finetune.config import resolve_config
 from subnetlab.models import resolve
 
 

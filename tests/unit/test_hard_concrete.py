@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from subnetlab.intervene import apply_gates
-from subnetlab.methods.hard_concrete import BETA, EPS, LEFT, RIGHT, HardConcreteGates
+from subnetlab.methods.hard_concrete.distribution import BETA, EPS, LEFT, RIGHT, HardConcreteGates
 from tests.conftest import tiny_inputs, tiny_model
 
 ALPHAS = [-2.0, 0.0, 1.5, 4.0]

@@ -7,10 +7,10 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates
-from subnetlab.methods.importance import (
+from subnetlab.methods.lottery.importance import (
     classification_loss, gate_sensitivity, get_criterion, grad_x_activation, importance, normalize_layerwise,
 )
-from subnetlab.methods.importance_pruning import importance_prune, least_important
+from subnetlab.methods.lottery.importance_pruning import importance_prune, least_important
 from tests.conftest import tiny_inputs, tiny_model
 from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)
 

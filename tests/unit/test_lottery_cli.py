@@ -6,7 +6,7 @@ import pytest
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.experiments import get_reproduction, settings_for
-from subnetlab.methods.lottery_prune import prune_config
+from subnetlab.methods.lottery.prune import prune_config
 from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 

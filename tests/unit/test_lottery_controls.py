@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from subnetlab.methods.lottery_controls import bad_structured, bad_weights, controls, random_structured, random_weights
-from subnetlab.methods.magnitude_pruning import global_magnitude_masks
+from subnetlab.methods.lottery.controls import bad_structured, bad_weights, controls, random_structured, random_weights
+from subnetlab.methods.lottery.magnitude import global_magnitude_masks
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import tiny_model
 from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)

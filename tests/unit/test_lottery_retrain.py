@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from subnetlab.methods.finetune_config import FinetuneConfig
-from subnetlab.methods.lottery_retrain import PinnedSubnetwork, train_masked
+from subnetlab.methods.finetune.config import FinetuneConfig
+from subnetlab.methods.lottery.retrain import PinnedSubnetwork, train_masked
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import tiny_model
 from tests.unit.lottery_helpers import one_thread, tiny_nli_task, word_tokenizer  # noqa: F401  (one_thread: autouse)

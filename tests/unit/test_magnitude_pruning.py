@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.magnitude_pruning import magnitude_prune, remaining_schedule, smallest_k
+from subnetlab.methods.lottery.magnitude import magnitude_prune, remaining_schedule, smallest_k
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import tiny_model
 from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.tasks.images_meanpool import mean_pool, mean_pool_images, skimage_segmenter
+from subnetlab.tasks.images.meanpool import mean_pool, mean_pool_images, skimage_segmenter
 
 
 def test_mean_pool_with_known_segments_matches_hand_computation():

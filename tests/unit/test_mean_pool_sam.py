@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from subnetlab.tasks.images_meanpool import mean_pool_images
-from subnetlab.tasks.images_sam import SamSegmenter, combine_masks, point_grid
+from subnetlab.tasks.images.meanpool import mean_pool_images
+from subnetlab.tasks.images.sam import SamSegmenter, combine_masks, point_grid
 
 
 def test_combine_masks_paints_small_over_large_and_covers_the_rest():

@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from subnetlab.intervene import collect_means
-from subnetlab.methods.pruning_checkpoint import load_checkpoint
-from subnetlab.methods.pruning_config import PruneConfig
-from subnetlab.methods.pruning_data import PruningData
-from subnetlab.methods.pruning_objective import NonFiniteLoss
-from subnetlab.methods.structured_pruning import prune
+from subnetlab.methods.hard_concrete.checkpoint import load_checkpoint
+from subnetlab.methods.hard_concrete.config import PruneConfig
+from subnetlab.methods.hard_concrete.data import PruningData
+from subnetlab.methods.hard_concrete.objective import NonFiniteLoss
+from subnetlab.methods.hard_concrete.train import prune
 from tests.conftest import VOCAB, tiny_model
 
 N, T = 256, 8

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from subnetlab.cli import main
-from subnetlab.methods.pruning_summary import flatten_scores, format_summary, summarize
+from subnetlab.runs.prune_summary import flatten_scores, format_summary, summarize
 
 TASK = ["--task", "nli-synthetic", "--task-option", "n_train=20", "--task-option", "n_eval=10",
         "--task-option", "hans_per_subcase=1"]

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.tasks.images import ImageSet, concat
-from subnetlab.tasks.shapes import (
+from subnetlab.tasks.images.imageset import ImageSet, concat
+from subnetlab.tasks.images.shapes import (
     ShapeTextureConfig,
     generate,
     generate_splits,

@@ -10,7 +10,7 @@ from torch import nn
 
 from subnetlab.analysis.shape_bias import accuracy, cue_conflict_metrics, evaluate_shape_bias, predict
 from subnetlab.errors import SubnetlabError
-from subnetlab.tasks.images import ConcatSource, ImageSet, concat
+from subnetlab.tasks.images.imageset import ConcatSource, ImageSet, concat
 
 
 def test_cue_conflict_metrics_by_hand():

@@ -9,8 +9,8 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks import DEFAULT_VOCABULARY, NLI2, generate_hans_style
-from subnetlab.tasks.hans_generator import SUBCASES, constituents, leaves, render, sample_pair
-from subnetlab.tasks.hans_vocab import CONTENT_LISTS
+from subnetlab.tasks.nli.hans_generator import SUBCASES, constituents, leaves, render, sample_pair
+from subnetlab.tasks.nli.hans_vocab import CONTENT_LISTS
 from subnetlab.tasks.sampling import Sampler
 from tests.conftest import SHARED_DATA
 

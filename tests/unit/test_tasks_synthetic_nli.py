@@ -9,7 +9,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks import DEFAULT_VOCABULARY, NLI3, generate_synthetic_nli, get_task
-from subnetlab.tasks.synthetic_nli import CorpusWords
+from subnetlab.tasks.nli.synthetic import CorpusWords
 
 
 def overlap(ex) -> bool:

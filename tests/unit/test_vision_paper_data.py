@@ -7,8 +7,8 @@ import torch
 from PIL import Image
 
 from subnetlab.experiments import get_reproduction, settings_for
-from subnetlab.experiments.shape_bias_data import prepare_data
-from subnetlab.tasks.images_imagenet16 import CATEGORIES, imagenet16_folders
+from subnetlab.experiments.shape_bias.data import prepare_data
+from subnetlab.tasks.images.imagenet16 import CATEGORIES, imagenet16_folders
 
 
 def _fake_imagenet(root, per_class: int, seed: int) -> None:

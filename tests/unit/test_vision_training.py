@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.experiments.shape_bias_training import TrainConfig, freeze_all_but, lr_factor, train_classifier
+from subnetlab.experiments.shape_bias.training import TrainConfig, freeze_all_but, lr_factor, train_classifier
 from subnetlab.intervene import mask_weights
 from subnetlab.models.vision import build_vision_model, classifier_parameters, resnet_config, vision_weight_matrices
-from subnetlab.tasks.shapes import ShapeTextureConfig, generate
+from subnetlab.tasks.images.shapes import ShapeTextureConfig, generate
 
 MEAN, STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
 

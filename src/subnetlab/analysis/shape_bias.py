@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.tasks.images import ImageSource, iter_batches, normalize
+from subnetlab.tasks.images.imageset import ImageSource, iter_batches, normalize
 
 
 def accuracy(predictions: Tensor, labels: Tensor) -> float:

@@ -16,10 +16,10 @@ import yaml
 from subnetlab.errors import SubnetlabError
 
 REPRODUCTIONS: dict[str, str] = {
-    "heuristic-core": "subnetlab.experiments.heuristic_core",
-    "subtask-induction": "subnetlab.experiments.subtask_induction",
-    "lottery": "subnetlab.experiments.lottery",
-    "shape-bias": "subnetlab.experiments.shape_bias",
+    "heuristic-core": "subnetlab.experiments.heuristic_core.reproduce",
+    "subtask-induction": "subnetlab.experiments.subtask_induction.reproduce",
+    "lottery": "subnetlab.experiments.lottery.reproduce",
+    "shape-bias": "subnetlab.experiments.shape_bias.reproduce",
 }
 
 

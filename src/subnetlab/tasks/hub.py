@@ -16,7 +16,7 @@ from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.base import Example
-from subnetlab.tasks.paraphrase_data import strip_bytes_literal
+from subnetlab.tasks.nli.paraphrase_files import strip_bytes_literal
 
 _FIELDS = {  # format -> (first text, second text)
     "mnli": (("premise", "sentence1"), ("hypothesis", "sentence2")),

@@ -36,13 +36,13 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.arithmetic import make_arithmetic_task
 from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
-from subnetlab.tasks.hans_generator import generate_hans_style
-from subnetlab.tasks.hans_vocab import DEFAULT_VOCABULARY
+from subnetlab.tasks.nli.hans_generator import generate_hans_style
+from subnetlab.tasks.nli.hans_vocab import DEFAULT_VOCABULARY
 from subnetlab.tasks.hub import is_hub_spec, load_hub
-from subnetlab.tasks.nli_data import load_hans, load_mnli
-from subnetlab.tasks.paraphrase_data import load_paraphrase
+from subnetlab.tasks.nli.files import load_hans, load_mnli
+from subnetlab.tasks.nli.paraphrase_files import load_paraphrase
 from subnetlab.tasks.sampling import seeded
-from subnetlab.tasks.synthetic_nli import generate_synthetic_nli
+from subnetlab.tasks.nli.synthetic import generate_synthetic_nli
 
 PathLike = str | os.PathLike
 

@@ -10,7 +10,7 @@ from subnetlab.errors import SubnetlabError
 def build_task(task: str, data: Optional[str], eval_data: list[str], task_option: list[str], data_key: str = "eval") -> Any:
     """The task named on the command line, with ``--data`` / ``--eval-data`` / ``--task-option`` applied."""
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.methods.finetune_config import parse_eval_data
+    from subnetlab.methods.finetune.config import parse_eval_data
     from subnetlab.tasks.registry import add_file_split, get_task
 
     t = get_task(task, **parse_task_options(task_option, data, data_key))

@@ -29,11 +29,11 @@ def ablate(
     """Accuracy in-domain and per OOD subcase with no head, each listed head, the non-listed heads
     (on average) and all listed heads mean-ablated; says whether the joint drop is super-additive."""
     from subnetlab.cli.commands._heuristic_core import build_task, parse_non_listed, parse_subcases
-    from subnetlab.experiments.heuristic_core_steps import ablation_step, default_subcases, resolve_heads
-    from subnetlab.methods.pruning_ablation import mean_activations
-    from subnetlab.methods.pruning_data import PruningData
+    from subnetlab.experiments.heuristic_core.steps import ablation_step, default_subcases, resolve_heads
+    from subnetlab.methods.hard_concrete.ablation import mean_activations
+    from subnetlab.methods.hard_concrete.data import PruningData
     from subnetlab.errors import SubnetlabError
-    from subnetlab.methods.pruning_setup import load_pruning_model
+    from subnetlab.runs.prune_setup import load_pruning_model
 
     t = build_task(task, data, eval_data, task_option)
     missing = [s for s in id_split if s not in t.eval_splits]

@@ -22,7 +22,7 @@ def attention(
     """Per head: share of attention to the same word in the other sentence, the previous and next
     token, [CLS]/[SEP] and itself; the dominant pattern; attention-map PNGs for the selected heads."""
     from subnetlab.errors import SubnetlabError
-    from subnetlab.experiments.heuristic_core_steps import attention_step, resolve_heads
+    from subnetlab.experiments.heuristic_core.steps import attention_step, resolve_heads
     from subnetlab.models import load_model
     from subnetlab.tasks.registry import get_task, load_file
 

@@ -15,7 +15,7 @@ def core(
 ) -> None:
     """Head frequencies over seeds at two sparsities, the Figure 5 heatmap, the core,
     Spearman's rho and the expected overlap of random subnetworks."""
-    from subnetlab.experiments.heuristic_core_steps import core_step
+    from subnetlab.experiments.heuristic_core.steps import core_step
     from subnetlab.report.markdown import num
 
     metrics = core_step([*runs, *(more or [])], out)

@@ -49,7 +49,7 @@ def discover(
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.io import read_json, write_json
     from subnetlab.methods.continuous_sparsification import ContinuousSparsification
-    from subnetlab.transfer.jobs import load_lm, resolve_device, select_best
+    from subnetlab.runs.transfer import load_lm, resolve_device, select_best
 
     options = parse_task_options(task_option, None, "train")
     if samples is not None and task.startswith("arith:"):
@@ -69,7 +69,7 @@ def discover(
         raise SubnetlabError(f"{previous}: holds a different discovery run; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     write_json(previous, config)
-    jobs = [Job("subnetlab.transfer.jobs:discover_job",
+    jobs = [Job("subnetlab.runs.transfer:discover_job",
                 {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads, "device": device,
                  "cs": {**cs, "l0_lambda": lam}}, out / f"lambda_{lam:g}") for lam in values]
     report = executor.run(jobs, sweep_dir=out)

@@ -35,10 +35,10 @@ def effective_size(
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.cli.commands.prune import _parse_pairs
     from subnetlab.errors import SubnetlabError
-    from subnetlab.experiments.effective_size_sweep import analyse_sweep, check_sweep, find_checkpoints, sweep_jobs
-    from subnetlab.experiments.heuristic_core_steps import default_subcases, effective_size_outputs
+    from subnetlab.experiments.heuristic_core.effective_size import analyse_sweep, check_sweep, find_checkpoints, sweep_jobs
+    from subnetlab.experiments.heuristic_core.steps import default_subcases, effective_size_outputs
     from subnetlab.io import read_json
-    from subnetlab.methods.pruning_schedule import parse_levels
+    from subnetlab.methods.hard_concrete.schedule import parse_levels
 
     choices = [c.strip() for c in on.split(",") if c.strip()]
     bad = [c for c in choices if c not in ON_CHOICES]

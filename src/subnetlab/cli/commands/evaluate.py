@@ -55,8 +55,8 @@ def evaluate(
     from subnetlab.io import write_json
     from subnetlab.methods.evaluate import evaluate as run_eval
     from subnetlab.methods.evaluate import subnetwork_context
-    from subnetlab.methods.finetune_config import parse_eval_data
-    from subnetlab.methods.finetune_model import ARITH_PREFIX
+    from subnetlab.methods.finetune.config import parse_eval_data
+    from subnetlab.methods.finetune.model import ARITH_PREFIX
     from subnetlab.models import load_model
     from subnetlab.progress import stage
     from subnetlab.tasks.registry import add_file_split, get_task

@@ -54,7 +54,7 @@ def lottery_prune(
 ) -> None:
     """Prune a fine-tuned model and write subnetwork.safetensors plus random.safetensors and bad.safetensors."""
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.methods.lottery_prune import prune_config
+    from subnetlab.methods.lottery.prune import prune_config
 
     config = prune_config(
         model=model, task=task, method=method, task_options=parse_task_options(task_option, data, "eval"),
@@ -62,7 +62,7 @@ def lottery_prune(
         batch_size=batch_size, max_length=max_length, threshold=threshold, fraction=fraction, max_steps=max_steps,
         criterion=criterion, refine=refine, control_seed=control_seed, device=device,
     )
-    metrics = run_one("subnetlab.methods.lottery_prune:prune_job", config, out)
+    metrics = run_one("subnetlab.methods.lottery.prune:prune_job", config, out)
     print(f"full model: {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
           f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")
     print(f"subnetwork: {out / 'subnetwork.safetensors'} (controls: random.safetensors, bad.safetensors)")
@@ -92,7 +92,7 @@ def lottery_retrain(
     """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.errors import SubnetlabError
-    from subnetlab.methods.finetune_config import resolve_config
+    from subnetlab.methods.finetune.config import resolve_config
 
     if not subnetwork.is_file():
         raise SubnetlabError(f"{subnetwork}: no such subnetwork file")
@@ -103,7 +103,7 @@ def lottery_retrain(
         seed=seed, device=device,
     )
     config = {"finetune": cfg.to_json(), "subnetwork": str(subnetwork.resolve()), "save_model": save_model}
-    metrics = run_one("subnetlab.methods.lottery_retrain:retrain_job", config, out)
+    metrics = run_one("subnetlab.methods.lottery.retrain:retrain_job", config, out)
     sub = metrics["subnetwork"]
     print(f"{sub['control']} {sub['method']} subnetwork, sparsity {sub['sparsity']:.1%}:")
     for split_name, score in metrics["final"].items():
@@ -117,7 +117,7 @@ def lottery_stability(
     """Overlap of the kept heads across seeds, super-survivors, and a layers x heads survival heatmap."""
     from subnetlab.analysis.stability import stability_summary
     from subnetlab.io import write_json
-    from subnetlab.report.lottery_figures import survival_plot
+    from subnetlab.experiments.lottery.figures import survival_plot
     from subnetlab.subnetwork import Subnetwork
 
     subs = [Subnetwork.load(p) for p in subnetwork]
@@ -143,9 +143,9 @@ def lottery_patterns(
     """Kovaleva pattern type of every head, from raw and from normed (Kobayashi) attention."""
     from subnetlab.analysis.attention_types import TYPES, HeadTypes
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.experiments.lottery_jobs import pattern_types, sentence_pairs
+    from subnetlab.experiments.lottery.jobs import pattern_types, sentence_pairs
     from subnetlab.io import write_json
-    from subnetlab.report.lottery_figures import pattern_types_plot
+    from subnetlab.experiments.lottery.figures import pattern_types_plot
     from subnetlab.subnetwork import Subnetwork
     from subnetlab.tasks.registry import get_task
 

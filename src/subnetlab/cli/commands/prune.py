@@ -7,7 +7,7 @@
 One run directory per (sparsity, seed) (or one staircase per seed), run through
 ``subnetlab.executor`` (finished runs are skipped, killed runs resume), then a
 Table 5 style summary over seeds, printed and written to ``DIR/summary.json``.
-The layout is documented in ``subnetlab.methods.pruning_job``.
+The layout is documented in ``subnetlab.runs.prune``.
 """
 
 from __future__ import annotations
@@ -75,10 +75,10 @@ def prune(
     """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds."""
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
-    from subnetlab.methods.pruning_config import preset_config
-    from subnetlab.methods.pruning_job import FULL_MODEL_JOB, PRUNE_JOB, run_dir_name
-    from subnetlab.methods.pruning_schedule import parse_levels
-    from subnetlab.methods.pruning_setup import build_task, check_checkpoint, eval_splits
+    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.runs.prune import FULL_MODEL_JOB, PRUNE_JOB, run_dir_name
+    from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.runs.prune_setup import build_task, check_checkpoint, eval_splits
 
     if schedule not in ("linear", "staircase"):
         raise SubnetlabError(f"--schedule {schedule!r}: expected linear or staircase")
@@ -115,7 +115,7 @@ def prune(
     report = executor.run(jobs, sweep_dir=out)
     summary = _summary(report)
     write_json(out / "summary.json", summary)
-    from subnetlab.methods.pruning_summary import format_summary
+    from subnetlab.runs.prune_summary import format_summary
 
     if summary:
         typer.echo(format_summary(summary), nl=False)
@@ -126,8 +126,8 @@ def prune(
 
 
 def _summary(report) -> dict:
-    from subnetlab.methods.pruning_job import level_name
-    from subnetlab.methods.pruning_summary import summarize
+    from subnetlab.runs.prune import level_name
+    from subnetlab.runs.prune_summary import summarize
 
     groups: dict[str, list[dict]] = {}
     model_scores = None

@@ -55,11 +55,11 @@ def transfer(
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
-    from subnetlab.report.subtask_figure import figure3
-    from subnetlab.report.subtask_report import summarise
+    from subnetlab.experiments.subtask_induction.figures import figure3
+    from subnetlab.experiments.subtask_induction.report import summarise
     from subnetlab.subnetwork import Subnetwork
     from subnetlab.transfer import MASKED_CONDITIONS, REINIT, TrainSettings
-    from subnetlab.transfer.jobs import load_lm, resolve_device
+    from subnetlab.runs.transfer import load_lm, resolve_device
 
     conditions = parse_conditions(condition)
     sizes, seed_list = parse_sizes(disambiguation), parse_int_list(seeds)
@@ -88,7 +88,7 @@ def transfer(
                           "task_options": options, "runs": pack, "train": train, "reinit": reinit, "freeze": freeze,
                           "stack": stack, "threads": threads, "device": device}
                 name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
-                jobs.append(Job("subnetlab.transfer.jobs:transfer_job", config, out / c / name))
+                jobs.append(Job("subnetlab.runs.transfer:transfer_job", config, out / c / name))
     report = executor.run(jobs, sweep_dir=out)
     done = [j for j in report.jobs if j.metrics is not None]
     runs = [r for j in done for r in j.metrics["runs"]]

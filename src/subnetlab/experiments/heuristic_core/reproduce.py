@@ -1,0 +1,147 @@
+"""`subnetlab reproduce heuristic-core`: the Heuristic Core study end to end (Bhaskar et al., 2024).
+
+Per task: fine-tune with checkpoints; evaluate in-domain and per OOD subcase;
+prune N seeds at a moderate and a high sparsity; the shared heads (core),
+Spearman's rho and the Figure 5 heatmap; Table 5 across seeds; Table 3 for the
+core heads; effective size over checkpoints (Figure 6); attention patterns of
+the core (Figures 7 and 9). Writes ``OUT/report.md``; a rerun resumes.
+
+Presets: ``paper`` is the paper's setting (bert-base-cased on MNLI / HANS and
+QQP / PAWS-QQP, 12 seeds, 50% / 70% and 30% / 60%; a GPU and the Hugging Face
+hub); ``demo`` is MiniLM on the synthetic NLI corpus with HANS-style OOD
+subcases (and the real HANS file when ``../shared/data`` has it), a few seeds,
+sized for a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from subnetlab.io import read_json, write_json
+from subnetlab.progress import stage
+
+NAME = "heuristic-core"
+
+_PAPER_ES = {"seeds": [0, 1, 2], "levels": "0.05:0.70:0.05", "checkpoints": 12, "on": ["id", "ood", "mixed"],
+             "faithfulness": 0.03, "prune": {}}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {
+        "model": "minilm",
+        "finetune_preset": None,
+        "finetune": {"lr": 5e-5, "batch_size": 16, "max_steps": 200, "warmup_ratio": 0.1, "max_length": 64,
+                     "save_every": 40, "eval_every": 40, "eval_batch_size": 128, "seed": 0},
+        "studies": [{
+            "name": "nli", "title": "NLI: synthetic corpus -> HANS-style subcases",
+            "task": "nli-synthetic",
+            "task_options": {"n_train": 4800, "n_eval": 300, "hans_per_subcase": 10, "minority_fraction": 0.1, "seed": 0},
+            "ood": {"source": "synthetic", "subcases": "auto", "choose_from": "hans-synthetic", "per_subcase": 40},
+            "real_ood": {"path": "auto:hans/hans_subset_val.tsv", "per_subcase": 40, "curve_per_subcase": 10},
+            "sparsities": [0.5, 0.7],
+        }],
+        "n_ood_subcases": 4,
+        "seeds": [0, 1, 2, 3],
+        "prune_preset": "demo",
+        "prune_steps_scale": None,  # the demo pruning preset's own steps: fewer leave subnetworks unfaithful in-domain
+        # means over one batch of 128 training examples (one ~20-token batch is ~2,500 tokens)
+        "prune": {"eval_limit": None, "train_limit": 800, "means_examples": 128, "eval_batch_size": 128},
+        "effective_size": {"seeds": [0, 1], "levels": "0.1:0.7:0.2", "checkpoints": 3, "on": ["id", "ood", "mixed"],
+                           "faithfulness": 0.03, "prune": {"ramp_steps": 15, "hold_steps": 10, "first_ramp_steps": 25}},
+        "ablation": {"non_listed": 6, "seed": 0, "limit": None},
+        "attention": {"examples": 60, "maps": 1, "max_length": 64},
+        "backend": "local",
+        "jobs": None,
+    },
+    "paper": {
+        "model": "bert-base-cased",
+        "finetune_preset": "heuristic-core",
+        "finetune": {"device": "auto"},
+        "studies": [
+            {
+                "name": "mnli", "title": "MNLI -> HANS",
+                "task": "mnli",
+                "task_options": {"train": "hub:nyu-mll/glue:mnli@train", "eval": {"id": "hub:nyu-mll/glue:mnli@validation_matched"}},
+                "finetune_eval_data": ["hans:hans=hub:jhu-cogsci/hans@validation"],
+                "ood": {"source": "file", "format": "hans", "path": "hub:jhu-cogsci/hans@validation", "subcases": "paper",
+                        "per_subcase": None},
+                "real_ood": None,
+                "sparsities": [0.5, 0.7],
+            },
+            {
+                "name": "qqp", "title": "QQP -> PAWS-QQP (not-equivalent pairs)",
+                "task": "qqp",
+                "task_options": {"train": "hub:nyu-mll/glue:qqp@train", "eval": {"id": "hub:nyu-mll/glue:qqp@validation"}},
+                "finetune_eval_data": ["paws:paws-qqp=auto"],
+                "finetune": {"max_steps": 40000, "batch_size": 256},  # Appendix A: 40k steps, effective batch 256
+                "ood": {"source": "file", "format": "paws-qqp", "path": "auto:paws_qqp/dev_and_test.tsv", "subcases": None,
+                        "not_equivalent_only": True},
+                "real_ood": None,
+                "sparsities": [0.3, 0.6],
+            },
+        ],
+        "n_ood_subcases": 4,
+        "seeds": list(range(12)),
+        "prune_preset": "paper",
+        "prune_steps_scale": None,
+        "prune": {},
+        "effective_size": _PAPER_ES,
+        "ablation": {"non_listed": "all", "seed": 0, "limit": None},
+        "attention": {"examples": 500, "maps": 2, "max_length": 128},
+        "backend": "local",
+        "jobs": None,
+    },
+}
+
+
+def _resolve_auto_paths(settings: dict) -> dict:
+    """``auto:REL`` data paths in the paper preset point into ``../shared/data`` (PAWS-QQP is not on the hub)."""
+    from subnetlab.tasks.registry import shared_data_dir
+
+    for study in settings["studies"]:
+        ood = study.get("ood") or {}
+        if str(ood.get("path", "")).startswith("auto:"):
+            ood["path"] = str(shared_data_dir() / ood["path"][5:])
+        study["finetune_eval_data"] = [e.replace("=auto", f"={ood.get('path')}") if e.endswith("=auto") else e
+                                       for e in study.get("finetune_eval_data") or []]
+    return settings
+
+
+def run(settings: dict, out: Path) -> Path:
+    """Run every study of ``settings`` into ``out`` and write ``out/report.md``; returns its path."""
+    import copy
+
+    from subnetlab.experiments.heuristic_core.report import write_report
+    from subnetlab.experiments.heuristic_core.study import run_study
+
+    out = Path(out)
+    settings = _resolve_auto_paths(copy.deepcopy(settings))
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "config.json").is_file():
+        previous = read_json(out / "config.json")
+        if previous.get("settings") != read_json_roundtrip(settings):
+            from subnetlab.errors import SubnetlabError
+
+            raise SubnetlabError(f"{out} holds a heuristic-core run with other settings; rerun with the same "
+                                 "preset and --set values to resume, or choose another --out")
+    write_json(out / "config.json", {"reproduction": NAME, "settings": settings})
+    started = time.time()
+    results = {}
+    for study in settings["studies"]:
+        stage(f"heuristic-core: study {study['name']}")
+        t0 = time.time()
+        results[study["name"]] = run_study(study, settings, out / study["name"])
+        results[study["name"]]["seconds"] = time.time() - t0
+    seconds = time.time() - started
+    timings = read_json(out / "timings.json") if (out / "timings.json").is_file() else []
+    timings.append({"seconds": round(seconds, 1), "stages": {k: v.get("stage_seconds") for k, v in results.items()}})
+    write_json(out / "timings.json", timings)
+    return write_report(settings, results, out, [t["seconds"] for t in timings])
+
+
+def read_json_roundtrip(value: Any) -> Any:
+    """``value`` as it reads back from ``config.json`` (tuples become lists)."""
+    import json
+
+    return json.loads(json.dumps(value, default=str))

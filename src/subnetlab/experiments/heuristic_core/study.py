@@ -1,0 +1,282 @@
+"""One task of the Heuristic Core reproduction, stage by stage; every stage resumes.
+
+    finetune/            fine-tuning with checkpoints and ID / OOD curves (methods.finetune)
+    data/                the chosen OOD subcases and files holding only them
+    prune/               N seeds x two sparsities (methods.pruning_job through the executor)
+    core/                frequencies, heatmap, core, rho (heuristic_core_steps.core_step)
+    ablation/            Table 3 for the core heads
+    effective_size/      staircase sweeps over checkpoints and the Figure 6 analysis
+    attention/           attention patterns of the core heads (Figures 7 and 9)
+
+``run_study`` returns a dict of everything the report needs (read back from
+the stages' files, so a finished study re-renders without recomputation).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from subnetlab.analysis.scores import score_columns
+from subnetlab.errors import SubnetlabError
+from subnetlab.executor import Job, run_jobs
+from subnetlab.experiments.heuristic_core import data
+from subnetlab.experiments.heuristic_core import steps
+from subnetlab.experiments.heuristic_core.effective_size import analyse_sweep, check_sweep, sweep_jobs
+from subnetlab.io import read_json, write_json
+from subnetlab.progress import stage
+
+ID_SPLITS = ["id"]
+
+
+def _real_file(study: dict) -> Path | None:
+    """The real HANS file when configured and present; ``auto:REL`` looks under ../shared/data."""
+    spec = study.get("real_ood")
+    if not spec:
+        return None
+    path = str(spec["path"])
+    if path.startswith("auto:"):
+        from subnetlab.tasks.registry import shared_data_dir
+
+        candidate = shared_data_dir() / path[5:]
+        return candidate if candidate.is_file() else None
+    if not path.startswith("hub:") and not Path(path).is_file():
+        raise SubnetlabError(f"real_ood: {path}: no such file")
+    return Path(path) if not path.startswith("hub:") else path  # type: ignore[return-value]
+
+
+def _curve_data(study: dict, out: Path) -> list[str]:
+    """``[SPLIT:]FORMAT=FILE`` splits for the fine-tuning curves: every real HANS subcase, a few rows each."""
+    from subnetlab.tasks.registry import load_file
+
+    real = _real_file(study)
+    if real is None:
+        return list(study.get("finetune_eval_data") or [])
+    path = out / "real_curves.tsv"
+    if not path.is_file():
+        examples, _ = load_file("hans", real)
+        subcases = list(dict.fromkeys(ex.subcase for ex in examples))
+        data.write_hans_tsv(path, data.select(examples, subcases, study["real_ood"].get("curve_per_subcase")))
+    return [*(study.get("finetune_eval_data") or []), f"hans:hans={path}"]
+
+
+def _finetune(study: dict, settings: dict, eval_data: list[str], out: Path) -> dict:
+    from subnetlab.methods.finetune.train import finetune
+    from subnetlab.methods.finetune.config import resolve_config
+
+    cfg = resolve_config(settings.get("finetune_preset"), model=settings["model"], task=study["task"],
+                         task_options=study.get("task_options") or {}, eval_data=eval_data,
+                         **{**settings["finetune"], **(study.get("finetune") or {})})
+    stage(f"[{study['name']}] fine-tuning {settings['model']} on {study['task']}")
+    return finetune(cfg, out)
+
+
+def _prepare_data(study: dict, settings: dict, finetuned: dict, out: Path) -> dict:
+    """Choose the OOD subcases; write ``ood`` (and ``real``) evaluation files holding just those."""
+    if (out / "data.json").is_file():
+        return read_json(out / "data.json")
+    from subnetlab.tasks.registry import load_file
+
+    ood = study["ood"]
+    if ood["source"] == "synthetic":
+        pool = data.synthetic_ood_examples(study.get("task_options") or {}, ood["per_subcase"])
+    else:
+        pool, _ = load_file(ood["format"], ood["path"], **({"not_equivalent_only": True} if ood.get("not_equivalent_only") else {}))
+    files: dict[str, str] = {}
+    info: dict[str, Any] = {"rule": ood.get("subcases")}
+    if ood.get("subcases") is None:  # an OOD set without subcases (PAWS-QQP): one column
+        subcases = None
+        files["ood"] = f"paws-qqp={data.write_pairs_jsonl(out / 'ood.jsonl', pool)}"
+        attention = pool[: settings["attention"]["examples"]]
+    else:
+        final = finetuned["final"].get(ood.get("choose_from", ""), {}).get("subcases")
+        subcases = data.choose_subcases(ood["subcases"], final, settings.get("n_ood_subcases", 4))
+        info["chosen_from"] = final
+        files["ood"] = f"hans={data.write_hans_tsv(out / 'ood.tsv', data.select(pool, subcases, ood['per_subcase']))}"
+        real = _real_file(study)
+        if real is not None:
+            examples, _ = load_file("hans", real)
+            rows = data.select(examples, subcases, study["real_ood"].get("per_subcase"))
+            files["real"] = f"hans={data.write_hans_tsv(out / 'real.tsv', rows)}"
+            pool = examples
+        lexical = lambda ex: ex.heuristic == "lexical_overlap"  # noqa: E731
+        attention = data.interleave(pool, lexical, settings["attention"]["examples"])
+    data.write_pairs_jsonl(out / "attention.jsonl", attention)
+    info.update(subcases=subcases, files=files, attention=str(out / "attention.jsonl"))
+    write_json(out / "data.json", info)
+    return info
+
+
+def _base_config(study: dict, model: str, prepared: dict) -> dict:
+    eval_data = [f"{split}:{spec}" for split, spec in prepared["files"].items()]
+    return {"model": model, "task": study["task"], "task_options": study.get("task_options") or {},
+            "eval_data": eval_data, "splits": [*ID_SPLITS, *prepared["files"]]}
+
+
+def _scaled_steps(settings: dict, target: float) -> dict[str, int]:
+    """``prune_steps_scale`` shrinks the preset's step rule (warm-up and total) for a small CPU budget."""
+    from subnetlab.methods.hard_concrete.config import STEP_RULES
+
+    scale = settings.get("prune_steps_scale")
+    if scale is None:
+        return {}
+    warmup, total = STEP_RULES[settings["prune_preset"]](target)
+    return {"warmup_steps": max(1, round(warmup * scale)), "total_steps": max(2, round(total * scale))}
+
+
+def _prune(study: dict, settings: dict, base: dict, out: Path) -> dict:
+    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.runs.prune import FULL_MODEL_JOB, PRUNE_JOB, run_dir_name
+
+    common = {**base, "cache_dir": str(out / "cache"), "preset": settings["prune_preset"]}
+    jobs, cfg = [], None
+    for target in study["sparsities"]:
+        for seed in settings["seeds"]:
+            cfg = preset_config(settings["prune_preset"], target, seed=seed,
+                                **{**_scaled_steps(settings, target), **settings.get("prune", {})})
+            jobs.append(Job(PRUNE_JOB, {**common, "prune": cfg.to_dict()}, out / run_dir_name(target, seed, "linear")))
+    full = {**base, "eval": {"batch_size": cfg.eval_batch_size, "max_length": cfg.max_length, "limit": cfg.eval_limit}}
+    jobs.insert(0, Job(FULL_MODEL_JOB, full, out / "full-model", name="full-model"))
+    stage(f"[{study['name']}] pruning: {len(settings['seeds'])} seeds x {len(study['sparsities'])} sparsities")
+    check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
+    return {"cache_dir": out / "cache", "max_length": cfg.max_length, "train_limit": cfg.train_limit,
+            "means_examples": cfg.means_examples, "eval_batch_size": cfg.eval_batch_size}
+
+
+def seed_table(study: dict, settings: dict, prune_dir: Path, subcases: list[str]) -> dict:
+    """Table 5 / Figure 2 data: the full model's columns and each sparsity's per-seed columns."""
+    from subnetlab.runs.prune import run_dir_name
+
+    model = score_columns(read_json(prune_dir / "full-model" / "metrics.json")["eval"], ID_SPLITS, subcases)
+    by: dict[str, dict[str, list[float]]] = {}
+    for target in study["sparsities"]:
+        label = f"{100 * target:g}%"
+        for seed in settings["seeds"]:
+            m = read_json(prune_dir / run_dir_name(target, seed, "linear") / "metrics.json")
+            for col, acc in score_columns(m["eval"], ID_SPLITS, subcases).items():
+                by.setdefault(label, {}).setdefault(col, []).append(acc)
+    return {"model": model, "by_sparsity": by, "columns": list(model)}
+
+
+def _heads_to_study(core: dict, k: int = 3) -> tuple[list[tuple[int, int]], str]:
+    """The core, or (when it is empty) the ``k`` heads kept most often over both sparsities."""
+    L, H = core["num_layers"], core["num_heads"]
+    if core["core"]:
+        return [(int(n[1:].split(".H")[0]), int(n.split(".H")[1])) for n in core["core"]], "core"
+    total = [[core["frequency_a"][l][h] + core["frequency_b"][l][h] for h in range(H)] for l in range(L)]
+    ranked = sorted(((l, h) for l in range(L) for h in range(H)), key=lambda x: (-total[x[0]][x[1]], x))
+    return ranked[:k], f"top-{k} most frequent (the core is empty)"
+
+
+def _ablation(study: dict, settings: dict, base: dict, heads: list, pruning: dict, subcases: list[str], out: Path) -> dict:
+    from subnetlab.methods.hard_concrete.ablation import mean_activations
+    from subnetlab.methods.hard_concrete.data import PruningData
+    from subnetlab.runs.prune_setup import build_task, load_pruning_model
+
+    opts = settings["ablation"]
+    config = {"command": "ablate", "model": base["model"], "splits": base["splits"], "eval_data": base["eval_data"],
+              "heads": [f"L{l}.H{h}" for l, h in heads], "subcases": subcases, **opts}
+    done = steps.finished(out, config)
+    if done is not None:
+        return done
+    task = build_task(base)
+    for split in list(task.eval_splits):
+        if split not in base["splits"]:
+            del task.eval_splits[split]
+    loaded = load_pruning_model(base["model"], task)
+    tok = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
+    data_ = PruningData.from_task(task, tok, "train", pruning["max_length"], pruning["train_limit"])
+    means = mean_activations(loaded.model, loaded.adapter, data_, pruning["means_examples"],
+                             pruning["eval_batch_size"], pruning["cache_dir"])
+    stage(f"[{study['name']}] ablating {len(heads)} heads")
+    return steps.ablation_step(loaded, task, heads, out, config=config, means=means, id_splits=ID_SPLITS,
+                               subcases=subcases, batch_size=pruning["eval_batch_size"], max_length=pruning["max_length"],
+                               limit=opts.get("limit"), non_listed=opts.get("non_listed", "all"), seed=opts.get("seed", 0))
+
+
+def pick_checkpoints(found: list, count: int | None) -> list:
+    """``count`` checkpoints evenly spaced over training (always the first and the last); None = all."""
+    if count is None or count >= len(found):
+        return list(found)
+    if count < 2:
+        return [found[-1]]
+    idx = sorted({round(i * (len(found) - 1) / (count - 1)) for i in range(count)})
+    return [found[i] for i in idx]
+
+
+def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core: list[str], subcases: list[str], out: Path) -> dict:
+    from subnetlab.methods.finetune.state import checkpoint_dirs
+    from subnetlab.methods.hard_concrete.schedule import parse_levels
+
+    es = settings["effective_size"]
+    checkpoints = pick_checkpoints(checkpoint_dirs(ft_dir), es.get("checkpoints"))
+    levels = list(parse_levels(es["levels"]))
+    config = {"command": "effective-size", **es, "levels": levels, "steps": [step for step, _ in checkpoints],
+              "core": list(core), "subcases": subcases}
+    done = steps.finished(out, config)
+    if done is not None:
+        return done
+    slim = {**{k: v for k, v in base.items() if k != "model"}, "splits": [*ID_SPLITS, "ood"],  # the curves need no real HANS
+            "eval_data": [e for e in base["eval_data"] if e.startswith("ood:")]}
+    jobs = sweep_jobs(checkpoints, slim, es["seeds"], levels,
+                      settings["prune_preset"], {**settings.get("prune", {}), **es.get("prune", {})}, out)
+    stage(f"[{study['name']}] effective size: {len(checkpoints)} checkpoints x {len(es['seeds'])} seeds x {len(levels)} levels")
+    check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
+    result = analyse_sweep(checkpoints, es["seeds"], levels, out, on=es["on"], faithfulness=es["faithfulness"],
+                           id_splits=ID_SPLITS, subcases=subcases, core=core)
+    steps.effective_size_outputs(result, out, config=config)
+    return result
+
+
+def _attention(study: dict, settings: dict, model: str, prepared: dict, heads: list, out: Path) -> dict:
+    from subnetlab.models import load_model
+    from subnetlab.tasks.registry import load_file
+
+    opts = settings["attention"]
+    pool, _ = load_file("paws-qqp", prepared["attention"])
+    pairs = [(ex.text_a, ex.text_b) for ex in pool]
+    config = {"command": "attention", "model": model, "data": prepared["attention"],
+              "heads": [f"L{l}.H{h}" for l, h in heads], **opts}
+    done = steps.finished(out, config)
+    if done is not None:
+        return done
+    loaded = load_model(model, head="base", attn_implementation="eager")
+    return steps.attention_step(loaded, pairs, heads, out, config=config, maps=opts["maps"], max_length=opts.get("max_length", 128))
+
+
+class _Timer:
+    """Seconds spent in each stage of this invocation (a skipped stage takes ~0)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str, fn, *args, **kwargs):
+        t0 = time.time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.seconds[name] = round(time.time() - t0, 2)
+
+
+def run_study(study: dict, settings: dict, out: Path) -> dict[str, Any]:
+    """Every stage of one task's study; returns the paths and metrics the report renders."""
+    t = _Timer()
+    finetuned = t("finetune", _finetune, study, settings, _curve_data(study, out / "data"), out / "finetune")
+    model = str(out / "finetune" / "model")
+    prepared = t("data", _prepare_data, study, settings, finetuned, out / "data")
+    subcases = prepared["subcases"]
+    base = _base_config(study, model, prepared)
+    pruning = t("prune", _prune, study, settings, base, out / "prune")
+    groups = [out / "prune" / f"sparsity-{s:.2f}" for s in study["sparsities"]]
+    core = t("core", steps.core_step, groups, out / "core")
+    heads, which = _heads_to_study(core)
+    table = seed_table(study, settings, out / "prune", subcases)
+    ablation = t("ablation", _ablation, study, settings, base, heads, pruning, subcases, out / "ablation")
+    es = t("effective_size", _effective_size, study, settings, base, out / "finetune", core["core"], subcases,
+           out / "effective_size")
+    attention = t("attention", _attention, study, settings, model, prepared, heads, out / "attention")
+    stage(f"[{study['name']}] stage seconds: {t.seconds}")
+    return {"finetune": finetuned, "data": prepared, "core": core, "heads_studied": which, "seeds_table": table,
+            "ablation": ablation, "effective_size": es, "attention": attention, "dir": str(out),
+            "stage_seconds": t.seconds}

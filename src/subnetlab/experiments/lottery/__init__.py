@@ -1,0 +1,1 @@
+"""`subnetlab reproduce lottery`: the BERT lottery-ticket study, its report and figures."""

@@ -1,0 +1,185 @@
+"""`subnetlab reproduce shape-bias`: instilling a shape bias by Subtask Induction (Zhang, Lepori, Pavlick 2024, section 5).
+
+For each model family (ResNet, ViT):
+
+1. a base model: trained here on generated images (demo) or loaded from the
+   hub with a linear-fine-tuned 16-class head (paper);
+2. discovery: the subnetwork that classifies *mean-pooled* images best
+   (continuous sparsification over every convolution / attention, MLP and
+   patch-embedding matrix);
+3. transfer: that subnetwork, frozen, in a re-initialised model trained on
+   original images -- compared with training from scratch, fine-tuning the
+   base model on a mixture of original and mean-pooled images, linear
+   fine-tuning of the base model, and (demo) a random subnetwork of the
+   same size per matrix;
+4. ``report.md``: Table 1 (accuracy on original and mean-pooled images,
+   cue-conflict accuracy and robustness), Table 2 (subnetwork size and its
+   mean-pooled accuracy against the base model's) and Figure 5 (training
+   curves on original and mean-pooled images).
+
+Every step writes its result under ``out/<family>/`` and is skipped when a
+rerun finds it; a run directory refuses settings other than its own. Settings can be overridden with ``--set KEY=VALUE`` (values are
+YAML: ``--set models=[resnet]``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import read_json, write_json
+from subnetlab.progress import stage
+
+NAME = "shape-bias"
+
+_DISCOVERY_DEMO = {"epochs": 30, "lr": 0.01, "batch_size": 64, "lambdas": [1e-5], "init": -0.1, "beta_final": 100.0}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {
+        "data": "generated",
+        "threads": 1,  # tiny models: one thread is as fast, and does not collapse on a shared CPU
+        "models": ["resnet", "vit"],
+        "conditions": ["subtask-induction", "scratch", "data-mixture", "linear-ft", "random-matched"],
+        "seed": 0,
+        "num_classes": 4,
+        "image_size": 32,
+        "pretrain_texture_correlation": 0.5,  # how often the base model's images carry their class's texture
+        "pretrain_shape_correlation": 1.0,  # < 1: some carry another class's shape (texture the reliable cue)
+        "sizes": {"pretrain": 3000, "train": 600, "discovery": 480, "discovery-eval": 120, "test": 300,
+                  "cue-conflict": 300, "texture-free": 300},
+        "segmentation": "felzenszwalb",
+        "segmentation_params": {},
+        "resnet": {
+            "model": {"hidden_sizes": [16, 32, 64], "depths": [1, 1, 1], "embedding_size": 16},
+            "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+            "optimizer": "sgd", "base_lr": 0.05, "lr": 0.01, "weight_decay": 1e-4, "warmup": 0, "batch_size": 64,
+            "base_steps": 900, "train_steps": 300, "mixture_steps": 300, "linear_steps": 150, "eval_every": 30,
+            "finetune_lr_scale": 1.0, "discovery": dict(_DISCOVERY_DEMO),
+        },
+        "vit": {
+            "model": {"patch_size": 8, "hidden_size": 64, "layers": 4, "heads": 4},
+            "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+            "optimizer": "adamw", "base_lr": 1e-3, "lr": 1e-3, "weight_decay": 0.05, "warmup": 50, "batch_size": 64,
+            "base_steps": 4000, "train_steps": 400, "mixture_steps": 300, "linear_steps": 150, "eval_every": 40,
+            "finetune_lr_scale": 0.3, "discovery": {**_DISCOVERY_DEMO, "epochs": 60},
+        },
+    },
+    "paper": {
+        "data": "imagenet16",
+        "threads": 0,  # 0: leave torch's default
+        "imagenet_train": "",  # ImageNet train/ (one folder per WordNet id)
+        "imagenet_val": "",  # ImageNet val/ in the same layout
+        "cue_conflict": "",  # Geirhos et al.'s cue-conflict stimuli (one folder per shape class)
+        "models": ["resnet", "vit"],
+        "conditions": ["subtask-induction", "scratch", "data-mixture", "linear-ft"],
+        "seed": 0,
+        "image_size": 224,
+        "sizes": {"discovery": 13900, "discovery-eval": 1540},
+        "segmentation": "sam:facebook/sam-vit-huge",
+        "segmentation_params": {},
+        "resnet": {
+            "model": "microsoft/resnet-18",
+            "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
+            "optimizer": "sgd", "base_lr": 1e-3, "lr": 1e-3, "weight_decay": 1e-4, "warmup": 0, "batch_size": 128,
+            "base_steps": 0, "train_steps": 33160, "mixture_steps": 33160, "linear_steps": 5000, "eval_every": 1000,
+            "finetune_lr_scale": 1.0,
+            "discovery": {"epochs": 100, "lr": 1e-3, "batch_size": 32, "lambdas": [1e-6, 1e-7, 1e-8], "init": -0.1,
+                          "beta_final": 100.0},
+        },
+        "vit": {
+            "model": "google/vit-base-patch16-224",
+            "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+            "optimizer": "sgd", "base_lr": 1e-3, "lr": 1e-3, "weight_decay": 1e-4, "warmup": 0, "batch_size": 512,
+            "base_steps": 0, "train_steps": 33160, "mixture_steps": 33160, "linear_steps": 5000, "eval_every": 1000,
+            "finetune_lr_scale": 1.0,
+            "discovery": {"epochs": 100, "lr": 1e-3, "batch_size": 32, "lambdas": [1e-6, 1e-7, 1e-8], "init": -0.1,
+                          "beta_final": 100.0},
+        },
+    },
+}
+
+
+def _check(settings: dict[str, Any]) -> None:
+    from subnetlab.experiments.shape_bias.steps import CONDITIONS
+
+    for family in settings["models"]:
+        if family not in ("resnet", "vit"):
+            raise SubnetlabError(f"models: unknown family {family!r}; choose resnet and/or vit")
+    for cond in settings["conditions"]:
+        if cond not in CONDITIONS:
+            raise SubnetlabError(f"conditions: unknown condition {cond!r}; choose from {', '.join(CONDITIONS)}")
+    if settings["data"] not in ("generated", "imagenet16"):
+        raise SubnetlabError(f"data: {settings['data']!r} is not 'generated' or 'imagenet16'")
+    if settings["data"] == "imagenet16":
+        for key in ("imagenet_train", "imagenet_val", "cue_conflict"):
+            if not settings.get(key) or not Path(str(settings[key])).expanduser().is_dir():
+                raise SubnetlabError(f"the paper preset needs ImageNet and Geirhos et al.'s cue-conflict stimuli: "
+                                     f"--set {key}=DIR (got {settings.get(key)!r})")
+
+
+def run(settings: dict[str, Any], out: Path) -> Path:
+    """Run the study into ``out`` (resuming finished steps) and return the report's path."""
+    import torch
+
+    threads = int(settings.get("threads", 0))
+    before = torch.get_num_threads()
+    if threads > 0:
+        torch.set_num_threads(threads)
+    try:
+        return _run(settings, out)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(settings: dict[str, Any], out: Path) -> Path:
+    import torch
+    from subnetlab.experiments.shape_bias.data import prepare_data
+    from subnetlab.experiments.shape_bias.models import base_model
+    from subnetlab.experiments.shape_bias.steps import discover, run_condition
+    from subnetlab.experiments.shape_bias.report import write_report
+
+    import resource
+    import time
+
+    _check(settings)
+    start_wall = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    start_cpu = usage.ru_utime + usage.ru_stime
+    out = Path(out)
+    config = {"reproduction": NAME, **settings}
+    previous = out / "config.json"
+    if previous.is_file() and read_json(previous) != json.loads(json.dumps(config)):
+        raise SubnetlabError(f"{out} holds a run with other settings (see {previous}); "
+                             "choose a new --out, or delete it to start over")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(previous, config)
+    data = prepare_data(settings, out)
+    seed = int(settings["seed"])
+    results: dict[str, Any] = {}
+    for family in settings["models"]:
+        fs = settings[family]
+        fam_out = out / family
+        fam_out.mkdir(exist_ok=True)
+        base, base_curve = base_model(family, fs, data, fam_out, int(settings["image_size"]), seed)
+        base_data = fs["model"] if isinstance(fs["model"], str) else f"{len(data['pretrain'])} pre-training"
+        sub, discovery = discover(family, fs, base, data, fam_out, seed)
+        conditions = {cond: run_condition(cond, family, fs, base, sub, data, fam_out, seed, base_data)
+                      for cond in settings["conditions"]}
+        results[family] = {"discovery": discovery, "conditions": conditions, "base_curve": base_curve}
+    metrics = {
+        family: {"table2": {k: r["discovery"][k] for k in ("kept_fraction", "l0_lambda", "selection_accuracy")}
+                 | {"base": r["discovery"]["base"], "subnetwork": r["discovery"]["subnetwork"]},
+                 "table1": {c: {"train_size": v["train_size"], **v["row"]} for c, v in r["conditions"].items()}}
+        for family, r in results.items()
+    }
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    timing = {"wall_s": round(time.perf_counter() - start_wall, 1),
+              "cpu_s": round(usage.ru_utime + usage.ru_stime - start_cpu, 1), "threads": torch.get_num_threads()}
+    write_json(out / "metrics.json", {**metrics, "timing": timing})
+    stage("writing the report")
+    return write_report(out, settings, data, results, timing)
+
+
+__all__ = ["NAME", "PRESETS", "run"]

@@ -1,0 +1,1 @@
+"""`subnetlab reproduce subtask-induction`: Subtask Induction section 4 (arithmetic), report and figure."""

@@ -1,0 +1,1 @@
+"""Fine-tuning a model on a task, with checkpoints and training curves."""

@@ -1,0 +1,222 @@
+"""Fine-tuning with checkpoints and evaluation over training, resumable bit for bit.
+
+``finetune(config, out_dir)`` trains ``config.model`` on ``config.task`` with
+AdamW, evaluates the in-domain split and every out-of-domain subcase every
+``eval_every`` steps into ``metrics.jsonl`` (the training curves of the
+Heuristic Core paper's Figures 6 and 10), and saves a Hugging Face checkpoint
+every ``save_every`` steps. The run directory follows the project contract:
+``config.json`` first, ``metrics.json`` last (its presence marks a finished
+run), ``model/`` the final weights.
+
+Resuming: run the same configuration into the same directory. It restarts
+from the newest checkpoint: weights, Adam moments, scheduler, the torch RNG
+(dropout), the running loss, and the data order, which is a function of
+``(seed, epoch)`` only. On CPU the result is bit-identical to an uninterrupted
+run; ``metrics.jsonl`` lines past the checkpoint are dropped and rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import append_jsonl, read_json, write_json, write_text
+from subnetlab.methods.evaluate import evaluate
+from subnetlab.methods.finetune.config import FinetuneConfig, parse_eval_data
+from subnetlab.methods.finetune.model import model_for_task
+from subnetlab.methods.finetune.state import (
+    checkpoint_dirs,
+    clean_temporaries,
+    latest_resumable,
+    load_training_state,
+    save_checkpoint,
+)
+from subnetlab.progress import stage, track
+from subnetlab.tasks.base import Task
+from subnetlab.tasks.registry import add_file_split, get_task
+
+
+def build_task(cfg: FinetuneConfig) -> Task:
+    """The configured task with its extra evaluation splits attached."""
+    task = get_task(cfg.task, **cfg.task_options)
+    for spec in cfg.eval_data:
+        split, fmt, path = parse_eval_data(spec)
+        add_file_split(task, split, fmt, path)
+    if not task.train:
+        raise SubnetlabError(f"task {cfg.task} has no training examples (pass --data FILE)")
+    return task
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The example order of ``epoch``: a permutation seeded by ``(seed, epoch)`` alone."""
+    g = torch.Generator().manual_seed((seed * 1_000_003 + 7919 * epoch + 1) % (2**63))
+    return torch.randperm(n, generator=g).tolist()
+
+
+def lr_factor(step: int, warmup: int, total: int, kind: str) -> float:
+    """Linear warmup over ``warmup`` steps, then linear decay to 0 (or constant)."""
+    if warmup and step < warmup:
+        return step / warmup
+    if kind == "constant":
+        return 1.0
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def _optimizer(model: torch.nn.Module, cfg: FinetuneConfig) -> torch.optim.AdamW:
+    """AdamW; biases and LayerNorm weights are not decayed (the usual BERT recipe)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.dim() < 2 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SubnetlabError(f"--device {name}: no CUDA device here")
+    return torch.device(name)
+
+
+def _check_run_dir(out: Path, cfg: FinetuneConfig) -> bool:
+    """True when ``out`` already holds this finished run; error if it holds another run."""
+    cfg_path = out / "config.json"
+    if cfg_path.is_file():
+        previous = read_json(cfg_path).get("finetune")
+        if previous != cfg.to_json():
+            diff = [k for k in cfg.to_json() if (previous or {}).get(k) != cfg.to_json()[k]]
+            raise SubnetlabError(
+                f"{out} holds a fine-tuning run with a different configuration ({', '.join(diff) or 'format'}); "
+                "rerun the same command to resume it, or choose another --out"
+            )
+        return (out / "metrics.json").is_file()
+    if out.exists() and any(out.iterdir()):
+        raise SubnetlabError(f"{out} is not empty and holds no fine-tuning run; choose another --out")
+    return False
+
+
+def _trim_log(path: Path, step: int) -> None:
+    """Keep the metrics lines up to ``step`` (a resumed run rewrites the rest)."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _final_model(out: Path, checkpoint: Path) -> None:
+    """``out/model``: the last checkpoint without its trainer files (weights hard-linked)."""
+    tmp = out / f".model.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    for f in checkpoint.iterdir():
+        if f.name in ("trainer_state.json", "optimizer.safetensors"):
+            continue
+        try:
+            os.link(f, tmp / f.name)
+        except OSError:
+            shutil.copy2(f, tmp / f.name)
+    final = out / "model"
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: int | None = None) -> dict[str, Any]:
+    """Run (or resume, or skip when finished) the fine-tuning ``cfg`` into ``out_dir``.
+
+    ``_stop_after`` (tests only) raises KeyboardInterrupt after that many steps,
+    as if the process had been killed there.
+    """
+    out = Path(out_dir)
+    if _check_run_dir(out, cfg):
+        stage(f"{out}: already finished")
+        return read_json(out / "metrics.json")
+    task = build_task(cfg)
+    device = _device(cfg.device)
+    resume = latest_resumable(out)
+    loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
+    out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
+    write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options})
+    clean_temporaries(out)
+
+    n = len(task.train)
+    per_epoch = math.ceil(n / cfg.batch_size)
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
+    warmup = cfg.warmup_steps or int(cfg.warmup_ratio * total)
+    if resume is None:
+        torch.manual_seed(cfg.seed)  # dropout stream of a fresh run
+    model, tokenizer = loaded.model.to(device), loaded.tokenizer
+    optimizer = _optimizer(model, cfg)
+    scheduler = LambdaLR(optimizer, lambda s: lr_factor(s, warmup, total, cfg.scheduler))
+    state: dict[str, Any] = {"loss_sum": 0.0, "loss_count": 0, "elapsed": 0.0}
+    step = 0
+    if resume is not None:
+        state = load_training_state(resume, optimizer, scheduler)
+        step = int(state["step"])
+        stage(f"resuming from {resume.name} of {total} steps")
+    _trim_log(out / "metrics.jsonl", step)
+
+    def log_eval(at: int) -> dict[str, Any]:
+        scores = evaluate(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_length=cfg.max_length,
+                          limit=cfg.eval_limit, show_progress=False)
+        record = {"step": at, "epoch": at / per_epoch, "lr": scheduler.get_last_lr()[0],
+                  "train_loss": state["loss_sum"] / state["loss_count"] if state["loss_count"] else None, "splits": scores}
+        append_jsonl(out / "metrics.jsonl", record)
+        state["loss_sum"], state["loss_count"] = 0.0, 0
+        return record
+
+    started = time.time() - float(state.get("elapsed", 0.0))
+    if step == 0 and cfg.eval_at_start:
+        log_eval(0)
+    stage(f"fine-tuning {cfg.model} on {task.name}: {n} examples, {total} steps ({per_epoch} per epoch)")
+    model.train()
+    order: tuple[int, list[int]] | None = None
+    last = None
+    for step in track(range(step, total), total=total - step, description="fine-tuning"):
+        epoch, position = divmod(step, per_epoch)
+        if order is None or order[0] != epoch:
+            order = (epoch, epoch_order(n, cfg.seed, epoch))
+        indices = order[1][position * cfg.batch_size : (position + 1) * cfg.batch_size]
+        batch = task.batch_at(tokenizer, "train", indices, max_length=cfg.max_length)
+        inputs = {k: v.to(device) for k, v in task.model_inputs(batch).items()}
+        loss = task.loss(model(**inputs), {k: v.to(device) for k, v in batch.items()})
+        if not torch.isfinite(loss):
+            raise SubnetlabError(f"the training loss became {loss.item()} at step {step + 1}; lower --lr")
+        loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["loss_sum"] += float(loss.item())
+        state["loss_count"] += 1
+        done = step + 1
+        if done % cfg.eval_every == 0 or done == total:
+            last = log_eval(done)
+        if done % cfg.save_every == 0 or done == total:
+            state["elapsed"] = time.time() - started
+            extra = {k: state[k] for k in ("loss_sum", "loss_count", "elapsed")}
+            save_checkpoint(out, done, model, tokenizer, optimizer, scheduler, {**extra, "total_steps": total})
+        if _stop_after is not None and done >= _stop_after:
+            raise KeyboardInterrupt(f"stopped after step {done}")
+    final_ckpt = checkpoint_dirs(out)[-1][1]
+    _final_model(out, final_ckpt)
+    if last is None:  # resumed at the very end: the last evaluation is in the log
+        last = json.loads((out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+    metrics = {"steps": total, "epochs": total / per_epoch, "train_examples": n, "final_checkpoint": f"checkpoints/{final_ckpt.name}",
+               "wall_seconds": time.time() - started, "final": last["splits"], "train_loss": last["train_loss"]}
+    write_json(out / "metrics.json", metrics)
+    stage(f"done: {out / 'metrics.json'}")
+    return metrics

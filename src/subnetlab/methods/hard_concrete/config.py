@@ -1,0 +1,159 @@
+"""Settings of one hard-concrete pruning run, and the ``paper`` and ``demo`` presets.
+
+Where the ``paper`` numbers come from (Bhaskar et al., 2024, Appendix B, "BERT
+Pruning" and "Details of Pruning and L0 Regularization"):
+
+* log-alpha learning rate 0.1, lambda learning rate 1 ("The learning rates for
+  log alphas and lambdas were 0.1 and 1, respectively");
+* effective batch 128 including gradient accumulation (here 32 x 4);
+* maximum sequence length 128 ("as before", the fine-tuning length of Appendix A);
+* ``warmup_steps = 6500 + 50 * sp``, ``total_steps = warmup_steps + 6 * sp``
+  (``pruning_schedule.paper_steps``); checkpoints every 64 steps;
+* hard-concrete constants ``l, r, beta, eps`` (``hard_concrete``).
+
+Taken from the authors' released code (princeton-nlp/Heuristic-Core), which the
+paper does not spell out: log-alpha initialised at 10 with noise 0.01; Adam on
+log-alphas and (maximising) on lambdas, both lambdas starting at 0; the learning
+rate decaying linearly to 0 over the run; one gate sample per forward shared by
+the batch; mean activations over up to 100,000 training examples.
+
+Deliberate differences: the frozen model runs in eval mode (no dropout), so a
+run is deterministic; the default sparsity in the Lagrangian is the expected L0
+of the gates (Louizos et al.; CoFi) rather than the sampled gates' sum (the
+released code's; ``sparsity_estimate="sample"`` gives that).
+
+``demo`` keeps every rule and scales steps, batch and data down for a 2-core
+CPU and MiniLM (78 components instead of BERT-base's 156). It also starts the
+gates at log alpha 2 instead of 10: at lr 0.1 a gate needs ~100 steps to travel
+down from 10, longer than a demo staircase holds its first levels, which then
+pick their top-k among gates that have not moved. At 2 every gate is still open
+with probability 0.97.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.methods.hard_concrete.schedule import LinearSchedule, StaircaseSchedule, paper_steps
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "schedule": ("linear", "staircase"),
+    "ablation": ("mean", "zero", "resample"),
+    "sparsity_estimate": ("expected", "sample"),
+    "selection": ("topk", "threshold"),
+    "teacher": ("cache", "online"),
+    "lr_decay": ("linear", "constant"),
+}
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """Everything that determines a pruning run (with the data and the model)."""
+
+    sparsity: float = 0.5
+    seed: int = 0
+    schedule: str = "linear"
+    warmup_steps: int = 9000
+    total_steps: int = 9300
+    levels: tuple[float, ...] = ()
+    ramp_steps: int = 1000
+    hold_steps: int = 300
+    first_ramp_steps: int | None = 6500
+    batch_size: int = 32
+    accumulation: int = 4
+    max_length: int = 128
+    lr: float = 0.1
+    lambda_lr: float = 1.0
+    lr_decay: str = "linear"
+    init_log_alpha: float = 10.0
+    init_std: float = 0.01
+    prune_mlps: bool = True
+    ablation: str = "mean"
+    sparsity_estimate: str = "expected"
+    selection: str = "topk"
+    teacher: str = "cache"
+    checkpoint_every: int = 64
+    train_limit: int | None = None
+    means_examples: int = 100_000
+    eval_limit: int | None = None
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.sparsity < 1.0:
+            raise SubnetlabError(f"--sparsity: {self.sparsity} is outside (0, 1)")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise SubnetlabError(f"{name} {getattr(self, name)!r}: expected one of {', '.join(allowed)}")
+        for name in ("batch_size", "accumulation", "max_length", "checkpoint_every", "eval_batch_size", "means_examples"):
+            if int(getattr(self, name)) < 1:
+                raise SubnetlabError(f"{name} {getattr(self, name)} must be at least 1")
+        if self.lr <= 0 or self.lambda_lr <= 0:
+            raise SubnetlabError(f"learning rates must be positive, got lr={self.lr}, lambda_lr={self.lambda_lr}")
+        object.__setattr__(self, "levels", tuple(float(x) for x in self.levels))
+        self.make_schedule()  # validates the step counts and levels
+
+    def make_schedule(self) -> LinearSchedule | StaircaseSchedule:
+        if self.schedule == "staircase":
+            levels = self.levels or (self.sparsity,)
+            return StaircaseSchedule(levels, self.ramp_steps, self.hold_steps, self.first_ramp_steps)
+        return LinearSchedule(self.sparsity, self.warmup_steps, self.total_steps)
+
+    @property
+    def effective_batch(self) -> int:
+        return self.batch_size * self.accumulation
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["levels"] = list(self.levels)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PruneConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SubnetlabError(f"unknown pruning setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        data = dict(data)
+        if "levels" in data:
+            data["levels"] = tuple(data["levels"] or ())
+        return cls(**data)
+
+
+def demo_steps(sparsity: float) -> tuple[int, int]:
+    """The paper's formula scaled for the demo: ``(60 + 4 * sp, + sp // 2)`` steps (sp in percent)."""
+    sp = 100.0 * sparsity
+    warmup = round(60 + 4 * sp)
+    return warmup, warmup + round(sp / 2)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": dict(
+        batch_size=32, accumulation=4, max_length=128, lr=0.1, lambda_lr=1.0, lr_decay="linear",
+        checkpoint_every=64, means_examples=100_000, eval_limit=None, eval_batch_size=64,
+        ramp_steps=1000, hold_steps=300, first_ramp_steps=6500,
+    ),
+    "demo": dict(
+        batch_size=16, accumulation=1, max_length=64, lr=0.1, lambda_lr=1.0, lr_decay="linear",
+        checkpoint_every=25, means_examples=512, train_limit=2000, eval_limit=300, eval_batch_size=64,
+        ramp_steps=20, hold_steps=20, first_ramp_steps=60, init_log_alpha=2.0,
+    ),
+}
+
+STEP_RULES = {"paper": paper_steps, "demo": demo_steps}
+
+
+def preset_config(preset: str, sparsity: float, seed: int = 0, schedule: str = "linear",
+                  levels: tuple[float, ...] = (), **overrides: Any) -> PruneConfig:
+    """A ``PruneConfig`` for ``preset`` at ``sparsity``; ``overrides`` win over the preset."""
+    if preset not in PRESETS:
+        raise SubnetlabError(f"--preset {preset!r}: expected one of {', '.join(PRESETS)}")
+    settings: dict[str, Any] = dict(PRESETS[preset])
+    warmup, total = STEP_RULES[preset](sparsity)
+    settings.update(warmup_steps=warmup, total_steps=total)
+    if schedule == "staircase":
+        settings["lr_decay"] = "constant"  # a decaying rate would freeze the later levels
+    settings.update(sparsity=sparsity, seed=seed, schedule=schedule, levels=tuple(levels))
+    settings.update(overrides)
+    return PruneConfig.from_dict(settings)

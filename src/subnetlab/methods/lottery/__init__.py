@@ -1,0 +1,1 @@
+"""BERT lottery tickets (Prasanna et al. 2020): magnitude and importance pruning, controls, re-fine-tuning."""

@@ -1,0 +1,152 @@
+"""``subnetlab lottery-prune``: m-pruning or s-pruning of a fine-tuned checkpoint, plus its controls.
+
+A job function for ``subnetlab.executor`` (``prune_job(config, out_dir)``): it
+loads the fine-tuned model, measures the full model's development metric
+(accuracy on ``split``), prunes with ``magnitude_prune`` or
+``importance_prune``, and writes into ``out_dir``:
+
+* ``subnetwork.safetensors``: the "good" subnetwork (weight-level for
+  magnitude, structured for importance);
+* ``random.safetensors`` and ``bad.safetensors``: its controls (see
+  ``lottery_controls``), drawn with ``control_seed``;
+* ``importance.safetensors`` (s-pruning): the last importance scores.
+
+It returns the metrics (pruning history, full and pruned metric, sparsity, and
+the controls' metric when applied to the fine-tuned model without re-fine-tuning);
+the executor writes ``config.json`` and ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.intervene import apply_gates, mask_weights
+from subnetlab.io import save_tensors
+from subnetlab.methods.evaluate import evaluate, label_permutation
+from subnetlab.methods.finetune.config import parse_eval_data
+from subnetlab.methods.finetune.model import model_for_task
+from subnetlab.methods.lottery.importance import get_criterion
+from subnetlab.methods.lottery.importance_pruning import importance_prune
+from subnetlab.methods.lottery.controls import controls
+from subnetlab.methods.lottery.retrain import resolve_device
+from subnetlab.methods.lottery.magnitude import magnitude_prune
+from subnetlab.progress import stage
+from subnetlab.subnetwork import Subnetwork
+from subnetlab.tasks.base import Task
+from subnetlab.tasks.registry import add_file_split, get_task
+
+METHODS = ("magnitude", "importance")
+
+DEFAULTS: dict[str, Any] = {
+    "task_options": {}, "eval_data": [], "split": None, "eval_limit": None, "importance_limit": None,
+    "batch_size": 32, "max_length": 128, "threshold": 0.9, "fraction": 0.1, "max_steps": None,
+    "criterion": "sensitivity", "refine": True, "control_seed": 0, "device": "cpu", "seed": None,
+}
+
+
+def prune_config(**given: Any) -> dict[str, Any]:
+    """A complete, validated pruning config: ``model``, ``task``, ``method`` plus the defaults."""
+    config = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    for key in ("model", "task", "method"):
+        if not config.get(key):
+            raise SubnetlabError(f"lottery-prune needs --{key}")
+    unknown = set(config) - set(DEFAULTS) - {"model", "task", "method"}
+    if unknown:
+        raise SubnetlabError(f"unknown pruning option(s): {', '.join(sorted(unknown))}")
+    if config["method"] not in METHODS:
+        raise SubnetlabError(f"--method {config['method']!r}: choose magnitude or importance")
+    get_criterion(config["criterion"])  # unknown names fail before any model is loaded
+    if not 0.0 < float(config["threshold"]) <= 1.0:
+        raise SubnetlabError(f"--threshold {config['threshold']} is outside (0, 1]")
+    if not 0.0 < float(config["fraction"]) < 1.0:
+        raise SubnetlabError(f"--fraction {config['fraction']} is outside (0, 1)")
+    for key in ("eval_limit", "importance_limit", "max_steps"):
+        if config[key] is not None and int(config[key]) < 1:
+            raise SubnetlabError(f"--{key.replace('_', '-')} {config[key]} must be at least 1")
+    return config
+
+
+def _task(config: dict[str, Any]) -> Task:
+    """The task with its extra evaluation splits (no training data needed to prune)."""
+    task = get_task(config["task"], **dict(config["task_options"]))
+    for spec in config["eval_data"]:
+        add_file_split(task, *parse_eval_data(spec))
+    return task
+
+
+def _loss_fn(task: Task, model: torch.nn.Module):
+    perm = label_permutation(model, task)
+
+    def loss(m: torch.nn.Module, batch: dict) -> torch.Tensor:  # per-example losses [B]
+        logits = task.task_logits(m(**task.model_inputs(batch)), batch).float()
+        if perm is not None:
+            logits = logits[:, perm]
+        return F.cross_entropy(logits, batch["labels"].to(logits.device), reduction="none")
+
+    return loss
+
+
+def applied(model: torch.nn.Module, adapter, subnetwork: Subnetwork):
+    """Context manager evaluating ``model`` as ``subnetwork``: gates at zero, or weight masks."""
+    if subnetwork.kind == "structured":
+        heads, mlps = subnetwork.gates()
+        device = next(model.parameters()).device
+        return apply_gates(model, adapter, heads.to(device), mlps.to(device))
+    return mask_weights(model, {n: m.to(adapter.parameter(n).device) for n, m in subnetwork.weights.items()})
+
+
+def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Prune ``config['model']`` on ``config['task']`` (see the module doc)."""
+    config = prune_config(**config)
+    started = time.time()
+    out = Path(out_dir)
+    task = _task(config)
+    split = config["split"] or next(iter(task.eval_splits), None)
+    if split is None:
+        raise SubnetlabError(f"task {task.name} has no development split to prune on")
+    task.examples(split)  # unknown split -> error naming it
+    loaded = model_for_task(config["model"], task, seed=0)
+    device = resolve_device(config["device"])
+    model, tokenizer, adapter = loaded.model.to(device), loaded.tokenizer, loaded.adapter
+    model.eval()
+    bs, max_len, limit = int(config["batch_size"]), int(config["max_length"]), config["eval_limit"]
+
+    def dev_metric() -> float:
+        return float(evaluate(model, tokenizer, task, [split], batch_size=2 * bs, max_length=max_len, limit=limit)[split]["accuracy"])
+
+    full = dev_metric()
+    stage(f"full model: {split} accuracy {full:.4f}; pruning by {config['method']}")
+    if config["method"] == "magnitude":
+        result = magnitude_prune(adapter, dev_metric, fraction=float(config["fraction"]),
+                                 max_steps=int(config["max_steps"] or 10), threshold=float(config["threshold"]),
+                                 full_metric=full, seed=config["seed"])
+    else:
+        batches = [{k: v.to(device) for k, v in b.items()} for b in
+                   task.batches(tokenizer, split, bs, max_length=max_len, limit=config["importance_limit"] or limit)]
+        result = importance_prune(model, adapter, batches, dev_metric, loss_fn=_loss_fn(task, model),
+                                  criterion=config["criterion"], head_fraction=float(config["fraction"]),
+                                  threshold=float(config["threshold"]), refine=bool(config["refine"]),
+                                  max_steps=config["max_steps"], full_metric=full, seed=config["seed"])
+        h, m = result.importance
+        save_tensors(out / "importance.safetensors", {"heads": h, "mlps": m}, {"criterion": str(config["criterion"])})
+    pruned_metric = {}
+    for name, sub in controls(result.subnetwork, adapter, int(config["control_seed"]), result.importance).items():
+        sub.save(out / ("subnetwork.safetensors" if name == "good" else f"{name}.safetensors"))
+        if name != "good":  # the controls applied to the fine-tuned model, before any re-fine-tuning
+            with applied(model, adapter, sub):
+                pruned_metric[name] = dev_metric()
+    good = result.subnetwork
+    metrics = {**result.summary(), "method": config["method"], "split": split, "kind": good.kind,
+               "parameter_sparsity": good.parameter_sparsity(adapter), "kept": good.count(),
+               "controls_metric": pruned_metric, "wall_seconds": time.time() - started}
+    if good.kind == "structured":
+        metrics["kept_components"] = good.kept_names()
+        metrics["heads_kept"], metrics["mlps_kept"] = int(good.heads.sum()), int(good.mlps.sum())
+    return metrics

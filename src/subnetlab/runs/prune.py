@@ -1,0 +1,152 @@
+"""Pruning jobs for ``subnetlab.executor``: one per (sparsity, seed), or one staircase per seed.
+
+Layout of ``subnetlab prune --out DIR``::
+
+    DIR/
+      sweep.json                          the executor's record of the sweep
+      summary.json                        Table 5 style: per sparsity (or level) and evaluation set,
+                                          the full model's value and min / max / mean / std over seeds
+      cache/means-<hash>.safetensors      mean activations, shared by every run on the same model + data
+      full-model/{config,metrics}.json    the unpruned model's evaluation
+      sparsity-0.50/seed-0/               --schedule linear (the paper's): one run per (sparsity, seed)
+        config.json                       everything to rerun it (written first)
+        metrics.json                      results (written last: its presence marks the run finished)
+        subnetwork.safetensors            the selected binary subnetwork (top-k by log-alpha by default)
+        subnetwork-threshold.safetensors  the other selection (or subnetwork-topk.safetensors)
+        history.json                      target, expected sparsity, KL, lambdas over training
+        checkpoint.safetensors/.json      training state; a killed run resumes from it
+      staircase/seed-0/                   --schedule staircase: one run per seed, every level
+        config.json, metrics.json, history.json, checkpoint.*
+        levels/0.05/subnetwork.safetensors            that level's subnetwork
+        levels/0.05/subnetwork-threshold.safetensors
+        levels/0.05/metrics.json                      its sparsity, selections and evaluation
+        levels/0.10/...                               (level directories are named f"{level:.2f}")
+
+``metrics.json`` of a run (and of a level) holds ``target_sparsity``, ``seed``,
+``sparsity`` and ``parameter_sparsity`` of the selected subnetwork,
+``selections`` (both ``topk`` and ``threshold``: sparsity, parameter sparsity,
+threshold, kept component names, and their Jaccard overlap), ``eval``
+(``{split: task.score(...)}``: accuracy, per subcase, per heuristic) and
+training figures. Every ``subnetwork.safetensors`` records ``seed`` and
+``target_sparsity`` in its metadata, so ``experiments.pruned_runs`` finds
+linear runs and staircase levels alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from subnetlab.intervene import apply_gates
+from subnetlab.io import read_json, write_json
+from subnetlab.methods.evaluate import evaluate
+from subnetlab.methods.hard_concrete.config import PruneConfig
+from subnetlab.methods.hard_concrete.select import Selection
+from subnetlab.runs.prune_setup import PruningSetup, build_task, eval_splits, load_pruning_model
+from subnetlab.methods.hard_concrete.train import prune
+from subnetlab.progress import stage
+from subnetlab.subnetwork import Subnetwork
+
+PRUNE_JOB = "subnetlab.runs.prune:prune_job"
+FULL_MODEL_JOB = "subnetlab.runs.prune:full_model_job"
+SUBNETWORK_FILE = "subnetwork.safetensors"
+
+
+def level_name(level: float) -> str:
+    return f"{level:.2f}"
+
+
+def run_dir_name(sparsity: float, seed: int, schedule: str) -> str:
+    """``sparsity-0.50/seed-3`` (linear) or ``staircase/seed-3``."""
+    if schedule == "staircase":
+        return f"staircase/seed-{seed}"
+    return f"sparsity-{level_name(sparsity)}/seed-{seed}"
+
+
+def _subnetwork(setup: PruningSetup, sel: Selection, cfg: PruneConfig, target: float, config: dict) -> Subnetwork:
+    extra = {"selection": sel.method, "schedule": cfg.schedule, "task": str(config["task"]), "model": str(config["model"])}
+    if sel.threshold is not None:
+        extra["threshold"] = repr(sel.threshold)
+    return Subnetwork.structured(setup.loaded.adapter, sel.heads, sel.mlps, method="hard-concrete", seed=cfg.seed,
+                                 target_sparsity=target, ablation=cfg.ablation, extra=extra)
+
+
+def evaluate_gates(setup: PruningSetup, heads, mlps, cfg: PruneConfig) -> dict[str, Any]:
+    """Scores of the model with ``heads``/``mlps`` gates (ablated with the evaluation values)."""
+    model, adapter = setup.loaded.model, setup.loaded.adapter
+    with apply_gates(model, adapter, heads=heads, mlps=mlps, ablation=setup.eval_ablation):
+        return evaluate(model, setup.tokenizer, setup.task, setup.splits, batch_size=cfg.eval_batch_size,
+                        max_length=cfg.max_length, limit=cfg.eval_limit)
+
+
+def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selection], cfg: PruneConfig,
+                     target: float, config: dict) -> dict[str, Any]:
+    """Save the chosen subnetwork (and the other), evaluate the chosen one; return its metrics."""
+    adapter = setup.loaded.adapter
+    subs = {name: _subnetwork(setup, sel, cfg, target, config) for name, sel in selections.items()}
+    chosen = subs[cfg.selection]
+    for name, sub in subs.items():
+        if name != cfg.selection:
+            sub.save(out / f"subnetwork-{name}.safetensors")
+    scores = evaluate_gates(setup, chosen.heads, chosen.mlps, cfg)
+    chosen.save(out / SUBNETWORK_FILE)
+    described = {
+        name: {"sparsity": sub.sparsity, "parameter_sparsity": sub.parameter_sparsity(adapter),
+               "threshold": selections[name].threshold, "kept": sub.kept_names()}
+        for name, sub in subs.items()
+    }
+    described["jaccard"] = subs["topk"].jaccard(subs["threshold"])
+    return {"target_sparsity": target, "seed": cfg.seed, "selection": cfg.selection, "sparsity": chosen.sparsity,
+            "parameter_sparsity": chosen.parameter_sparsity(adapter), "selections": described, "eval": scores,
+            "eval_ablation": "mean" if cfg.ablation == "resample" else cfg.ablation}
+
+
+def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Executor job: prune one model to one target (or up a staircase) with one seed."""
+    out_dir = Path(out_dir)
+    cfg = PruneConfig.from_dict(config["prune"])
+    setup = PruningSetup.from_config(config, cfg)
+    levels: dict[str, Any] = {}
+
+    def on_level(level: float, selections: dict[str, Selection], step: int) -> None:
+        where = out_dir / "levels" / level_name(level)
+        if (where / "metrics.json").is_file():  # written before a kill; the replay is identical
+            levels[level_name(level)] = _level_summary(read_json(where / "metrics.json"))
+            return
+        stage(f"seed {cfg.seed}: level {level:.2f} reached at step {step}; evaluating")
+        metrics = {**write_selections(where, setup, selections, cfg, level, config), "step": step}
+        write_json(where / "metrics.json", metrics)
+        levels[level_name(level)] = _level_summary(metrics)
+
+    stage(f"pruning seed {cfg.seed} to {cfg.sparsity:.2f} ({cfg.schedule}, {cfg.make_schedule().total_steps} steps)")
+    result = prune(setup.loaded.model, setup.loaded.adapter, setup.data, cfg, ablation=setup.ablation,
+                   run_dir=out_dir, on_level=on_level if cfg.schedule == "staircase" else None)
+    write_json(out_dir / "history.json", result.history)
+    final = result.history[-1] if result.history else {}
+    training = {"schedule": cfg.schedule, "steps": cfg.make_schedule().total_steps, "resumed_from": result.resumed_from,
+                "train_seconds": round(result.seconds, 3), "final": final}
+    if cfg.schedule == "staircase":
+        for level in cfg.levels or (cfg.sparsity,):  # levels finished before a kill were skipped by the replay
+            if level_name(level) not in levels:
+                levels[level_name(level)] = _level_summary(read_json(out_dir / "levels" / level_name(level) / "metrics.json"))
+        return {"target_sparsity": cfg.sparsity, "seed": cfg.seed, **training, "levels": levels}
+    stage(f"seed {cfg.seed}: evaluating the {cfg.sparsity:.2f} subnetwork")
+    metrics = write_selections(out_dir, setup, result.selections, cfg, cfg.sparsity, config)
+    return {**metrics, **training}
+
+
+def _level_summary(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: metrics[k] for k in ("step", "sparsity", "parameter_sparsity", "eval") if k in metrics}
+
+
+def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Executor job: evaluate the unpruned model on the same splits (the summary's "model" column)."""
+    task = build_task(config)
+    splits = eval_splits(task, config.get("splits"))
+    loaded = load_pruning_model(config["model"], task)
+    tokenizer = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
+    settings = config["eval"]  # batch_size, max_length, limit: the same as the runs'
+    stage("evaluating the full model")
+    scores = evaluate(loaded.model, tokenizer, task, splits, batch_size=settings["batch_size"],
+                      max_length=settings["max_length"], limit=settings["limit"])
+    return {"eval": scores}

@@ -1,0 +1,122 @@
+"""Everything a pruning job loads from its JSON config: model, task, training data, ablation values.
+
+A job config (what ``config.json`` of a run holds) looks like::
+
+    {"model": "runs/ft/model", "task": "nli-synthetic", "task_options": {"n_train": 2000},
+     "eval_data": ["hans=../shared/data/hans/hans_subset_val.tsv"], "splits": null,
+     "cache_dir": "DIR/cache", "preset": "demo", "prune": {...PruneConfig...}}
+
+``splits`` (None: every evaluation split of the task) are checked before any
+training, so a missing split fails at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import PreTrainedModel
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.intervene import ComponentValues
+from subnetlab.methods.hard_concrete.ablation import ablation_values, mean_activations
+from subnetlab.methods.hard_concrete.config import PruneConfig
+from subnetlab.methods.hard_concrete.data import PruningData
+from subnetlab.models import LoadedModel, load_model
+from subnetlab.tasks.base import Task
+
+
+def build_task(config: dict[str, Any]) -> Task:
+    """The configured task with the extra ``eval_data`` splits (``[SPLIT:]FORMAT=FILE``) attached."""
+    from subnetlab.methods.finetune.config import parse_eval_data
+    from subnetlab.tasks.registry import add_file_split, get_task
+
+    task = get_task(config["task"], **(config.get("task_options") or {}))
+    for spec in config.get("eval_data") or []:
+        split, fmt, path = parse_eval_data(spec)
+        add_file_split(task, split, fmt, path)
+    return task
+
+
+def eval_splits(task: Task, requested: list[str] | None) -> list[str]:
+    """The evaluation splits to score; an unknown name fails naming the known ones."""
+    names = list(task.eval_splits) if not requested else list(requested)
+    for name in names:
+        if name == "train" or name not in task.eval_splits:
+            known = ", ".join(task.eval_splits) or "none"
+            raise SubnetlabError(f"task {task.name} has no evaluation split {name!r} (it has: {known})")
+    if not names:
+        raise SubnetlabError(f"task {task.name} has no evaluation splits")
+    return names
+
+
+def check_checkpoint(name: str) -> None:
+    """Cheap check before a sweep starts: a local checkpoint must be a supported architecture."""
+    from pathlib import Path
+
+    from transformers import AutoConfig
+
+    from subnetlab.models import FAMILIES, resolve
+
+    source = Path(resolve(name)).expanduser()
+    if not source.exists():
+        return  # a hub id: checked when the jobs load it
+    if not (source / "config.json").is_file():
+        raise SubnetlabError(f"{name}: not a Hugging Face model directory (no config.json)")
+    try:
+        model_type = AutoConfig.from_pretrained(str(source)).model_type
+    except (OSError, ValueError, KeyError) as e:
+        raise SubnetlabError(f"{source / 'config.json'}: cannot read the model config ({str(e).splitlines()[0]})") from None
+    supported = sorted(t for spec in FAMILIES.values() for t in spec.model_types)
+    if model_type not in supported:
+        raise SubnetlabError(f"{name}: model type {model_type!r} is not supported (supported: {', '.join(supported)})")
+
+
+def load_pruning_model(name: str, task: Task) -> LoadedModel:
+    """Load a fine-tuned checkpoint with the head the task needs; refuse what cannot be pruned."""
+    head = "causal-lm" if task.kind == "lm" else "classification"
+    try:
+        loaded = load_model(name, head=head)
+    except SubnetlabError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SubnetlabError(f"{name}: not a supported model checkpoint ({first})") from None
+    if not isinstance(loaded.model, PreTrainedModel):
+        raise SubnetlabError(f"{name}: not a Hugging Face model")
+    if task.kind == "classification":
+        task.model_labels(int(getattr(loaded.model.config, "num_labels", 0) or 0))  # raises on a wrong head
+    if loaded.tokenizer is None and task.tokenizer is None:
+        raise SubnetlabError(f"{name}: no tokenizer next to the checkpoint, and task {task.name} brings none")
+    return loaded
+
+
+@dataclass
+class PruningSetup:
+    """A loaded model, its task and pruning data, and the replacement values for training and evaluation."""
+
+    loaded: LoadedModel
+    tokenizer: Any
+    task: Task
+    data: PruningData
+    splits: list[str]
+    ablation: ComponentValues | None  # used while training (None: zero, or resample per batch)
+    eval_ablation: ComponentValues | None  # used to evaluate the binary subnetworks
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], prune: PruneConfig) -> "PruningSetup":
+        task = build_task(config)
+        splits = eval_splits(task, config.get("splits"))
+        if not task.train:
+            raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")
+        loaded = load_pruning_model(config["model"], task)
+        tokenizer = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
+        data = PruningData.from_task(task, tokenizer, "train", prune.max_length, prune.train_limit)
+        cache = config.get("cache_dir")
+        model, adapter = loaded.model, loaded.adapter
+        ablation = ablation_values(prune.ablation, model, adapter, data, prune.means_examples,
+                                   prune.eval_batch_size, cache)
+        # resample needs pairs of batches; its subnetworks are scored under mean ablation
+        eval_ablation = ablation if prune.ablation != "resample" else mean_activations(
+            model, adapter, data, prune.means_examples, prune.eval_batch_size, cache)
+        return cls(loaded, tokenizer, task, data, splits, ablation, eval_ablation)

@@ -1,0 +1,226 @@
+"""Executor job functions of Subtask Induction: discover a subnetwork, and run transfer runs.
+
+Both are ``fn(config, out_dir) -> metrics`` for ``subnetlab.executor.run_jobs``
+(named ``"subnetlab.runs.transfer:discover_job"`` / ``":transfer_job"``), so the
+CLI commands and the reproduction share them and a rerun skips finished work.
+A transfer job holds one or more runs ``{condition, size, seed}``; runs of one
+job with the same size train stacked when ``stack > 1``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.intervene import mask_weights
+from subnetlab.methods.continuous_sparsification import ContinuousSparsification, kept_percentages
+from subnetlab.models import load_model
+from subnetlab.models.loading import LoadedModel
+from subnetlab.progress import stage
+from subnetlab.subnetwork import Subnetwork
+from subnetlab.tasks.base import Task
+from subnetlab.tasks.registry import get_task
+from subnetlab.transfer.build import MASKED_CONDITIONS, build_transfer_model
+from subnetlab.transfer.controls import complement_matched, random_matched
+from subnetlab.transfer.data import LMSplit, lm_split
+from subnetlab.transfer.stacked import train_stacked
+from subnetlab.transfer.train import TrainSettings, accuracy, last_logits, loss_on, train_model
+
+ARITH_SPECIALS = 3  # <sep>, <pad>, <unk> after the numbers (subnetlab.tasks.arithmetic)
+
+
+def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[LoadedModel, Task]:
+    """The causal LM at ``path`` and its task; an arithmetic task's range follows the model's vocabulary."""
+    loaded = load_model(path, head="causal-lm")
+    options = dict(task_options)
+    if task_name.startswith("arith:"):
+        vocab = int(loaded.model.config.vocab_size)
+        options.setdefault("max_number", vocab - ARITH_SPECIALS)
+    task = get_task(task_name, **options)
+    tok = task.tokenizer or loaded.tokenizer
+    if tok is not None and len(tok) > int(loaded.model.config.vocab_size):
+        raise SubnetlabError(f"{path}: vocabulary of {loaded.model.config.vocab_size} tokens, the task {task_name} needs {len(tok)}")
+    loaded.model.eval()
+    return loaded, task
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch threads (None: unchanged) and restore the caller's count after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _quiet_hub() -> None:
+    """Worker processes print one line per stage, not the weight-loading bars of every job."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _splits(task: Task, tokenizer: Any = None, device: torch.device | None = None) -> dict[str, LMSplit]:
+    splits = {s: lm_split(task, s, tokenizer) for s in task.split_names}
+    return {k: v.to(device) for k, v in splits.items()} if device is not None else splits
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """``cpu``, ``cuda[:i]`` or ``auto`` (a GPU when there is one)."""
+    name = name or "cpu"
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SubnetlabError(f"device {name!r}: no CUDA device here")
+    if name != "cpu" and not name.startswith("cuda"):
+        raise SubnetlabError(f"device {name!r}: expected cpu, cuda or auto")
+    return torch.device(name)
+
+
+def discover_job(config: dict, out_dir: Path) -> dict:
+    """Continuous sparsification with one ``l0_lambda``; writes ``subnetwork.safetensors``.
+
+    Config: ``model`` (directory), ``task`` (e.g. ``arith:ab``), ``task_options``,
+    ``cs`` (``ContinuousSparsification`` fields, ``l0_lambda`` among them),
+    ``seed``, ``threads``. Returns evaluation and test accuracy with the hard
+    mask, the full model's test accuracy on the subtask, and Table 3's kept
+    percentages. A lambda sweep is one job per value, then ``select_best``.
+    """
+    _quiet_hub()
+    with torch_threads(config.get("threads")):
+        return _discover(config, Path(out_dir))
+
+
+def _discover(config: dict, out_dir: Path) -> dict:
+    seed = int(config.get("seed", 0))
+    loaded, task = load_lm(config["model"], config["task"], {"seed": seed, **config.get("task_options", {})})
+    device = resolve_device(config.get("device"))
+    model, adapter = loaded.model.to(device), loaded.adapter
+    splits = _splits(task, loaded.tokenizer if task.tokenizer is None else None, device)
+    train, ev, test = splits["train"], splits["eval"], splits["test"]
+    fields = dict(config.get("cs", {}))
+    if "include" in fields:
+        fields["include"] = tuple(fields["include"])
+    strategy = ContinuousSparsification(**fields)
+    g = torch.Generator().manual_seed(seed)
+    stage(f"discovery on {task.name}: lambda={strategy.l0_lambda:g}, {strategy.epochs} epochs of {len(train)} rows")
+    started, cpu_started = time.perf_counter(), time.process_time()
+    full_acc = accuracy(model, test)
+    found = strategy.fit(
+        model, adapter,
+        batches=lambda epoch: [(train.input_ids[r], train.targets[r]) for r in train.batches(strategy.batch_size, g)],
+        loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]),
+        evaluate=lambda m: accuracy(m, ev),
+        seed=seed,
+    )
+    sub = Subnetwork.from_weight_masks(
+        adapter, found.masks, method="continuous-sparsification", seed=seed, ablation="zero",
+        extra={"l0_lambda": repr(strategy.l0_lambda), "task": task.name, "epoch": str(found.epoch)})
+    with mask_weights(model, {n: m.to(device, torch.float32) for n, m in sub.weights.items()}):
+        test_acc = accuracy(model, test)
+    sub.save(out_dir / "subnetwork.safetensors")
+    kept = kept_percentages(sub.weights, adapter)
+    return {
+        "subnetwork": str(out_dir / "subnetwork.safetensors"), "task": task.name, "l0_lambda": strategy.l0_lambda,
+        "eval_accuracy": found.eval_accuracy, "test_accuracy": test_acc, "epoch": found.epoch,
+        "full_model_test_accuracy": full_acc, "kept_percent": kept["overall"], "kept_percent_per_layer": kept["per_layer"],
+        "kept": kept["kept"], "masked_total": kept["total"],
+        "history": [vars(h) for h in found.history], "seconds": time.perf_counter() - started,
+        "cpu_seconds": time.process_time() - cpu_started,
+    }
+
+
+def select_best(metrics: list[dict]) -> dict:
+    """The lambda sweep's winner: best evaluation accuracy, then the sparser subnetwork."""
+    if not metrics:
+        raise SubnetlabError("no discovery results to choose from")
+    return max(metrics, key=lambda m: (m["eval_accuracy"], -m["kept_percent"]))
+
+
+def _subnetwork_for(condition: str, sub: Subnetwork | None, seed: int) -> Subnetwork | None:
+    if condition == "random-matched":
+        return random_matched(sub, seed)
+    if condition == "complement-matched":
+        return complement_matched(sub, seed)
+    return sub
+
+
+def transfer_job(config: dict, out_dir: Path) -> dict:
+    """Train every run of ``config["runs"]`` and return each one's best-on-eval test accuracy.
+
+    Config: ``model`` (the trained model's directory), ``subnetwork`` (file, for the
+    masked conditions), ``task`` (e.g. ``arith:a^2+ab``), ``task_options``,
+    ``runs`` (list of ``{condition, size, seed}``), ``train`` (``TrainSettings``
+    fields), ``reinit``, ``freeze``, ``stack``, ``threads``.
+    """
+    _quiet_hub()
+    with torch_threads(config.get("threads")):
+        return _transfer(config)
+
+
+def _transfer(config: dict) -> dict:
+    settings = TrainSettings(**config.get("train", {}))
+    device = resolve_device(config.get("device"))
+    trained = load_model(config["model"], head="causal-lm")
+    trained.model.to(device)
+    sub = Subnetwork.load(config["subnetwork"], trained.adapter) if config.get("subnetwork") else None
+    task_options = dict(config.get("task_options", {}))
+    if config["task"].startswith("arith:"):
+        task_options.setdefault("max_number", int(trained.model.config.vocab_size) - ARITH_SPECIALS)
+    prepared = []
+    for run in config["runs"]:
+        condition, size, seed = run["condition"], int(run["size"]), int(run["seed"])
+        if condition in MASKED_CONDITIONS and sub is None:
+            raise SubnetlabError(f"condition {condition!r} needs --subnetwork FILE")
+        task = get_task(config["task"], **{"ambiguous": True, "n_disambiguation": size, "seed": seed, **task_options})
+        tm = build_transfer_model(trained.model, condition, seed=seed, subnetwork=_subnetwork_for(condition, sub, seed),
+                                  reinit=config.get("reinit", "all"), freeze=bool(config.get("freeze", True)),
+                                  adapter=trained.adapter)
+        prepared.append({"run": run, "tm": tm, "splits": _splits(task, device=device), "seed": seed})
+    results = _train_all(prepared, settings, int(config.get("stack", 1)))
+    runs = []
+    for item, res in zip(prepared, results):
+        runs.append({**item["run"], "test_accuracy": res.test_accuracy, "eval_accuracy": res.eval_accuracy,
+                     "best_epoch": res.best_epoch, "final_eval_accuracy": res.final_eval_accuracy,
+                     "transferred": item["tm"].transferred, "train_rows": len(item["splits"]["train"]),
+                     "seconds": res.seconds, "cpu_seconds": res.cpu_seconds, "sequences": res.sequences,
+                     "curve": [[c["epoch"], round(c["loss"], 5), c["eval_accuracy"]] for c in res.curve]})
+    return {"runs": runs}
+
+
+def _train_all(prepared: list[dict], settings: TrainSettings, stack: int) -> list:
+    """Single runs one by one; with ``stack > 1``, runs of equal size and parameter roles together."""
+    results: list = [None] * len(prepared)
+    if stack <= 1:
+        for i, item in enumerate(prepared):
+            s = item["splits"]
+            results[i] = train_model(item["tm"].model, s["train"], s["eval"], s["test"], settings, item["seed"])
+        return results
+    groups: dict[tuple, list[int]] = {}
+    for i, item in enumerate(prepared):
+        tm = item["tm"]
+        key = (len(item["splits"]["train"]), tm.handle is not None, tuple(sorted(tm.frozen)), tm.condition == "full")
+        groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        for start in range(0, len(members), stack):
+            chunk = members[start : start + stack]
+            items = [prepared[i] for i in chunk]
+            out = train_stacked([it["tm"] for it in items], [it["splits"]["train"] for it in items],
+                                [it["splits"]["eval"] for it in items], [it["splits"]["test"] for it in items],
+                                settings, [it["seed"] for it in items])
+            for i, r in zip(chunk, out):
+                results[i] = r
+    return results
+
+
+__all__ = ["discover_job", "load_lm", "resolve_device", "select_best", "torch_threads", "transfer_job"]

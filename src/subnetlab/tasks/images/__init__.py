@@ -1,0 +1,1 @@
+"""Image classification data: image sets, folders, 16-class ImageNet, mean pooling, generated shapes."""
