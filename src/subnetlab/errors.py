@@ -9,7 +9,15 @@ from __future__ import annotations
 
 
 class SubnetlabError(ValueError):
-    """Bad input or an unsupported model: the message says which value is at fault."""
+    """Bad input or an unsupported model: the message says which value is at fault.
+
+    ``setting`` names the configuration setting at fault in the library's own
+    terms (``"sparsity"``, ``"eval_data"``); the CLI maps it to the flag the user typed.
+    """
+
+    def __init__(self, message: str = "", *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 def require(condition: bool, message: str) -> None:

@@ -31,5 +31,5 @@ def test_bad_input_is_one_error_line_exit_2(args, fragment):
 def test_models_lists_families_and_alias():
     result = run_cli("models")
     assert result.returncode == 0
-    for name in ("bert", "roberta", "gpt2", "vit", "llama", "minilm"):
+    for name in ("bert", "roberta", "gpt2", "vit", "llama", "resnet", "minilm"):
         assert name in result.stdout

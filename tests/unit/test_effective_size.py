@@ -65,8 +65,9 @@ def test_mean_over_seeds_decides_not_any_single_seed():
 def test_data_accuracy_mix():
     assert data_accuracy(0.8, 0.4, "mixed") == pytest.approx(0.6)
     assert data_accuracy(0.8, 0.4, "ood") == 0.4
-    with pytest.raises(SubnetlabError, match="--on"):
+    with pytest.raises(SubnetlabError, match="on: 'both' is not one of") as refused:
         data_accuracy(0.8, 0.4, "both")
+    assert refused.value.setting == "on"
 
 
 def test_generalization_onset():

@@ -16,7 +16,8 @@ import typer
 from typer.testing import CliRunner
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.executor import ExecutorOptions, Job, executor_options, run_jobs
+from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.executor import ExecutorOptions, Job, run_jobs
 from subnetlab.executor.processes import GpuSlots
 from subnetlab.io import read_json, write_json
 from tests.unit.executor_jobs import calls, expected_metrics
@@ -132,17 +133,18 @@ def test_a_job_returning_no_dict_fails_and_writes_no_metrics(tmp_path: Path) -> 
 def test_bad_input_is_refused_before_any_job_runs(tmp_path: Path) -> None:
     jobs = grid_jobs(tmp_path)
     cases = [
-        (dict(backend="threads"), "--backend 'threads'"),
-        (dict(backend="local", n_jobs=2), "--jobs 2"),
-        (dict(backend="processes", n_jobs=0), "--jobs 0"),
-        (dict(address="auto"), "--address auto"),
-        (dict(gpus_per_job=1.5), "--gpus-per-job 1.5"),
-        (dict(cpus_per_job=0), "--cpus-per-job 0"),
-        (dict(max_retries=-1), "--max-retries -1"),
+        (dict(backend="threads"), "backend 'threads'"),
+        (dict(backend="local", n_jobs=2), "n_jobs 2"),
+        (dict(backend="processes", n_jobs=0), "n_jobs 0"),
+        (dict(address="auto"), "address auto"),
+        (dict(gpus_per_job=1.5), "gpus_per_job 1.5"),
+        (dict(cpus_per_job=0), "cpus_per_job 0"),
+        (dict(max_retries=-1), "max_retries -1"),
     ]
     for kwargs, message in cases:
-        with pytest.raises(SubnetlabError, match=message.replace("-", r"\-")):
+        with pytest.raises(SubnetlabError, match=message.replace("-", r"\-")) as refused:
             run_jobs(jobs, **kwargs)
+        assert refused.value.setting == message.split()[0]
     with pytest.raises(SubnetlabError, match="share this run directory"):
         run_jobs([jobs[0], Job(FN, GRID[1], jobs[0].out_dir)])
     with pytest.raises(SubnetlabError, match="cannot import"):

@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.finetune.train import finetune, lr_factor
+from subnetlab.methods.finetune.train import finetune
+from subnetlab.optim import lr_factor
 from subnetlab.methods.finetune.config import resolve_config
 from subnetlab.models import resolve
 
@@ -92,9 +93,9 @@ def test_presets_schedule_and_validation():
     hc = resolve_config("heuristic-core", task="mnli")
     assert (hc.model, hc.lr, hc.batch_size, hc.max_length, hc.epochs) == ("bert-base-cased", 2e-5, 32, 128, 5.0)
     assert resolve_config("heuristic-core", model="minilm", lr=1e-4).model == "minilm"
-    assert [lr_factor(s, 2, 6, "linear") for s in range(7)] == [0.0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0]
-    assert lr_factor(5, 0, 6, "constant") == 1.0
-    for kwargs, message in [({"lr": -1.0}, "--lr -1.0"), ({"batch_size": 0}, "--batch-size 0"),
+    assert [lr_factor(s, total=6, warmup=2, decay="linear") for s in range(7)] == [0.0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0]
+    assert lr_factor(5, total=6, decay="constant") == 1.0
+    for kwargs, message in [({"lr": -1.0}, "lr -1.0"), ({"batch_size": 0}, "batch_size 0"),
                             ({"eval_data": ["hans"]}, "expected FORMAT=FILE"), ({"eval_data": ["foo=x.tsv"]}, "unknown format 'foo'")]:
         with pytest.raises(SubnetlabError, match=message):
             resolve_config(**kwargs)

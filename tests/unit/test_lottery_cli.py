@@ -6,7 +6,7 @@ import pytest
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.experiments import get_reproduction, settings_for
-from subnetlab.methods.lottery.prune import prune_config
+from subnetlab.runs.lottery import prune_config
 from tests.unit.lottery_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 
@@ -40,8 +40,9 @@ def test_prune_config_defaults_and_validation():
         prune_config(model="m", task="t", method="magnitude", nope=1)
     with pytest.raises(SubnetlabError, match="unknown importance criterion 'fisher'"):
         prune_config(model="m", task="t", method="importance", criterion="fisher")
-    with pytest.raises(SubnetlabError, match="--eval-limit 0"):
+    with pytest.raises(SubnetlabError, match="eval_limit 0") as refused:
         prune_config(model="m", task="t", method="magnitude", eval_limit=0)
+    assert refused.value.setting == "eval_limit"
 
 
 def test_reproduction_settings_are_checked():

@@ -11,7 +11,8 @@ from subnetlab.methods.hard_concrete.distribution import HardConcreteGates
 from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
 from subnetlab.methods.hard_concrete.data import DataOrder, PruningData
 from subnetlab.methods.hard_concrete.objective import FullModelOutputs, Lagrangian, kl_full_to_pruned
-from subnetlab.methods.hard_concrete.schedule import LinearSchedule, StaircaseSchedule, lr_factor, paper_steps, parse_levels
+from subnetlab.methods.hard_concrete.schedule import LinearSchedule, StaircaseSchedule, paper_steps, parse_levels
+from subnetlab.optim import lr_factor
 from subnetlab.methods.hard_concrete.select import select_threshold, select_topk
 from tests.conftest import tiny_inputs, tiny_model
 
@@ -68,7 +69,7 @@ def test_paper_steps_and_linear_schedule() -> None:
     s = LinearSchedule(0.5, 100, 130)
     assert s.target(0) == 0.0 and s.target(50) == 0.25 and s.target(100) == 0.5 and s.target(129) == 0.5
     assert s.level_ends() == {130: 0.5}
-    assert lr_factor("linear", 0, 130) == 1.0 and lr_factor("linear", 65, 130) == 0.5 and lr_factor("constant", 99, 130) == 1.0
+    assert lr_factor(0, total=130) == 1.0 and lr_factor(65, total=130) == 0.5 and lr_factor(99, total=130, decay="constant") == 1.0
     cfg = preset_config("paper", 0.5)
     assert (cfg.lr, cfg.lambda_lr, cfg.effective_batch, cfg.max_length, cfg.total_steps) == (0.1, 1.0, 128, 128, 9300)
     with pytest.raises(SubnetlabError, match="outside"):

@@ -41,12 +41,12 @@ def parse_heads(names: Sequence[str], num_layers: int, num_heads: int) -> list[t
     for raw in names:
         name = raw.strip()
         if name not in index or index[name][1] is None:
-            raise SubnetlabError(f"--heads: {name!r} is not a head of this model (expected e.g. L4.H0 with "
-                                 f"layers 0-{num_layers - 1}, heads 0-{num_heads - 1})")
+            raise SubnetlabError(f"heads: {name!r} is not a head of this model (expected e.g. L4.H0 with "
+                                 f"layers 0-{num_layers - 1}, heads 0-{num_heads - 1})", setting="heads")
         if index[name] not in heads:
             heads.append(index[name])  # type: ignore[arg-type]
     if not heads:
-        raise SubnetlabError("--heads: no head given")
+        raise SubnetlabError("heads: no head given", setting="heads")
     return heads
 
 

@@ -45,7 +45,7 @@ def data_accuracy(id_accuracy: float, ood_accuracy: float, on: str) -> float:
         return ood_accuracy
     if on == "mixed":
         return 0.5 * (id_accuracy + ood_accuracy)
-    raise SubnetlabError(f"--on: {on!r} is not one of {', '.join(ON_CHOICES)}")
+    raise SubnetlabError(f"on: {on!r} is not one of {', '.join(ON_CHOICES)}", setting="on")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def effective_size(
     Levels need not be contiguous; the paper picks the highest faithful one.
     """
     if faithfulness < 0:
-        raise SubnetlabError(f"--faithfulness {faithfulness} must be non-negative")
+        raise SubnetlabError(f"faithfulness {faithfulness} must be non-negative", setting="faithfulness")
     if not accuracies:
         raise SubnetlabError("effective size needs accuracies at one sparsity level at least")
     means: dict[float, float] = {}

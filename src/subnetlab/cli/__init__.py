@@ -56,13 +56,32 @@ def _quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
+def _flags_of(argv: list[str] | None) -> dict[str, str]:
+    """Setting name -> flag, for the options of the subcommand ``argv`` runs (none found: empty)."""
+    from subnetlab.cli.commands._options import setting_flags
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    name = next((a for a in args if not a.startswith("-")), None)
+    try:
+        command = getattr(typer.main.get_command(app), "commands", {}).get(name)
+    except Exception:  # the message matters more than the flag: print it as the library wrote it
+        return {}
+    return setting_flags(command)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app, mapping every input error to ``error: ...`` + exit 2."""
+    """Entry point: run the app, mapping every input error to ``error: ...`` + exit 2.
+
+    A library error names the setting at fault (``SubnetlabError.setting``); the
+    message printed names the flag of the running command that sets it.
+    """
+    from subnetlab.cli.commands._options import error_message
+
     _quiet_libraries()
     try:
         code = app(args=argv, standalone_mode=False, prog_name="subnetlab")
     except SubnetlabError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {error_message(e, _flags_of(argv))}", file=sys.stderr)
         sys.exit(2)
     except click_errors.NoArgsIsHelpError as e:
         print(e.format_message() if hasattr(e, "format_message") else e, file=sys.stderr)

@@ -14,12 +14,12 @@ jobs whose worker died, reports jobs that raised, and writes ``sweep.json``::
     print(report.summary())
 
 ``collect_results(dir)`` turns every run under a directory into one table;
-``executor_options`` adds ``--backend/--jobs/--address/--cpus-per-job/
---gpus-per-job/--max-retries`` to a Typer command.
+``ExecutorOptions`` packs ``run_jobs``'s settings into one value (the CLI's
+multi-job commands fill it in from their options).
 """
 
 from subnetlab.executor.job import CONFIG_FILE, METRICS_FILE, Job, execute, resolve_function
-from subnetlab.executor.options import OPTION_NAMES, ExecutorOptions, executor_options
+from subnetlab.executor.options import ExecutorOptions
 from subnetlab.executor.report import SWEEP_FILE, JobResult, SweepReport
 from subnetlab.executor.run import BACKENDS, run_jobs
 
@@ -27,7 +27,6 @@ __all__ = [
     "BACKENDS",
     "CONFIG_FILE",
     "METRICS_FILE",
-    "OPTION_NAMES",
     "SWEEP_FILE",
     "ExecutorOptions",
     "Job",
@@ -35,7 +34,6 @@ __all__ = [
     "SweepReport",
     "collect_results",
     "execute",
-    "executor_options",
     "resolve_function",
     "run_jobs",
     "write_results",
@@ -47,4 +45,8 @@ def __getattr__(name: str):  # pandas is imported only by those who collect resu
         from subnetlab.executor import results
 
         return getattr(results, name)
+    if name in ("OPTION_NAMES", "executor_options"):  # command-line glue: moved to subnetlab.cli, still importable here
+        from subnetlab.cli.commands import _executor_options
+
+        return getattr(_executor_options, name)
     raise AttributeError(f"module 'subnetlab.executor' has no attribute {name!r}")

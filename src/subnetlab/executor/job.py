@@ -16,7 +16,6 @@ import copy
 import hashlib
 import importlib
 import json
-import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json, write_json
+from subnetlab.runtime import seed_globals, torch_threads
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
@@ -113,13 +113,7 @@ def _reset_global_rngs(config: Mapping[str, Any]) -> None:
     ``config["seed"]``; this makes even accidental global sampling give the same
     result whichever backend, worker or order runs the job.
     """
-    import numpy as np
-    import torch
-
-    seed = config_seed(config)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    seed_globals(config_seed(config))
 
 
 def check_existing_config(job: Job) -> None:
@@ -132,7 +126,8 @@ def check_existing_config(job: Job) -> None:
         keys = sorted(k for k in set(existing) | set(job.config) if existing.get(k) != job.config.get(k))
         raise SubnetlabError(
             f"{path}: holds a different config (differs in {', '.join(keys[:5]) or 'structure'}); "
-            "choose another --out or delete that run directory"
+            "choose another output directory or delete that run directory",
+            setting="out",
         )
 
 
@@ -146,12 +141,9 @@ def execute(job: Job, threads: int | None = None) -> dict:
     fn = resolve_function(job.fn)
     job.out_dir.mkdir(parents=True, exist_ok=True)
     write_json(job.out_dir / CONFIG_FILE, job.config)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    _reset_global_rngs(job.config)
-    metrics = fn(copy.deepcopy(job.config), job.out_dir)
+    with torch_threads(threads):
+        _reset_global_rngs(job.config)
+        metrics = fn(copy.deepcopy(job.config), job.out_dir)
     if not isinstance(metrics, Mapping):
         raise TypeError(f"{job.fn} returned {type(metrics).__name__}; a job function must return a dict of metrics")
     write_json(job.out_dir / METRICS_FILE, dict(metrics))

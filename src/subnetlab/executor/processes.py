@@ -55,7 +55,7 @@ class GpuSlots:
         self.free = {d: _UNITS for d in devices}
         need = max(1, round(per_job)) if per_job > 1 else 1
         if per_job > 0 and len(self.free) < need:
-            raise SubnetlabError(f"--gpus-per-job {per_job:g}: only {len(self.free)} GPU(s) visible")
+            raise SubnetlabError(f"gpus_per_job {per_job:g}: only {len(self.free)} GPU(s) visible", setting="gpus_per_job")
 
     def take(self) -> list[str] | None:
         """Devices for one job, or None when none are free now."""

@@ -27,7 +27,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise SubnetlabError("--backend ray needs Ray: pip install subnetlab[ray]") from None
+        raise SubnetlabError("the ray backend needs Ray: pip install subnetlab[ray]", setting="backend") from None
     return ray
 
 
@@ -56,7 +56,7 @@ def _connect(ray: Any, address: str | None, n_jobs: int | None, cpus_per_job: in
         else:
             ray.init(address=address, **common)
     except ConnectionError as e:
-        raise SubnetlabError(f"--address {address}: cannot reach a Ray cluster ({e})") from None
+        raise SubnetlabError(f"address {address}: cannot reach a Ray cluster ({e})", setting="address") from None
     return True
 
 
@@ -66,10 +66,12 @@ def _check_resources(ray: Any, cpus_per_job: int, gpus_per_job: float, local: bo
         return
     total = ray.cluster_resources()
     if cpus_per_job > total.get("CPU", 0):
-        raise SubnetlabError(f"--cpus-per-job {cpus_per_job}: the local Ray instance has {total.get('CPU', 0):g} CPUs")
+        raise SubnetlabError(f"cpus_per_job {cpus_per_job}: the local Ray instance has {total.get('CPU', 0):g} CPUs",
+                             setting="cpus_per_job")
     if gpus_per_job > total.get("GPU", 0):
         gpus = total.get("GPU", 0)
-        raise SubnetlabError(f"--gpus-per-job {gpus_per_job:g}: the local Ray instance has {gpus:g} GPUs")
+        raise SubnetlabError(f"gpus_per_job {gpus_per_job:g}: the local Ray instance has {gpus:g} GPUs",
+                             setting="gpus_per_job")
 
 
 def run_ray(

@@ -26,21 +26,23 @@ def _check_options(
     backend: str, n_jobs: int | None, address: str | None, cpus_per_job: int, gpus_per_job: float, max_retries: int
 ) -> None:
     if backend not in BACKENDS:
-        raise SubnetlabError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+        raise SubnetlabError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}", setting="backend")
     if n_jobs is not None and (not isinstance(n_jobs, int) or n_jobs < 1):
-        raise SubnetlabError(f"--jobs {n_jobs}: expected a positive integer")
+        raise SubnetlabError(f"n_jobs {n_jobs}: expected a positive integer", setting="n_jobs")
     if backend == "local" and n_jobs not in (None, 1):
         raise SubnetlabError(
-            f"--jobs {n_jobs}: the local backend runs one job at a time; use --backend processes or ray"
+            f"n_jobs {n_jobs}: the local backend runs one job at a time; use the processes or ray backend",
+            setting="n_jobs",
         )
     if address is not None and backend != "ray":
-        raise SubnetlabError(f"--address {address}: only the ray backend joins a cluster (add --backend ray)")
+        raise SubnetlabError(f"address {address}: only the ray backend joins a cluster", setting="address")
     if not isinstance(cpus_per_job, int) or cpus_per_job < 1:
-        raise SubnetlabError(f"--cpus-per-job {cpus_per_job}: expected a positive integer")
+        raise SubnetlabError(f"cpus_per_job {cpus_per_job}: expected a positive integer", setting="cpus_per_job")
     if gpus_per_job < 0 or (gpus_per_job > 1 and gpus_per_job != int(gpus_per_job)):
-        raise SubnetlabError(f"--gpus-per-job {gpus_per_job:g}: expected a fraction up to 1 or a whole number of GPUs")
+        raise SubnetlabError(f"gpus_per_job {gpus_per_job:g}: expected a fraction up to 1 or a whole number of GPUs",
+                             setting="gpus_per_job")
     if not isinstance(max_retries, int) or max_retries < 0:
-        raise SubnetlabError(f"--max-retries {max_retries}: expected a non-negative integer")
+        raise SubnetlabError(f"max_retries {max_retries}: expected a non-negative integer", setting="max_retries")
 
 
 def _name_jobs(jobs: Sequence[Job], sweep_dir: Path) -> list[Job]:
@@ -62,7 +64,7 @@ def _name_jobs(jobs: Sequence[Job], sweep_dir: Path) -> list[Job]:
 
 
 def default_sweep_dir(jobs: Sequence[Job]) -> Path:
-    """The deepest directory holding every job's run directory (commands should pass their --out)."""
+    """The deepest directory holding every job's run directory (commands should pass their output directory)."""
     parents = [os.path.dirname(os.path.abspath(j.out_dir)) for j in jobs]
     return Path(os.path.commonpath(parents))
 

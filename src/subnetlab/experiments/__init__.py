@@ -1,4 +1,4 @@
-"""Paper reproductions, one module each, run by `subnetlab reproduce NAME --preset demo|paper`.
+"""Paper reproductions, one module each, run by `subnetlab reproduce NAME` with a preset (demo or paper).
 
 A reproduction module defines ``NAME`` (the CLI name), ``PRESETS`` (preset name
 -> dict of settings, JSON-serialisable) and ``run(settings: dict, out: Path) ->

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.optim import make_optimizer
 from subnetlab.intervene import mask_weights
 from subnetlab.models.adapters import Adapter
 from subnetlab.progress import stage
@@ -194,7 +195,8 @@ class ContinuousSparsification:
             p.requires_grad_(False)
         history: list[EpochRecord] = []
         best: tuple[float, float, int, dict[str, Tensor]] | None = None
-        opt = torch.optim.AdamW([m.s for m in masks.values()], lr=self.lr)
+        # weight decay 0.01 is torch's AdamW default, which the mask scores have always had
+        opt = make_optimizer([m.s for m in masks.values()], "adamw", lr=self.lr, weight_decay=0.01)
         try:
             with mask_weights(model, dict(masks)):
                 for epoch in range(self.epochs):

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.runtime import model_device
 from subnetlab.progress import track
 from subnetlab.tasks.base import Task
 
@@ -41,13 +42,6 @@ def label_permutation(model: nn.Module, task: Task) -> list[int] | None:
     return [names.index(w) for w in wanted]
 
 
-def _device(model: nn.Module) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
-
-
 @torch.no_grad()
 def predict(
     model: nn.Module,
@@ -62,7 +56,7 @@ def predict(
 ) -> Tensor:
     """Predicted label ids (in the split's label space) of the examples ``task.subset(split, limit)``."""
     perm = label_permutation(model, task)
-    device = _device(model)
+    device = model_device(model)
     preds = []
     batches = task.batches(tokenizer, split, batch_size, max_length=max_length, limit=limit)
     if show_progress:  # off inside another progress bar (fine-tuning): Rich allows one live display
@@ -124,7 +118,7 @@ def mean_values(
     """Mean head / MLP activations over ``examples`` of ``split`` (for mean ablation)."""
     from subnetlab.intervene import collect_means
 
-    device = _device(model)
+    device = model_device(model)
     batches = (
         {k: v.to(device) for k, v in task.model_inputs(b).items()}
         for b in task.batches(tokenizer, split, batch_size, max_length=max_length, limit=examples)
@@ -154,8 +148,10 @@ def subnetwork_context(
         return mask_weights(model, {k: v.float() for k, v in subnetwork.weights.items()})
     kind = ablation or subnetwork.ablation or "zero"
     if kind not in ("zero", "mean"):
-        raise SubnetlabError(f"evaluating with {kind!r} ablation is not supported; choose --ablation zero or mean")
+        raise SubnetlabError(f"evaluating with {kind!r} ablation is not supported; choose zero or mean ablation",
+                             setting="ablation")
     if kind == "mean" and means is None:
-        raise SubnetlabError("mean ablation needs mean activations (pass --means FILE or data to compute them)")
+        raise SubnetlabError("mean ablation needs mean activations (give means, or data to compute them from)",
+                             setting="means")
     heads, mlps = subnetwork.gates()
     return apply_gates(model, adapter, heads=heads, mlps=mlps, ablation=means if kind == "mean" else None)

@@ -7,15 +7,24 @@ whose *input* we gate); which module's *output* is the MLP's contribution to the
 residual stream; and which parameter slices belong to each head and each MLP
 (for sparsity by parameters, weight masks and physical pruning later).
 
-Families are described by a small table (``FamilySpec``) rather than one class
-each, because they differ only in module paths and weight orientation.
+Families are described by a small table (``FamilySpec``, registered in
+``FAMILIES``) rather than one class each, because the transformer families
+differ only in module paths and weight orientation. Every family, ResNet
+included, is found the same way: ``get_adapter`` looks the model type up in
+``FAMILIES`` and calls the family's ``make_adapter``. ResNets have no heads or
+MLPs, so their entry builds a ``ResNetAdapter``: the part of the adapter
+interface that weight masks and ``Subnetwork`` need (``family``,
+``parameter``, ``fingerprint``, ``weight_matrices``, ``layers``,
+``module_name``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,21 +54,47 @@ class ParamSlice:
         return (self.stop - self.start) * other * self.share
 
 
+def _transformer_adapter(model: nn.Module, spec: FamilySpec) -> Adapter:
+    """The head-and-MLP ``Adapter`` of a transformer family, sized from the model's config."""
+    config = model.config
+    num_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head")
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")
+    head_dim = getattr(config, "head_dim", None) or hidden // num_heads
+    num_kv = getattr(config, "num_key_value_heads", None) or num_heads
+    layers = _get(model.base_model, spec.layers)
+    return Adapter(model, spec, len(layers), num_heads, num_kv, head_dim, hidden)
+
+
+def _resnet_adapter(model: nn.Module, spec: FamilySpec) -> ResNetAdapter:
+    return ResNetAdapter(model)
+
+
 @dataclass(frozen=True)
 class FamilySpec:
-    """Module paths (relative to a layer) and weight orientation of one architecture family."""
+    """Module paths (relative to a layer) and weight orientation of one architecture family.
+
+    ``make_adapter(model, spec)`` builds the family's adapter; the default is the
+    transformer ``Adapter`` over the module paths below. Families without heads
+    or MLPs (ResNet) leave the paths empty and bring their own ``make_adapter``.
+    """
 
     family: str
     model_types: tuple[str, ...]
-    layers: str  # path from the base model to the ModuleList of layers
-    query: str  # for fused QKV (GPT-2) the fused module
-    key: str | None
-    value: str | None
-    out_proj: str  # input = concatenated head outputs
-    mlp_output: str  # output = the MLP's contribution to the residual stream
-    mlp_matrices: tuple[str, ...]  # modules whose weights (and biases) belong to the MLP
+    layers: str = ""  # path from the base model to the ModuleList of layers
+    query: str = ""  # for fused QKV (GPT-2) the fused module
+    key: str | None = None
+    value: str | None = None
+    out_proj: str = ""  # input = concatenated head outputs
+    mlp_output: str = ""  # output = the MLP's contribution to the residual stream
+    mlp_matrices: tuple[str, ...] = ()  # modules whose weights (and biases) belong to the MLP
     transposed: bool = False  # GPT-2 Conv1D stores weights as [in, out]
     example: str = ""
+    make_adapter: Callable[[nn.Module, FamilySpec], Any] = field(default=_transformer_adapter, repr=False)
+
+    @property
+    def has_components(self) -> bool:
+        """Whether the family has heads and MLPs (what gates, pruning and head analyses need)."""
+        return self.make_adapter is _transformer_adapter
 
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -93,6 +128,11 @@ FAMILIES: dict[str, FamilySpec] = {
             "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
             "self_attn.o_proj", "mlp", ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
             example="Llama / Mistral / Qwen2 (grouped-query attention)",
+        ),
+        FamilySpec(
+            "resnet", ("resnet",), "encoder.stages",
+            example="microsoft/resnet-18, small ResNets from a config",
+            make_adapter=_resnet_adapter,
         ),
     ]
 }
@@ -231,22 +271,61 @@ class Adapter:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+@dataclass
+class ResNetAdapter:
+    """Component map of a transformers ResNet: its residual blocks and convolution weights."""
+
+    model: nn.Module
+    _names: dict[int, str] = field(repr=False, default_factory=dict)
+
+    family = "resnet"
+    num_heads = 0
+
+    @property
+    def spec(self) -> FamilySpec:
+        return FAMILIES[self.family]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers())
+
+    def layers(self) -> list[nn.Module]:
+        """The residual blocks, stage by stage."""
+        return [block for stage in _get(self.model.base_model, self.spec.layers) for block in stage.layers]
+
+    def module_name(self, module: nn.Module) -> str:
+        if not self._names:
+            self._names.update({id(m): n for n, m in self.model.named_modules()})
+        return self._names[id(module)]
+
+    def weight_matrices(self) -> list[str]:
+        """Every convolution weight (stem, blocks, shortcuts), in forward order: weight-mask targets."""
+        return [f"{name}.weight" for name, m in self.model.named_modules() if isinstance(m, nn.Conv2d)]
+
+    def parameter(self, name: str) -> torch.Tensor:
+        return self.model.get_parameter(name)
+
+    def fingerprint(self, parameter_names: list[str] | None = None) -> str:
+        """Hash of the architecture and the named parameters' shapes (default: every convolution)."""
+        names = sorted(parameter_names if parameter_names is not None else self.weight_matrices())
+        shapes = {name: list(self.parameter(name).shape) for name in names}
+        cfg = self.model.config
+        blob = json.dumps({"family": self.family, "depths": list(cfg.depths), "hidden_sizes": list(cfg.hidden_sizes),
+                           "layer_type": cfg.layer_type, "params": shapes}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def get_adapter(model: nn.Module) -> Adapter:
-    """Build the adapter for a Hugging Face model, or fail listing the supported families."""
+    """Build the adapter for a Hugging Face model, or fail listing the supported families.
+
+    The model type picks the family in ``FAMILIES``; the family's ``make_adapter``
+    builds the adapter (a ``ResNetAdapter`` for ResNets, which have no heads or MLPs).
+    """
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "model_type"):
         raise SubnetlabError(f"{type(model).__name__} has no Hugging Face config; cannot find its components")
-    if config.model_type == "resnet":  # no heads or MLPs: convolution weights only
-        from subnetlab.models.vision import ResNetAdapter
-
-        return ResNetAdapter(model)
     spec = _family_for(config.model_type)
-    num_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head")
-    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")
-    head_dim = getattr(config, "head_dim", None) or hidden // num_heads
-    num_kv = getattr(config, "num_key_value_heads", None) or num_heads
-    layers = _get(model.base_model, spec.layers)
-    return Adapter(model, spec, len(layers), num_heads, num_kv, head_dim, hidden)
+    return spec.make_adapter(model, spec)
 
 
 def head_name(layer: int, head: int) -> str:

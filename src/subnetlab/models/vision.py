@@ -10,17 +10,15 @@ Weight-level masks (continuous sparsification, subnetwork transfer) go on:
   weight is ``[hidden, 3, patch, patch]``), added here by name.
 
 ViT models keep using the shared ``Adapter`` (family ``vit``: head gates, MLP
-outputs, parameter counts). ResNets have no heads or MLPs, so ``ResNetAdapter``
-is a small adapter of its own with the part of the adapter interface that
-weight masks and ``Subnetwork`` need: ``family``, ``parameter``,
-``fingerprint``, ``weight_matrices``, ``layers``, ``module_name``.
+outputs, parameter counts). ResNets have no heads or MLPs, so their family in
+``subnetlab.models.adapters.FAMILIES`` builds a ``ResNetAdapter`` (defined
+there, re-exported here) with the part of the adapter interface that weight
+masks and ``Subnetwork`` need: ``family``, ``parameter``, ``fingerprint``,
+``weight_matrices``, ``layers``, ``module_name``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -36,51 +34,11 @@ from transformers import (
 )
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.models.adapters import Adapter, get_adapter
+from subnetlab.models.adapters import Adapter, ResNetAdapter, get_adapter
 from subnetlab.models.loading import LoadedModel
 
 VISION_FAMILIES = ("resnet", "vit")
 PATCH_EMBEDDING = "embeddings.patch_embeddings.projection"  # relative to the ViT base model
-
-
-@dataclass
-class ResNetAdapter:
-    """Component map of a transformers ResNet: its residual blocks and convolution weights."""
-
-    model: nn.Module
-    _names: dict[int, str] = field(repr=False, default_factory=dict)
-
-    family = "resnet"
-    num_heads = 0
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.layers())
-
-    def layers(self) -> list[nn.Module]:
-        """The residual blocks, stage by stage."""
-        return [block for stage in self.model.base_model.encoder.stages for block in stage.layers]
-
-    def module_name(self, module: nn.Module) -> str:
-        if not self._names:
-            self._names.update({id(m): n for n, m in self.model.named_modules()})
-        return self._names[id(module)]
-
-    def weight_matrices(self) -> list[str]:
-        """Every convolution weight (stem, blocks, shortcuts), in forward order: weight-mask targets."""
-        return [f"{name}.weight" for name, m in self.model.named_modules() if isinstance(m, nn.Conv2d)]
-
-    def parameter(self, name: str) -> torch.Tensor:
-        return self.model.get_parameter(name)
-
-    def fingerprint(self, parameter_names: list[str] | None = None) -> str:
-        """Hash of the architecture and the named parameters' shapes (default: every convolution)."""
-        names = sorted(parameter_names if parameter_names is not None else self.weight_matrices())
-        shapes = {name: list(self.parameter(name).shape) for name in names}
-        cfg = self.model.config
-        blob = json.dumps({"family": self.family, "depths": list(cfg.depths), "hidden_sizes": list(cfg.hidden_sizes),
-                           "layer_type": cfg.layer_type, "params": shapes}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 VisionAdapter = Adapter | ResNetAdapter
@@ -96,11 +54,9 @@ def _model_type(model: nn.Module) -> str:
 def vision_adapter(model: nn.Module) -> VisionAdapter:
     """``ResNetAdapter`` for a ResNet, the shared ``Adapter`` for a ViT; other models are refused."""
     kind = _model_type(model)
-    if kind == "resnet":
-        return ResNetAdapter(model)
-    if kind == "vit":
-        return get_adapter(model)
-    raise SubnetlabError(f"unsupported image model type {kind!r}; supported: {', '.join(VISION_FAMILIES)}")
+    if kind not in VISION_FAMILIES:
+        raise SubnetlabError(f"unsupported image model type {kind!r}; supported: {', '.join(VISION_FAMILIES)}")
+    return get_adapter(model)
 
 
 def vision_weight_matrices(model: nn.Module) -> list[str]:

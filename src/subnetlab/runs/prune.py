@@ -1,6 +1,6 @@
 """Pruning jobs for ``subnetlab.executor``: one per (sparsity, seed), or one staircase per seed.
 
-Layout of ``subnetlab prune --out DIR``::
+Layout of a pruning sweep's directory DIR (what ``subnetlab prune`` writes)::
 
     DIR/
       sweep.json                          the executor's record of the sweep
@@ -8,14 +8,14 @@ Layout of ``subnetlab prune --out DIR``::
                                           the full model's value and min / max / mean / std over seeds
       cache/means-<hash>.safetensors      mean activations, shared by every run on the same model + data
       full-model/{config,metrics}.json    the unpruned model's evaluation
-      sparsity-0.50/seed-0/               --schedule linear (the paper's): one run per (sparsity, seed)
+      sparsity-0.50/seed-0/               linear schedule (the paper's): one run per (sparsity, seed)
         config.json                       everything to rerun it (written first)
         metrics.json                      results (written last: its presence marks the run finished)
         subnetwork.safetensors            the selected binary subnetwork (top-k by log-alpha by default)
         subnetwork-threshold.safetensors  the other selection (or subnetwork-topk.safetensors)
         history.json                      target, expected sparsity, KL, lambdas over training
         checkpoint.safetensors/.json      training state; a killed run resumes from it
-      staircase/seed-0/                   --schedule staircase: one run per seed, every level
+      staircase/seed-0/                   staircase schedule: one run per seed, every level
         config.json, metrics.json, history.json, checkpoint.*
         levels/0.05/subnetwork.safetensors            that level's subnetwork
         levels/0.05/subnetwork-threshold.safetensors
@@ -34,18 +34,22 @@ linear runs and staircase levels alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from subnetlab.errors import SubnetlabError
+from subnetlab.executor import Job
 from subnetlab.intervene import apply_gates
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.evaluate import evaluate
-from subnetlab.methods.hard_concrete.config import PruneConfig
+from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
 from subnetlab.methods.hard_concrete.select import Selection
-from subnetlab.runs.prune_setup import PruningSetup, build_task, eval_splits, load_pruning_model
 from subnetlab.methods.hard_concrete.train import prune
 from subnetlab.progress import stage
+from subnetlab.runs.prune_setup import PruningSetup, load_pruning_model
 from subnetlab.subnetwork import Subnetwork
+from subnetlab.tasks.spec import eval_splits, task_from_config
 
 PRUNE_JOB = "subnetlab.runs.prune:prune_job"
 FULL_MODEL_JOB = "subnetlab.runs.prune:full_model_job"
@@ -141,7 +145,7 @@ def _level_summary(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Executor job: evaluate the unpruned model on the same splits (the summary's "model" column)."""
-    task = build_task(config)
+    task = task_from_config(config)
     splits = eval_splits(task, config.get("splits"))
     loaded = load_pruning_model(config["model"], task)
     tokenizer = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
@@ -150,3 +154,46 @@ def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     scores = evaluate(loaded.model, tokenizer, task, splits, batch_size=settings["batch_size"],
                       max_length=settings["max_length"], limit=settings["limit"])
     return {"eval": scores}
+
+
+Overrides = Mapping[str, Any] | Callable[[float], Mapping[str, Any]]
+
+
+def prune_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
+                schedule: str = "linear", levels: Sequence[float] = (), overrides: Overrides | None = None,
+                name_prefix: str | None = None) -> list[Job]:
+    """The jobs of one pruning sweep of one model: its full-model evaluation, then one run per (target, seed).
+
+    ``base`` holds the model and task keys of a pruning job config (``model``,
+    ``task``, ``task_options``, ``eval_data``, ``splits``); ``overrides`` change the
+    preset's pruning settings (a mapping, or a function of the target). With the
+    staircase schedule there is one run per seed, climbing ``levels`` to the last.
+    Every run of the sweep shares ``out/cache`` (mean activations). ``name_prefix``
+    names the jobs ``<prefix>seed-<s>`` and ``<prefix>full-model`` (default: their
+    directories). Used by ``subnetlab prune``, the Heuristic Core study and the
+    effective-size sweep alike.
+    """
+    if not seeds:
+        raise SubnetlabError("seeds: at least one seed", setting="seeds")
+    if schedule == "staircase":
+        if not levels:
+            raise SubnetlabError("levels: a staircase needs at least one level", setting="levels")
+        plans = [(max(levels), seed) for seed in seeds]
+    else:
+        if not targets:
+            raise SubnetlabError("sparsity: give at least one target", setting="sparsity")
+        plans = [(target, seed) for target in targets for seed in seeds]
+    common = {**base, "cache_dir": str(out / "cache"), "preset": preset}
+    jobs: list[Job] = []
+    first: PruneConfig | None = None
+    for target, seed in plans:
+        extra = overrides(target) if callable(overrides) else (overrides or {})
+        cfg = preset_config(preset, target, seed=seed, schedule=schedule, levels=tuple(levels), **extra)
+        first = first or cfg
+        name = f"{name_prefix}seed-{seed}" if name_prefix is not None and schedule == "staircase" else None
+        jobs.append(Job(PRUNE_JOB, {**common, "prune": cfg.to_dict()}, out / run_dir_name(target, seed, schedule), name=name))
+    assert first is not None
+    full = {k: base[k] for k in ("model", "task", "task_options", "eval_data", "splits") if k in base}
+    full["eval"] = {"batch_size": first.eval_batch_size, "max_length": first.max_length, "limit": first.eval_limit}
+    name = f"{name_prefix}full-model" if name_prefix is not None else "full-model"
+    return [Job(FULL_MODEL_JOB, full, out / "full-model", name=name), *jobs]

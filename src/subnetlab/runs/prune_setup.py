@@ -24,30 +24,7 @@ from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.methods.hard_concrete.data import PruningData
 from subnetlab.models import LoadedModel, load_model
 from subnetlab.tasks.base import Task
-
-
-def build_task(config: dict[str, Any]) -> Task:
-    """The configured task with the extra ``eval_data`` splits (``[SPLIT:]FORMAT=FILE``) attached."""
-    from subnetlab.methods.finetune.config import parse_eval_data
-    from subnetlab.tasks.registry import add_file_split, get_task
-
-    task = get_task(config["task"], **(config.get("task_options") or {}))
-    for spec in config.get("eval_data") or []:
-        split, fmt, path = parse_eval_data(spec)
-        add_file_split(task, split, fmt, path)
-    return task
-
-
-def eval_splits(task: Task, requested: list[str] | None) -> list[str]:
-    """The evaluation splits to score; an unknown name fails naming the known ones."""
-    names = list(task.eval_splits) if not requested else list(requested)
-    for name in names:
-        if name == "train" or name not in task.eval_splits:
-            known = ", ".join(task.eval_splits) or "none"
-            raise SubnetlabError(f"task {task.name} has no evaluation split {name!r} (it has: {known})")
-    if not names:
-        raise SubnetlabError(f"task {task.name} has no evaluation splits")
-    return names
+from subnetlab.tasks.spec import eval_splits, task_from_config
 
 
 def check_checkpoint(name: str) -> None:
@@ -67,7 +44,7 @@ def check_checkpoint(name: str) -> None:
         model_type = AutoConfig.from_pretrained(str(source)).model_type
     except (OSError, ValueError, KeyError) as e:
         raise SubnetlabError(f"{source / 'config.json'}: cannot read the model config ({str(e).splitlines()[0]})") from None
-    supported = sorted(t for spec in FAMILIES.values() for t in spec.model_types)
+    supported = sorted(t for spec in FAMILIES.values() if spec.has_components for t in spec.model_types)
     if model_type not in supported:
         raise SubnetlabError(f"{name}: model type {model_type!r} is not supported (supported: {', '.join(supported)})")
 
@@ -105,7 +82,7 @@ class PruningSetup:
 
     @classmethod
     def from_config(cls, config: dict[str, Any], prune: PruneConfig) -> "PruningSetup":
-        task = build_task(config)
+        task = task_from_config(config)
         splits = eval_splits(task, config.get("splits"))
         if not task.train:
             raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")

@@ -66,7 +66,7 @@ def find_pruned_runs(root: str | Path) -> list[PrunedRun]:
         runs.append(PrunedRun(file.parent, sub, _read_optional_json(file.parent / "config.json"),
                               _read_optional_json(file.parent / "metrics.json")))
     if not runs:
-        raise SubnetlabError(f"{root}: no {SUBNETWORK_FILE} found below it (run `subnetlab prune --out {root}` first)")
+        raise SubnetlabError(f"{root}: no {SUBNETWORK_FILE} found below it (prune into it first, e.g. with `subnetlab prune`)")
     return sorted(runs, key=lambda r: (r.target_sparsity or 0.0, r.seed if r.seed is not None else -1, str(r.path)))
 
 
@@ -105,8 +105,8 @@ def two_groups(dirs: Sequence[str | Path]) -> tuple[tuple[str, list[PrunedRun]],
         by = group_by_sparsity(linear_runs(find_pruned_runs(dirs[0])))
         if len(by) != 2:
             found = ", ".join(sparsity_label(s) for s in by)
-            raise SubnetlabError(f"--runs {dirs[0]}: expected runs at two sparsities, found {len(by)} ({found}); "
-                                 "pass two directories instead")
+            raise SubnetlabError(f"runs {dirs[0]}: expected runs at two sparsities, found {len(by)} ({found}); "
+                                 "give two directories instead", setting="runs")
         (sa, ra), (sb, rb) = by.items()
         return (sparsity_label(sa), ra), (sparsity_label(sb), rb)
-    raise SubnetlabError(f"--runs takes one or two directories, got {len(dirs)}")
+    raise SubnetlabError(f"runs: expected one or two directories, got {len(dirs)}", setting="runs")

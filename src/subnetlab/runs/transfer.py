@@ -10,14 +10,13 @@ job with the same size train stacked when ``stack > 1``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.runtime import resolve_device, torch_threads
 from subnetlab.intervene import mask_weights
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification, kept_percentages
 from subnetlab.models import load_model
@@ -26,7 +25,8 @@ from subnetlab.progress import stage
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.registry import get_task
-from subnetlab.transfer.build import MASKED_CONDITIONS, build_transfer_model
+from subnetlab.transfer.build import build_transfer_model
+from subnetlab.transfer.conditions import get_condition
 from subnetlab.transfer.controls import complement_matched, random_matched
 from subnetlab.transfer.data import LMSplit, lm_split
 from subnetlab.transfer.stacked import train_stacked
@@ -50,18 +50,6 @@ def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[Lo
     return loaded, task
 
 
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run with ``n`` torch threads (None: unchanged) and restore the caller's count after."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _quiet_hub() -> None:
     """Worker processes print one line per stage, not the weight-loading bars of every job."""
     from transformers.utils import logging as hf_logging
@@ -73,18 +61,6 @@ def _quiet_hub() -> None:
 def _splits(task: Task, tokenizer: Any = None, device: torch.device | None = None) -> dict[str, LMSplit]:
     splits = {s: lm_split(task, s, tokenizer) for s in task.split_names}
     return {k: v.to(device) for k, v in splits.items()} if device is not None else splits
-
-
-def resolve_device(name: str | None) -> torch.device:
-    """``cpu``, ``cuda[:i]`` or ``auto`` (a GPU when there is one)."""
-    name = name or "cpu"
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SubnetlabError(f"device {name!r}: no CUDA device here")
-    if name != "cpu" and not name.startswith("cuda"):
-        raise SubnetlabError(f"device {name!r}: expected cpu, cuda or auto")
-    return torch.device(name)
 
 
 def discover_job(config: dict, out_dir: Path) -> dict:
@@ -104,7 +80,7 @@ def discover_job(config: dict, out_dir: Path) -> dict:
 def _discover(config: dict, out_dir: Path) -> dict:
     seed = int(config.get("seed", 0))
     loaded, task = load_lm(config["model"], config["task"], {"seed": seed, **config.get("task_options", {})})
-    device = resolve_device(config.get("device"))
+    device = resolve_device(config.get("device") or "cpu")
     model, adapter = loaded.model.to(device), loaded.adapter
     splits = _splits(task, loaded.tokenizer if task.tokenizer is None else None, device)
     train, ev, test = splits["train"], splits["eval"], splits["test"]
@@ -170,7 +146,7 @@ def transfer_job(config: dict, out_dir: Path) -> dict:
 
 def _transfer(config: dict) -> dict:
     settings = TrainSettings(**config.get("train", {}))
-    device = resolve_device(config.get("device"))
+    device = resolve_device(config.get("device") or "cpu")
     trained = load_model(config["model"], head="causal-lm")
     trained.model.to(device)
     sub = Subnetwork.load(config["subnetwork"], trained.adapter) if config.get("subnetwork") else None
@@ -180,8 +156,7 @@ def _transfer(config: dict) -> dict:
     prepared = []
     for run in config["runs"]:
         condition, size, seed = run["condition"], int(run["size"]), int(run["seed"])
-        if condition in MASKED_CONDITIONS and sub is None:
-            raise SubnetlabError(f"condition {condition!r} needs --subnetwork FILE")
+        get_condition(condition, has_subnetwork=sub is not None)
         task = get_task(config["task"], **{"ambiguous": True, "n_disambiguation": size, "seed": seed, **task_options})
         tm = build_transfer_model(trained.model, condition, seed=seed, subnetwork=_subnetwork_for(condition, sub, seed),
                                   reinit=config.get("reinit", "all"), freeze=bool(config.get("freeze", True)),
@@ -223,4 +198,4 @@ def _train_all(prepared: list[dict], settings: TrainSettings, stack: int) -> lis
     return results
 
 
-__all__ = ["discover_job", "load_lm", "resolve_device", "select_best", "torch_threads", "transfer_job"]
+__all__ = ["discover_job", "load_lm", "select_best", "transfer_job"]

@@ -7,6 +7,7 @@ for the task names (``nli-synthetic``, ``hans-synthetic``, ``mnli``, ``hans``,
 
 from subnetlab.tasks.arithmetic import PAPER_OPERATIONS, arithmetic_tokenizer, make_arithmetic_task, parse_operation
 from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
+from subnetlab.tasks.data_location import data_root, find_data_root
 from subnetlab.tasks.nli.hans_generator import SUBCASES as HANS_SUBCASES
 from subnetlab.tasks.nli.hans_generator import generate_hans_style
 from subnetlab.tasks.nli.hans_vocab import DEFAULT_VOCABULARY, Vocabulary
@@ -28,6 +29,8 @@ __all__ = [
     "Vocabulary",
     "add_file_split",
     "arithmetic_tokenizer",
+    "data_root",
+    "find_data_root",
     "generate_hans_style",
     "generate_synthetic_nli",
     "get_task",

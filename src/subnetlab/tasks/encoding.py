@@ -1,24 +1,32 @@
 """Tokenizing examples once per tokenizer, and collating them into padded batches.
 
 Kept apart from the Task class so the cache key and padding rules can be read
-(and tested) on their own.
+(and tested) on their own. Encoding needs only an example's texts (``TextPair``:
+``text_a`` and ``text_b``), so this module does not depend on ``subnetlab.tasks.base``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
 
-if TYPE_CHECKING:
-    from subnetlab.tasks.base import Example
-
 _CHUNK = 2048  # examples per tokenizer call: bounds peak memory on large splits
+
+
+class TextPair(Protocol):
+    """What encoding reads of an example (``subnetlab.tasks.base.Example`` is one)."""
+
+    @property
+    def text_a(self) -> str: ...
+
+    @property
+    def text_b(self) -> str | None: ...
 
 
 @dataclass
@@ -39,7 +47,7 @@ def tokenizer_key(tokenizer: Any) -> tuple[str, int, str]:
     return (name, size, type(tokenizer).__name__)
 
 
-def encode_examples(tokenizer: Any, examples: Sequence["Example"], *, max_length: int, lm: bool) -> EncodedSplit:
+def encode_examples(tokenizer: Any, examples: Sequence[TextPair], *, max_length: int, lm: bool) -> EncodedSplit:
     """Tokenize ``examples`` (pairs with the model's pair template; LM prompts without specials)."""
     if max_length < 2:
         raise SubnetlabError(f"max_length {max_length} must be at least 2")

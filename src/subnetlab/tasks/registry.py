@@ -36,6 +36,7 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.arithmetic import make_arithmetic_task
 from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
+from subnetlab.tasks.data_location import SHARED_DATA, find_data_root
 from subnetlab.tasks.nli.hans_generator import generate_hans_style
 from subnetlab.tasks.nli.hans_vocab import DEFAULT_VOCABULARY
 from subnetlab.tasks.hub import is_hub_spec, load_hub
@@ -46,7 +47,7 @@ from subnetlab.tasks.nli.synthetic import generate_synthetic_nli
 
 PathLike = str | os.PathLike
 
-# file format name -> (loader, label space); used for --eval-data NAME=FILE
+# file format name -> (loader, label space); used for evaluation data given as FORMAT=FILE
 FILE_FORMATS: dict[str, tuple[Callable[..., list[Example]], list[str]]] = {
     "mnli": (load_mnli, NLI3),
     "hans": (load_hans, NLI2),
@@ -102,7 +103,8 @@ def _eval_dict(eval: PathLike | dict[str, PathLike] | None, default_split: str) 
 def _file_task(name: str, fmt: str, labels: list[str], train: PathLike | None, eval: Any, default_split: str, **options: Any) -> Task:
     splits = _eval_dict(eval, default_split)
     if train is None and not splits:
-        raise SubnetlabError(f"task {name} reads files: pass train=FILE and/or eval=FILE (the --data option)")
+        raise SubnetlabError(f"task {name} reads files: pass train=FILE and/or eval=FILE (task options)",
+                             setting="task_options")
     train_examples = load_file(fmt, train, **options)[0] if train is not None else []
     eval_splits = {split: load_file(fmt, path, **options)[0] for split, path in splits.items()}
     recorded = dict(options, train=str(train) if train else None, eval={k: str(v) for k, v in splits.items()})
@@ -162,6 +164,14 @@ def get_task(name: str, **options: Any) -> Task:
 
 
 def shared_data_dir(start: PathLike | None = None) -> Path:
-    """``<repo>/../shared/data`` for tests, benchmarks and the demo (may not exist)."""
-    repo = Path(start) if start else Path(__file__).resolve().parents[3]
-    return (repo / ".." / "shared" / "data").resolve()
+    """The bundled data directory for tests, benchmarks and the demo (may not exist).
+
+    ``subnetlab.tasks.data_location`` finds it (``SUBNETLAB_DATA``, then
+    ``../shared/data`` next to the checkout). When there is none this is
+    ``../shared/data`` from the working directory (normally absent), so
+    ``shared_data_dir() / REL`` is simply not there. ``start`` names the checkout
+    explicitly: ``start/../shared/data``.
+    """
+    if start is not None:
+        return (Path(start) / ".." / SHARED_DATA).resolve()
+    return find_data_root() or (Path.cwd().parent / SHARED_DATA).resolve()

@@ -8,7 +8,7 @@ model and frozen, every other weight is re-initialised and trained::
 This is ``subnetlab.intervene.mask_weights(model, masks, kept=...)``: the kept
 values live in a buffer, so they are bit-identical after any amount of training.
 
-Conditions:
+Conditions (the table ``subnetlab.transfer.conditions.CONDITIONS``):
 
 * ``subnetwork``: the discovered mask;
 * ``random-matched`` / ``complement-matched``: the controls of
@@ -40,10 +40,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import WeightMasks, mask_weights
 from subnetlab.models.adapters import Adapter, get_adapter
 from subnetlab.subnetwork import Subnetwork
-
-CONDITIONS = ("subnetwork", "random-matched", "complement-matched", "scratch", "full", "embeddings")
-MASKED_CONDITIONS = ("subnetwork", "random-matched", "complement-matched")
-REINIT = ("all", "masked")
+from subnetlab.transfer.conditions import CONDITIONS, MASKED_CONDITIONS, REINIT, check_reinit, get_condition
 
 
 @dataclass
@@ -109,10 +106,8 @@ def build_transfer_model(
     adapter: Adapter | None = None,
 ) -> TransferModel:
     """The starting model of one transfer run (see the module docstring for the conditions)."""
-    if condition not in CONDITIONS:
-        raise SubnetlabError(f"--condition {condition!r}: choose one of {', '.join(CONDITIONS)}")
-    if reinit not in REINIT:
-        raise SubnetlabError(f"--reinit {reinit!r}: choose 'all' (the paper's text) or 'masked' (its released code)")
+    get_condition(condition)
+    check_reinit(reinit)
     if condition == "full":
         model = copy.deepcopy(trained)
         for p in model.parameters():
@@ -128,8 +123,7 @@ def build_transfer_model(
             for name in names:
                 model.get_parameter(name).requires_grad_(False)
         return TransferModel(model, condition, frozen=names if freeze else [], transferred=n)
-    if subnetwork is None:
-        raise SubnetlabError(f"condition {condition!r} needs a subnetwork (--subnetwork FILE)")
+    get_condition(condition, has_subnetwork=subnetwork is not None)
     if subnetwork.kind != "weights":
         raise SubnetlabError("transfer needs a weight-level subnetwork (kind 'weights'), e.g. from `subnetlab discover`")
     subnetwork.check(adapter or get_adapter(trained))

@@ -27,6 +27,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parametrize
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.optim import make_optimizer
 from subnetlab.intervene import MaskedWeight
 from subnetlab.transfer.build import TransferModel, fresh_copy
 from subnetlab.transfer.data import LMSplit
@@ -103,7 +104,7 @@ def train_stacked(
 
     step = vmap(grad_and_value(loss_one), randomness="different")
     forward = vmap(logits_one)
-    opt = torch.optim.AdamW(list(T.values()), lr=settings.lr, weight_decay=settings.weight_decay)
+    opt = make_optimizer(list(T.values()), "adamw", lr=settings.lr, weight_decay=settings.weight_decay)
     gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
     best = [(-1.0, -1, float("nan"))] * k
     best_T = {n: v.clone() for n, v in T.items()}

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.optim import make_optimizer
 from subnetlab.transfer.data import LMSplit
 
 
@@ -111,7 +112,7 @@ def train_model(
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise SubnetlabError("the model has no trainable parameters")
-    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    opt = make_optimizer(params, "adamw", lr=settings.lr, weight_decay=settings.weight_decay)
     g = torch.Generator().manual_seed(int(seed))
     best_acc, best_epoch, best_test, best_state = -1.0, -1, float("nan"), None
     curve: list[dict[str, float]] = []

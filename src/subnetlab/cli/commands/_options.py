@@ -1,8 +1,19 @@
-"""Parsers for option values shared by several subcommands."""
+"""Parsers for option values shared by several subcommands, and the flag each library setting is set by."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from typing import Any
+
 from subnetlab.errors import SubnetlabError
+
+# library setting name -> the command parameter that sets it, where the two names differ
+# (every other setting is set by the parameter of its own name: "batch_size" by --batch-size)
+SETTING_PARAMETERS = {
+    "task_options": "task_option",  # the task's options, given one --task-option KEY=VALUE at a time
+    "n_jobs": "jobs",  # run_jobs(n_jobs=...) is --jobs
+}
 
 
 def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
@@ -33,3 +44,35 @@ def parse_fraction(value: float, name: str = "--sparsity") -> float:
     if not 0.0 < value < 1.0:
         raise SubnetlabError(f"{name}: {value} is outside (0, 1)")
     return value
+
+
+def setting_flags(command: Any) -> dict[str, str]:
+    """Library setting name -> long flag (``"batch_size": "--batch-size"``), for a click command's options."""
+    flags: dict[str, str] = {}
+    for param in getattr(command, "params", []):
+        longs = [opt for opt in param.opts if opt.startswith("--")]
+        if param.param_type_name == "option" and longs and param.name:
+            flags[param.name] = longs[0]
+    for setting, parameter in SETTING_PARAMETERS.items():
+        if parameter in flags:
+            flags.setdefault(setting, flags[parameter])
+    return flags
+
+
+def error_message(error: SubnetlabError, flags: Mapping[str, str]) -> str:
+    """The message of a library error, naming the flag the user typed instead of the setting.
+
+    A message that starts with its setting's name gets the flag in its place
+    (``sparsity: 1.5 is outside (0, 1)`` -> ``--sparsity: 1.5 is outside (0, 1)``); any
+    other gets the flag in front (``--out: runs/x is not empty ...``). A setting the
+    command has no flag for (a ``--set KEY=VALUE`` key, a job's config) leaves the
+    message as it is: it already names the setting as the user wrote it.
+    """
+    message = str(error)
+    setting = getattr(error, "setting", None)
+    flag = flags.get(setting) if setting else None
+    if flag is None:
+        return message
+    if re.match(rf"{re.escape(setting)}(?![\w-])", message):
+        return flag + message[len(setting):]
+    return f"{flag}: {message}"

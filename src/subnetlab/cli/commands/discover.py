@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.executor import ExecutorOptions, Job, executor_options
+from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.executor import ExecutorOptions, Job
 
 PAPER = dict(epochs=50, lr=1e-3, batch_size=500, samples=50_000, lambdas="1e-7,5e-7,1e-8")
 
@@ -49,7 +50,8 @@ def discover(
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.io import read_json, write_json
     from subnetlab.methods.continuous_sparsification import ContinuousSparsification
-    from subnetlab.runs.transfer import load_lm, resolve_device, select_best
+    from subnetlab.runs.transfer import load_lm, select_best
+    from subnetlab.runtime import resolve_device
 
     options = parse_task_options(task_option, None, "train")
     if samples is not None and task.startswith("arith:"):

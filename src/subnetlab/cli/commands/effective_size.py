@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from subnetlab.executor import ExecutorOptions, executor_options
+from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.executor import ExecutorOptions
 
 
 def effective_size(

@@ -54,7 +54,7 @@ def lottery_prune(
 ) -> None:
     """Prune a fine-tuned model and write subnetwork.safetensors plus random.safetensors and bad.safetensors."""
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.methods.lottery.prune import prune_config
+    from subnetlab.runs.lottery import prune_config
 
     config = prune_config(
         model=model, task=task, method=method, task_options=parse_task_options(task_option, data, "eval"),
@@ -62,7 +62,7 @@ def lottery_prune(
         batch_size=batch_size, max_length=max_length, threshold=threshold, fraction=fraction, max_steps=max_steps,
         criterion=criterion, refine=refine, control_seed=control_seed, device=device,
     )
-    metrics = run_one("subnetlab.methods.lottery.prune:prune_job", config, out)
+    metrics = run_one("subnetlab.runs.lottery:prune_job", config, out)
     print(f"full model: {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
           f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")
     print(f"subnetwork: {out / 'subnetwork.safetensors'} (controls: random.safetensors, bad.safetensors)")
@@ -103,7 +103,7 @@ def lottery_retrain(
         seed=seed, device=device,
     )
     config = {"finetune": cfg.to_json(), "subnetwork": str(subnetwork.resolve()), "save_model": save_model}
-    metrics = run_one("subnetlab.methods.lottery.retrain:retrain_job", config, out)
+    metrics = run_one("subnetlab.runs.lottery:retrain_job", config, out)
     sub = metrics["subnetwork"]
     print(f"{sub['control']} {sub['method']} subnetwork, sparsity {sub['sparsity']:.1%}:")
     for split_name, score in metrics["final"].items():

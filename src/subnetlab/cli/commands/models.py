@@ -12,10 +12,11 @@ def models() -> None:
     from subnetlab.models import BUILTIN_ALIASES, FAMILIES
 
     table = Table(title="Architecture families")
-    for col in ("family", "model types", "examples"):
+    for col in ("family", "model types", "components", "examples"):
         table.add_column(col)
     for spec in FAMILIES.values():
-        table.add_row(spec.family, ", ".join(spec.model_types), spec.example)
+        components = "heads, MLPs" if spec.has_components else "weights only"
+        table.add_row(spec.family, ", ".join(spec.model_types), components, spec.example)
     aliases = Table(title="Builtin aliases")
     aliases.add_column("alias")
     aliases.add_column("model")

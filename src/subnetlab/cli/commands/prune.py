@@ -18,7 +18,8 @@ from typing import Optional
 import typer
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.executor import ExecutorOptions, Job, executor_options
+from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.executor import ExecutorOptions
 
 
 def _parse_sparsities(values: list[str]) -> list[float]:
@@ -75,10 +76,10 @@ def prune(
     """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds."""
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
-    from subnetlab.methods.hard_concrete.config import preset_config
-    from subnetlab.runs.prune import FULL_MODEL_JOB, PRUNE_JOB, run_dir_name
     from subnetlab.methods.hard_concrete.schedule import parse_levels
-    from subnetlab.runs.prune_setup import build_task, check_checkpoint, eval_splits
+    from subnetlab.runs.prune import prune_sweep
+    from subnetlab.runs.prune_setup import check_checkpoint
+    from subnetlab.tasks.spec import eval_splits, task_from_config
 
     if schedule not in ("linear", "staircase"):
         raise SubnetlabError(f"--schedule {schedule!r}: expected linear or staircase")
@@ -93,25 +94,12 @@ def prune(
     level_list = parse_levels(levels) if schedule == "staircase" else ()
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
     base = {"model": model, "task": task, "task_options": _parse_pairs(task_option, "--task-option"),
-            "eval_data": list(eval_data), "splits": split_list, "cache_dir": str(out / "cache"), "preset": preset}
+            "eval_data": list(eval_data), "splits": split_list}
     check_checkpoint(model)  # a bad checkpoint, task option or split fails before any job starts
-    eval_splits(build_task(base), split_list)
+    eval_splits(task_from_config(base), split_list)
 
-    jobs: list[Job] = []
-    if schedule == "staircase":
-        plans = [(level_list[-1], seed) for seed in seed_list]
-    else:
-        plans = [(target, seed) for target in targets for seed in seed_list]
-    first = None
-    for target, seed in plans:
-        cfg = preset_config(preset, target, seed=seed, schedule=schedule, levels=level_list, **overrides)
-        first = first or cfg
-        jobs.append(Job(PRUNE_JOB, {**base, "prune": cfg.to_dict()}, out / run_dir_name(target, seed, schedule)))
-    assert first is not None
-    full = {k: base[k] for k in ("model", "task", "task_options", "eval_data", "splits")}
-    full["eval"] = {"batch_size": first.eval_batch_size, "max_length": first.max_length, "limit": first.eval_limit}
-    jobs.insert(0, Job(FULL_MODEL_JOB, full, out / "full-model", name="full-model"))
-
+    jobs = prune_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,
+                       levels=level_list, overrides=overrides)
     report = executor.run(jobs, sweep_dir=out)
     summary = _summary(report)
     write_json(out / "summary.json", summary)

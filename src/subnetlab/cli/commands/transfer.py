@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.executor import ExecutorOptions, Job, executor_options
+from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.executor import ExecutorOptions, Job
 
 PAPER_SIZES = [0, 10, 16, 25, 40, 64, 100, 160, 250, 400, 640, 1000, 1600, 2500, 4000, 6400, 10000]
 
@@ -21,13 +22,10 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def parse_conditions(text: str) -> list[str]:
-    from subnetlab.transfer import CONDITIONS
+    """``subnetwork,scratch``: transfer conditions (``subnetlab.transfer.CONDITIONS``), comma-separated."""
+    from subnetlab.transfer import check_conditions
 
-    names = [c.strip() for c in text.split(",") if c.strip()]
-    bad = [c for c in names if c not in CONDITIONS]
-    if bad or not names:
-        raise SubnetlabError(f"--condition {text!r}: choose from {', '.join(CONDITIONS)} (comma-separated)")
-    return names
+    return [c.name for c in check_conditions(c.strip() for c in text.split(",") if c.strip())]
 
 
 def transfer(
@@ -58,13 +56,13 @@ def transfer(
     from subnetlab.experiments.subtask_induction.figures import figure3
     from subnetlab.experiments.subtask_induction.report import summarise
     from subnetlab.subnetwork import Subnetwork
-    from subnetlab.transfer import MASKED_CONDITIONS, REINIT, TrainSettings
-    from subnetlab.runs.transfer import load_lm, resolve_device
+    from subnetlab.transfer import CONDITIONS, TrainSettings, check_reinit
+    from subnetlab.runs.transfer import load_lm
+    from subnetlab.runtime import resolve_device
 
     conditions = parse_conditions(condition)
     sizes, seed_list = parse_sizes(disambiguation), parse_int_list(seeds)
-    if reinit not in REINIT:
-        raise SubnetlabError(f"--reinit {reinit!r}: choose 'all' or 'masked'")
+    check_reinit(reinit)
     resolve_device(device)
     if stack < 1 or threads < 1:
         raise SubnetlabError("--stack and --threads must be at least 1")
@@ -73,7 +71,7 @@ def transfer(
     loaded, built = load_lm(model, task, {"ambiguous": True, "n_disambiguation": max(sizes), **options})
     if built.kind != "lm":
         raise SubnetlabError(f"task {task}: transfer training runs on language-model tasks (e.g. arith:a^2+ab)")
-    needs_sub = [c for c in conditions if c in MASKED_CONDITIONS]
+    needs_sub = [c for c in conditions if CONDITIONS[c].needs_subnetwork]
     if needs_sub and subnetwork is None:
         raise SubnetlabError(f"--condition {needs_sub[0]} needs --subnetwork FILE")
     if subnetwork is not None:

@@ -2,7 +2,7 @@
 
 For each fine-tuning checkpoint, the full model is evaluated and each seed
 prunes it up a staircase of sparsity levels (``subnetlab.runs.prune``,
-``--schedule staircase``), evaluating the subnetwork at every level. The effective
+the staircase schedule), evaluating the subnetwork at every level. The effective
 size at a checkpoint is the highest level whose seed-mean accuracy stays within
 the faithfulness threshold of the model's (``analysis.effective_size``). Layout::
 
@@ -25,7 +25,7 @@ from subnetlab.analysis.scores import mean_of, ood_columns, score_columns
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.io import read_json
-from subnetlab.runs.prune import FULL_MODEL_JOB, PRUNE_JOB, level_name
+from subnetlab.runs.prune import level_name, prune_sweep
 from subnetlab.subnetwork import Subnetwork
 
 
@@ -36,9 +36,9 @@ def find_checkpoints(run_dir: str | Path, every: int = 1) -> list[tuple[int, Pat
     found = checkpoint_dirs(run_dir)
     if not found:
         raise SubnetlabError(f"{run_dir}: no checkpoints (expected {Path(run_dir) / 'checkpoints' / 'step-N'}; "
-                             "run `subnetlab finetune --save-every N` first)")
+                             "fine-tune with checkpoints saved every N steps, the save_every setting, first)")
     if every < 1:
-        raise SubnetlabError(f"--every {every} must be at least 1")
+        raise SubnetlabError(f"every {every} must be at least 1", setting="every")
     chosen = found[::every]
     if chosen[-1] != found[-1]:
         chosen.append(found[-1])
@@ -52,22 +52,10 @@ def sweep_jobs(checkpoints: Sequence[tuple[int, Path]], base: dict[str, Any], se
     ``base`` holds ``task``, ``task_options``, ``eval_data`` and ``splits`` (the
     pruning job's config keys); ``overrides`` change the preset's pruning settings.
     """
-    from subnetlab.methods.hard_concrete.config import preset_config
-
-    if not seeds:
-        raise SubnetlabError("--seeds: at least one seed")
     jobs: list[Job] = []
     for step, path in checkpoints:
-        where = out / f"step-{step}"
-        common = {**base, "model": str(path)}
-        cfg = None
-        for seed in seeds:
-            cfg = preset_config(preset, max(levels), seed=seed, schedule="staircase", levels=tuple(levels), **overrides)
-            jobs.append(Job(PRUNE_JOB, {**common, "cache_dir": str(where / "cache"), "preset": preset, "prune": cfg.to_dict()},
-                            where / "staircase" / f"seed-{seed}", name=f"step-{step}/seed-{seed}"))
-        assert cfg is not None
-        full = {**common, "eval": {"batch_size": cfg.eval_batch_size, "max_length": cfg.max_length, "limit": cfg.eval_limit}}
-        jobs.append(Job(FULL_MODEL_JOB, full, where / "full-model", name=f"step-{step}/full-model"))
+        jobs += prune_sweep({**base, "model": str(path)}, out / f"step-{step}", targets=(), seeds=seeds, preset=preset,
+                            schedule="staircase", levels=levels, overrides=overrides, name_prefix=f"step-{step}/")
     return jobs
 
 

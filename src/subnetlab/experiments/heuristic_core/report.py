@@ -221,8 +221,9 @@ def write_report(settings: dict, results: dict, out: Path, seconds: list[float])
     for study in settings["studies"]:
         summary[study["name"]] = _study(doc, study, results[study["name"]], out)
     doc.section("Rerun or scale up")
-    doc.para(f"`subnetlab reproduce heuristic-core --preset {settings['preset']} --out {out}` resumes this run; "
-             "`--preset paper` runs the paper's setting (bert-base-cased, MNLI / HANS and QQP / PAWS-QQP, 12 seeds; needs "
+    doc.para(f"`subnetlab reproduce heuristic-core` with the {settings['preset']} preset and output directory {out} "
+             "resumes this run; the paper preset runs the paper's setting (bert-base-cased, MNLI / HANS and QQP / "
+             "PAWS-QQP, 12 seeds; needs "
              "a GPU and the Hugging Face hub). Each stage is also a command: `subnetlab finetune`, `prune`, `core`, "
              "`ablate`, `effective-size`, `attention`.")
     write_json(out / "metrics.json", {"reproduction": "heuristic-core", "preset": settings["preset"],

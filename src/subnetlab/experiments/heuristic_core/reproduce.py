@@ -124,7 +124,7 @@ def run(settings: dict, out: Path) -> Path:
             from subnetlab.errors import SubnetlabError
 
             raise SubnetlabError(f"{out} holds a heuristic-core run with other settings; rerun with the same "
-                                 "preset and --set values to resume, or choose another --out")
+                                 "preset and settings to resume, or choose another output directory", setting="out")
     write_json(out / "config.json", {"reproduction": NAME, "settings": settings})
     started = time.time()
     results = {}

@@ -43,7 +43,7 @@ def _plain(config: dict) -> dict:
 
 
 def resolve_heads(spec: str, num_layers: int, num_heads: int) -> list[tuple[int, int]]:
-    """``L4.H0,L2.H5``, ``core:DIR`` (the core found by ``subnetlab core --out DIR``) or ``all``."""
+    """``L4.H0,L2.H5``, ``core:DIR`` (the core that ``subnetlab core`` wrote to DIR) or ``all``."""
     spec = spec.strip()
     if spec == "all":
         return [(l, h) for l in range(num_layers) for h in range(num_heads)]
@@ -51,9 +51,10 @@ def resolve_heads(spec: str, num_layers: int, num_heads: int) -> list[tuple[int,
         where = Path(spec[5:])
         metrics = read_json(where / "metrics.json" if where.is_dir() else where)
         if "core" not in metrics:
-            raise SubnetlabError(f"--heads {spec}: {where} holds no core (run `subnetlab core --out {where}`)")
+            raise SubnetlabError(f"heads {spec}: {where} holds no core (run `subnetlab core` with output directory "
+                                 f"{where} first)", setting="heads")
         if not metrics["core"]:
-            raise SubnetlabError(f"--heads {spec}: the core found there is empty")
+            raise SubnetlabError(f"heads {spec}: the core found there is empty", setting="heads")
         return parse_heads(metrics["core"], num_layers, num_heads)
     return parse_heads([s for s in spec.split(",") if s.strip()], num_layers, num_heads)
 

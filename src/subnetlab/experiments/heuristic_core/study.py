@@ -25,6 +25,7 @@ from subnetlab.experiments.heuristic_core import data
 from subnetlab.experiments.heuristic_core import steps
 from subnetlab.experiments.heuristic_core.effective_size import analyse_sweep, check_sweep, sweep_jobs
 from subnetlab.io import read_json, write_json
+from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.progress import stage
 
 ID_SPLITS = ["id"]
@@ -126,18 +127,11 @@ def _scaled_steps(settings: dict, target: float) -> dict[str, int]:
 
 
 def _prune(study: dict, settings: dict, base: dict, out: Path) -> dict:
-    from subnetlab.methods.hard_concrete.config import preset_config
-    from subnetlab.runs.prune import FULL_MODEL_JOB, PRUNE_JOB, run_dir_name
+    from subnetlab.runs.prune import prune_sweep
 
-    common = {**base, "cache_dir": str(out / "cache"), "preset": settings["prune_preset"]}
-    jobs, cfg = [], None
-    for target in study["sparsities"]:
-        for seed in settings["seeds"]:
-            cfg = preset_config(settings["prune_preset"], target, seed=seed,
-                                **{**_scaled_steps(settings, target), **settings.get("prune", {})})
-            jobs.append(Job(PRUNE_JOB, {**common, "prune": cfg.to_dict()}, out / run_dir_name(target, seed, "linear")))
-    full = {**base, "eval": {"batch_size": cfg.eval_batch_size, "max_length": cfg.max_length, "limit": cfg.eval_limit}}
-    jobs.insert(0, Job(FULL_MODEL_JOB, full, out / "full-model", name="full-model"))
+    jobs = prune_sweep(base, out, targets=study["sparsities"], seeds=settings["seeds"], preset=settings["prune_preset"],
+                       overrides=lambda target: {**_scaled_steps(settings, target), **settings.get("prune", {})})
+    cfg = PruneConfig.from_dict(jobs[-1].config["prune"])
     stage(f"[{study['name']}] pruning: {len(settings['seeds'])} seeds x {len(study['sparsities'])} sparsities")
     check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
     return {"cache_dir": out / "cache", "max_length": cfg.max_length, "train_limit": cfg.train_limit,
@@ -172,7 +166,8 @@ def _heads_to_study(core: dict, k: int = 3) -> tuple[list[tuple[int, int]], str]
 def _ablation(study: dict, settings: dict, base: dict, heads: list, pruning: dict, subcases: list[str], out: Path) -> dict:
     from subnetlab.methods.hard_concrete.ablation import mean_activations
     from subnetlab.methods.hard_concrete.data import PruningData
-    from subnetlab.runs.prune_setup import build_task, load_pruning_model
+    from subnetlab.runs.prune_setup import load_pruning_model
+    from subnetlab.tasks.spec import task_from_config
 
     opts = settings["ablation"]
     config = {"command": "ablate", "model": base["model"], "splits": base["splits"], "eval_data": base["eval_data"],
@@ -180,7 +175,7 @@ def _ablation(study: dict, settings: dict, base: dict, heads: list, pruning: dic
     done = steps.finished(out, config)
     if done is not None:
         return done
-    task = build_task(base)
+    task = task_from_config(base)
     for split in list(task.eval_splits):
         if split not in base["splits"]:
             del task.eval_splits[split]

@@ -1,33 +1,13 @@
-"""Job functions and analysis steps of the lottery-ticket reproduction (see ``experiments.lottery``).
-
-Job functions follow the executor contract ``fn(config, out_dir) -> metrics``;
-the executor writes ``config.json`` / ``metrics.json`` in ``out_dir``, so the
-fine-tuning run (which keeps its own ``config.json``) lives in ``out_dir/run``.
-"""
+"""Analysis steps of the lottery-ticket reproduction (see ``experiments.lottery``); its jobs are in ``runs.lottery``."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json
-from subnetlab.methods.finetune.train import finetune
-from subnetlab.methods.finetune.config import FinetuneConfig
-from subnetlab.methods.finetune.state import OPTIMIZER_FILE, checkpoint_dirs
 from subnetlab.tasks.base import Task
-
-
-def finetune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
-    """Fine-tune ``config['finetune']`` into ``out_dir/run``; the model ends up in ``out_dir/run/model``."""
-    run = Path(out_dir) / "run"
-    metrics = finetune(FinetuneConfig.from_json(config["finetune"]), run)
-    for _, checkpoint in checkpoint_dirs(run):  # finished: resuming needs no optimizer state (2/3 of the disk)
-        (checkpoint / OPTIMIZER_FILE).unlink(missing_ok=True)
-    return {"final": metrics["final"], "train_loss": metrics["train_loss"], "steps": metrics["steps"],
-            "train_examples": metrics["train_examples"], "wall_seconds": metrics["wall_seconds"],
-            "model": str(run / "model")}
 
 
 def model_dir(finetune_dir: Path) -> Path:
@@ -63,7 +43,7 @@ def pattern_types(model_path: str, pairs: list[tuple[str, str]], max_length: int
     import torch
 
     from subnetlab.analysis.attention_types import head_types
-    from subnetlab.methods.lottery.retrain import resolve_device
+    from subnetlab.runtime import resolve_device
     from subnetlab.models import load_model
 
     loaded = load_model(model_path, head="base", attn_implementation="eager")

@@ -117,7 +117,7 @@ def _task_stage(settings: dict[str, Any], task: str, tdir: Path) -> dict[str, An
     seeds = list(settings["seeds"])
     ft = {s: tdir / "finetune" / f"seed{s}" for s in seeds}
     stage(f"{task}: fine-tuning {len(seeds)} seeds")
-    _run([Job("subnetlab.experiments.lottery.jobs:finetune_job", {"finetune": finetune_config(settings, task, s).to_json()},
+    _run([Job("subnetlab.runs.lottery:finetune_job", {"finetune": finetune_config(settings, task, s).to_json()},
               ft[s]) for s in seeds], settings, tdir / "finetune", "fine-tuning")
 
     prune_dirs: dict[tuple[str, int], Path] = {}
@@ -134,7 +134,7 @@ def _task_stage(settings: dict[str, Any], task: str, tdir: Path) -> dict[str, An
                       "criterion": settings["criterion"], "refine": settings["refine"],
                       "max_steps": settings["prune_max_steps"],
                       "control_seed": s, "device": settings["device"], "seed": s}
-            jobs.append(Job("subnetlab.methods.lottery.prune:prune_job", config, d))
+            jobs.append(Job("subnetlab.runs.lottery:prune_job", config, d))
     stage(f"{task}: pruning ({len(jobs)} jobs)")
     _run(jobs, settings, tdir / "prune", "pruning")
 
@@ -146,7 +146,7 @@ def _task_stage(settings: dict[str, Any], task: str, tdir: Path) -> dict[str, An
             for control in CONTROLS:
                 name = "subnetwork" if control == "good" else control
                 retrain_dirs[(method, control, s)] = d = tdir / "retrain" / f"{method}-{control}-seed{s}"
-                jobs.append(Job("subnetlab.methods.lottery.retrain:retrain_job",
+                jobs.append(Job("subnetlab.runs.lottery:retrain_job",
                                 {"finetune": cfg, "subnetwork": str(prune_dirs[(method, s)] / f"{name}.safetensors"),
                                  "save_model": False}, d))
     stage(f"{task}: re-fine-tuning good / random / bad subnetworks ({len(jobs)} jobs)")
@@ -191,7 +191,8 @@ def run(settings: dict[str, Any], out: Path) -> Path:
     _check(settings)
     out = Path(out)
     if (out / "config.json").is_file() and read_json(out / "config.json") != settings:
-        raise SubnetlabError(f"{out / 'config.json'}: holds a different configuration; choose another --out")
+        raise SubnetlabError(f"{out / 'config.json'}: holds a different configuration; choose another output directory",
+                             setting="out")
     write_json(out / "config.json", settings)
     started = time.time()
     results: dict[str, Any] = {}

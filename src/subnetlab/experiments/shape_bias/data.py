@@ -123,7 +123,7 @@ def paper_data(settings: dict[str, Any], root: Path) -> dict[str, ImageSource]:
     missing = [k for k in ("imagenet_train", "imagenet_val", "cue_conflict") if not settings.get(k)]
     if missing:
         raise SubnetlabError(f"the paper preset needs ImageNet and the cue-conflict stimuli: "
-                             f"--set {'=DIR --set '.join(missing)}=DIR")
+                             f"set {', '.join(missing)} to their directories", setting=missing[0])
     size = int(settings["image_size"])
     g = torch.Generator().manual_seed(int(settings["seed"]))
     train_all = scan_image_folder(settings["imagenet_train"], size, class_folders=imagenet16_folders(settings["imagenet_train"]),

@@ -18,8 +18,8 @@ For each model family (ResNet, ViT):
    curves on original and mean-pooled images).
 
 Every step writes its result under ``out/<family>/`` and is skipped when a
-rerun finds it; a run directory refuses settings other than its own. Settings can be overridden with ``--set KEY=VALUE`` (values are
-YAML: ``--set models=[resnet]``).
+rerun finds it; a run directory refuses settings other than its own. Any setting can be overridden by name
+(on the command line as ``KEY=VALUE``, the value in YAML: ``models=[resnet]``).
 """
 
 from __future__ import annotations
@@ -102,35 +102,28 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def _check(settings: dict[str, Any]) -> None:
-    from subnetlab.experiments.shape_bias.steps import CONDITIONS
+    from subnetlab.transfer.conditions import SHAPE_BIAS_CONDITIONS, check_conditions
 
     for family in settings["models"]:
         if family not in ("resnet", "vit"):
             raise SubnetlabError(f"models: unknown family {family!r}; choose resnet and/or vit")
-    for cond in settings["conditions"]:
-        if cond not in CONDITIONS:
-            raise SubnetlabError(f"conditions: unknown condition {cond!r}; choose from {', '.join(CONDITIONS)}")
+    if settings["conditions"]:
+        check_conditions(settings["conditions"], table=SHAPE_BIAS_CONDITIONS, setting="conditions")
     if settings["data"] not in ("generated", "imagenet16"):
         raise SubnetlabError(f"data: {settings['data']!r} is not 'generated' or 'imagenet16'")
     if settings["data"] == "imagenet16":
         for key in ("imagenet_train", "imagenet_val", "cue_conflict"):
             if not settings.get(key) or not Path(str(settings[key])).expanduser().is_dir():
                 raise SubnetlabError(f"the paper preset needs ImageNet and Geirhos et al.'s cue-conflict stimuli: "
-                                     f"--set {key}=DIR (got {settings.get(key)!r})")
+                                     f"set {key} to a directory (got {settings.get(key)!r})", setting=key)
 
 
 def run(settings: dict[str, Any], out: Path) -> Path:
     """Run the study into ``out`` (resuming finished steps) and return the report's path."""
-    import torch
+    from subnetlab.runtime import torch_threads
 
-    threads = int(settings.get("threads", 0))
-    before = torch.get_num_threads()
-    if threads > 0:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(max(0, int(settings.get("threads", 0)))):
         return _run(settings, out)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(settings: dict[str, Any], out: Path) -> Path:
@@ -152,7 +145,7 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     previous = out / "config.json"
     if previous.is_file() and read_json(previous) != json.loads(json.dumps(config)):
         raise SubnetlabError(f"{out} holds a run with other settings (see {previous}); "
-                             "choose a new --out, or delete it to start over")
+                             "choose a new output directory, or delete it to start over", setting="out")
     out.mkdir(parents=True, exist_ok=True)
     write_json(previous, config)
     data = prepare_data(settings, out)

@@ -8,8 +8,8 @@ to classify *mean-pooled* images; one run per lambda, the best on the
 mean-pooled selection split wins. Batch-norm statistics stay the base
 model's while masks train, so the subnetwork is exactly ``base * mask``.
 
-Conditions (Table 1), each trained on the ``train`` split of original images
-unless stated:
+Conditions (Table 1; the table ``subnetlab.transfer.conditions.SHAPE_BIAS_CONDITIONS``),
+each trained on the ``train`` split of original images unless stated:
 
 * ``subtask-induction``: the subnetwork's weights copied, frozen, into a
   re-initialised model (``subnetlab.transfer.build_transfer_model``);
@@ -40,11 +40,12 @@ from subnetlab.progress import stage
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.images.imageset import ImageSource, concat, iter_batches, normalize
 from subnetlab.transfer import build_transfer_model, random_matched
+from subnetlab.transfer.conditions import SHAPE_BIAS_CONDITIONS
 
 from subnetlab.experiments.shape_bias.models import copy_model, normalisation, train_config
 from subnetlab.experiments.shape_bias.training import freeze_all_but, train_classifier
 
-CONDITIONS = ("subtask-induction", "random-matched", "scratch", "data-mixture", "linear-ft")
+CONDITIONS = tuple(SHAPE_BIAS_CONDITIONS)  # subtask-induction, random-matched, scratch, data-mixture, linear-ft
 CURVE_SPLITS = ("original", "mean-pooled")
 EVAL_SPLITS = ("original", "mean-pooled", "cue-conflict", "texture-free")
 

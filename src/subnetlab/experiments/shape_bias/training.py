@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from subnetlab import optim
 from subnetlab.analysis.shape_bias import evaluate_shape_bias
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.images.imageset import ImageSource, iter_batches, normalize
@@ -47,18 +48,9 @@ class TrainConfig:
         return asdict(self)
 
 
-def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-
 def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up, then cosine decay to zero at ``cfg.steps``."""
-    if step < cfg.warmup:
-        return (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1)
-    return 0.5 * (1.0 + torch.cos(torch.tensor(progress * torch.pi)).item())
+    """Linear warm-up (the first step already at ``lr / warmup``), then cosine decay to zero at ``cfg.steps``."""
+    return optim.lr_factor(step, total=cfg.steps, warmup=cfg.warmup, decay="cosine", warmup_from_one=True)
 
 
 def _stream(data: ImageSource, batch_size: int, generator: torch.Generator):
@@ -88,7 +80,7 @@ def train_classifier(
     if not params:
         raise SubnetlabError("nothing to train: no parameter requires grad")
     generator = torch.Generator().manual_seed(seed)
-    optimizer = make_optimizer(params, cfg)
+    optimizer = optim.make_optimizer(params, cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg))
     curve: list[dict] = []
 
@@ -130,4 +122,4 @@ def freeze_all_but(model: nn.Module, trainable: Sequence[str]) -> None:
         p.requires_grad_(name in names)
 
 
-__all__ = ["TrainConfig", "train_classifier", "freeze_all_but", "make_optimizer", "lr_factor"]
+__all__ = ["TrainConfig", "train_classifier", "freeze_all_but", "lr_factor"]

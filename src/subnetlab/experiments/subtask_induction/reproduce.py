@@ -20,12 +20,13 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, run_jobs
 from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
+from subnetlab.transfer.conditions import CONDITIONS, check_conditions
 
 NAME = "subtask-induction"
 
 # the released code's 16 log-spaced sizes from 10 to 10^4, plus 0 (the ambiguous set alone)
 PAPER_SIZES = [0, 10, 16, 25, 40, 64, 100, 160, 250, 400, 640, 1000, 1600, 2500, 4000, 6400, 10000]
-CONDITIONS_ALL = ["subnetwork", "random-matched", "complement-matched", "scratch", "full", "embeddings"]
+CONDITIONS_ALL = list(CONDITIONS)  # every transfer condition, in the table's order (a list: settings are JSON)
 # also run these with reinit="masked" (the released code: embeddings, biases and norms copied), labelled apart
 MASKED_VARIANTS = ["subnetwork", "random-matched"]
 MASKED_SUFFIX = ", reinit masked"
@@ -71,7 +72,7 @@ def _base(settings: dict, layers: int, out: Path) -> Path:
         scheduler=settings["base_scheduler"], seed=settings["seed"], eval_at_start=False, device=settings["device"],
         eval_every=10**9, save_every=10**9,
     )
-    from subnetlab.runs.transfer import torch_threads
+    from subnetlab.runtime import torch_threads
 
     stage(f"base model: {layers}-layer GPT-2 on {settings['base_op']} mod {settings['modulus']}")
     with torch_threads(settings["threads"]):
@@ -147,11 +148,13 @@ def run(settings: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     previous = out / "config.json"
     if previous.is_file() and read_json(previous) != settings:
-        raise SubnetlabError(f"{previous}: holds a different configuration; choose another --out or delete it")
+        raise SubnetlabError(f"{previous}: holds a different configuration; choose another output directory or delete it",
+                             setting="out")
     write_json(previous, settings)
-    unknown = (set(settings["conditions"]) | set(settings.get("also_reinit_masked", []))) - set(CONDITIONS_ALL)
-    if unknown:
-        raise SubnetlabError(f"unknown condition(s) {sorted(unknown)}; known: {', '.join(CONDITIONS_ALL)}")
+    if settings["conditions"]:
+        check_conditions(settings["conditions"], setting="conditions")
+    if settings.get("also_reinit_masked"):
+        check_conditions(settings["also_reinit_masked"], setting="also_reinit_masked")
     discovered: dict[int, dict] = {}
     transfer: list[Job] = []
     for layers in settings["layers"]:

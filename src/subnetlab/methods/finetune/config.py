@@ -84,26 +84,29 @@ def resolve_config(preset: str | None = None, **given: Any) -> FinetuneConfig:
 
 
 def validate(cfg: FinetuneConfig) -> None:
-    def need(ok: bool, message: str) -> None:
+    def need(ok: bool, setting: str, problem: str) -> None:
+        """``problem`` follows the setting's name and value: ``lr -1.0 must be positive``."""
         if not ok:
-            raise SubnetlabError(message)
+            raise SubnetlabError(f"{setting} {problem}", setting=setting)
 
-    need(cfg.lr > 0, f"--lr {cfg.lr} must be positive")
-    need(cfg.batch_size >= 1, f"--batch-size {cfg.batch_size} must be at least 1")
-    need(cfg.epochs > 0, f"--epochs {cfg.epochs} must be positive")
-    need(cfg.max_steps is None or cfg.max_steps >= 1, f"--max-steps {cfg.max_steps} must be at least 1")
-    need(cfg.warmup_steps >= 0, f"--warmup-steps {cfg.warmup_steps} must be >= 0")
-    need(0.0 <= cfg.warmup_ratio < 1.0, f"--warmup-ratio {cfg.warmup_ratio} must be in [0, 1)")
-    need(cfg.weight_decay >= 0, f"--weight-decay {cfg.weight_decay} must be >= 0")
-    need(cfg.scheduler in ("linear", "constant"), f"--scheduler {cfg.scheduler!r} is not linear or constant")
-    need(cfg.grad_clip is None or cfg.grad_clip > 0, f"--grad-clip {cfg.grad_clip} must be positive")
-    need(cfg.max_length >= 2, f"--max-length {cfg.max_length} must be at least 2")
-    need(cfg.save_every >= 1, f"--save-every {cfg.save_every} must be at least 1")
-    need(cfg.eval_every >= 1, f"--eval-every {cfg.eval_every} must be at least 1")
-    need(cfg.eval_limit is None or cfg.eval_limit >= 1, f"--eval-limit {cfg.eval_limit} must be at least 1")
-    need(cfg.eval_batch_size >= 1, f"--eval-batch-size {cfg.eval_batch_size} must be at least 1")
-    need(cfg.device in ("cpu", "cuda", "auto") or cfg.device.startswith("cuda:"), f"--device {cfg.device!r} is not cpu, cuda or auto")
-    need(len(cfg.adam_betas) == 2 and all(0 <= b < 1 for b in cfg.adam_betas), f"adam betas {cfg.adam_betas} must be in [0, 1)")
+    need(cfg.lr > 0, "lr", f"{cfg.lr} must be positive")
+    need(cfg.batch_size >= 1, "batch_size", f"{cfg.batch_size} must be at least 1")
+    need(cfg.epochs > 0, "epochs", f"{cfg.epochs} must be positive")
+    need(cfg.max_steps is None or cfg.max_steps >= 1, "max_steps", f"{cfg.max_steps} must be at least 1")
+    need(cfg.warmup_steps >= 0, "warmup_steps", f"{cfg.warmup_steps} must be >= 0")
+    need(0.0 <= cfg.warmup_ratio < 1.0, "warmup_ratio", f"{cfg.warmup_ratio} must be in [0, 1)")
+    need(cfg.weight_decay >= 0, "weight_decay", f"{cfg.weight_decay} must be >= 0")
+    need(cfg.scheduler in ("linear", "constant"), "scheduler", f"{cfg.scheduler!r} is not linear or constant")
+    need(cfg.grad_clip is None or cfg.grad_clip > 0, "grad_clip", f"{cfg.grad_clip} must be positive")
+    need(cfg.max_length >= 2, "max_length", f"{cfg.max_length} must be at least 2")
+    need(cfg.save_every >= 1, "save_every", f"{cfg.save_every} must be at least 1")
+    need(cfg.eval_every >= 1, "eval_every", f"{cfg.eval_every} must be at least 1")
+    need(cfg.eval_limit is None or cfg.eval_limit >= 1, "eval_limit", f"{cfg.eval_limit} must be at least 1")
+    need(cfg.eval_batch_size >= 1, "eval_batch_size", f"{cfg.eval_batch_size} must be at least 1")
+    need(cfg.device in ("cpu", "cuda", "auto") or cfg.device.startswith("cuda:"), "device",
+         f"{cfg.device!r} is not cpu, cuda or auto")
+    need(len(cfg.adam_betas) == 2 and all(0 <= b < 1 for b in cfg.adam_betas), "adam_betas",
+         f"{cfg.adam_betas} must be in [0, 1)")
     for spec in cfg.eval_data:
         parse_eval_data(spec)
 
@@ -114,9 +117,10 @@ def parse_eval_data(spec: str) -> tuple[str, str, str]:
 
     head, sep, path = spec.partition("=")
     if not sep or not path or not head:
-        raise SubnetlabError(f"--eval-data {spec!r}: expected FORMAT=FILE or SPLIT:FORMAT=FILE")
+        raise SubnetlabError(f"eval_data {spec!r}: expected FORMAT=FILE or SPLIT:FORMAT=FILE", setting="eval_data")
     split, _, fmt = head.rpartition(":")
     split = split or fmt
     if fmt not in FILE_FORMATS:
-        raise SubnetlabError(f"--eval-data {spec!r}: unknown format {fmt!r} (known: {', '.join(FILE_FORMATS)})")
+        raise SubnetlabError(f"eval_data {spec!r}: unknown format {fmt!r} (known: {', '.join(FILE_FORMATS)})",
+                             setting="eval_data")
     return split, fmt, path

@@ -1,6 +1,6 @@
 """The model a fine-tuning run starts from, fitted to its task.
 
-``--model`` is a builtin alias (``minilm``), a local Hugging Face directory,
+The ``model`` setting is a builtin alias (``minilm``), a local Hugging Face directory,
 a hub id, or ``gpt2-arith:<layers>``: a fresh GPT-2 built from a config as in
 Subtask Induction (Appendix B.1: 4 heads, width 128, MLP 512, 2 to 12 layers)
 over the arithmetic task's own word-level tokenizer. Classification tasks get

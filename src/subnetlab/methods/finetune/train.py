@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.optim.lr_scheduler import LambdaLR
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import append_jsonl, read_json, write_json, write_text
 from subnetlab.methods.evaluate import evaluate
-from subnetlab.methods.finetune.config import FinetuneConfig, parse_eval_data
+from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
+from subnetlab.methods.finetune.step import BatchOrder, train_step, training_optimizer
 from subnetlab.methods.finetune.state import (
     checkpoint_dirs,
     clean_temporaries,
@@ -40,53 +40,19 @@ from subnetlab.methods.finetune.state import (
     load_training_state,
     save_checkpoint,
 )
+from subnetlab.optim import lr_scheduler
 from subnetlab.progress import stage, track
+from subnetlab.runtime import resolve_device
 from subnetlab.tasks.base import Task
-from subnetlab.tasks.registry import add_file_split, get_task
+from subnetlab.tasks.spec import TaskSpec
 
 
 def build_task(cfg: FinetuneConfig) -> Task:
-    """The configured task with its extra evaluation splits attached."""
-    task = get_task(cfg.task, **cfg.task_options)
-    for spec in cfg.eval_data:
-        split, fmt, path = parse_eval_data(spec)
-        add_file_split(task, split, fmt, path)
+    """The configured task with its extra evaluation splits attached; it must have training data."""
+    task = TaskSpec(cfg.task, cfg.task_options, tuple(cfg.eval_data)).build()
     if not task.train:
-        raise SubnetlabError(f"task {cfg.task} has no training examples (pass --data FILE)")
+        raise SubnetlabError(f"task {cfg.task} has no training examples (give it a training file)", setting="data")
     return task
-
-
-def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
-    """The example order of ``epoch``: a permutation seeded by ``(seed, epoch)`` alone."""
-    g = torch.Generator().manual_seed((seed * 1_000_003 + 7919 * epoch + 1) % (2**63))
-    return torch.randperm(n, generator=g).tolist()
-
-
-def lr_factor(step: int, warmup: int, total: int, kind: str) -> float:
-    """Linear warmup over ``warmup`` steps, then linear decay to 0 (or constant)."""
-    if warmup and step < warmup:
-        return step / warmup
-    if kind == "constant":
-        return 1.0
-    return max(0.0, (total - step) / max(1, total - warmup))
-
-
-def _optimizer(model: torch.nn.Module, cfg: FinetuneConfig) -> torch.optim.AdamW:
-    """AdamW; biases and LayerNorm weights are not decayed (the usual BERT recipe)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.dim() < 2 else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SubnetlabError(f"--device {name}: no CUDA device here")
-    return torch.device(name)
 
 
 def _check_run_dir(out: Path, cfg: FinetuneConfig) -> bool:
@@ -98,11 +64,13 @@ def _check_run_dir(out: Path, cfg: FinetuneConfig) -> bool:
             diff = [k for k in cfg.to_json() if (previous or {}).get(k) != cfg.to_json()[k]]
             raise SubnetlabError(
                 f"{out} holds a fine-tuning run with a different configuration ({', '.join(diff) or 'format'}); "
-                "rerun the same command to resume it, or choose another --out"
+                "run it again with the same configuration to resume it, or choose another output directory",
+                setting="out",
             )
         return (out / "metrics.json").is_file()
     if out.exists() and any(out.iterdir()):
-        raise SubnetlabError(f"{out} is not empty and holds no fine-tuning run; choose another --out")
+        raise SubnetlabError(f"{out} is not empty and holds no fine-tuning run; choose another output directory",
+                             setting="out")
     return False
 
 
@@ -144,7 +112,7 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
         stage(f"{out}: already finished")
         return read_json(out / "metrics.json")
     task = build_task(cfg)
-    device = _device(cfg.device)
+    device = resolve_device(cfg.device)
     resume = latest_resumable(out)
     loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
     out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
@@ -158,8 +126,8 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     if resume is None:
         torch.manual_seed(cfg.seed)  # dropout stream of a fresh run
     model, tokenizer = loaded.model.to(device), loaded.tokenizer
-    optimizer = _optimizer(model, cfg)
-    scheduler = LambdaLR(optimizer, lambda s: lr_factor(s, warmup, total, cfg.scheduler))
+    optimizer = training_optimizer(model, cfg)
+    scheduler = lr_scheduler(optimizer, total=total, warmup=warmup, decay=cfg.scheduler)
     state: dict[str, Any] = {"loss_sum": 0.0, "loss_count": 0, "elapsed": 0.0}
     step = 0
     if resume is not None:
@@ -182,24 +150,12 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
         log_eval(0)
     stage(f"fine-tuning {cfg.model} on {task.name}: {n} examples, {total} steps ({per_epoch} per epoch)")
     model.train()
-    order: tuple[int, list[int]] | None = None
+    batches = BatchOrder(n, cfg.batch_size, cfg.seed)
     last = None
     for step in track(range(step, total), total=total - step, description="fine-tuning"):
-        epoch, position = divmod(step, per_epoch)
-        if order is None or order[0] != epoch:
-            order = (epoch, epoch_order(n, cfg.seed, epoch))
-        indices = order[1][position * cfg.batch_size : (position + 1) * cfg.batch_size]
-        batch = task.batch_at(tokenizer, "train", indices, max_length=cfg.max_length)
-        inputs = {k: v.to(device) for k, v in task.model_inputs(batch).items()}
-        loss = task.loss(model(**inputs), {k: v.to(device) for k, v in batch.items()})
-        if not torch.isfinite(loss):
-            raise SubnetlabError(f"the training loss became {loss.item()} at step {step + 1}; lower --lr")
-        loss.backward()
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        batch = task.batch_at(tokenizer, "train", batches.indices(step), max_length=cfg.max_length)
+        loss = train_step(model, task, {k: v.to(device) for k, v in batch.items()}, optimizer, scheduler,
+                          cfg.grad_clip, step)
         state["loss_sum"] += float(loss.item())
         state["loss_count"] += 1
         done = step + 1

@@ -22,7 +22,8 @@ from torch import Tensor, nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues, capture_activations, collect_means
 from subnetlab.intervene.gates import ComponentGates
-from subnetlab.methods.hard_concrete.data import PruningData, model_device, to_device
+from subnetlab.methods.hard_concrete.data import PruningData, to_device
+from subnetlab.runtime import model_device
 from subnetlab.models.adapters import Adapter
 from subnetlab.progress import stage
 

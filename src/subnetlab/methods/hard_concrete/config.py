@@ -82,13 +82,14 @@ class PruneConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.sparsity < 1.0:
-            raise SubnetlabError(f"--sparsity: {self.sparsity} is outside (0, 1)")
+            raise SubnetlabError(f"sparsity: {self.sparsity} is outside (0, 1)", setting="sparsity")
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
-                raise SubnetlabError(f"{name} {getattr(self, name)!r}: expected one of {', '.join(allowed)}")
+                raise SubnetlabError(f"{name} {getattr(self, name)!r}: expected one of {', '.join(allowed)}",
+                                     setting=name)
         for name in ("batch_size", "accumulation", "max_length", "checkpoint_every", "eval_batch_size", "means_examples"):
             if int(getattr(self, name)) < 1:
-                raise SubnetlabError(f"{name} {getattr(self, name)} must be at least 1")
+                raise SubnetlabError(f"{name} {getattr(self, name)} must be at least 1", setting=name)
         if self.lr <= 0 or self.lambda_lr <= 0:
             raise SubnetlabError(f"learning rates must be positive, got lr={self.lr}, lambda_lr={self.lambda_lr}")
         object.__setattr__(self, "levels", tuple(float(x) for x in self.levels))
@@ -148,7 +149,7 @@ def preset_config(preset: str, sparsity: float, seed: int = 0, schedule: str = "
                   levels: tuple[float, ...] = (), **overrides: Any) -> PruneConfig:
     """A ``PruneConfig`` for ``preset`` at ``sparsity``; ``overrides`` win over the preset."""
     if preset not in PRESETS:
-        raise SubnetlabError(f"--preset {preset!r}: expected one of {', '.join(PRESETS)}")
+        raise SubnetlabError(f"preset {preset!r}: expected one of {', '.join(PRESETS)}", setting="preset")
     settings: dict[str, Any] = dict(PRESETS[preset])
     warmup, total = STEP_RULES[preset](sparsity)
     settings.update(warmup_steps=warmup, total_steps=total)

@@ -34,13 +34,6 @@ def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tenso
     return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
 
-def model_device(model: torch.nn.Module) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
-
-
 def output_logits(outputs: Any, batch: dict[str, Tensor]) -> Tensor:
     """Default task logits: the model's ``logits`` (classification heads)."""
     return outputs.logits if hasattr(outputs, "logits") else outputs[0]

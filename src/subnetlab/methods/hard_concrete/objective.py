@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.gates import ComponentGates
-from subnetlab.methods.hard_concrete.data import PruningData, model_device, to_device
+from subnetlab.methods.hard_concrete.data import PruningData, to_device
+from subnetlab.runtime import model_device
 
 
 def kl_full_to_pruned(log_p_full: Tensor, pruned_logits: Tensor) -> Tensor:

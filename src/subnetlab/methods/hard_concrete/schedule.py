@@ -66,11 +66,11 @@ class StaircaseSchedule:
 
     def __post_init__(self) -> None:
         if not self.levels:
-            raise SubnetlabError("--levels: a staircase needs at least one level")
+            raise SubnetlabError("levels: a staircase needs at least one level", setting="levels")
         for level in self.levels:
-            _check_fraction(level, "--levels")
+            _check_fraction(level, "levels")
         if any(b <= a for a, b in zip(self.levels, self.levels[1:])):
-            raise SubnetlabError(f"--levels must increase: {list(self.levels)}")
+            raise SubnetlabError(f"levels must increase: {list(self.levels)}", setting="levels")
         first = self.ramp_steps if self.first_ramp_steps is None else self.first_ramp_steps
         if self.ramp_steps < 0 or first < 0 or self.hold_steps < 1:
             raise SubnetlabError(f"staircase needs ramp_steps >= 0 and hold_steps >= 1, got {self.ramp_steps}, {self.hold_steps}")
@@ -124,25 +124,13 @@ def parse_levels(text: str) -> tuple[float, ...]:
         else:
             levels = tuple(float(x) for x in text.split(","))
     except ValueError:
-        raise SubnetlabError(f"--levels: malformed value {text!r} (expected e.g. 0.05:0.70:0.05 or 0.1,0.3,0.5)") from None
+        raise SubnetlabError(f"levels: malformed value {text!r} (expected e.g. 0.05:0.70:0.05 or 0.1,0.3,0.5)",
+                             setting="levels") from None
     for level in levels:
-        _check_fraction(level, "--levels")
+        _check_fraction(level, "levels")
     return levels
-
-
-def lr_factor(kind: str, step: int, total_steps: int) -> float:
-    """Multiplier of the base learning rates at ``step``.
-
-    ``linear``: decays linearly to 0 at ``total_steps`` (the Heuristic Core code
-    uses transformers' linear schedule without warm-up); ``constant``: 1.
-    """
-    if kind == "constant":
-        return 1.0
-    if kind == "linear":
-        return max(0.0, 1.0 - step / total_steps)
-    raise SubnetlabError(f"lr_decay {kind!r}: expected linear or constant")
 
 
 def _check_fraction(value: float, name: str) -> None:
     if not 0.0 < value < 1.0:
-        raise SubnetlabError(f"{name}: {value} is outside (0, 1)")
+        raise SubnetlabError(f"{name}: {value} is outside (0, 1)", setting=name)

@@ -39,11 +39,12 @@ from subnetlab.methods.hard_concrete.distribution import HardConcreteGates
 from subnetlab.methods.hard_concrete.ablation import resample_values
 from subnetlab.methods.hard_concrete.checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
 from subnetlab.methods.hard_concrete.config import PruneConfig
-from subnetlab.methods.hard_concrete.data import DataOrder, PruningData, model_device, to_device
+from subnetlab.methods.hard_concrete.data import DataOrder, PruningData, to_device
 from subnetlab.methods.hard_concrete.objective import FullModelOutputs, Lagrangian, NonFiniteLoss, check_finite, kl_full_to_pruned
-from subnetlab.methods.hard_concrete.schedule import lr_factor
 from subnetlab.methods.hard_concrete.select import Selection, select_threshold, select_topk
 from subnetlab.models.adapters import Adapter
+from subnetlab.optim import lr_factor
+from subnetlab.runtime import model_device
 from subnetlab.progress import stage, track
 
 LevelCallback = Callable[[float, dict[str, Selection], int], None]
@@ -150,7 +151,7 @@ class Pruner:
         """Optimizer step ``step`` (0-based): accumulate ``accumulation`` micro-batches, update; (KL, Lagrangian)."""
         cfg, ctl, gates = self.config, self.gates_ctl, self.gates
         target = self.schedule.target(step)
-        factor = lr_factor(cfg.lr_decay, step, self.total)
+        factor = lr_factor(step, total=self.total, decay=cfg.lr_decay)
         for group, base in zip(self.optimizer.param_groups, self.base_lrs):
             group["lr"] = base * factor
         self.optimizer.zero_grad(set_to_none=True)
@@ -194,7 +195,8 @@ class Pruner:
         if state is None:
             return 0
         if state.info.get("config") != self.config.to_dict():
-            raise SubnetlabError(f"{run_dir / CHECKPOINT}: written by a different pruning config; use another --out")
+            raise SubnetlabError(f"{run_dir / CHECKPOINT}: written by a different pruning config; "
+                                 "choose another output directory", setting="out")
         t = state.tensors
         with torch.no_grad():
             self.gates.log_alpha_heads.copy_(t["log_alpha_heads"])

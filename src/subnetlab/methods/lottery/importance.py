@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.runtime import model_device
 from subnetlab.intervene import apply_gates
 from subnetlab.models.adapters import Adapter
 
@@ -66,15 +67,11 @@ def _batch_size(batch: dict) -> int:
     raise SubnetlabError("a batch holds no tensors")
 
 
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 # -- the criteria -------------------------------------------------------------------------
 def gate_sensitivity(model: nn.Module, adapter: Adapter, batch: dict, loss_fn: LossFn,
                      heads: Tensor, mlps: Tensor) -> BatchScores:
     """``sum_x |dL(x)/dxi|`` per head and MLP, gates at the current masks (1 = kept)."""
-    B, dev = _batch_size(batch), _device(model)
+    B, dev = _batch_size(batch), model_device(model)
     gh = heads.to(dev, torch.float32).expand(B, *heads.shape).clone().requires_grad_(True)  # [B, L, H]
     gm = mlps.to(dev, torch.float32).expand(B, *mlps.shape).clone().requires_grad_(True)  # [B, L]
     with apply_gates(model, adapter, heads=gh, mlps=gm):
@@ -134,7 +131,7 @@ def grad_x_activation(model: nn.Module, adapter: Adapter, batch: dict, loss_fn: 
             losses = loss_fn(model, batch)  # [B]
     grads = torch.autograd.grad(losses.sum(), acts_h + acts_m)
     mask = batch.get("attention_mask")
-    pos = mask.to(_device(model)).unsqueeze(-1).float() if mask is not None else 1.0  # [B, P, 1]
+    pos = mask.to(model_device(model)).unsqueeze(-1).float() if mask is not None else 1.0  # [B, P, 1]
     hs, ms = [], []
     for a, g in zip(acts_h, grads[:L]):  # [B, P, H * d]
         prod = (a.detach().float() * g.float() * pos).sum(1).view(B, H, d)  # [B, H, d]

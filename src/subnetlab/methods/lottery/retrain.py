@@ -21,23 +21,20 @@ subnetwork runs differ only in the mask.
 from __future__ import annotations
 
 import math
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates
 from subnetlab.methods.evaluate import evaluate
-from subnetlab.methods.finetune.train import build_task, epoch_order, lr_factor
 from subnetlab.methods.finetune.config import FinetuneConfig
-from subnetlab.methods.finetune.model import model_for_task
+from subnetlab.methods.finetune.step import BatchOrder, train_step, training_optimizer
 from subnetlab.models.adapters import Adapter
-from subnetlab.progress import stage, track
+from subnetlab.optim import lr_scheduler
+from subnetlab.progress import track
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 
@@ -85,22 +82,6 @@ class PinnedSubnetwork:
         self.remove()
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` is CUDA when there is one; a named CUDA device must exist."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SubnetlabError(f"device {name}: no CUDA device here")
-    return torch.device(name)
-
-
-def _optimizer(model: nn.Module, cfg: FinetuneConfig) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps)
-
-
 def train_masked(
     model: nn.Module, adapter: Adapter, tokenizer: Any, task: Task, subnetwork: Subnetwork, cfg: FinetuneConfig,
     *, on_step: Any = None,
@@ -118,28 +99,17 @@ def train_masked(
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
     warmup = cfg.warmup_steps or int(cfg.warmup_ratio * total)
     torch.manual_seed(cfg.seed)  # dropout stream
-    optimizer = _optimizer(model, cfg)
-    scheduler = LambdaLR(optimizer, lambda s: lr_factor(s, warmup, total, cfg.scheduler))
+    optimizer = training_optimizer(model, cfg)
+    scheduler = lr_scheduler(optimizer, total=total, warmup=warmup, decay=cfg.scheduler)
     losses: list[float] = []
     started = time.time()
     with PinnedSubnetwork(model, adapter, subnetwork):
         model.train()
-        order: tuple[int, list[int]] | None = None
+        batches = BatchOrder(n, cfg.batch_size, cfg.seed)
         for step in track(range(total), total=total, description="re-fine-tuning"):
-            epoch, position = divmod(step, per_epoch)
-            if order is None or order[0] != epoch:
-                order = (epoch, epoch_order(n, cfg.seed, epoch))
-            indices = order[1][position * cfg.batch_size : (position + 1) * cfg.batch_size]
-            batch = {k: v.to(device) for k, v in task.batch_at(tokenizer, "train", indices, max_length=cfg.max_length).items()}
-            loss = task.loss(model(**task.model_inputs(batch)), batch)
-            if not torch.isfinite(loss):
-                raise SubnetlabError(f"the training loss became {loss.item()} at step {step + 1}; lower the learning rate")
-            loss.backward()
-            if cfg.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            batch = task.batch_at(tokenizer, "train", batches.indices(step), max_length=cfg.max_length)
+            loss = train_step(model, task, {k: v.to(device) for k, v in batch.items()}, optimizer, scheduler,
+                              cfg.grad_clip, step)
             losses.append(float(loss.item()))
             if on_step is not None:
                 on_step(step + 1)
@@ -149,32 +119,3 @@ def train_masked(
     tail = losses[-max(1, per_epoch // 10):]
     return {"steps": total, "epochs": total / per_epoch, "train_examples": n, "final": scores,
             "train_loss": sum(tail) / len(tail), "wall_seconds": time.time() - started}
-
-
-def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
-    """Job function (``subnetlab.executor``): pre-trained model + fixed mask, fine-tuned and evaluated.
-
-    ``config``: ``finetune`` (a ``FinetuneConfig`` as JSON: model = the *pre-trained*
-    model, task, hyperparameters, seed), ``subnetwork`` (the mask file) and
-    ``save_model`` (default true). Writes ``subnetwork.safetensors`` (the mask
-    used) and ``model/`` (trained weights: weight-level subnetworks are zero in
-    place, structured ones must be evaluated with the mask's gates); returns the
-    metrics (the executor writes ``config.json`` and ``metrics.json``).
-    """
-    out = Path(out_dir)
-    cfg = FinetuneConfig.from_json(config["finetune"])
-    task = build_task(cfg)
-    loaded = model_for_task(cfg.model, task, seed=cfg.seed)
-    sub = Subnetwork.load(config["subnetwork"], adapter=loaded.adapter)
-    model = loaded.model.to(resolve_device(cfg.device))
-    sub.save(out / "subnetwork.safetensors")
-    control = sub.extra.get("control", "good")
-    stage(f"re-fine-tuning {cfg.model} with the {control} {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
-    metrics = train_masked(model, loaded.adapter, loaded.tokenizer, task, sub, cfg)
-    if config.get("save_model", True):
-        model.save_pretrained(str(out / "model"))
-        if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
-            loaded.tokenizer.save_pretrained(str(out / "model"))
-    metrics["subnetwork"] = {"method": sub.method, "kind": sub.kind, "control": control, "sparsity": sub.sparsity,
-                             "parameter_sparsity": sub.parameter_sparsity(loaded.adapter)}
-    return metrics

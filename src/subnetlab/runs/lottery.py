@@ -30,17 +30,20 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, mask_weights
 from subnetlab.io import save_tensors
 from subnetlab.methods.evaluate import evaluate, label_permutation
-from subnetlab.methods.finetune.config import parse_eval_data
+from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
+from subnetlab.methods.finetune.state import OPTIMIZER_FILE, checkpoint_dirs
+from subnetlab.methods.finetune.train import build_task, finetune
+from subnetlab.methods.lottery.retrain import train_masked
 from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import controls
-from subnetlab.methods.lottery.retrain import resolve_device
 from subnetlab.methods.lottery.magnitude import magnitude_prune
 from subnetlab.progress import stage
+from subnetlab.runtime import resolve_device
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
-from subnetlab.tasks.registry import add_file_split, get_task
+from subnetlab.tasks.spec import task_from_config
 
 METHODS = ("magnitude", "importance")
 
@@ -56,29 +59,21 @@ def prune_config(**given: Any) -> dict[str, Any]:
     config = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
     for key in ("model", "task", "method"):
         if not config.get(key):
-            raise SubnetlabError(f"lottery-prune needs --{key}")
+            raise SubnetlabError(f"{key} is required (a pruning config needs model, task and method)", setting=key)
     unknown = set(config) - set(DEFAULTS) - {"model", "task", "method"}
     if unknown:
         raise SubnetlabError(f"unknown pruning option(s): {', '.join(sorted(unknown))}")
     if config["method"] not in METHODS:
-        raise SubnetlabError(f"--method {config['method']!r}: choose magnitude or importance")
+        raise SubnetlabError(f"method {config['method']!r}: choose magnitude or importance", setting="method")
     get_criterion(config["criterion"])  # unknown names fail before any model is loaded
     if not 0.0 < float(config["threshold"]) <= 1.0:
-        raise SubnetlabError(f"--threshold {config['threshold']} is outside (0, 1]")
+        raise SubnetlabError(f"threshold {config['threshold']} is outside (0, 1]", setting="threshold")
     if not 0.0 < float(config["fraction"]) < 1.0:
-        raise SubnetlabError(f"--fraction {config['fraction']} is outside (0, 1)")
+        raise SubnetlabError(f"fraction {config['fraction']} is outside (0, 1)", setting="fraction")
     for key in ("eval_limit", "importance_limit", "max_steps"):
         if config[key] is not None and int(config[key]) < 1:
-            raise SubnetlabError(f"--{key.replace('_', '-')} {config[key]} must be at least 1")
+            raise SubnetlabError(f"{key} {config[key]} must be at least 1", setting=key)
     return config
-
-
-def _task(config: dict[str, Any]) -> Task:
-    """The task with its extra evaluation splits (no training data needed to prune)."""
-    task = get_task(config["task"], **dict(config["task_options"]))
-    for spec in config["eval_data"]:
-        add_file_split(task, *parse_eval_data(spec))
-    return task
 
 
 def _loss_fn(task: Task, model: torch.nn.Module):
@@ -107,7 +102,7 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
     config = prune_config(**config)
     started = time.time()
     out = Path(out_dir)
-    task = _task(config)
+    task = task_from_config(config)
     split = config["split"] or next(iter(task.eval_splits), None)
     if split is None:
         raise SubnetlabError(f"task {task.name} has no development split to prune on")
@@ -150,3 +145,43 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
         metrics["kept_components"] = good.kept_names()
         metrics["heads_kept"], metrics["mlps_kept"] = int(good.heads.sum()), int(good.mlps.sum())
     return metrics
+
+
+def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Job function (``subnetlab.executor``): pre-trained model + fixed mask, fine-tuned and evaluated.
+
+    ``config``: ``finetune`` (a ``FinetuneConfig`` as JSON: model = the *pre-trained*
+    model, task, hyperparameters, seed), ``subnetwork`` (the mask file) and
+    ``save_model`` (default true). Writes ``subnetwork.safetensors`` (the mask
+    used) and ``model/`` (trained weights: weight-level subnetworks are zero in
+    place, structured ones must be evaluated with the mask's gates); returns the
+    metrics (the executor writes ``config.json`` and ``metrics.json``).
+    """
+    out = Path(out_dir)
+    cfg = FinetuneConfig.from_json(config["finetune"])
+    task = build_task(cfg)
+    loaded = model_for_task(cfg.model, task, seed=cfg.seed)
+    sub = Subnetwork.load(config["subnetwork"], adapter=loaded.adapter)
+    model = loaded.model.to(resolve_device(cfg.device))
+    sub.save(out / "subnetwork.safetensors")
+    control = sub.extra.get("control", "good")
+    stage(f"re-fine-tuning {cfg.model} with the {control} {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
+    metrics = train_masked(model, loaded.adapter, loaded.tokenizer, task, sub, cfg)
+    if config.get("save_model", True):
+        model.save_pretrained(str(out / "model"))
+        if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
+            loaded.tokenizer.save_pretrained(str(out / "model"))
+    metrics["subnetwork"] = {"method": sub.method, "kind": sub.kind, "control": control, "sparsity": sub.sparsity,
+                             "parameter_sparsity": sub.parameter_sparsity(loaded.adapter)}
+    return metrics
+
+
+def finetune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Fine-tune ``config['finetune']`` into ``out_dir/run``; the model ends up in ``out_dir/run/model``."""
+    run = Path(out_dir) / "run"
+    metrics = finetune(FinetuneConfig.from_json(config["finetune"]), run)
+    for _, checkpoint in checkpoint_dirs(run):  # finished: resuming needs no optimizer state (2/3 of the disk)
+        (checkpoint / OPTIMIZER_FILE).unlink(missing_ok=True)
+    return {"final": metrics["final"], "train_loss": metrics["train_loss"], "steps": metrics["steps"],
+            "train_examples": metrics["train_examples"], "wall_seconds": metrics["wall_seconds"],
+            "model": str(run / "model")}
