@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.finetune.train import finetune
+from subnetlab.runs.finetune import finetune
 from subnetlab.optim import lr_factor
 from subnetlab.methods.finetune.config import resolve_config
 from subnetlab.models import resolve

@@ -7,7 +7,6 @@ offline. Hub ids work for users who are online.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal

@@ -33,7 +33,7 @@ from subnetlab.methods.evaluate import evaluate, label_permutation
 from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
 from subnetlab.methods.finetune.state import OPTIMIZER_FILE, checkpoint_dirs
-from subnetlab.methods.finetune.train import build_task, finetune
+from subnetlab.runs.finetune import finetune_task, finetune
 from subnetlab.methods.lottery.retrain import train_masked
 from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
@@ -159,7 +159,7 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
     """
     out = Path(out_dir)
     cfg = FinetuneConfig.from_json(config["finetune"])
-    task = build_task(cfg)
+    task = finetune_task(cfg)
     loaded = model_for_task(cfg.model, task, seed=cfg.seed)
     sub = Subnetwork.load(config["subnetwork"], adapter=loaded.adapter)
     model = loaded.model.to(resolve_device(cfg.device))

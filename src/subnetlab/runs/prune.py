@@ -47,9 +47,9 @@ from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
 from subnetlab.methods.hard_concrete.select import Selection
 from subnetlab.methods.hard_concrete.train import prune
 from subnetlab.progress import stage
-from subnetlab.runs.prune_setup import PruningSetup, load_pruning_model
+from subnetlab.runs.prune_setup import FullModelJobConfig, ModelAndTask, PruneJobConfig, PruningSetup, load_pruning_model
 from subnetlab.subnetwork import Subnetwork
-from subnetlab.tasks.spec import eval_splits, task_from_config
+from subnetlab.tasks.spec import eval_splits
 
 PRUNE_JOB = "subnetlab.runs.prune:prune_job"
 FULL_MODEL_JOB = "subnetlab.runs.prune:full_model_job"
@@ -108,8 +108,9 @@ def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selec
 def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Executor job: prune one model to one target (or up a staircase) with one seed."""
     out_dir = Path(out_dir)
-    cfg = PruneConfig.from_dict(config["prune"])
-    setup = PruningSetup.from_config(config, cfg)
+    job = PruneJobConfig.from_dict(config)
+    cfg = job.settings
+    setup = PruningSetup.from_job(job)
     levels: dict[str, Any] = {}
 
     def on_level(level: float, selections: dict[str, Selection], step: int) -> None:
@@ -145,14 +146,15 @@ def _level_summary(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Executor job: evaluate the unpruned model on the same splits (the summary's "model" column)."""
-    task = task_from_config(config)
-    splits = eval_splits(task, config.get("splits"))
-    loaded = load_pruning_model(config["model"], task)
+    job = FullModelJobConfig.from_dict(config)
+    task = job.task_spec.build()
+    splits = eval_splits(task, job.splits)
+    loaded = load_pruning_model(job.model, task)
     tokenizer = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
-    settings = config["eval"]  # batch_size, max_length, limit: the same as the runs'
+    settings = job.eval_settings  # the same batch size, length and limit as the runs'
     stage("evaluating the full model")
-    scores = evaluate(loaded.model, tokenizer, task, splits, batch_size=settings["batch_size"],
-                      max_length=settings["max_length"], limit=settings["limit"])
+    scores = evaluate(loaded.model, tokenizer, task, splits, batch_size=settings.batch_size,
+                      max_length=settings.max_length, limit=settings.limit)
     return {"eval": scores}
 
 
@@ -183,17 +185,17 @@ def prune_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float],
         if not targets:
             raise SubnetlabError("sparsity: give at least one target", setting="sparsity")
         plans = [(target, seed) for target in targets for seed in seeds]
-    common = {**base, "cache_dir": str(out / "cache"), "preset": preset}
+    common = ModelAndTask.from_dict(base)
     jobs: list[Job] = []
     first: PruneConfig | None = None
     for target, seed in plans:
         extra = overrides(target) if callable(overrides) else (overrides or {})
         cfg = preset_config(preset, target, seed=seed, schedule=schedule, levels=tuple(levels), **extra)
         first = first or cfg
+        job = PruneJobConfig(**common.to_dict(), cache_dir=str(out / "cache"), preset=preset, prune=cfg.to_dict())
         name = f"{name_prefix}seed-{seed}" if name_prefix is not None and schedule == "staircase" else None
-        jobs.append(Job(PRUNE_JOB, {**common, "prune": cfg.to_dict()}, out / run_dir_name(target, seed, schedule), name=name))
+        jobs.append(Job(PRUNE_JOB, job.to_dict(), out / run_dir_name(target, seed, schedule), name=name))
     assert first is not None
-    full = {k: base[k] for k in ("model", "task", "task_options", "eval_data", "splits") if k in base}
-    full["eval"] = {"batch_size": first.eval_batch_size, "max_length": first.max_length, "limit": first.eval_limit}
-    name = f"{name_prefix}full-model" if name_prefix is not None else "full-model"
-    return [Job(FULL_MODEL_JOB, full, out / "full-model", name=name), *jobs]
+    full = FullModelJobConfig(**common.to_dict(), eval={"batch_size": first.eval_batch_size,
+                                                        "max_length": first.max_length, "limit": first.eval_limit})
+    return [Job(FULL_MODEL_JOB, full.to_dict(), out / "full-model", name=name), *jobs]

@@ -12,7 +12,8 @@ training, so a missing split fails at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from transformers import PreTrainedModel
@@ -24,7 +25,76 @@ from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.methods.hard_concrete.data import PruningData
 from subnetlab.models import LoadedModel, load_model
 from subnetlab.tasks.base import Task
-from subnetlab.tasks.spec import eval_splits, task_from_config
+from subnetlab.runs.job_config import JobConfig, require_positive
+from subnetlab.tasks.spec import TaskSpec, eval_splits
+
+
+@dataclass(frozen=True)
+class ModelAndTask(JobConfig):
+    """The keys every pruning-study job shares: which model, which task, which evaluation splits."""
+
+    model: str
+    task: str
+    task_options: dict[str, Any] = field(default_factory=dict)
+    eval_data: list[str] = field(default_factory=list)
+    splits: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise SubnetlabError(f"model: expected a model name or directory, got {self.model!r}", setting="model")
+        if self.splits is not None and (isinstance(self.splits, str) or not all(isinstance(s, str) for s in self.splits)):
+            raise SubnetlabError(f"splits: expected a list of split names, got {self.splits!r}", setting="splits")
+        self.task_spec  # checks the task name, options and evaluation files
+
+    @property
+    def task_spec(self) -> TaskSpec:
+        return TaskSpec(self.task, self.task_options, tuple(self.eval_data))
+
+
+@dataclass(frozen=True)
+class PruneJobConfig(ModelAndTask):
+    """``prune_job``'s config: model and task, the mean-activation cache, the preset and the pruning settings."""
+
+    cache_dir: str | None = None
+    preset: str | None = None
+    prune: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.settings  # checks the pruning settings
+
+    @cached_property
+    def settings(self) -> PruneConfig:
+        return PruneConfig.from_dict(self.prune)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How the full model is scored: the same batch size, length and example limit as the runs."""
+
+    batch_size: int
+    max_length: int
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        require_positive("evaluation", "batch_size", self.batch_size)
+        require_positive("evaluation", "max_length", self.max_length)
+        require_positive("evaluation", "limit", self.limit, allow_none=True)
+
+
+@dataclass(frozen=True)
+class FullModelJobConfig(ModelAndTask):
+    """``full_model_job``'s config: model and task, and the evaluation settings of the runs."""
+
+    eval: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        EvalSettings(**self.eval)
+
+    @property
+    def eval_settings(self) -> EvalSettings:
+        return EvalSettings(**self.eval)
 
 
 def check_checkpoint(name: str) -> None:
@@ -81,15 +151,16 @@ class PruningSetup:
     eval_ablation: ComponentValues | None  # used to evaluate the binary subnetworks
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], prune: PruneConfig) -> "PruningSetup":
-        task = task_from_config(config)
-        splits = eval_splits(task, config.get("splits"))
+    def from_job(cls, job: PruneJobConfig) -> "PruningSetup":
+        prune = job.settings
+        task = job.task_spec.build()
+        splits = eval_splits(task, job.splits)
         if not task.train:
             raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")
-        loaded = load_pruning_model(config["model"], task)
+        loaded = load_pruning_model(job.model, task)
         tokenizer = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
         data = PruningData.from_task(task, tokenizer, "train", prune.max_length, prune.train_limit)
-        cache = config.get("cache_dir")
+        cache = job.cache_dir
         model, adapter = loaded.model, loaded.adapter
         ablation = ablation_values(prune.ablation, model, adapter, data, prune.means_examples,
                                    prune.eval_batch_size, cache)

@@ -7,17 +7,13 @@ from typing import Any, Optional
 from subnetlab.errors import SubnetlabError
 
 
-def build_task(task: str, data: Optional[str], eval_data: list[str], task_option: list[str], data_key: str = "eval") -> Any:
-    """The task named on the command line, with ``--data`` / ``--eval-data`` / ``--task-option`` applied."""
+def task_from_flags(task: str, data: Optional[str], eval_data: list[str], task_option: list[str],
+                    data_key: str = "eval") -> Any:
+    """The task named by ``--task``, ``--data``, ``--eval-data`` and ``--task-option``."""
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.methods.finetune.config import parse_eval_data
-    from subnetlab.tasks.registry import add_file_split, get_task
+    from subnetlab.tasks.spec import TaskSpec
 
-    t = get_task(task, **parse_task_options(task_option, data, data_key))
-    for spec in eval_data:
-        name, fmt, path = parse_eval_data(spec)
-        add_file_split(t, name, fmt, path)
-    return t
+    return TaskSpec(task, parse_task_options(task_option, data, data_key), tuple(eval_data)).build()
 
 
 def parse_subcases(text: Optional[str]) -> Optional[list[str]]:

@@ -28,14 +28,14 @@ def ablate(
 ) -> None:
     """Accuracy in-domain and per OOD subcase with no head, each listed head, the non-listed heads
     (on average) and all listed heads mean-ablated; says whether the joint drop is super-additive."""
-    from subnetlab.cli.commands._heuristic_core import build_task, parse_non_listed, parse_subcases
+    from subnetlab.cli.commands._heuristic_core import task_from_flags, parse_non_listed, parse_subcases
     from subnetlab.experiments.heuristic_core.steps import ablation_step, default_subcases, resolve_heads
     from subnetlab.methods.hard_concrete.ablation import mean_activations
     from subnetlab.methods.hard_concrete.data import PruningData
     from subnetlab.errors import SubnetlabError
     from subnetlab.runs.prune_setup import load_pruning_model
 
-    t = build_task(task, data, eval_data, task_option)
+    t = task_from_flags(task, data, eval_data, task_option)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")

@@ -32,7 +32,7 @@ def effective_size(
     """Per checkpoint: the smallest subnetwork (at the levels' resolution) within --faithfulness of the
     model's accuracy, mean over seeds; the Figure 6 plot; the heads before OOD accuracy rises."""
     from subnetlab.analysis.effective_size import ON_CHOICES
-    from subnetlab.cli.commands._heuristic_core import build_task, parse_subcases
+    from subnetlab.cli.commands._heuristic_core import task_from_flags, parse_subcases
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.cli.commands.prune import _parse_pairs
     from subnetlab.errors import SubnetlabError
@@ -51,7 +51,7 @@ def effective_size(
         raise SubnetlabError(f"--faithfulness {faithfulness} is outside [0, 1)")
     level_list = list(parse_levels(levels))
     found = find_checkpoints(checkpoints, every)
-    t = build_task(task, None, eval_data, task_option)
+    t = task_from_flags(task, None, eval_data, task_option)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")

@@ -51,22 +51,17 @@ def evaluate(
     """Print a per-subcase accuracy table for each split and write it to DIR/metrics.json."""
     from rich.console import Console
 
-    from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.io import write_json
     from subnetlab.methods.evaluate import evaluate as run_eval
     from subnetlab.methods.evaluate import subnetwork_context
-    from subnetlab.methods.finetune.config import parse_eval_data
+    from subnetlab.cli.commands._heuristic_core import task_from_flags
     from subnetlab.methods.finetune.model import ARITH_PREFIX
     from subnetlab.models import load_model
     from subnetlab.progress import stage
-    from subnetlab.tasks.registry import add_file_split, get_task
 
     if model.startswith(ARITH_PREFIX):
         raise SubnetlabError(f"--model {model}: evaluate a trained model directory, not a fresh {ARITH_PREFIX} model")
-    t = get_task(task, **parse_task_options(task_option, data, "eval"))
-    for spec in eval_data:
-        name, fmt, path = parse_eval_data(spec)
-        add_file_split(t, name, fmt, path)
+    t = task_from_flags(task, data, eval_data, task_option)
     loaded = load_model(model, head="causal-lm" if t.kind == "lm" else "classification")
     archs = getattr(loaded.model.config, "architectures", None) or []
     if t.kind == "classification" and not any(a.endswith("ForSequenceClassification") for a in archs):

@@ -57,7 +57,7 @@ def finetune(
 ) -> None:
     """Fine-tune MODEL on TASK: AdamW, checkpoints every --save-every steps, evaluation
     (in-domain and every out-of-domain subcase) every --eval-every steps into DIR/metrics.jsonl."""
-    from subnetlab.methods.finetune.train import finetune as run
+    from subnetlab.runs.finetune import finetune as run
     from subnetlab.methods.finetune.config import resolve_config
 
     cfg = resolve_config(

@@ -20,7 +20,7 @@ from typing import Any
 
 from subnetlab.analysis.scores import score_columns
 from subnetlab.errors import SubnetlabError
-from subnetlab.executor import Job, run_jobs
+from subnetlab.executor import run_jobs
 from subnetlab.experiments.heuristic_core import data
 from subnetlab.experiments.heuristic_core import steps
 from subnetlab.experiments.heuristic_core.effective_size import analyse_sweep, check_sweep, sweep_jobs
@@ -63,7 +63,7 @@ def _curve_data(study: dict, out: Path) -> list[str]:
 
 
 def _finetune(study: dict, settings: dict, eval_data: list[str], out: Path) -> dict:
-    from subnetlab.methods.finetune.train import finetune
+    from subnetlab.runs.finetune import finetune
     from subnetlab.methods.finetune.config import resolve_config
 
     cfg = resolve_config(settings.get("finetune_preset"), model=settings["model"], task=study["task"],

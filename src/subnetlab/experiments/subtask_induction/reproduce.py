@@ -1,6 +1,6 @@
 """`subnetlab reproduce subtask-induction`: Zhang, Lepori & Pavlick (2024), section 4 and appendix B.
 
-For every model depth: train a GPT-2 on ``a+ab mod 7`` (``subnetlab.methods.finetune.train``),
+For every model depth: train a GPT-2 on ``a+ab mod 7`` (``subnetlab.runs.finetune``),
 discover the ``ab mod 7`` subnetwork by continuous sparsification (one job per
 lambda, the best on evaluation kept), then transfer it to ``a^2+ab mod 7``
 under every condition, disambiguation size and seed (``subnetlab.executor``),
@@ -59,7 +59,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def _base(settings: dict, layers: int, out: Path) -> Path:
     """Train (or reuse) the base model on ``base_op``; returns its model directory."""
-    from subnetlab.methods.finetune.train import finetune
+    from subnetlab.runs.finetune import finetune
     from subnetlab.methods.finetune.config import resolve_config
 
     run = out / f"L{layers}" / "base"

@@ -12,7 +12,7 @@ parts stay exactly off throughout:
   decoupled weight decay keeps zero at zero, so they are exactly zero after
   every step, and the saved checkpoint *is* the subnetwork.
 
-The training recipe is the fine-tuning one (``subnetlab.methods.finetune.train``):
+The training recipe is the fine-tuning one (``subnetlab.methods.finetune.step``):
 AdamW without decay on biases and LayerNorms, linear warmup / decay, gradient
 clipping, the same ``(seed, epoch)`` data order, so "full model" and
 subnetwork runs differ only in the mask.

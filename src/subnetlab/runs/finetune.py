@@ -47,7 +47,7 @@ from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec
 
 
-def build_task(cfg: FinetuneConfig) -> Task:
+def finetune_task(cfg: FinetuneConfig) -> Task:
     """The configured task with its extra evaluation splits attached; it must have training data."""
     task = TaskSpec(cfg.task, cfg.task_options, tuple(cfg.eval_data)).build()
     if not task.train:
@@ -111,7 +111,7 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     if _check_run_dir(out, cfg):
         stage(f"{out}: already finished")
         return read_json(out / "metrics.json")
-    task = build_task(cfg)
+    task = finetune_task(cfg)
     device = resolve_device(cfg.device)
     resume = latest_resumable(out)
     loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
