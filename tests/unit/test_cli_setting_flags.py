@@ -67,6 +67,5 @@ def test_the_executor_options_still_import_from_the_executor() -> None:
     from subnetlab.cli.commands._executor_options import OPTION_NAMES, executor_options
     from subnetlab.executor import OPTION_NAMES as old_names
     from subnetlab.executor import executor_options as old
-    from subnetlab.executor.options import executor_options as older
 
-    assert old is older is executor_options and old_names == OPTION_NAMES
+    assert old is executor_options and old_names == OPTION_NAMES

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
 from subnetlab.executor.job import Job
 from subnetlab.executor.report import SweepReport
 from subnetlab.executor.run import run_jobs
@@ -55,14 +53,6 @@ class ExecutorOptions:
             max_retries=self.max_retries,
             sweep_dir=sweep_dir,
         )
-
-
-def __getattr__(name: str) -> Any:  # the command-line part moved to subnetlab.cli; old imports keep working
-    if name in ("OPTION_NAMES", "PANEL", "executor_options"):
-        from subnetlab.cli.commands import _executor_options
-
-        return getattr(_executor_options, name)
-    raise AttributeError(f"module 'subnetlab.executor.options' has no attribute {name!r}")
 
 
 __all__ = ["ExecutorOptions"]

@@ -1,0 +1,79 @@
+"""Typed job configs: the keys of a run's ``config.json``, checked once when the config is made.
+
+A job function receives the plain dict the executor read from ``config.json``
+(that is what crosses process and machine boundaries, and what a rerun compares
+with the run directory's file). Its first line turns the dict into one of these
+frozen dataclasses, which refuses unknown keys, missing keys and wrong values,
+naming them, before any model is loaded; builders of sweeps make the same
+dataclasses and write ``to_dict()``. Fields mirror the JSON keys one to one, so
+``from_dict(c).to_dict() == c`` and a run directory written by an earlier
+version of subnetlab is recognised (and resumed) by this one.
+
+Nested settings (``prune``, ``cs``, ``train``, ``finetune``) stay as the JSON
+mapping the user or preset gave, so a config that names three settings is not
+rewritten with thirty; each job checks them by building its typed settings
+object in ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, TypeVar
+
+from subnetlab.errors import SubnetlabError
+
+C = TypeVar("C", bound="JobConfig")
+
+
+def optional(default: Any = None) -> Any:
+    """A key that may be absent from ``config.json``; it is left out of ``to_dict()`` while it is None."""
+    return field(default=default, metadata={"optional": True})
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Base class: ``from_dict`` checks the keys, the subclass's ``__post_init__`` the values."""
+
+    @classmethod
+    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+        if not isinstance(data, Mapping):
+            raise SubnetlabError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise SubnetlabError(f"{cls.__name__}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        missing = [n for n, f in known.items()
+                   if n not in data and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise SubnetlabError(f"{cls.__name__}: missing key(s) {', '.join(missing)}")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("optional") and value is None:
+                continue
+            out[f.name] = _plain(value)
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready copies: tuples become lists, mappings plain dicts."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def require_positive(owner: str, name: str, value: Any, allow_none: bool = False) -> None:
+    """``value`` must be an integer >= 1 (or None when allowed)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SubnetlabError(f"{owner}: {name} {value!r} must be an integer of at least 1", setting=name)
+
+
+__all__ = ["JobConfig", "optional", "require_positive"]
