@@ -44,18 +44,18 @@ def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if text == "mps":
         if not _mps_available():
-            raise SubnetlabError("device 'mps': no Apple GPU here")
+            raise SubnetlabError("device 'mps': no Apple GPU here", setting="device")
         return torch.device("mps")
     if text == "cuda" or text.startswith("cuda:"):
         index = text.partition(":")[2]
         if index and not index.isdigit():
-            raise SubnetlabError(f"device {name!r}: expected {DEVICE_NAMES}")
+            raise SubnetlabError(f"device {name!r}: expected {DEVICE_NAMES}", setting="device")
         if not torch.cuda.is_available():
-            raise SubnetlabError(f"device {name!r}: no CUDA device here")
+            raise SubnetlabError(f"device {name!r}: no CUDA device here", setting="device")
         if index and int(index) >= torch.cuda.device_count():
-            raise SubnetlabError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise SubnetlabError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)", setting="device")
         return torch.device(text)
-    raise SubnetlabError(f"device {name!r}: expected {DEVICE_NAMES}")
+    raise SubnetlabError(f"device {name!r}: expected {DEVICE_NAMES}", setting="device")
 
 
 def _mps_available() -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from subnetlab.errors import SubnetlabError
 
@@ -35,6 +35,8 @@ def optional(default: Any = None) -> Any:
 class JobConfig:
     """Base class: ``from_dict`` checks the keys, the subclass's ``__post_init__`` the values."""
 
+    what: ClassVar[str] = "job setting"  # how errors call one key
+
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
         if not isinstance(data, Mapping):
@@ -42,11 +44,11 @@ class JobConfig:
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise SubnetlabError(f"{cls.__name__}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+            raise SubnetlabError(f"unknown {cls.what}(s) {', '.join(unknown)}; known: {', '.join(known)}")
         missing = [n for n, f in known.items()
                    if n not in data and f.default is MISSING and f.default_factory is MISSING]
         if missing:
-            raise SubnetlabError(f"{cls.__name__}: missing key(s) {', '.join(missing)}")
+            raise SubnetlabError(f"missing {cls.what}(s) {', '.join(missing)}")
         return cls(**dict(data))
 
     def to_dict(self) -> dict[str, Any]:

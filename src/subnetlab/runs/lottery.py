@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -40,40 +42,92 @@ from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
 from subnetlab.progress import stage
+from subnetlab.runs.job_config import JobConfig
 from subnetlab.runtime import resolve_device
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
-from subnetlab.tasks.spec import task_from_config
+from subnetlab.tasks.spec import TaskSpec
 
 METHODS = ("magnitude", "importance")
 
-DEFAULTS: dict[str, Any] = {
-    "task_options": {}, "eval_data": [], "split": None, "eval_limit": None, "importance_limit": None,
-    "batch_size": 32, "max_length": 128, "threshold": 0.9, "fraction": 0.1, "max_steps": None,
-    "criterion": "sensitivity", "refine": True, "control_seed": 0, "device": "cpu", "seed": None,
-}
+@dataclass(frozen=True)
+class LotteryPruneJobConfig(JobConfig):
+    """``prune_job``'s config: which checkpoint and task, m- or s-pruning, and its settings (paper defaults)."""
+
+    what: ClassVar[str] = "pruning option"
+    model: str
+    task: str
+    method: str
+    task_options: dict[str, Any] = field(default_factory=dict)
+    eval_data: list[str] = field(default_factory=list)
+    split: str | None = None
+    eval_limit: int | None = None
+    importance_limit: int | None = None
+    batch_size: int = 32
+    max_length: int = 128
+    threshold: float = 0.9
+    fraction: float = 0.1
+    max_steps: int | None = None
+    criterion: str = "sensitivity"
+    refine: bool = True
+    control_seed: int = 0
+    device: str = "cpu"
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("model", "task", "method"):
+            if not getattr(self, key):
+                raise SubnetlabError(f"{key} is required (a pruning config needs model, task and method)", setting=key)
+        if self.method not in METHODS:
+            raise SubnetlabError(f"method {self.method!r}: choose magnitude or importance", setting="method")
+        get_criterion(self.criterion)  # unknown names fail before any model is loaded
+        if not 0.0 < float(self.threshold) <= 1.0:
+            raise SubnetlabError(f"threshold {self.threshold} is outside (0, 1]", setting="threshold")
+        if not 0.0 < float(self.fraction) < 1.0:
+            raise SubnetlabError(f"fraction {self.fraction} is outside (0, 1)", setting="fraction")
+        for key in ("eval_limit", "importance_limit", "max_steps"):
+            if getattr(self, key) is not None and int(getattr(self, key)) < 1:
+                raise SubnetlabError(f"{key} {getattr(self, key)} must be at least 1", setting=key)
+        TaskSpec(self.task, self.task_options, tuple(self.eval_data))
+
+    @property
+    def task_spec(self) -> TaskSpec:
+        return TaskSpec(self.task, self.task_options, tuple(self.eval_data))
 
 
 def prune_config(**given: Any) -> dict[str, Any]:
-    """A complete, validated pruning config: ``model``, ``task``, ``method`` plus the defaults."""
-    config = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
-    for key in ("model", "task", "method"):
-        if not config.get(key):
-            raise SubnetlabError(f"{key} is required (a pruning config needs model, task and method)", setting=key)
-    unknown = set(config) - set(DEFAULTS) - {"model", "task", "method"}
-    if unknown:
-        raise SubnetlabError(f"unknown pruning option(s): {', '.join(sorted(unknown))}")
-    if config["method"] not in METHODS:
-        raise SubnetlabError(f"method {config['method']!r}: choose magnitude or importance", setting="method")
-    get_criterion(config["criterion"])  # unknown names fail before any model is loaded
-    if not 0.0 < float(config["threshold"]) <= 1.0:
-        raise SubnetlabError(f"threshold {config['threshold']} is outside (0, 1]", setting="threshold")
-    if not 0.0 < float(config["fraction"]) < 1.0:
-        raise SubnetlabError(f"fraction {config['fraction']} is outside (0, 1)", setting="fraction")
-    for key in ("eval_limit", "importance_limit", "max_steps"):
-        if config[key] is not None and int(config[key]) < 1:
-            raise SubnetlabError(f"{key} {config[key]} must be at least 1", setting=key)
-    return config
+    """A complete, validated pruning config as ``config.json`` holds it (None means: the default)."""
+    return LotteryPruneJobConfig.from_dict({k: v for k, v in given.items() if v is not None}).to_dict()
+
+
+@dataclass(frozen=True)
+class RetrainJobConfig(JobConfig):
+    """``retrain_job``'s config: the fine-tuning settings (model = the *pre-trained* model) and the fixed mask."""
+
+    finetune: dict[str, Any]
+    subnetwork: str
+    save_model: bool = True
+
+    def __post_init__(self) -> None:
+        self.settings  # checks the fine-tuning settings
+
+    @cached_property
+    def settings(self) -> FinetuneConfig:
+        return FinetuneConfig.from_json(self.finetune)
+
+
+@dataclass(frozen=True)
+class FinetuneJobConfig(JobConfig):
+    """``finetune_job``'s config: the fine-tuning settings."""
+
+    finetune: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        self.settings
+
+    @cached_property
+    def settings(self) -> FinetuneConfig:
+        return FinetuneConfig.from_json(self.finetune)
 
 
 def _loss_fn(task: Task, model: torch.nn.Module):
@@ -99,46 +153,46 @@ def applied(model: torch.nn.Module, adapter, subnetwork: Subnetwork):
 
 def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
     """Prune ``config['model']`` on ``config['task']`` (see the module doc)."""
-    config = prune_config(**config)
+    job = LotteryPruneJobConfig.from_dict(config)
     started = time.time()
     out = Path(out_dir)
-    task = task_from_config(config)
-    split = config["split"] or next(iter(task.eval_splits), None)
+    task = job.task_spec.build()
+    split = job.split or next(iter(task.eval_splits), None)
     if split is None:
         raise SubnetlabError(f"task {task.name} has no development split to prune on")
     task.examples(split)  # unknown split -> error naming it
-    loaded = model_for_task(config["model"], task, seed=0)
-    device = resolve_device(config["device"])
+    loaded = model_for_task(job.model, task, seed=0)
+    device = resolve_device(job.device)
     model, tokenizer, adapter = loaded.model.to(device), loaded.tokenizer, loaded.adapter
     model.eval()
-    bs, max_len, limit = int(config["batch_size"]), int(config["max_length"]), config["eval_limit"]
+    bs, max_len, limit = int(job.batch_size), int(job.max_length), job.eval_limit
 
     def dev_metric() -> float:
         return float(evaluate(model, tokenizer, task, [split], batch_size=2 * bs, max_length=max_len, limit=limit)[split]["accuracy"])
 
     full = dev_metric()
-    stage(f"full model: {split} accuracy {full:.4f}; pruning by {config['method']}")
-    if config["method"] == "magnitude":
-        result = magnitude_prune(adapter, dev_metric, fraction=float(config["fraction"]),
-                                 max_steps=int(config["max_steps"] or 10), threshold=float(config["threshold"]),
-                                 full_metric=full, seed=config["seed"])
+    stage(f"full model: {split} accuracy {full:.4f}; pruning by {job.method}")
+    if job.method == "magnitude":
+        result = magnitude_prune(adapter, dev_metric, fraction=float(job.fraction),
+                                 max_steps=int(job.max_steps or 10), threshold=float(job.threshold),
+                                 full_metric=full, seed=job.seed)
     else:
         batches = [{k: v.to(device) for k, v in b.items()} for b in
-                   task.batches(tokenizer, split, bs, max_length=max_len, limit=config["importance_limit"] or limit)]
+                   task.batches(tokenizer, split, bs, max_length=max_len, limit=job.importance_limit or limit)]
         result = importance_prune(model, adapter, batches, dev_metric, loss_fn=_loss_fn(task, model),
-                                  criterion=config["criterion"], head_fraction=float(config["fraction"]),
-                                  threshold=float(config["threshold"]), refine=bool(config["refine"]),
-                                  max_steps=config["max_steps"], full_metric=full, seed=config["seed"])
+                                  criterion=job.criterion, head_fraction=float(job.fraction),
+                                  threshold=float(job.threshold), refine=bool(job.refine),
+                                  max_steps=job.max_steps, full_metric=full, seed=job.seed)
         h, m = result.importance
-        save_tensors(out / "importance.safetensors", {"heads": h, "mlps": m}, {"criterion": str(config["criterion"])})
+        save_tensors(out / "importance.safetensors", {"heads": h, "mlps": m}, {"criterion": str(job.criterion)})
     pruned_metric = {}
-    for name, sub in controls(result.subnetwork, adapter, int(config["control_seed"]), result.importance).items():
+    for name, sub in controls(result.subnetwork, adapter, int(job.control_seed), result.importance).items():
         sub.save(out / ("subnetwork.safetensors" if name == "good" else f"{name}.safetensors"))
         if name != "good":  # the controls applied to the fine-tuned model, before any re-fine-tuning
             with applied(model, adapter, sub):
                 pruned_metric[name] = dev_metric()
     good = result.subnetwork
-    metrics = {**result.summary(), "method": config["method"], "split": split, "kind": good.kind,
+    metrics = {**result.summary(), "method": job.method, "split": split, "kind": good.kind,
                "parameter_sparsity": good.parameter_sparsity(adapter), "kept": good.count(),
                "controls_metric": pruned_metric, "wall_seconds": time.time() - started}
     if good.kind == "structured":
@@ -158,16 +212,17 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
     metrics (the executor writes ``config.json`` and ``metrics.json``).
     """
     out = Path(out_dir)
-    cfg = FinetuneConfig.from_json(config["finetune"])
+    job = RetrainJobConfig.from_dict(config)
+    cfg = job.settings
     task = finetune_task(cfg)
     loaded = model_for_task(cfg.model, task, seed=cfg.seed)
-    sub = Subnetwork.load(config["subnetwork"], adapter=loaded.adapter)
+    sub = Subnetwork.load(job.subnetwork, adapter=loaded.adapter)
     model = loaded.model.to(resolve_device(cfg.device))
     sub.save(out / "subnetwork.safetensors")
     control = sub.extra.get("control", "good")
     stage(f"re-fine-tuning {cfg.model} with the {control} {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
     metrics = train_masked(model, loaded.adapter, loaded.tokenizer, task, sub, cfg)
-    if config.get("save_model", True):
+    if job.save_model:
         model.save_pretrained(str(out / "model"))
         if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
             loaded.tokenizer.save_pretrained(str(out / "model"))
@@ -179,7 +234,7 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
 def finetune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
     """Fine-tune ``config['finetune']`` into ``out_dir/run``; the model ends up in ``out_dir/run/model``."""
     run = Path(out_dir) / "run"
-    metrics = finetune(FinetuneConfig.from_json(config["finetune"]), run)
+    metrics = finetune(FinetuneJobConfig.from_dict(config).settings, run)
     for _, checkpoint in checkpoint_dirs(run):  # finished: resuming needs no optimizer state (2/3 of the disk)
         (checkpoint / OPTIMIZER_FILE).unlink(missing_ok=True)
     return {"final": metrics["final"], "train_loss": metrics["train_loss"], "steps": metrics["steps"],

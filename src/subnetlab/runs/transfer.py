@@ -10,8 +10,10 @@ job with the same size train stacked when ``stack > 1``.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -22,11 +24,12 @@ from subnetlab.methods.continuous_sparsification import ContinuousSparsification
 from subnetlab.models import load_model
 from subnetlab.models.loading import LoadedModel
 from subnetlab.progress import stage
+from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.registry import get_task
 from subnetlab.transfer.build import build_transfer_model
-from subnetlab.transfer.conditions import get_condition
+from subnetlab.transfer.conditions import check_conditions, check_reinit, get_condition
 from subnetlab.transfer.controls import complement_matched, random_matched
 from subnetlab.transfer.data import LMSplit, lm_split
 from subnetlab.transfer.stacked import train_stacked
@@ -63,6 +66,64 @@ def _splits(task: Task, tokenizer: Any = None, device: torch.device | None = Non
     return {k: v.to(device) for k, v in splits.items()} if device is not None else splits
 
 
+@dataclass(frozen=True)
+class DiscoverJobConfig(JobConfig):
+    """``discover_job``'s config: the trained LM, the subtask, one continuous-sparsification setting."""
+
+    what: ClassVar[str] = "discovery setting"
+    model: str
+    task: str
+    cs: dict[str, Any]
+    task_options: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    threads: int | None = None
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        require_positive("discovery", "threads", self.threads, allow_none=True)
+        self.strategy  # checks the continuous-sparsification settings
+
+    @cached_property
+    def strategy(self) -> ContinuousSparsification:
+        fields_ = dict(self.cs)
+        if "include" in fields_:
+            fields_["include"] = tuple(fields_["include"])
+        return ContinuousSparsification(**fields_)
+
+
+@dataclass(frozen=True)
+class TransferJobConfig(JobConfig):
+    """``transfer_job``'s config: the trained LM, its subnetwork, the target task and the runs to train."""
+
+    what: ClassVar[str] = "transfer setting"
+    model: str
+    task: str
+    runs: list[dict[str, Any]]
+    subnetwork: str | None = None
+    task_options: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    reinit: str = "all"
+    freeze: bool = True
+    stack: int = 1
+    threads: int | None = None
+    device: str | None = None
+    layers: int | None = optional()
+
+    def __post_init__(self) -> None:
+        require_positive("transfer", "stack", self.stack)
+        require_positive("transfer", "threads", self.threads, allow_none=True)
+        self.settings  # checks the training settings
+        check_reinit(self.reinit)
+        for run in self.runs:
+            if not isinstance(run, dict) or not {"condition", "size", "seed"} <= set(run):
+                raise SubnetlabError(f"transfer run {run!r}: expected condition, size and seed", setting="runs")
+        check_conditions([run["condition"] for run in self.runs], has_subnetwork=self.subnetwork is not None)
+
+    @cached_property
+    def settings(self) -> TrainSettings:
+        return TrainSettings(**self.train)
+
+
 def discover_job(config: dict, out_dir: Path) -> dict:
     """Continuous sparsification with one ``l0_lambda``; writes ``subnetwork.safetensors``.
 
@@ -73,21 +134,19 @@ def discover_job(config: dict, out_dir: Path) -> dict:
     percentages. A lambda sweep is one job per value, then ``select_best``.
     """
     _quiet_hub()
-    with torch_threads(config.get("threads")):
-        return _discover(config, Path(out_dir))
+    job = DiscoverJobConfig.from_dict(config)
+    with torch_threads(job.threads):
+        return _discover(job, Path(out_dir))
 
 
-def _discover(config: dict, out_dir: Path) -> dict:
-    seed = int(config.get("seed", 0))
-    loaded, task = load_lm(config["model"], config["task"], {"seed": seed, **config.get("task_options", {})})
-    device = resolve_device(config.get("device") or "cpu")
+def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
+    seed = int(job.seed)
+    loaded, task = load_lm(job.model, job.task, {"seed": seed, **job.task_options})
+    device = resolve_device(job.device or "cpu")
     model, adapter = loaded.model.to(device), loaded.adapter
     splits = _splits(task, loaded.tokenizer if task.tokenizer is None else None, device)
     train, ev, test = splits["train"], splits["eval"], splits["test"]
-    fields = dict(config.get("cs", {}))
-    if "include" in fields:
-        fields["include"] = tuple(fields["include"])
-    strategy = ContinuousSparsification(**fields)
+    strategy = job.strategy
     g = torch.Generator().manual_seed(seed)
     stage(f"discovery on {task.name}: lambda={strategy.l0_lambda:g}, {strategy.epochs} epochs of {len(train)} rows")
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -140,29 +199,30 @@ def transfer_job(config: dict, out_dir: Path) -> dict:
     fields), ``reinit``, ``freeze``, ``stack``, ``threads``.
     """
     _quiet_hub()
-    with torch_threads(config.get("threads")):
-        return _transfer(config)
+    job = TransferJobConfig.from_dict(config)
+    with torch_threads(job.threads):
+        return _transfer(job)
 
 
-def _transfer(config: dict) -> dict:
-    settings = TrainSettings(**config.get("train", {}))
-    device = resolve_device(config.get("device") or "cpu")
-    trained = load_model(config["model"], head="causal-lm")
+def _transfer(job: TransferJobConfig) -> dict:
+    settings = job.settings
+    device = resolve_device(job.device or "cpu")
+    trained = load_model(job.model, head="causal-lm")
     trained.model.to(device)
-    sub = Subnetwork.load(config["subnetwork"], trained.adapter) if config.get("subnetwork") else None
-    task_options = dict(config.get("task_options", {}))
-    if config["task"].startswith("arith:"):
+    sub = Subnetwork.load(job.subnetwork, trained.adapter) if job.subnetwork else None
+    task_options = dict(job.task_options)
+    if job.task.startswith("arith:"):
         task_options.setdefault("max_number", int(trained.model.config.vocab_size) - ARITH_SPECIALS)
     prepared = []
-    for run in config["runs"]:
+    for run in job.runs:
         condition, size, seed = run["condition"], int(run["size"]), int(run["seed"])
         get_condition(condition, has_subnetwork=sub is not None)
-        task = get_task(config["task"], **{"ambiguous": True, "n_disambiguation": size, "seed": seed, **task_options})
+        task = get_task(job.task, **{"ambiguous": True, "n_disambiguation": size, "seed": seed, **task_options})
         tm = build_transfer_model(trained.model, condition, seed=seed, subnetwork=_subnetwork_for(condition, sub, seed),
-                                  reinit=config.get("reinit", "all"), freeze=bool(config.get("freeze", True)),
+                                  reinit=job.reinit, freeze=bool(job.freeze),
                                   adapter=trained.adapter)
         prepared.append({"run": run, "tm": tm, "splits": _splits(task, device=device), "seed": seed})
-    results = _train_all(prepared, settings, int(config.get("stack", 1)))
+    results = _train_all(prepared, settings, int(job.stack))
     runs = []
     for item, res in zip(prepared, results):
         runs.append({**item["run"], "test_accuracy": res.test_accuracy, "eval_accuracy": res.eval_accuracy,

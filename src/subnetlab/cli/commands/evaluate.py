@@ -7,7 +7,6 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.errors import SubnetlabError
 
 
 def _table(split: str, score: dict[str, Any]) -> Any:
@@ -51,50 +50,16 @@ def evaluate(
     """Print a per-subcase accuracy table for each split and write it to DIR/metrics.json."""
     from rich.console import Console
 
-    from subnetlab.io import write_json
-    from subnetlab.methods.evaluate import evaluate as run_eval
-    from subnetlab.methods.evaluate import subnetwork_context
-    from subnetlab.cli.commands._heuristic_core import task_from_flags
-    from subnetlab.methods.finetune.model import ARITH_PREFIX
-    from subnetlab.models import load_model
-    from subnetlab.progress import stage
+    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.runs.evaluate import EvaluateJobConfig, evaluate_run
+    from subnetlab.tasks.spec import TaskSpec
 
-    if model.startswith(ARITH_PREFIX):
-        raise SubnetlabError(f"--model {model}: evaluate a trained model directory, not a fresh {ARITH_PREFIX} model")
-    t = task_from_flags(task, data, eval_data, task_option)
-    loaded = load_model(model, head="causal-lm" if t.kind == "lm" else "classification")
-    archs = getattr(loaded.model.config, "architectures", None) or []
-    if t.kind == "classification" and not any(a.endswith("ForSequenceClassification") for a in archs):
-        raise SubnetlabError(f"--model {model} has no trained classification head ({', '.join(archs) or 'none'}); fine-tune it first")
-    tokenizer = t.tokenizer or loaded.tokenizer
-    splits = list(split) or None
-    config = {"command": "evaluate", "model": model, "task": t.options, "eval_data": list(eval_data), "splits": splits,
-              "subnetwork": str(subnetwork) if subnetwork else None, "ablation": ablation, "means": str(means) if means else None,
-              "batch_size": batch_size, "max_length": max_length, "limit": limit}
-    if subnetwork is None:
-        results = run_eval(loaded.model, tokenizer, t, splits, batch_size, max_length, limit=limit)
-    else:
-        from subnetlab.intervene import ComponentValues
-        from subnetlab.methods.evaluate import mean_values
-        from subnetlab.subnetwork import Subnetwork
-
-        sub = Subnetwork.load(subnetwork, loaded.adapter)
-        values = None
-        if sub.kind == "structured" and (ablation or sub.ablation) == "mean":
-            if means is not None:
-                values = ComponentValues.load(means)
-            else:
-                source = "train" if t.train else (splits or list(t.eval_splits))[0]
-                count = min(means_examples, len(t.examples(source)))
-                stage(f"mean activations over {count} examples of {source}")
-                values = mean_values(loaded.model, loaded.adapter, t, tokenizer, source, count, batch_size, max_length)
-                config["means_from"] = {"split": source, "examples": count}
-        with subnetwork_context(loaded.model, loaded.adapter, sub, ablation=ablation, means=values):
-            results = run_eval(loaded.model, tokenizer, t, splits, batch_size, max_length, limit=limit)
-        config["subnetwork_sparsity"] = sub.sparsity
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", config)
-    write_json(out / "metrics.json", results)
+    job = EvaluateJobConfig(
+        model=model, task=TaskSpec(task, parse_task_options(task_option, data, "eval"), tuple(eval_data)),
+        splits=tuple(split) or None, subnetwork=str(subnetwork) if subnetwork else None, ablation=ablation,
+        means=str(means) if means else None, means_examples=means_examples, batch_size=batch_size,
+        max_length=max_length, limit=limit, eval_data=tuple(eval_data))
+    results = evaluate_run(job, out)
     console = Console()
     for name, score in results.items():
         console.print(_table(name, score))

@@ -1,0 +1,104 @@
+"""``subnetlab evaluate`` as a run: score a model (or one of its subnetworks) on a task's splits.
+
+``evaluate_run(job, out)`` writes ``config.json`` (what was scored, how) and
+``metrics.json`` (``{split: task.score(...)}``: accuracy, per label, per
+out-of-domain subcase) into ``out`` and returns the metrics. A subnetwork is
+applied with its own ablation unless the job names another; mean ablation uses
+a means file when given, else means over the task's training split (or its
+first evaluation split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import write_json
+from subnetlab.runs.job_config import require_positive
+from subnetlab.tasks.spec import TaskSpec
+
+ABLATIONS = ("zero", "mean")
+
+
+@dataclass(frozen=True)
+class EvaluateJobConfig:
+    """What to score: a model, a task, optionally a subnetwork and how it is ablated."""
+
+    model: str
+    task: TaskSpec
+    splits: tuple[str, ...] | None = None
+    subnetwork: str | None = None
+    ablation: str | None = None
+    means: str | None = None
+    means_examples: int = 512
+    batch_size: int = 64
+    max_length: int = 128
+    limit: int | None = None
+    eval_data: tuple[str, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        from subnetlab.methods.finetune.model import ARITH_PREFIX
+
+        if self.model.startswith(ARITH_PREFIX):
+            raise SubnetlabError(f"model {self.model}: evaluate a trained model directory, not a fresh "
+                                 f"{ARITH_PREFIX} model", setting="model")
+        if self.ablation is not None and self.ablation not in ABLATIONS:
+            raise SubnetlabError(f"ablation {self.ablation!r}: choose one of {', '.join(ABLATIONS)}", setting="ablation")
+        for name in ("means_examples", "batch_size", "max_length"):
+            require_positive("evaluation", name, getattr(self, name))
+        require_positive("evaluation", "limit", self.limit, allow_none=True)
+
+    def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
+        """The run's ``config.json``."""
+        return {"command": "evaluate", "model": self.model, "task": task_options, "eval_data": list(self.eval_data),
+                "splits": list(self.splits) if self.splits else None, "subnetwork": self.subnetwork,
+                "ablation": self.ablation, "means": self.means, "batch_size": self.batch_size,
+                "max_length": self.max_length, "limit": self.limit}
+
+
+def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
+    """Score ``job`` and write its run directory; returns ``{split: scores}``."""
+    from subnetlab.methods.evaluate import evaluate, subnetwork_context
+    from subnetlab.models import load_model
+    from subnetlab.progress import stage
+
+    task = job.task.build()
+    loaded = load_model(job.model, head="causal-lm" if task.kind == "lm" else "classification")
+    archs = getattr(loaded.model.config, "architectures", None) or []
+    if task.kind == "classification" and not any(a.endswith("ForSequenceClassification") for a in archs):
+        raise SubnetlabError(f"model {job.model} has no trained classification head ({', '.join(archs) or 'none'}); "
+                             "fine-tune it first", setting="model")
+    tokenizer = task.tokenizer or loaded.tokenizer
+    splits = list(job.splits) if job.splits else None
+    config = job.record(task.options)
+    if job.subnetwork is None:
+        results = evaluate(loaded.model, tokenizer, task, splits, job.batch_size, job.max_length, limit=job.limit)
+    else:
+        from subnetlab.intervene import ComponentValues
+        from subnetlab.methods.evaluate import mean_values
+        from subnetlab.subnetwork import Subnetwork
+
+        sub = Subnetwork.load(job.subnetwork, loaded.adapter)
+        values = None
+        if sub.kind == "structured" and (job.ablation or sub.ablation) == "mean":
+            if job.means is not None:
+                values = ComponentValues.load(job.means)
+            else:
+                source = "train" if task.train else (splits or list(task.eval_splits))[0]
+                count = min(job.means_examples, len(task.examples(source)))
+                stage(f"mean activations over {count} examples of {source}")
+                values = mean_values(loaded.model, loaded.adapter, task, tokenizer, source, count, job.batch_size,
+                                     job.max_length)
+                config["means_from"] = {"split": source, "examples": count}
+        with subnetwork_context(loaded.model, loaded.adapter, sub, ablation=job.ablation, means=values):
+            results = evaluate(loaded.model, tokenizer, task, splits, job.batch_size, job.max_length, limit=job.limit)
+        config["subnetwork_sparsity"] = sub.sparsity
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", config)
+    write_json(out / "metrics.json", results)
+    return results
+
+
+__all__ = ["EvaluateJobConfig", "evaluate_run"]
