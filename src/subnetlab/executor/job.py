@@ -24,10 +24,9 @@ from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json, write_json
+from subnetlab.runs.directory import CONFIG_FILE, METRICS_FILE, check_config
 from subnetlab.runtime import seed_globals, torch_threads
 
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.json"
 
 JobFunction = Callable[[dict, Path], dict]
 
@@ -118,17 +117,7 @@ def _reset_global_rngs(config: Mapping[str, Any]) -> None:
 
 def check_existing_config(job: Job) -> None:
     """Refuse to resume or skip a run directory that holds a different config."""
-    path = job.out_dir / CONFIG_FILE
-    if not path.is_file():
-        return
-    existing = read_json(path)
-    if existing != job.config:
-        keys = sorted(k for k in set(existing) | set(job.config) if existing.get(k) != job.config.get(k))
-        raise SubnetlabError(
-            f"{path}: holds a different config (differs in {', '.join(keys[:5]) or 'structure'}); "
-            "choose another output directory or delete that run directory",
-            setting="out",
-        )
+    check_config(job.out_dir, job.config)
 
 
 def execute(job: Job, threads: int | None = None) -> dict:

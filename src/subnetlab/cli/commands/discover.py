@@ -48,7 +48,8 @@ def discover(
     Defaults are the paper's (Zhang et al. 2024, appendix A and B.1): s = -0.1, beta 1 -> 100,
     lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples."""
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.io import read_json, write_json
+    from subnetlab.io import write_json
+    from subnetlab.runs.directory import claim
     from subnetlab.methods.continuous_sparsification import ContinuousSparsification
     from subnetlab.runs.transfer import load_lm, select_best
     from subnetlab.runtime import resolve_device
@@ -66,11 +67,7 @@ def discover(
         raise SubnetlabError(f"task {task}: discovery runs on language-model tasks (e.g. arith:ab)")
     config = {"command": "discover", "model": str(model), "task": task, "task_options": options, "cs": cs,
               "lambdas": values, "seed": seed}
-    previous = out / "config.json"
-    if previous.is_file() and read_json(previous) != config:
-        raise SubnetlabError(f"{previous}: holds a different discovery run; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(previous, config)
+    claim(out, config, what="discovery run")
     jobs = [Job("subnetlab.runs.transfer:discover_job",
                 {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads, "device": device,
                  "cs": {**cs, "l0_lambda": lam}}, out / f"lambda_{lam:g}") for lam in values]

@@ -24,22 +24,9 @@ from subnetlab.progress import stage
 from subnetlab.experiments.heuristic_core import sections
 from subnetlab.experiments.heuristic_core.plots import effective_size_plot, frequency_heatmap_plot, frequency_maps_plot
 from subnetlab.report.markdown import MarkdownReport
+from subnetlab.runs.directory import finished_metrics
 from subnetlab.report.plots import attention_map
 from subnetlab.tasks.base import Task
-
-
-def finished(out: Path, config: dict) -> dict | None:
-    """The metrics of a finished step with the same configuration, else None."""
-    if (out / "metrics.json").is_file() and (out / "config.json").is_file():
-        if read_json(out / "config.json") == _plain(config):
-            return read_json(out / "metrics.json")
-    return None
-
-
-def _plain(config: dict) -> dict:
-    import json
-
-    return json.loads(json.dumps(config, default=str))
 
 
 def resolve_heads(spec: str, num_layers: int, num_heads: int) -> list[tuple[int, int]]:
@@ -66,7 +53,7 @@ def core_step(dirs: Sequence[str | Path], out: Path) -> dict:
     (la, runs_a), (lb, runs_b) = two_groups(dirs)
     config = {"command": "core", "runs": [str(d) for d in dirs],
               "groups": {la: [str(r.path) for r in runs_a], lb: [str(r.path) for r in runs_b]}}
-    done = finished(out, config)
+    done = finished_metrics(out, config, redo_other=True)
     if done is not None:
         return done
     stage(f"core of {len(runs_a)} subnetworks at {la} and {len(runs_b)} at {lb}")
@@ -112,7 +99,7 @@ def ablation_step(loaded: Any, task: Task, heads: Sequence[tuple[int, int]], out
     """Table 3 for ``heads`` on the loaded model; ``config`` identifies the step for resuming."""
     from subnetlab.methods.evaluate import evaluate
 
-    done = finished(out, config)
+    done = finished_metrics(out, config, redo_other=True)
     if done is not None:
         return done
     restrict_subcases(task, id_splits, subcases)
@@ -149,7 +136,7 @@ def _repeats(tokenizer: Any, pair: tuple[str, str], max_length: int) -> int:
 def attention_step(loaded: Any, pairs: Sequence[tuple[str, str]], heads: Sequence[tuple[int, int]], out: Path, *,
                    config: dict, maps: int = 2, max_length: int = 128) -> dict:
     """Pattern shares of every head over ``pairs``; the Figure 9 table and Figure 7 maps for ``heads``."""
-    done = finished(out, config)
+    done = finished_metrics(out, config, redo_other=True)
     if done is not None:
         return done
     a = loaded.adapter

@@ -27,6 +27,7 @@ from subnetlab.experiments.heuristic_core.effective_size import analyse_sweep, c
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.progress import stage
+from subnetlab.runs.directory import finished_metrics
 
 ID_SPLITS = ["id"]
 
@@ -172,7 +173,7 @@ def _ablation(study: dict, settings: dict, base: dict, heads: list, pruning: dic
     opts = settings["ablation"]
     config = {"command": "ablate", "model": base["model"], "splits": base["splits"], "eval_data": base["eval_data"],
               "heads": [f"L{l}.H{h}" for l, h in heads], "subcases": subcases, **opts}
-    done = steps.finished(out, config)
+    done = finished_metrics(out, config, redo_other=True)
     if done is not None:
         return done
     task = task_from_config(base)
@@ -209,7 +210,7 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
     levels = list(parse_levels(es["levels"]))
     config = {"command": "effective-size", **es, "levels": levels, "steps": [step for step, _ in checkpoints],
               "core": list(core), "subcases": subcases}
-    done = steps.finished(out, config)
+    done = finished_metrics(out, config, redo_other=True)
     if done is not None:
         return done
     slim = {**{k: v for k, v in base.items() if k != "model"}, "splits": [*ID_SPLITS, "ood"],  # the curves need no real HANS
@@ -233,7 +234,7 @@ def _attention(study: dict, settings: dict, model: str, prepared: dict, heads: l
     pairs = [(ex.text_a, ex.text_b) for ex in pool]
     config = {"command": "attention", "model": model, "data": prepared["attention"],
               "heads": [f"L{l}.H{h}" for l, h in heads], **opts}
-    done = steps.finished(out, config)
+    done = finished_metrics(out, config, redo_other=True)
     if done is not None:
         return done
     loaded = load_model(model, head="base", attn_implementation="eager")

@@ -32,6 +32,7 @@ from subnetlab.executor import Job, run_jobs
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.finetune.config import FinetuneConfig, validate
 from subnetlab.progress import stage
+from subnetlab.runs.directory import claim
 
 NAME = "lottery"
 CONTROLS = ("good", "random", "bad")
@@ -190,10 +191,7 @@ def run(settings: dict[str, Any], out: Path) -> Path:
 
     _check(settings)
     out = Path(out)
-    if (out / "config.json").is_file() and read_json(out / "config.json") != settings:
-        raise SubnetlabError(f"{out / 'config.json'}: holds a different configuration; choose another output directory",
-                             setting="out")
-    write_json(out / "config.json", settings)
+    claim(out, settings, what="study configuration")
     started = time.time()
     results: dict[str, Any] = {}
     for task in settings["tasks"]:

@@ -20,6 +20,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, run_jobs
 from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
+from subnetlab.runs.directory import claim
 from subnetlab.transfer.conditions import CONDITIONS, check_conditions
 
 NAME = "subtask-induction"
@@ -145,12 +146,7 @@ def run(settings: dict, out: Path) -> Path:
     from subnetlab.experiments.subtask_induction.report import write_report
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    previous = out / "config.json"
-    if previous.is_file() and read_json(previous) != settings:
-        raise SubnetlabError(f"{previous}: holds a different configuration; choose another output directory or delete it",
-                             setting="out")
-    write_json(previous, settings)
+    claim(out, settings, what="study configuration")
     if settings["conditions"]:
         check_conditions(settings["conditions"], setting="conditions")
     if settings.get("also_reinit_masked"):
