@@ -12,8 +12,8 @@ equally weighted mix of the two. Under the Competing Subnetworks hypothesis the
 OOD effective size should *fall* when the model starts to generalize; the paper
 finds it *rises*.
 
-This module holds the pure functions (no models); ``effective_size_sweep`` in
-``subnetlab.analysis.effective_size_sweep`` produces their inputs by pruning.
+This module holds the pure functions (no models); ``effective_size`` in
+``subnetlab.experiments.heuristic_core`` produces their inputs by pruning.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ loads the fine-tuned model, measures the full model's development metric
 * ``subnetwork.safetensors``: the "good" subnetwork (weight-level for
   magnitude, structured for importance);
 * ``random.safetensors`` and ``bad.safetensors``: its controls (see
-  ``lottery_controls``), drawn with ``control_seed``;
+  ``methods.lottery.controls``), drawn with ``control_seed``;
 * ``importance.safetensors`` (s-pruning): the last importance scores.
 
 It returns the metrics (pruning history, full and pruned metric, sparsity, and

@@ -67,8 +67,8 @@ def run_dir_name(sparsity: float, seed: int, schedule: str) -> str:
     return f"sparsity-{level_name(sparsity)}/seed-{seed}"
 
 
-def _subnetwork(setup: PruningSetup, sel: Selection, cfg: PruneConfig, target: float, config: dict) -> Subnetwork:
-    extra = {"selection": sel.method, "schedule": cfg.schedule, "task": str(config["task"]), "model": str(config["model"])}
+def _subnetwork(setup: PruningSetup, sel: Selection, cfg: PruneConfig, target: float, job: PruneJobConfig) -> Subnetwork:
+    extra = {"selection": sel.method, "schedule": cfg.schedule, "task": str(job.task), "model": str(job.model)}
     if sel.threshold is not None:
         extra["threshold"] = repr(sel.threshold)
     return Subnetwork.structured(setup.loaded.adapter, sel.heads, sel.mlps, method="hard-concrete", seed=cfg.seed,
@@ -84,10 +84,10 @@ def evaluate_gates(setup: PruningSetup, heads, mlps, cfg: PruneConfig) -> dict[s
 
 
 def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selection], cfg: PruneConfig,
-                     target: float, config: dict) -> dict[str, Any]:
+                     target: float, job: PruneJobConfig) -> dict[str, Any]:
     """Save the chosen subnetwork (and the other), evaluate the chosen one; return its metrics."""
     adapter = setup.loaded.adapter
-    subs = {name: _subnetwork(setup, sel, cfg, target, config) for name, sel in selections.items()}
+    subs = {name: _subnetwork(setup, sel, cfg, target, job) for name, sel in selections.items()}
     chosen = subs[cfg.selection]
     for name, sub in subs.items():
         if name != cfg.selection:
@@ -119,7 +119,7 @@ def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
             levels[level_name(level)] = _level_summary(read_json(where / "metrics.json"))
             return
         stage(f"seed {cfg.seed}: level {level:.2f} reached at step {step}; evaluating")
-        metrics = {**write_selections(where, setup, selections, cfg, level, config), "step": step}
+        metrics = {**write_selections(where, setup, selections, cfg, level, job), "step": step}
         write_json(where / "metrics.json", metrics)
         levels[level_name(level)] = _level_summary(metrics)
 
@@ -136,7 +136,7 @@ def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                 levels[level_name(level)] = _level_summary(read_json(out_dir / "levels" / level_name(level) / "metrics.json"))
         return {"target_sparsity": cfg.sparsity, "seed": cfg.seed, **training, "levels": levels}
     stage(f"seed {cfg.seed}: evaluating the {cfg.sparsity:.2f} subnetwork")
-    metrics = write_selections(out_dir, setup, result.selections, cfg, cfg.sparsity, config)
+    metrics = write_selections(out_dir, setup, result.selections, cfg, cfg.sparsity, job)
     return {**metrics, **training}
 
 

@@ -27,7 +27,7 @@ from subnetlab.progress import stage
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
-from subnetlab.tasks.registry import get_task
+from subnetlab.tasks.spec import TaskSpec
 from subnetlab.transfer.build import build_transfer_model
 from subnetlab.transfer.conditions import check_conditions, check_reinit, get_condition
 from subnetlab.transfer.controls import complement_matched, random_matched
@@ -45,7 +45,7 @@ def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[Lo
     if task_name.startswith("arith:"):
         vocab = int(loaded.model.config.vocab_size)
         options.setdefault("max_number", vocab - ARITH_SPECIALS)
-    task = get_task(task_name, **options)
+    task = TaskSpec(task_name, options).build()
     tok = task.tokenizer or loaded.tokenizer
     if tok is not None and len(tok) > int(loaded.model.config.vocab_size):
         raise SubnetlabError(f"{path}: vocabulary of {loaded.model.config.vocab_size} tokens, the task {task_name} needs {len(tok)}")
@@ -217,7 +217,7 @@ def _transfer(job: TransferJobConfig) -> dict:
     for run in job.runs:
         condition, size, seed = run["condition"], int(run["size"]), int(run["seed"])
         get_condition(condition, has_subnetwork=sub is not None)
-        task = get_task(job.task, **{"ambiguous": True, "n_disambiguation": size, "seed": seed, **task_options})
+        task = TaskSpec(job.task, {"ambiguous": True, "n_disambiguation": size, "seed": seed, **task_options}).build()
         tm = build_transfer_model(trained.model, condition, seed=seed, subnetwork=_subnetwork_for(condition, sub, seed),
                                   reinit=job.reinit, freeze=bool(job.freeze),
                                   adapter=trained.adapter)

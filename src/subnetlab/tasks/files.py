@@ -1,6 +1,6 @@
 """Reading TSV and JSONL data files with errors that name ``file:line``.
 
-The loaders in ``nli_data`` and ``paraphrase_data`` build on these; they never
+The loaders in ``tasks.nli.files`` and ``tasks.nli.paraphrase_files`` build on these; they never
 use ``csv`` quoting rules, because GLUE / HANS / PAWS files are plain
 tab-separated text whose fields may contain quote characters.
 """

@@ -15,7 +15,7 @@ an "Execution" help panel, packed into one ``subnetlab.executor.ExecutorOptions`
             seeds: str = typer.Option("0-11", "--seeds"),
             executor: ExecutorOptions = None,   # filled in by the decorator
         ) -> None:
-            jobs = [Job("subnetlab.methods.hardconcrete:prune_job", {"seed": s}, out / f"seed{s}")
+            jobs = [Job("subnetlab.runs.prune:prune_job", {"seed": s}, out / f"seed{s}")
                     for s in parse_int_list(seeds)]
             report = executor.run(jobs, sweep_dir=out)
             if not report.ok:

@@ -147,9 +147,9 @@ def lottery_patterns(
     from subnetlab.io import write_json
     from subnetlab.experiments.lottery.figures import pattern_types_plot
     from subnetlab.subnetwork import Subnetwork
-    from subnetlab.tasks.registry import get_task
+    from subnetlab.tasks.spec import TaskSpec
 
-    task_obj = get_task(task, **parse_task_options(task_option, data, "eval"))
+    task_obj = TaskSpec(task, parse_task_options(task_option, data, "eval")).build()
     split = split or next(iter(task_obj.eval_splits))
     chosen, source = sentence_pairs(task_obj, split, pairs, "task", None)
     result = {"source": source, "model": model, **pattern_types(model, chosen, max_length, device)}

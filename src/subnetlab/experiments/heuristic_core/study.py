@@ -1,9 +1,9 @@
 """One task of the Heuristic Core reproduction, stage by stage; every stage resumes.
 
-    finetune/            fine-tuning with checkpoints and ID / OOD curves (methods.finetune)
+    finetune/            fine-tuning with checkpoints and ID / OOD curves (runs.finetune)
     data/                the chosen OOD subcases and files holding only them
-    prune/               N seeds x two sparsities (methods.pruning_job through the executor)
-    core/                frequencies, heatmap, core, rho (heuristic_core_steps.core_step)
+    prune/               N seeds x two sparsities (runs.prune.prune_sweep through the executor)
+    core/                frequencies, heatmap, core, rho (steps.core_step)
     ablation/            Table 3 for the core heads
     effective_size/      staircase sweeps over checkpoints and the Figure 6 analysis
     attention/           attention patterns of the core heads (Figures 7 and 9)

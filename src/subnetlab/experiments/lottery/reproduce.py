@@ -167,13 +167,14 @@ def _analysis_stage(settings: dict[str, Any], task: str, tdir: Path, measured: d
     from subnetlab.analysis.stability import stability_summary
     from subnetlab.experiments.lottery.jobs import pattern_types, sentence_pairs
     from subnetlab.subnetwork import Subnetwork
-    from subnetlab.tasks.registry import get_task, shared_data_dir
+    from subnetlab.tasks.registry import shared_data_dir
+    from subnetlab.tasks.spec import TaskSpec
 
     subs = [Subnetwork.load(Path(d) / "subnetwork.safetensors") for d in measured["dirs"]["importance"].values()]
     stability = stability_summary(subs)
     patterns: dict[str, Any] = {}
     first = min(settings["seeds"])
-    task_obj = get_task(task, **settings["task_options"].get(task, {}))
+    task_obj = TaskSpec(task, settings["task_options"].get(task, {})).build()
     pairs, source = sentence_pairs(task_obj, settings["split"], int(settings["pattern_pairs"]),
                                    settings["pattern_source"], shared_data_dir())
     for which, path in (("finetuned", str(Path(measured["dirs"]["finetune"][str(first)]) / "run" / "model")), ("pretrained", settings["model"])):

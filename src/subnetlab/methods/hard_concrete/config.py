@@ -8,7 +8,7 @@ Pruning" and "Details of Pruning and L0 Regularization"):
 * effective batch 128 including gradient accumulation (here 32 x 4);
 * maximum sequence length 128 ("as before", the fine-tuning length of Appendix A);
 * ``warmup_steps = 6500 + 50 * sp``, ``total_steps = warmup_steps + 6 * sp``
-  (``pruning_schedule.paper_steps``); checkpoints every 64 steps;
+  (``hard_concrete.schedule.paper_steps``); checkpoints every 64 steps;
 * hard-concrete constants ``l, r, beta, eps`` (``hard_concrete``).
 
 Taken from the authors' released code (princeton-nlp/Heuristic-Core), which the

@@ -8,7 +8,7 @@ Splits are plain dicts ``{name: ImageSet}``.
 
 Anything with ``classes``, ``labels``, ``textures``, ``name``, ``len`` and
 ``pixels(index)`` is an ``ImageSource``: image folders too large for memory
-(``images_folder.ImageFolderSet``) are read lazily through the same interface.
+(``tasks.images.folder.ImageFolderSet``) are read lazily through the same interface.
 """
 
 from __future__ import annotations

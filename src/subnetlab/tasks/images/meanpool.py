@@ -2,7 +2,7 @@
 
 This erases local, high-frequency texture while keeping the outlines of
 regions, i.e. shape (Zhang, Lepori, Pavlick 2024, section 5.1). The paper
-segments with Segment Anything (``images_sam.SamSegmenter``, optional: it needs
+segments with Segment Anything (``tasks.images.sam.SamSegmenter``, optional: it needs
 the SAM weights); the default here is scikit-image, which needs nothing:
 
 * ``slic`` -- SLIC superpixels (k-means in colour + position). Defaults for
