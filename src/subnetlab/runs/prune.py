@@ -198,4 +198,5 @@ def prune_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float],
     assert first is not None
     full = FullModelJobConfig(**common.to_dict(), eval={"batch_size": first.eval_batch_size,
                                                         "max_length": first.max_length, "limit": first.eval_limit})
-    return [Job(FULL_MODEL_JOB, full.to_dict(), out / "full-model", name=name), *jobs]
+    full_name = f"{name_prefix}full-model" if name_prefix is not None else "full-model"
+    return [Job(FULL_MODEL_JOB, full.to_dict(), out / "full-model", name=full_name), *jobs]
