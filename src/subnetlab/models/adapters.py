@@ -89,6 +89,7 @@ class FamilySpec:
     mlp_matrices: tuple[str, ...] = ()  # modules whose weights (and biases) belong to the MLP
     transposed: bool = False  # GPT-2 Conv1D stores weights as [in, out]
     example: str = ""
+    kind: str = "encoder"  # encoder (text classifiers), decoder (causal LMs) or vision
     make_adapter: Callable[[nn.Module, FamilySpec], Any] = field(default=_transformer_adapter, repr=False)
 
     @property
@@ -115,23 +116,23 @@ FAMILIES: dict[str, FamilySpec] = {
         FamilySpec(
             "gpt2", ("gpt2",), "h", "attn.c_attn", None, None,
             "attn.c_proj", "mlp", ("mlp.c_fc", "mlp.c_proj"), transposed=True,
-            example="gpt2, small GPT-2s from a config",
+            example="gpt2, small GPT-2s from a config", kind="decoder",
         ),
         FamilySpec(
             "vit", ("vit",), "layers",
             "attention.q_proj", "attention.k_proj", "attention.v_proj",
             "attention.o_proj", "mlp", ("mlp.fc1", "mlp.fc2"),
-            example="google/vit-base-patch16-224",
+            example="google/vit-base-patch16-224", kind="vision",
         ),
         FamilySpec(
             "llama", ("llama", "mistral", "qwen2", "qwen3"), "layers",
             "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
             "self_attn.o_proj", "mlp", ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
-            example="Llama / Mistral / Qwen2 (grouped-query attention)",
+            example="Llama / Mistral / Qwen2 (grouped-query attention)", kind="decoder",
         ),
         FamilySpec(
             "resnet", ("resnet",), "encoder.stages",
-            example="microsoft/resnet-18, small ResNets from a config",
+            example="microsoft/resnet-18, small ResNets from a config", kind="vision",
             make_adapter=_resnet_adapter,
         ),
     ]

@@ -69,6 +69,20 @@ def _check_head(head: str) -> None:
         raise SubnetlabError(f"unknown model head {head!r}; choose one of {', '.join(HEADS)}")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model")
+
+
+def has_tokenizer_files(directory: Path) -> bool:
+    """Whether a model directory holds a tokenizer's vocabulary.
+
+    transformers 5 returns a tokenizer with only its special tokens when there is
+    none, which would turn every word into an unknown token; subnetlab treats such
+    a directory as having no tokenizer.
+    """
+    return any((directory / name).is_file() for name in TOKENIZER_FILES)
+
+
 def load_model(
     name_or_path: str,
     head: Head = "base",
@@ -98,10 +112,11 @@ def load_model(
     adapter = get_adapter(model)
     model.eval()
     tokenizer = None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-    except (OSError, ValueError, TypeError):
-        tokenizer = None  # image models and task-specific tokenizers
+    if not local.exists() or has_tokenizer_files(local):
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError, TypeError):
+            tokenizer = None  # image models and task-specific tokenizers
     return LoadedModel(model, tokenizer, adapter, name_or_path)
 
 

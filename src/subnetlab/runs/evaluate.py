@@ -61,6 +61,7 @@ class EvaluateJobConfig:
 def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
     """Score ``job`` and write its run directory; returns ``{split: scores}``."""
     from subnetlab.methods.evaluate import evaluate, subnetwork_context
+    from subnetlab.methods.model_fit import check_model_fits_task
     from subnetlab.models import load_model
     from subnetlab.progress import stage
 
@@ -71,6 +72,7 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
         raise SubnetlabError(f"model {job.model} has no trained classification head ({', '.join(archs) or 'none'}); "
                              "fine-tune it first", setting="model")
     tokenizer = task.tokenizer or loaded.tokenizer
+    check_model_fits_task(loaded.model, tokenizer, task, job.model)
     splits = list(job.splits) if job.splits else None
     config = job.record(task.options)
     if job.subnetwork is None:

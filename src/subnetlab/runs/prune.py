@@ -47,7 +47,7 @@ from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
 from subnetlab.methods.hard_concrete.select import Selection
 from subnetlab.methods.hard_concrete.train import prune
 from subnetlab.progress import stage
-from subnetlab.runs.prune_setup import FullModelJobConfig, ModelAndTask, PruneJobConfig, PruningSetup, load_pruning_model
+from subnetlab.runs.prune_setup import FullModelJobConfig, ModelAndTask, PruneJobConfig, PruningSetup, load_pruning_model, task_tokenizer
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.spec import eval_splits
 
@@ -150,7 +150,7 @@ def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     task = job.task_spec.build()
     splits = eval_splits(task, job.splits)
     loaded = load_pruning_model(job.model, task)
-    tokenizer = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
+    tokenizer = task_tokenizer(loaded, task)
     settings = job.eval_settings  # the same batch size, length and limit as the runs'
     stage("evaluating the full model")
     scores = evaluate(loaded.model, tokenizer, task, splits, batch_size=settings.batch_size,

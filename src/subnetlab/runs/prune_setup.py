@@ -23,6 +23,7 @@ from subnetlab.intervene import ComponentValues
 from subnetlab.methods.hard_concrete.ablation import ablation_values, mean_activations
 from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.methods.hard_concrete.data import PruningData
+from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
 from subnetlab.tasks.base import Task
 from subnetlab.runs.job_config import JobConfig, require_positive
@@ -119,6 +120,11 @@ def check_checkpoint(name: str) -> None:
         raise SubnetlabError(f"{name}: model type {model_type!r} is not supported (supported: {', '.join(supported)})")
 
 
+def task_tokenizer(loaded: LoadedModel, task: Task) -> Any:
+    """The task's own tokenizer (arithmetic vocabularies) if it has one, else the model's."""
+    return task.tokenizer if task.tokenizer is not None else loaded.tokenizer
+
+
 def load_pruning_model(name: str, task: Task) -> LoadedModel:
     """Load a fine-tuned checkpoint with the head the task needs; refuse what cannot be pruned."""
     head = "causal-lm" if task.kind == "lm" else "classification"
@@ -133,8 +139,7 @@ def load_pruning_model(name: str, task: Task) -> LoadedModel:
         raise SubnetlabError(f"{name}: not a Hugging Face model")
     if task.kind == "classification":
         task.model_labels(int(getattr(loaded.model.config, "num_labels", 0) or 0))  # raises on a wrong head
-    if loaded.tokenizer is None and task.tokenizer is None:
-        raise SubnetlabError(f"{name}: no tokenizer next to the checkpoint, and task {task.name} brings none")
+    check_model_fits_task(loaded.model, task_tokenizer(loaded, task), task, name)
     return loaded
 
 
@@ -158,7 +163,7 @@ class PruningSetup:
         if not task.train:
             raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")
         loaded = load_pruning_model(job.model, task)
-        tokenizer = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
+        tokenizer = task_tokenizer(loaded, task)
         data = PruningData.from_task(task, tokenizer, "train", prune.max_length, prune.train_limit)
         cache = job.cache_dir
         model, adapter = loaded.model, loaded.adapter

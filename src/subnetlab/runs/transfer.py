@@ -23,6 +23,7 @@ from subnetlab.intervene import mask_weights
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification, kept_percentages
 from subnetlab.models import load_model
 from subnetlab.models.loading import LoadedModel
+from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.progress import stage
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.subnetwork import Subnetwork
@@ -46,9 +47,7 @@ def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[Lo
         vocab = int(loaded.model.config.vocab_size)
         options.setdefault("max_number", vocab - ARITH_SPECIALS)
     task = TaskSpec(task_name, options).build()
-    tok = task.tokenizer or loaded.tokenizer
-    if tok is not None and len(tok) > int(loaded.model.config.vocab_size):
-        raise SubnetlabError(f"{path}: vocabulary of {loaded.model.config.vocab_size} tokens, the task {task_name} needs {len(tok)}")
+    check_model_fits_task(loaded.model, task.tokenizer or loaded.tokenizer, task, path)
     loaded.model.eval()
     return loaded, task
 

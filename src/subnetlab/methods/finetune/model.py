@@ -15,6 +15,7 @@ from pathlib import Path
 from transformers import AutoConfig, GPT2Config
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.models import LoadedModel, build_model, load_model, resolve
 from subnetlab.tasks.base import Task
 
@@ -78,6 +79,5 @@ def model_for_task(spec: str, task: Task, *, seed: int = 0) -> LoadedModel:
         loaded.model.config.label2id = {name: i for i, name in enumerate(task.labels)}
     if task.tokenizer is not None:
         loaded.tokenizer = task.tokenizer
-    if loaded.tokenizer is None:
-        raise SubnetlabError(f"model {spec} has no tokenizer and task {task.name} brings none")
+    check_model_fits_task(loaded.model, loaded.tokenizer, task, spec)
     return loaded

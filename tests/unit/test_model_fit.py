@@ -1,0 +1,44 @@
+"""A model that cannot run a task is refused when it is loaded, naming both (not half-way through a run)."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.methods.model_fit import check_model_fits_task, family_kind
+from subnetlab.models import load_model
+from subnetlab.tasks.registry import get_task
+
+
+def _bert(vocab: int = 60) -> BertForSequenceClassification:
+    return BertForSequenceClassification(BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1,
+                                                    num_attention_heads=2, intermediate_size=32, num_labels=3))
+
+
+def _gpt2(vocab: int) -> GPT2LMHeadModel:
+    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=16, n_layer=1, n_head=2, n_positions=16))
+
+
+def test_a_folder_without_tokenizer_files_has_no_tokenizer(tmp_path):
+    _bert().save_pretrained(tmp_path / "m")
+    loaded = load_model(str(tmp_path / "m"), head="classification")
+    assert loaded.tokenizer is None  # transformers 5 alone would give one with only special tokens
+    task = get_task("nli-synthetic", n_train=20, n_eval=10, hans_per_subcase=1)
+    with pytest.raises(SubnetlabError, match="has no tokenizer") as refused:
+        check_model_fits_task(loaded.model, loaded.tokenizer, task, "m")
+    assert refused.value.setting == "model"
+
+
+def test_an_encoder_is_not_a_causal_lm():
+    task = get_task("arith:ab", n_train=20, n_eval=5, n_test=5, max_number=20)
+    assert family_kind(_bert()) == "encoder" and family_kind(_gpt2(30)) == "decoder"
+    with pytest.raises(SubnetlabError, match="not a causal language model"):
+        check_model_fits_task(_bert(), task.tokenizer, task, "bert")
+
+
+def test_token_ids_beyond_the_embedding_are_refused_naming_both_sizes():
+    task = get_task("arith:ab", n_train=20, n_eval=5, n_test=5, max_number=20)
+    check_model_fits_task(_gpt2(len(task.tokenizer)), task.tokenizer, task, "gpt2")  # exactly enough rows
+    with pytest.raises(SubnetlabError, match=rf"vocabulary of 10 tokens, but the tokenizer .* has {len(task.tokenizer)}"):
+        check_model_fits_task(_gpt2(10), task.tokenizer, task, "gpt2")
