@@ -138,7 +138,7 @@ _TASKS: dict[str, Callable[..., Task]] = {
 
 
 def task_names() -> list[str]:
-    return [*_TASKS, "arith:<op>"]
+    return [*_TASKS, "arith:<op>", "file:<path>"]
 
 
 def get_task(name: str, **options: Any) -> Task:
@@ -148,6 +148,14 @@ def get_task(name: str, **options: Any) -> Task:
         factory: Callable[..., Task] = lambda **kw: make_arithmetic_task(op, **kw)  # noqa: E731
         signature = inspect.signature(make_arithmetic_task).replace(
             parameters=[p for p in inspect.signature(make_arithmetic_task).parameters.values() if p.name != "op"]
+        )
+    elif name.startswith("file:"):
+        from subnetlab.tasks.user_files import make_file_task
+
+        path = name.split(":", 1)[1]
+        factory = lambda **kw: make_file_task(path, **kw)  # noqa: E731
+        signature = inspect.signature(make_file_task).replace(
+            parameters=[p for p in inspect.signature(make_file_task).parameters.values() if p.name != "path"]
         )
     elif name in _TASKS:
         factory = _TASKS[name]
