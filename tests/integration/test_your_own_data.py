@@ -73,4 +73,8 @@ def test_finetune_prune_core_on_a_users_file(tmp_path, family, fmt):
         assert run["target_sparsity"] == 0.5 and "eval" in run["eval"]
     _run("core", "--runs", str(tmp_path / "pa"), str(tmp_path / "pb"), "--out", str(tmp_path / "core"))
     core = json.loads((tmp_path / "core" / "metrics.json").read_text())
-    assert "core" in core
+    heads = "core:" + str(tmp_path / "core") if core["core"] else "L0.H1,L1.H2"  # a tiny model may share no head
+    _run("ablate", "--model", str(tmp_path / "ft" / "model"), *task, "--heads", heads, "--id-split", "eval",
+         "--max-length", "24", "--out", str(tmp_path / "ablate"))
+    table = json.loads((tmp_path / "ablate" / "metrics.json").read_text())
+    assert table  # one row per ablated head, and the joint row
