@@ -39,7 +39,7 @@ def discover(
     init: float = typer.Option(-0.1, "--init", help="Initial mask logit s."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data and its order."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. max_number=100."),
     executor: ExecutorOptions = None,
 ) -> None:

@@ -53,7 +53,7 @@ def finetune(
     eval_limit: Optional[int] = typer.Option(None, "--eval-limit", help="Examples per evaluation split (default: all)."),
     eval_batch_size: Optional[int] = typer.Option(None, "--eval-batch-size", help="Evaluation batch size [64]."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the head, dropout and data order [0]."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or auto [cpu]."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
 ) -> None:
     """Fine-tune MODEL on TASK: AdamW, checkpoints every --save-every steps, evaluation
     (in-domain and every out-of-domain subcase) every --eval-every steps into DIR/metrics.jsonl."""

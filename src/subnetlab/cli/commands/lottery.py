@@ -50,7 +50,7 @@ def lottery_prune(
     criterion: str = typer.Option("sensitivity", "--criterion", help="Importance: sensitivity (Michel et al.), taylor or grad-x-activation."),
     refine: bool = typer.Option(True, "--refine/--no-refine", help="Importance: continue with heads alone, then MLPs alone."),
     control_seed: int = typer.Option(0, "--control-seed", help="Seed of the random and bad controls."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
 ) -> None:
     """Prune a fine-tuned model and write subnetwork.safetensors plus random.safetensors and bad.safetensors."""
     from subnetlab.cli.commands.finetune import parse_task_options
@@ -86,7 +86,7 @@ def lottery_retrain(
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens per example [128]."),
     eval_limit: Optional[int] = typer.Option(None, "--eval-limit", help="Examples per evaluation split (default: all)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the new classifier, dropout and data order [0]."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or auto [cpu]."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
     save_model: bool = typer.Option(True, "--save-model/--no-save-model", help="Write the trained weights to DIR/model."),
 ) -> None:
     """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
@@ -138,7 +138,7 @@ def lottery_patterns(
     pairs: int = typer.Option(100, "--pairs", help="Number of sentence pairs (one attention map each per head)."),
     subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="Also report the type shares among its kept heads."),
     max_length: int = typer.Option(128, "--max-length", help="Tokens per pair."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
 ) -> None:
     """Kovaleva pattern type of every head, from raw and from normed (Kobayashi) attention."""
     from subnetlab.analysis.attention_types import TYPES, HeadTypes

@@ -44,7 +44,7 @@ def transfer(
     reinit: str = typer.Option("all", "--reinit", help="all: everything outside the subnetwork (the paper's text); masked: only the masked matrices (its code)."),
     stack: int = typer.Option(1, "--stack", help="Train up to K runs of one job together (torch.func); pays off on GPUs and tiny batches."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_eval=1000."),
     executor: ExecutorOptions = None,
 ) -> None:

@@ -103,8 +103,8 @@ def validate(cfg: FinetuneConfig) -> None:
     need(cfg.eval_every >= 1, "eval_every", f"{cfg.eval_every} must be at least 1")
     need(cfg.eval_limit is None or cfg.eval_limit >= 1, "eval_limit", f"{cfg.eval_limit} must be at least 1")
     need(cfg.eval_batch_size >= 1, "eval_batch_size", f"{cfg.eval_batch_size} must be at least 1")
-    need(cfg.device in ("cpu", "cuda", "auto") or cfg.device.startswith("cuda:"), "device",
-         f"{cfg.device!r} is not cpu, cuda or auto")
+    need(cfg.device in ("cpu", "cuda", "auto", "mps") or cfg.device.startswith("cuda:"), "device",
+         f"{cfg.device!r} is not auto, cpu, cuda[:N] or mps")
     need(len(cfg.adam_betas) == 2 and all(0 <= b < 1 for b in cfg.adam_betas), "adam_betas",
          f"{cfg.adam_betas} must be in [0, 1)")
     for spec in cfg.eval_data:
