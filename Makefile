@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= runs/demo
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean gpu-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# On a GPU machine whose python3 already holds torch with CUDA (after scripts/gpu-machine-setup.sh install):
+# the device tests (skipped where CUDA is absent).
+gpu-check:
+	$(PY) -m pytest -q -p no:cacheprovider -m gpu -rs tests
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
