@@ -8,9 +8,7 @@ Held-out data comes from ``eval_file``; without one, ``eval_fraction`` of the
 training rows (drawn with ``seed``) are held out as split ``eval``, and the
 task's options say so. The result is an ordinary classification ``Task``, so
 every method (finetune, evaluate, prune, core, ablate, lottery-prune) takes it.
-
-    subnetlab finetune --model DIR --task file:data/train.csv \\
-        --task-option text_column=premise --task-option text_pair_column=hypothesis ...
+``docs/your-own-model.md`` walks through the commands.
 """
 
 from __future__ import annotations
