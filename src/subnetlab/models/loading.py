@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from safetensors import SafetensorError
 from torch import nn
 from transformers import (
     AutoConfig,
@@ -108,7 +109,15 @@ def load_model(
     if num_labels is not None and num_labels != getattr(config, "num_labels", None):
         config.num_labels = num_labels
     source = str(local) if local.exists() else source
-    model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation, **kwargs)
+    try:
+        if local.exists() and (local / "subnetlab_pruning.json").is_file():
+            model = _load_exported(local, HEADS[head], config, attn_implementation, **kwargs)
+        else:
+            model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation, **kwargs)
+    except SubnetlabError:
+        raise
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:  # missing or damaged weights
+        raise SubnetlabError(f"{name_or_path}: cannot load the model weights ({_first_line(e)})") from None
     adapter = get_adapter(model)
     model.eval()
     tokenizer = None
@@ -118,6 +127,28 @@ def load_model(
         except (OSError, ValueError, TypeError):
             tokenizer = None  # image models and task-specific tokenizers
     return LoadedModel(model, tokenizer, adapter, name_or_path)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def _load_exported(directory: Path, model_class: Any, config: PretrainedConfig, attn_implementation: str,
+                   **kwargs: Any) -> nn.Module:
+    """A model written by ``subnetlab export``: rebuilt from its config and pruning record, then its weights.
+
+    Its layers have fewer heads (and maybe no MLP) than its config says, which
+    ``from_pretrained`` cannot express; ``subnetlab.export.save`` rebuilds the
+    sliced modules before loading the weights. Imported here, not at the top,
+    because only exported directories need it.
+    """
+    from subnetlab.export.save import load_exported
+
+    dtype = kwargs.pop("dtype", None) or kwargs.pop("torch_dtype", None)
+    if kwargs:
+        raise SubnetlabError(f"{directory}: an exported model loads without the options {', '.join(sorted(kwargs))}")
+    return load_exported(directory, model_class, config, attn_implementation, None if dtype == "auto" else dtype)
 
 
 def build_model(

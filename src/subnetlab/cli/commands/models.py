@@ -28,9 +28,18 @@ def models() -> None:
 
 
 def inspect(model: str = typer.Option(..., "--model", help="Alias (minilm), local directory or hub id.")) -> None:
-    """Print the component table: layers x heads, head dimension, parameters per head and per MLP."""
-    from subnetlab.models import load_model
+    """Print the component table: layers x heads, head dimension, parameters per head and per MLP.
 
+    For a model written by `subnetlab export`: the heads and MLP kept in each layer and its parameter count.
+    """
+    from pathlib import Path
+
+    from subnetlab.export import is_exported
+    from subnetlab.models import load_model, resolve
+
+    if is_exported(Path(resolve(model)).expanduser()):
+        _inspect_exported(model, Path(resolve(model)).expanduser())
+        return
     loaded = load_model(model)
     a = loaded.adapter
     per_head, per_mlp = a.params_per_head(), a.params_per_mlp()
@@ -54,6 +63,37 @@ def inspect(model: str = typer.Option(..., "--model", help="Alias (minilm), loca
         f"components: {a.num_layers * a.num_heads} heads + {a.num_layers} MLPs; "
         f"their parameters: {total:,.0f} (heads {per_head.sum() / total:.1%})"
     )
+
+
+def _inspect_exported(model: str, directory) -> None:
+    """Heads per layer (which, and their key/value heads), MLPs kept, and parameters of an exported model."""
+    from subnetlab.export import parameter_count, read_plan, read_record
+    from subnetlab.export.api import head_for
+    from subnetlab.models import load_model
+
+    record, plan = read_record(directory), read_plan(directory)
+    loaded = load_model(model, head=head_for([record.get("architecture", "")]))
+    count, p = parameter_count(loaded.model), record.get("parameters", {})
+    console = Console()
+    console.print(
+        f"{model}: exported {plan.family} model ({type(loaded.model).__name__}) from {record['source']['model']}, "
+        f"{len(plan.layers)} layers of up to {plan.num_heads} heads ({plan.num_kv_heads} key/value heads), "
+        f"head dim {plan.head_dim}, hidden {plan.hidden_size}; ablation folded: {record['ablation']['kind']}"
+    )
+    table = Table()
+    for col in ("layer", "heads", "kept heads", "key/value heads", "MLP"):
+        table.add_column(col)
+    for i, layer in enumerate(plan.layers):
+        table.add_row(str(i), f"{len(layer.heads)} / {plan.num_heads}", " ".join(map(str, layer.heads)) or "-",
+                      " ".join(map(str, layer.kv_heads)) or "-",
+                      "kept" if layer.mlp else ("constant" if layer.mlp_constant else "removed (zero)"))
+    console.print(table)
+    before = p.get("before")
+    change = f" ({count / before - 1:+.1%} from the source's {before:,})" if before else ""
+    console.print(f"heads: {sum(len(l.heads) for l in plan.layers)} of {plan.num_heads * len(plan.layers)}; "
+                  f"MLPs: {sum(l.mlp for l in plan.layers)} of {len(plan.layers)}; parameters: {count:,}{change}")
+    for note in record.get("notes", []):
+        console.print(f"note: {note}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,185 @@
+"""The exported model's directory, and loading it back.
+
+A directory a user can ship::
+
+    config.json              the source model's config, unchanged (per-layer shapes are not a config field)
+    model.safetensors        the sliced weights (tied weights stored once)
+    subnetlab_pruning.json   heads / key-value heads / MLPs kept per layer, the biases added, the source
+                             model's and the subnetwork's fingerprints, parameter counts before and after
+    tokenizer files          when the source had a tokenizer
+    model.onnx               optional
+
+transformers configs have one head count for every layer and no way to say
+"this MLP is gone", so ``config.json`` stays the source's and the per-layer
+shapes live in ``subnetlab_pruning.json``. ``load_exported`` builds the model
+from the config, applies the recorded plan (``slicing.apply_plan``) to get the
+smaller modules, and loads the weights into them; ``subnetlab.load_model``
+calls it when it finds ``subnetlab_pruning.json``. Plain
+``transformers.from_pretrained`` refuses the directory (the shapes do not
+match the config) rather than loading it wrongly.
+
+The directory is written under a temporary name beside its final place and
+renamed when complete, so an interrupted export never leaves a directory that
+looks finished.
+
+This module imports only the models layer's adapters (not ``subnetlab.models``
+itself), because ``subnetlab.models.loading`` imports it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.export.slicing import Plan, apply_plan
+from subnetlab.io import default_mode, load_tensors, read_json, save_tensors, write_json, write_text
+from subnetlab.models.adapters import FAMILIES
+
+PRUNING_FILE = "subnetlab_pruning.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "subnetlab.export/1"
+
+
+def is_exported(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a model written by ``export_subnetwork``."""
+    return (Path(directory) / PRUNING_FILE).is_file()
+
+
+def read_record(directory: str | Path) -> dict[str, Any]:
+    """The directory's ``subnetlab_pruning.json``, checked for its format."""
+    path = Path(directory) / PRUNING_FILE
+    record = read_json(path)
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise SubnetlabError(f"{path}: not a subnetlab export record (format "
+                             f"{record.get('format') if isinstance(record, dict) else None!r}, expected {FORMAT})")
+    return record
+
+
+def read_plan(directory: str | Path) -> Plan:
+    return Plan.from_json(read_record(directory).get("plan"), str(Path(directory) / PRUNING_FILE))
+
+
+# -- writing ------------------------------------------------------------------------------------
+def unique_state(model: nn.Module) -> dict[str, Tensor]:
+    """The state dict with each tied tensor once (safetensors refuses shared storage).
+
+    The first name in module order is kept (the input embedding, before the
+    output head tied to it); the loader re-ties through the rebuilt model.
+    """
+    state: dict[str, Tensor] = {}
+    seen: set[tuple[int, tuple[int, ...], tuple[int, ...]]] = set()
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        if tensor.numel() and key in seen:
+            continue
+        seen.add(key)
+        state[name] = tensor
+    return state
+
+
+def write_directory(out: Path, model: nn.Module, record: dict[str, Any], tokenizer: Any = None,
+                    extra: Callable[[Path], None] | None = None) -> None:
+    """Write the export into a temporary directory beside ``out``, then rename it to ``out``.
+
+    ``out`` must not exist or be empty (checked by the caller before any work).
+    ``extra(tmp)`` writes optional files (ONNX) into the temporary directory.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    os.chmod(tmp, default_mode(directory=True))  # mkdtemp makes 0700; the export is for colleagues too
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would keep a model meant for shipping from other users
+    try:
+        config = copy.deepcopy(model.config)
+        config.architectures = [type(model).__name__]
+        write_text(tmp / "config.json", config.to_json_string(use_diff=False))
+        save_tensors(tmp / WEIGHTS_FILE, unique_state(model), {"format": "pt"})
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+        if extra is not None:
+            extra(tmp)
+        write_json(tmp / PRUNING_FILE, record)  # last: its presence marks the export complete
+        if out.exists():
+            out.rmdir()  # empty (checked); a non-empty one would make rmdir fail rather than be overwritten
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- loading ------------------------------------------------------------------------------------
+def load_exported(directory: str | Path, model_class: Any, config: Any, attn_implementation: str = "sdpa",
+                  dtype: torch.dtype | None = None) -> nn.Module:
+    """Build ``model_class`` from ``config``, shrink it to the recorded plan, and load the saved weights.
+
+    ``model_class`` is a transformers Auto class (``AutoModel``,
+    ``AutoModelForSequenceClassification``, ...). A model exported with a task
+    head loads as its base model (the head's weights are left out), and a base
+    export into a model with a head leaves the head as initialised, as
+    ``from_pretrained`` does.
+    """
+    directory = Path(directory)
+    record = read_record(directory)
+    plan = Plan.from_json(record.get("plan"), str(directory / PRUNING_FILE))
+    if plan.family not in FAMILIES or not FAMILIES[plan.family].has_components:
+        raise SubnetlabError(f"{directory / PRUNING_FILE}: unknown family {plan.family!r}")
+    spec = FAMILIES[plan.family]
+    if config.model_type not in spec.model_types:
+        raise SubnetlabError(f"{directory}: config.json is a {config.model_type} model, the pruning record "
+                             f"a {plan.family} one")
+    state = load_tensors(directory / WEIGHTS_FILE)
+    floating = [t.dtype for t in state.values() if t.is_floating_point()]
+    config._attn_implementation = attn_implementation
+    model = model_class.from_config(config, attn_implementation=attn_implementation)
+    model.to(dtype or (floating[0] if floating else torch.float32))
+    apply_plan(model, spec, plan)
+    state, optional = _match_prefix(model, state, spec.layers)
+    _load_state(model, state, directory / WEIGHTS_FILE, optional)
+    model.eval()
+    return model
+
+
+def _match_prefix(model: nn.Module, state: dict[str, Tensor], layers: str) -> tuple[dict[str, Tensor], Callable[[str], bool]]:
+    """Map saved names onto ``model``'s (strip or add the base model's prefix, ``bert.``).
+
+    Returns the mapped weights and which of the model's weights may stay as
+    initialised, as ``from_pretrained`` leaves them: a task head when a base
+    export loads into a model with one; a base model's own extras (ViT's pooler)
+    when an export with a head loads as its base model. Transformer layers never.
+    """
+    prefix = getattr(model, "base_model_prefix", "")
+    names = set(model.state_dict())
+    if not prefix or any(name in names for name in state):
+        return state, lambda name: False
+    lead = prefix + "."
+    if any(name.startswith(lead) for name in state):  # a model with a head, loaded as its base model
+        return ({name[len(lead):]: t for name, t in state.items() if name.startswith(lead)},
+                lambda name: not name.startswith(layers + "."))
+    return {lead + name: t for name, t in state.items()}, lambda name: not name.startswith(lead)
+
+
+def _load_state(model: nn.Module, state: dict[str, Tensor], where: Path, optional: Callable[[str], bool]) -> None:
+    own = model.state_dict()
+    for name, tensor in state.items():
+        if name not in own:
+            raise SubnetlabError(f"{where}: weight {name} has no place in the rebuilt model; the pruning record "
+                                 "and the weights do not belong together")
+        if tuple(own[name].shape) != tuple(tensor.shape):
+            raise SubnetlabError(f"{where}: weight {name} has shape {tuple(tensor.shape)}, the rebuilt model "
+                                 f"{tuple(own[name].shape)}")
+    result = model.load_state_dict(state, strict=False)
+    loaded = {own[name].data_ptr() for name in state if own[name].numel()}  # tied weights share storage
+    missing = [name for name in result.missing_keys
+               if own[name].numel() and own[name].data_ptr() not in loaded and not optional(name)]
+    if missing:
+        raise SubnetlabError(f"{where}: no saved weight for {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
