@@ -7,6 +7,13 @@ into a single ``error: ...`` line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
 
 class SubnetlabError(ValueError):
     """Bad input or an unsupported model: the message says which value is at fault.
@@ -24,3 +31,118 @@ def require(condition: bool, message: str) -> None:
     """Raise ``SubnetlabError(message)`` unless ``condition`` holds."""
     if not condition:
         raise SubnetlabError(message)
+
+
+# -- typed settings ----------------------------------------------------------------------------
+# Settings typed on a command line (``KEY=VALUE``) or read from a JSON config arrive as text or
+# as whatever YAML / JSON made of them; ``typed`` reads them as the type their field declares,
+# so ``batch_size=abc`` fails naming the key and the type instead of deep inside a run.
+
+def type_name(hint: Any) -> str:
+    """How a message calls the values of a type: ``an integer``, ``a number or null`` ..."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        names = [type_name(a) for a in args if a is not type(None)]
+        return " or ".join(names) + (" or null" if type(None) in args else "")
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (list, tuple, Sequence):
+        inner = args[0] if args else Any
+        return "a list" + ("" if inner is Any else f" of {_plural(type_name(inner))}")
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
+        return "a mapping of KEY: VALUE"
+    return _NAMES.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+_NAMES: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false", str: "text",
+                          type(None): "null", list: "a list", tuple: "a list", dict: "a mapping of KEY: VALUE"}
+
+
+def _plural(name: str) -> str:
+    return {"an integer": "integers", "a number": "numbers", "true or false": "true/false values",
+            "text": "texts"}.get(name, name)
+
+
+def _read_text(value: str, hint: Any) -> Any:
+    """A string where ``hint`` wants a number or a boolean: the value it spells, else ``value`` unchanged."""
+    text = value.strip()
+    try:
+        if hint is int and re.fullmatch(r"[+-]?\d+", text):
+            return int(text)
+        if hint is float:
+            number = float(text)  # "1e-3", which YAML 1.1 leaves a string
+            return number if math.isfinite(number) else value
+    except ValueError:
+        return value
+    if hint is bool and text.lower() in ("true", "false", "yes", "no", "on", "off"):
+        return text.lower() in ("true", "yes", "on")
+    return value
+
+
+def typed(value: Any, hint: Any) -> tuple[bool, Any]:
+    """``(ok, value)``: whether ``value`` is of type ``hint``, reading numbers written as text."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any or isinstance(hint, (str, TypeVar)):
+        return True, value  # unresolved or open annotations: the owner's own checks decide
+    if origin in (Union, types.UnionType):
+        for arg in args:  # exact matches first: "1" for ``int | str`` stays text
+            ok, _ = typed(value, arg) if not isinstance(value, str) or arg is str else (False, None)
+            if ok:
+                return True, value
+        for arg in args:
+            ok, read = typed(value, arg)
+            if ok:
+                return True, read
+        return False, value
+    if hint is type(None):
+        return value is None, value
+    if origin is Literal:
+        return value in args, value
+    if isinstance(value, str) and hint in (int, float, bool):
+        value = _read_text(value, hint)
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value), value
+    if hint is str:
+        return isinstance(value, str), value
+    if origin in (list, tuple, Sequence) or hint in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False, value
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            inner: Any = args[0]
+        elif origin is tuple and args:
+            if len(args) != len(value):
+                return False, value
+            pairs = [typed(v, a) for v, a in zip(value, args)]
+            return all(ok for ok, _ in pairs), type(value)(v for _, v in pairs)
+        else:
+            inner = args[0] if args else Any
+        pairs = [typed(v, inner) for v in value]
+        return all(ok for ok, _ in pairs), type(value)(v for _, v in pairs)
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
+        return isinstance(value, Mapping), value
+    if isinstance(hint, type):
+        return isinstance(value, hint), value
+    return True, value
+
+
+def check_typed(owner: str, key: str, value: Any, hint: Any) -> Any:
+    """``value`` read as type ``hint``; ``SubnetlabError`` naming ``owner``, ``key`` and the type otherwise."""
+    ok, read = typed(value, hint)
+    if not ok:
+        raise SubnetlabError(f"{owner} {key}: expected {type_name(hint)}, got {value!r}", setting=key)
+    return read
+
+
+def check_field_types(obj: Any, owner: str) -> None:
+    """Read every field of the dataclass instance ``obj`` as its declared type (frozen ones too), or refuse."""
+    hints = get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        hint = hints.get(f.name, Any)
+        value = getattr(obj, f.name)
+        read = check_typed(owner, f.name, value, hint)
+        if read is not value:
+            object.__setattr__(obj, f.name, read)

@@ -1,11 +1,17 @@
 """Atomic, pickle-free file I/O: JSON, YAML (safe_load) and safetensors.
 
-Every write goes to a temporary name in the same directory and is renamed into
-place, so an interrupted run never leaves a truncated file under its final name.
+Every write goes to a temporary name in the same directory, is flushed to disk
+(``fsync``) and renamed into place, and the directory is synced after the
+rename: an interrupted run, or a power loss, never leaves a truncated file
+under its final name, and a failed write (a full disk, a read-only directory)
+leaves the previous complete file as it was. Files get the permissions any
+program would give them (``0666`` less the umask), so colleagues on a shared
+machine can read the results.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -22,20 +28,96 @@ from safetensors.torch import load_file, save_file
 from subnetlab.errors import SubnetlabError
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system allows (Linux: /proc)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: the only portable read is a set and a reset
+    os.umask(mask)
+    return mask
+
+
+def default_mode(directory: bool = False) -> int:
+    """The mode ``open()`` / ``mkdir()`` would give a new file (``0666``) or directory (``0777``) under the umask."""
+    return (0o777 if directory else 0o666) & ~current_umask()
+
+
+def _write_failed(path: Path, error: OSError) -> SubnetlabError:
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    hint = "; free some space and rerun" if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return SubnetlabError(f"{path}: cannot write ({reason}){hint}; the previous file, if any, is unchanged")
+
+
+def fsync_directory(directory: str | os.PathLike) -> None:
+    """Make a rename or a new entry in ``directory`` durable (a no-op where directories cannot be synced)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; the rename itself is still atomic
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` on success."""
+    """Yield a temporary path beside ``path``; on success sync it, rename it onto ``path`` and sync the directory.
+
+    A write that fails (``OSError``: no space, no permission) raises ``SubnetlabError``
+    naming ``path``; the temporary file is removed and ``path`` keeps its previous content.
+    """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path: Path | None = None
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+        tmp_path = Path(tmp)
+        os.close(fd)
         yield tmp_path
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            os.fchmod(fd, default_mode())  # again: some writers (safetensors) replace the file with a 0600 one
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp_path, final)
+        tmp_path = None
+        fsync_directory(final.parent)
+    except OSError as e:
+        raise _write_failed(final, e) from None
     finally:
-        if tmp_path.exists():
+        if tmp_path is not None and tmp_path.exists():
             tmp_path.unlink()
+
+
+def seal_directory(directory: str | os.PathLike) -> None:
+    """Files written into ``directory`` by other libraries (``save_pretrained``): umask modes, synced to disk.
+
+    Call it on a temporary directory before renaming it into place, as ``atomic_path`` does for one file.
+    """
+    root = Path(directory)
+    try:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fchmod(fd, default_mode())
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            elif path.is_dir():
+                fsync_directory(path)
+    except OSError as e:
+        raise _write_failed(root, e) from None
+    fsync_directory(root)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -61,8 +143,14 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
 
 def append_jsonl(path: str | os.PathLike, record: dict) -> None:
     """Append one JSON line (a log, so appending is the right operation)."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, default=_jsonable) + "\n")
+    line = json.dumps(record, default=_jsonable) + "\n"
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise _write_failed(Path(path), e) from None
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.integration
 
 TINY = {  # the demo preset shrunk to seconds: numbers 0..19, a few rows, 2 epochs everywhere
     "max_number": "20", "base_train": "300", "base_epochs": "2", "cs_samples": "300", "cs_epochs": "2",
-    "lambdas": "[1.0e-7]", "sizes": "[0, 10]", "seeds": "[0]", "transfer_epochs": "2", "backend": "local",
+    "lambdas": "[1.0e-7]", "sizes": "[0, 10]", "seeds": "[0]", "transfer_epochs": "2", "transfer_min_steps": "0",
+    "backend": "local",
     "n_eval": "40", "n_test": "40",
 }
 
@@ -42,16 +43,23 @@ def test_reproduction_writes_report_figure_and_table3(demo):
     assert (out / "figure3.png").stat().st_size > 1000
     metrics = json.loads((out / "metrics.json").read_text())
     conditions = {r["condition"] for r in metrics["runs"]}
-    assert conditions == {"subnetwork", "random-matched", "complement-matched", "scratch", "full", "embeddings"}
+    assert conditions == {"subnetwork", "random-matched", "random-released", "complement-matched", "empty-mask",
+                          "scratch", "full"}
     labels = {r["label"] for r in metrics["runs"]}
-    assert labels == conditions | {"subnetwork, reinit masked", "random-matched, reinit masked"}
-    assert len(metrics["runs"]) == 8 * 2
-    kept = metrics["discovery"]["2"]["kept_percent"]
+    assert labels == conditions | {"subnetwork, reinit all", "random-matched, reinit all"}  # reinit masked leads
+    assert {r["reinit"] for r in metrics["runs"] if r["label"] in conditions} == {"masked"}
+    assert len(metrics["runs"]) == 9 * 2
+    discovery = metrics["discovery"]["2"]
+    kept = discovery["kept_percent"]
     assert 0.0 <= kept <= 100.0 and f"{kept:.2f}" in report
-    # the controls transfer exactly as many weights as the subnetwork
+    assert [row["l0_lambda"] for row in discovery["sweep"]] == [1e-7]  # density per lambda, in the report too
+    assert "Discovery: density per lambda" in report and "reinit `all`" in report
+    assert "_sample_mask_randomly" in report and "math/ablate.py" in report  # the code notes name their files
+    # the k-controls transfer exactly as many weights as the subnetwork; the released one n - k; none the empty mask
     transferred = {r["condition"]: r["transferred"] for r in metrics["runs"] if r["size"] == 0}
     assert transferred["random-matched"] == transferred["subnetwork"] == transferred["complement-matched"]
-    assert transferred["scratch"] == 0
+    assert transferred["random-released"] == discovery["masked_total"] - transferred["subnetwork"]
+    assert transferred["scratch"] == transferred["empty-mask"] == 0
 
 
 def test_rerun_skips_finished_work(demo):

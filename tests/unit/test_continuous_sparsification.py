@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.intervene.weight_masks import mask_modules
 from subnetlab.methods.continuous_sparsification import (
+    SELECTION_RULES,
     ContinuousMask,
     ContinuousSparsification,
+    Selection,
     beta_at,
     kept_percentages,
     sweep,
@@ -181,3 +184,83 @@ def test_fit_with_seed_is_reproducible_despite_dropout():
     first, second = run(), run()
     assert [h.loss for h in first.history] == [h.loss for h in second.history]
     assert all(torch.equal(first.masks[n], second.masks[n]) for n in first.masks)
+
+
+def test_discovery_runs_the_frozen_model_in_eval_mode():
+    """Same input, same mask -> the same loss twice: dropout is off while the masks train (NeuroSurgeon's
+    ``CircuitModel`` keeps the frozen model in eval mode); the masks stay soft, and the model's mode is restored."""
+    loaded = tiny_model("gpt2", seed=4)
+    model = loaded.model
+    dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
+    assert dropouts  # the tiny GPT-2 has dropout, so a model left in training mode would fail below
+    model.train()
+    data = _data(32, 3)
+    pairs, soft = [], []
+
+    def loss_fn(m, batch):
+        first = loss_on(last_logits(m, batch[0]), batch[1])
+        second = loss_on(last_logits(m, batch[0]), batch[1])  # no optimiser step between: same mask
+        pairs.append((float(first.detach()), float(second.detach())))
+        masks = mask_modules(m)
+        soft.append(bool(masks) and all(mask.training for mask in masks.values())
+                    and not any(d.training for d in dropouts))
+        return first
+
+    g = torch.Generator().manual_seed(0)
+    cs = ContinuousSparsification(epochs=2, lr=0.05, batch_size=16, l0_lambda=1e-3, keep="last")
+    cs.fit(model, loaded.adapter, batches=lambda e: [(data.input_ids[r], data.targets[r]) for r in data.batches(16, g)],
+           loss_fn=loss_fn, evaluate=lambda m: accuracy(m, data))
+    assert len(pairs) == 4 and all(a == b for a, b in pairs), pairs
+    assert all(soft)  # the masks train (soft sigmoid) while every dropout is off
+    assert model.training and all(d.training for d in dropouts)  # the caller's mode is back
+
+
+SWEEP = [  # discover_job metrics of a lambda sweep, by hand
+    {"l0_lambda": 1e-6, "eval_accuracy": 1.0, "kept_percent": 11.0},
+    {"l0_lambda": 3e-6, "eval_accuracy": 1.0, "kept_percent": 6.3},
+    {"l0_lambda": 1e-5, "eval_accuracy": 0.995, "kept_percent": 3.0},
+    {"l0_lambda": 3e-5, "eval_accuracy": 0.9, "kept_percent": 1.0},
+]
+
+
+def test_selection_rules_pick_by_hand():
+    from subnetlab.runs.transfer import select_best
+
+    assert SELECTION_RULES == ("sparsest", "best-accuracy", "lambda")
+    # the default: the sparsest within 1 point of the best accuracy (3% keeps 99.5%; 1% loses 10 points)
+    assert select_best(SWEEP) is SWEEP[2]
+    assert select_best(SWEEP, Selection("sparsest", tolerance=0.0)) is SWEEP[1]  # only the perfect ones
+    assert select_best(SWEEP, Selection("sparsest", tolerance=0.2)) is SWEEP[3]
+    assert select_best(SWEEP, Selection("best-accuracy")) is SWEEP[1]  # the earlier rule: best, ties to the sparser
+    assert select_best(SWEEP, Selection("lambda", l0_lambda=1e-6)) is SWEEP[0]  # the released code's fixed lambda
+    tie = [dict(SWEEP[1]), {**SWEEP[1], "l0_lambda": 5e-6, "eval_accuracy": 0.999}]
+    assert select_best(tie) is tie[0]  # equally sparse: the more accurate
+    with pytest.raises(SubnetlabError, match="selection_lambda 5e-07 is not among") as missing:
+        select_best(SWEEP, Selection("lambda", l0_lambda=5e-7))
+    assert missing.value.setting == "selection_lambda"
+    for bad, setting in ((dict(rule="densest"), "selection"), (dict(tolerance=-0.1), "selection_tolerance"),
+                         (dict(rule="lambda"), "selection_lambda")):
+        with pytest.raises(SubnetlabError) as refused:
+            Selection(**bad)
+        assert refused.value.setting == setting and "--" not in str(refused.value)
+    with pytest.raises(SubnetlabError, match="no discovery results"):
+        select_best([])
+
+
+def test_keep_best_latest_takes_the_later_of_tied_epochs_as_the_released_code():
+    loaded = tiny_model("gpt2", seed=5)
+    data = _data(32, 4)
+
+    def run(keep: str):
+        g = torch.Generator().manual_seed(0)
+        marks = iter([0.5, 1.0, 1.0, 0.9])  # epochs 1 and 2 tie at the best accuracy
+        cs = ContinuousSparsification(epochs=4, lr=0.05, batch_size=16, l0_lambda=1e-3, keep=keep)
+        return cs.fit(loaded.model, loaded.adapter,
+                      batches=lambda e: [(data.input_ids[r], data.targets[r]) for r in data.batches(16, g)],
+                      loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]), evaluate=lambda m: next(marks))
+
+    latest, best, last = run("best-latest"), run("best"), run("last")
+    assert latest.epoch == 2 and last.epoch == 3 and latest.eval_accuracy == 1.0 and last.eval_accuracy == 0.9
+    sparser = min((1, 2), key=lambda e: (best.history[e].kept_fraction, e))
+    assert best.epoch == sparser and best.kept_fraction == pytest.approx(best.history[sparser].kept_fraction)
+    assert latest.kept_fraction == pytest.approx(latest.history[2].kept_fraction)

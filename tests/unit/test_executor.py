@@ -115,9 +115,11 @@ def test_an_interrupted_process_sweep_resumes_only_the_missing_jobs(tmp_path: Pa
     assert proc.returncode != 0, stderr
     finished = [j.is_done for j in jobs]
     assert any(finished) and not all(finished)
-    assert not list(tmp_path.rglob("*.tmp"))
+    for path in tmp_path.rglob("*.json"):  # killed workers may leave temporaries, never a truncated result
+        read_json(path)
     before = [calls(j.out_dir) for j in jobs]
     report = run_jobs(jobs, backend="processes", n_jobs=2)
+    assert not [p for j in jobs for p in j.out_dir.rglob("*.tmp")]  # the rerun removed them
     assert report.ok
     assert [j.status == "skipped" for j in report.jobs] == finished
     for job, done_before, n in zip(jobs, finished, before):
@@ -188,7 +190,8 @@ def test_gpu_slots_pack_fractions_and_hand_out_whole_devices() -> None:
         GpuSlots(["0"], 2)
 
 
-def test_executor_options_add_the_six_options_to_a_command() -> None:
+def test_executor_options_add_the_six_options_to_a_command(monkeypatch) -> None:
+    monkeypatch.setattr("subnetlab.executor.run._has_gpu", lambda: True)  # --gpus-per-job needs one
     app = typer.Typer()
     seen: list[tuple] = []
 

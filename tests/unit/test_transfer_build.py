@@ -14,6 +14,7 @@ from subnetlab.transfer import (
     embedding_names,
     fresh_copy,
     random_matched,
+    random_released,
     train_model,
 )
 from tests.conftest import tiny_model
@@ -150,6 +151,38 @@ def test_random_matched_condition_transfers_the_same_number(trained, sub):
     control = random_matched(sub, seed=0)
     tm = build_transfer_model(trained.model, "random-matched", seed=1, subnetwork=control)
     assert tm.transferred == build_transfer_model(trained.model, "subnetwork", seed=1, subnetwork=sub).transferred
+
+
+def test_random_released_condition_draws_the_released_control_under_the_seed(trained, sub):
+    tm = build_transfer_model(trained.model, "random-released", seed=4, subnetwork=sub, reinit="masked")
+    control = random_released(sub, 4)
+    total = sum(m.numel() for m in sub.weights.values())
+    assert tm.transferred == total - sum(int(m.sum()) for m in sub.weights.values())  # n - k, not k
+    w, t = _weights(tm), dict(trained.model.named_parameters())
+    fresh = dict(fresh_copy(trained.model, 4).named_parameters())
+    for name, mask in control.weights.items():
+        m = mask.bool()
+        assert torch.equal(w[name][m], t[name][m]) and torch.equal(w[name][~m], fresh[name][~m])
+    assert sorted(tm.frozen) == sorted(sub.weights)
+
+
+@pytest.mark.parametrize("reinit", ["masked", "all"])
+def test_empty_mask_transfers_no_matrix_weight_and_copies_the_rest_under_reinit_masked(trained, sub, reinit):
+    tm = build_transfer_model(trained.model, "empty-mask", seed=5, subnetwork=sub, reinit=reinit)
+    assert tm.handle is None and not tm.frozen and tm.transferred == 0
+    assert all(p.requires_grad for p in tm.model.parameters())
+    w, t = _weights(tm), dict(trained.model.named_parameters())
+    scratch = _weights(build_transfer_model(trained.model, "scratch", seed=5))
+    for name in w:
+        if name in sub.weights or reinit == "all":
+            assert torch.equal(w[name], scratch[name])  # fresh, as scratch under the same seed
+        else:
+            assert torch.equal(w[name], t[name])  # embeddings, norms, biases, head: copied
+    # the subnetwork condition under the same seed differs from it only in the transferred positions
+    s = _weights(build_transfer_model(trained.model, "subnetwork", seed=5, subnetwork=sub, reinit=reinit))
+    for name in w:
+        m = sub.weights[name].bool() if name in sub.weights else torch.zeros_like(w[name], dtype=torch.bool)
+        assert torch.equal(s[name][~m], w[name][~m])
 
 
 def test_bad_input(trained, sub):

@@ -27,7 +27,8 @@ from tests.conftest import tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TRANSFER = ["subnetwork", "random-matched", "complement-matched", "scratch", "full", "embeddings"]
+TRANSFER = ["subnetwork", "random-matched", "random-released", "complement-matched", "empty-mask", "scratch", "full",
+            "embeddings"]
 SHAPE_BIAS = ["subtask-induction", "random-matched", "scratch", "data-mixture", "linear-ft"]
 
 
@@ -38,11 +39,17 @@ def trained():
 
 def test_the_table_keeps_names_and_order_and_everything_derives_from_it() -> None:
     assert list(CONDITIONS) == TRANSFER and list(SHAPE_BIAS_CONDITIONS) == SHAPE_BIAS
-    assert MASKED_CONDITIONS == ("subnetwork", "random-matched", "complement-matched")
+    assert MASKED_CONDITIONS == ("subnetwork", "random-matched", "random-released", "complement-matched", "empty-mask")
     assert MASKED_CONDITIONS == tuple(n for n, c in CONDITIONS.items() if c.needs_subnetwork)
     assert REINIT == ("all", "masked")
     assert transfer_build.CONDITIONS is CONDITIONS and transfer_build.MASKED_CONDITIONS is MASKED_CONDITIONS
-    assert subtask_induction.CONDITIONS_ALL == TRANSFER and isinstance(subtask_induction.CONDITIONS_ALL, list)
+    # the reproduction's figure: every transfer condition but "embeddings" (empty-mask is that control), in order
+    assert subtask_induction.FIGURE_CONDITIONS == [n for n in TRANSFER if n != "embeddings"]
+    assert isinstance(subtask_induction.FIGURE_CONDITIONS, list)
+    for preset in subtask_induction.PRESETS.values():
+        check_conditions(preset["conditions"])
+        check_conditions(preset["secondary_conditions"])
+        assert preset["reinit"] == "masked" and preset["secondary_reinit"] == "all"  # the released code's reinit leads
     assert shape_bias_steps.CONDITIONS == tuple(SHAPE_BIAS)
     for table in (CONDITIONS, SHAPE_BIAS_CONDITIONS):
         for name, condition in table.items():
@@ -99,7 +106,12 @@ def test_the_masked_conditions_build_from_a_subnetwork(trained) -> None:
     g = torch.Generator().manual_seed(0)
     masks = {n: torch.rand(adapter.parameter(n).shape, generator=g) < 0.1 for n in adapter.weight_matrices()}
     sub = Subnetwork.from_weight_masks(adapter, masks, method="continuous-sparsification")
+    k = sum(int(m.sum()) for m in masks.values())
+    n = sum(m.numel() for m in masks.values())
+    expected = {"random-released": n - k, "empty-mask": 0}  # the released control keeps n - k; the empty mask none
     for name in MASKED_CONDITIONS:
         tm = build_transfer_model(trained.model, name, seed=0, subnetwork=sub)
-        assert tm.condition == name and tm.handle is not None and tm.transferred == sum(int(m.sum()) for m in masks.values())
-        tm.handle.remove()
+        assert tm.condition == name and tm.transferred == expected.get(name, k)
+        assert (tm.handle is None) == (name == "empty-mask")
+        if tm.handle is not None:
+            tm.handle.remove()

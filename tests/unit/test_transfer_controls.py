@@ -7,7 +7,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.subnetwork import Subnetwork
-from subnetlab.transfer import complement_matched, kept_counts, random_matched
+from subnetlab.transfer import complement_matched, kept_counts, random_matched, random_released
 from tests.conftest import tiny_model
 
 
@@ -56,6 +56,26 @@ def test_random_matched_positions_are_spread_over_the_matrix(gpt2):
     frac = float(sub.weights[name].float().mean())
     assert float(hits.mean()) == pytest.approx(40 * frac)
     assert int((hits > 0).sum()) > 0.9 * hits.numel()  # every region gets drawn
+
+
+def test_random_released_keeps_all_but_the_subnetworks_count_per_matrix(gpt2):
+    """The released code's control (NeuroSurgeon's _sample_mask_randomly as math/transfer.py uses it): ones
+    everywhere but k random positions, so n - k kept; positions uniform, the seed reproduces it."""
+    sub = _subnetwork(gpt2.adapter, 0.3)
+    control = random_released(sub, seed=5)
+    assert sorted(control.weights) == sorted(sub.weights) and control.method == "random-released"
+    for name, mask in sub.weights.items():
+        n, k = mask.numel(), int(mask.sum())
+        assert int(control.weights[name].sum()) == n - k and control.weights[name].shape == mask.shape
+        assert set(control.weights[name].unique().tolist()) <= {0, 1}
+    # by hand: the dropped positions of the released control are a random-k draw of the same generator
+    dropped = random_matched(sub, seed=5)
+    assert all(torch.equal(control.weights[n], 1 - dropped.weights[n]) for n in sub.weights)
+    assert all(torch.equal(random_released(sub, seed=5).weights[n], control.weights[n]) for n in sub.weights)
+    name = gpt2.adapter.weight_matrices()[-1]
+    hits = sum(random_released(sub, s).weights[name].float() for s in range(40))
+    assert float(hits.mean()) == pytest.approx(40 * (1 - float(sub.weights[name].float().mean())))
+    assert int((hits < 40).sum()) > 0.5 * hits.numel()  # the dropped k land everywhere, not on a fixed block
 
 
 def test_complement_matched_draws_only_outside(gpt2):

@@ -27,13 +27,19 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
+    """Register every command module's commands; each one that takes ``--out`` gets the one shared
+    ``--out`` check and run-directory lock (``_options.guard_out``) around its whole run."""
     from subnetlab.cli import commands
+    from subnetlab.cli.commands._options import guard_out
 
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"subnetlab.cli.commands.{info.name}")
         module.register(app)
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__.replace("_", "-")
+        command.callback = guard_out(name, command.callback)
 
 
 _register_commands()

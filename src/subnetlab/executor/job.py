@@ -24,7 +24,7 @@ from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json, write_json
-from subnetlab.runs.directory import CONFIG_FILE, METRICS_FILE, check_config
+from subnetlab.runs.directory import CONFIG_FILE, METRICS_FILE, check_config, remove_temporaries
 from subnetlab.runtime import seed_globals, torch_threads
 
 
@@ -129,6 +129,7 @@ def execute(job: Job, threads: int | None = None) -> dict:
     """
     fn = resolve_function(job.fn)
     job.out_dir.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(job.out_dir)  # left by a killed earlier attempt
     write_json(job.out_dir / CONFIG_FILE, job.config)
     with torch_threads(threads):
         _reset_global_rngs(job.config)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from subnetlab.executor.job import Job
 from subnetlab.executor.report import SweepReport
-from subnetlab.executor.run import run_jobs
+from subnetlab.executor.run import check_options, run_jobs
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,10 @@ class ExecutorOptions:
     cpus_per_job: int = 1
     gpus_per_job: float = 0.0
     max_retries: int = 2
+
+    def __post_init__(self) -> None:
+        check_options(self.resolved_backend, self.jobs, self.address, self.cpus_per_job, self.gpus_per_job,
+                      self.max_retries)  # before the command loads anything, not when the sweep starts
 
     @property
     def resolved_backend(self) -> str:

@@ -22,7 +22,7 @@ from subnetlab.progress import stage, track
 BACKENDS = ("local", "processes", "ray")
 
 
-def _check_options(
+def check_options(
     backend: str, n_jobs: int | None, address: str | None, cpus_per_job: int, gpus_per_job: float, max_retries: int
 ) -> None:
     if backend not in BACKENDS:
@@ -43,6 +43,15 @@ def _check_options(
                              setting="gpus_per_job")
     if not isinstance(max_retries, int) or max_retries < 0:
         raise SubnetlabError(f"max_retries {max_retries}: expected a non-negative integer", setting="max_retries")
+    if gpus_per_job > 0 and address is None and not _has_gpu():  # a Ray cluster's GPUs are not ours to see
+        raise SubnetlabError(f"gpus_per_job {gpus_per_job:g}: this machine has no GPU (CUDA is not available); "
+                             "leave it at 0 to run on the CPU", setting="gpus_per_job")
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def _name_jobs(jobs: Sequence[Job], sweep_dir: Path) -> list[Job]:
@@ -108,7 +117,7 @@ def run_jobs(
     sweep, records the unfinished jobs as pending in ``sweep.json`` and propagates;
     rerunning the same call finishes only those.
     """
-    _check_options(backend, n_jobs, address, cpus_per_job, gpus_per_job, max_retries)
+    check_options(backend, n_jobs, address, cpus_per_job, gpus_per_job, max_retries)
     if backend == "ray":
         from subnetlab.executor.ray_backend import import_ray
 

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import yaml
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, type_name, typed
 
 REPRODUCTIONS: dict[str, str] = {
     "heuristic-core": "subnetlab.experiments.heuristic_core.reproduce",
@@ -41,6 +41,28 @@ def settings_for(module: ModuleType, preset: str, overrides: dict | None = None)
     for key, value in (overrides or {}).items():
         if key not in settings:
             raise SubnetlabError(f"unknown setting {key!r} for {module.NAME}; known: {', '.join(sorted(settings))}")
-        settings[key] = yaml.safe_load(value) if isinstance(value, str) else value  # "3" -> 3, "[0, 1]" -> list
+        try:
+            read = yaml.safe_load(value) if isinstance(value, str) else value  # "3" -> 3, "[0, 1]" -> list
+        except yaml.YAMLError:
+            raise SubnetlabError(f"setting {key} of {module.NAME}: cannot read {value!r}", setting=key) from None
+        settings[key] = _like(module.NAME, key, read, settings[key], value)
     settings["preset"] = preset
     return settings
+
+
+def _like(study: str, key: str, value: object, default: object, text: object) -> object:
+    """``value`` of the type of the preset's ``default`` (numbers written as text are read); else refused."""
+    if default is None or value is None:
+        return value
+    if isinstance(default, str):
+        return text if isinstance(text, str) and not isinstance(value, (list, dict)) else value
+    hint = bool if isinstance(default, bool) else int if isinstance(default, int) else (
+        float if isinstance(default, float) else list if isinstance(default, (list, tuple)) else
+        dict if isinstance(default, dict) else None)
+    if hint is None:
+        return value
+    ok, read = typed(value, hint)
+    if not ok:
+        raise SubnetlabError(f"setting {key} of {study}: expected {type_name(hint)} (the preset has {default!r}), "
+                             f"got {text!r}", setting=key)
+    return read

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.export.slicing import Plan, apply_plan
-from subnetlab.io import default_mode, load_tensors, read_json, save_tensors, write_json, write_text
+from subnetlab.io import default_mode, load_tensors, read_json, save_tensors, seal_directory, write_json, write_text
 from subnetlab.models.adapters import FAMILIES
 
 PRUNING_FILE = "subnetlab_pruning.json"
@@ -109,6 +109,7 @@ def write_directory(out: Path, model: nn.Module, record: dict[str, Any], tokeniz
         if extra is not None:
             extra(tmp)
         write_json(tmp / PRUNING_FILE, record)  # last: its presence marks the export complete
+        seal_directory(tmp)  # the tokenizer's and ONNX files too: umask modes, on disk before the rename
         if out.exists():
             out.rmdir()  # empty (checked); a non-empty one would make rmdir fail rather than be overwritten
         os.replace(tmp, out)

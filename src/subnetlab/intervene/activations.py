@@ -65,11 +65,32 @@ class ComponentValues:
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
         layers = sum(1 for k in tensors if k.startswith("heads."))
+        expected = {f"{kind}.{l}" for kind in ("heads", "mlps") for l in range(layers)}
+        if not layers or set(tensors) != expected:
+            raise SubnetlabError(f"{path}: not a file of mean activations (expected tensors heads.0, mlps.0, ... "
+                                 f"per layer; it holds {', '.join(sorted(tensors)[:4]) or 'none'}"
+                                 f"{', ...' if len(tensors) > 4 else ''})")
+        for name, tensor in tensors.items():
+            if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
+                raise SubnetlabError(f"{path}: {name} holds values that are not finite numbers; the file is damaged")
         return cls(
             [tensors[f"heads.{l}"] for l in range(layers)],
             [tensors[f"mlps.{l}"] for l in range(layers)],
             meta.get("per_position") == "True",
         )
+
+    def check(self, adapter: Adapter, source: str | Path = "mean activations") -> "ComponentValues":
+        """Refuse values of another model: the layers, heads, head width and hidden size must be the adapter's."""
+        L, H, d, hidden = adapter.num_layers, adapter.num_heads, adapter.head_dim, adapter.hidden_size
+        if len(self.heads) != L or len(self.mlps) != L:
+            raise SubnetlabError(f"{source}: values for {len(self.heads)} layers, the model has {L}; "
+                                 "they belong to another model")
+        for layer, (head, mlp) in enumerate(zip(self.heads, self.mlps)):
+            if head.dim() < 2 or tuple(head.shape[-2:]) != (H, d) or mlp.dim() < 1 or mlp.shape[-1] != hidden:
+                raise SubnetlabError(
+                    f"{source}: layer {layer} has head values {tuple(head.shape)} and MLP values {tuple(mlp.shape)}; "
+                    f"the model needs [..., {H}, {d}] and [..., {hidden}]: they belong to another model")
+        return self
 
 
 @contextmanager

@@ -19,9 +19,10 @@ The data side is three callables, so any task (arithmetic, images) can drive it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -32,7 +33,11 @@ from subnetlab.intervene import mask_weights
 from subnetlab.models.adapters import Adapter
 from subnetlab.progress import stage
 
+T = TypeVar("T")
+
 PAPER_LAMBDAS = (1e-7, 5e-7, 1e-8)  # appendix B.1
+KEEP = ("best", "best-latest", "last")  # which epoch's hard mask a discovery run keeps (ContinuousSparsification)
+SELECTION_RULES = ("sparsest", "best-accuracy", "lambda")  # which run of a lambda sweep wins (Selection)
 
 
 def beta_at(epoch: int, epochs: int, beta_final: float = 100.0, beta_start: float = 1.0) -> float:
@@ -106,8 +111,11 @@ class ContinuousSparsification:
 
     ``batch_size`` 500 and the 50,000 subtask samples are not stated in the paper's
     text (they come with the issue's preset); ``keep`` picks the hard mask of the
-    last epoch (Algorithm 1) or of the epoch best on the evaluation set (ties go
-    to the sparser mask).
+    last epoch (``"last"``, Algorithm 1), of the epoch best on the evaluation set
+    with ties going to the sparser mask (``"best"``), or of the latest epoch at
+    least as accurate as every earlier one (``"best-latest"``: the released
+    ``math/ablate.py`` saves ``best_circuit_model.pt`` whenever
+    ``eval_acc >= best_acc``, and transfers that file).
     """
 
     l0_lambda: float = 1e-7
@@ -125,8 +133,8 @@ class ContinuousSparsification:
             raise SubnetlabError(f"invalid continuous-sparsification settings: {self}")
         if self.beta_final < self.beta_start or self.beta_start <= 0:
             raise SubnetlabError(f"beta_final {self.beta_final} must be >= beta_start {self.beta_start} > 0")
-        if self.keep not in ("best", "last"):
-            raise SubnetlabError(f"keep={self.keep!r}: expected 'best' or 'last'")
+        if self.keep not in KEEP:
+            raise SubnetlabError(f"keep {self.keep!r}: expected one of {', '.join(KEEP)}", setting="keep")
         if not set(self.include) <= {"attention", "mlp"} or not self.include:
             raise SubnetlabError(f"include={self.include!r}: choose from 'attention', 'mlp'")
 
@@ -169,8 +177,13 @@ class ContinuousSparsification:
         ``batches(epoch)`` yields the epoch's batches (the caller shuffles with its
         own seeded generator), ``loss_fn(model, batch)`` is the subtask loss and
         ``evaluate(model)`` the evaluation accuracy (called with hard masks).
-        The model runs in training mode, so its dropout draws from the global
-        generator: with ``seed`` it is forked and seeded (the caller's state kept).
+
+        The frozen model runs in eval mode throughout (dropout off; only the masks
+        train), as NeuroSurgeon's ``CircuitModel`` keeps it: with dropout on, the
+        mask would also have to cover the dropout noise, which keeps it dense, and
+        the same input with the same mask would give a different loss each time.
+        ``seed`` seeds (a fork of) the global generator for anything else the
+        caller's callables draw from it; the caller's state is kept.
         """
         if seed is None:
             return self._fit(model, adapter, batches, loss_fn, evaluate, names, log)
@@ -201,10 +214,10 @@ class ContinuousSparsification:
             with mask_weights(model, dict(masks)):
                 for epoch in range(self.epochs):
                     beta = self.beta(epoch)
-                    for m in masks.values():
+                    model.eval()  # the frozen model: dropout off (NeuroSurgeon's CircuitModel)
+                    for m in masks.values():  # after model.eval(): the masks are submodules, and train
                         m.beta.fill_(beta)
                         m.train()
-                    model.train()
                     total, pen_total, steps = 0.0, 0.0, 0
                     for batch in batches(epoch):
                         task_loss = loss_fn(model, batch)
@@ -227,7 +240,10 @@ class ContinuousSparsification:
                     history.append(record)
                     if log is not None:
                         log(record)
-                    better = best is None or (acc, -kept) > (best[0], -best[1]) or self.keep == "last"
+                    if self.keep == "best-latest":
+                        better = best is None or acc >= best[0]
+                    else:
+                        better = best is None or (acc, -kept) > (best[0], -best[1]) or self.keep == "last"
                     if better:
                         best = (acc, kept, epoch, {n: h.clone() for n, h in hard.items()})
         finally:
@@ -238,19 +254,86 @@ class ContinuousSparsification:
         return DiscoveryResult(best[3], self.l0_lambda, best[0], best[2], history)
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which run of a lambda sweep gives the subnetwork (``rule`` one of ``SELECTION_RULES``).
+
+    * ``"sparsest"``: the sparsest subnetwork whose evaluation accuracy is within
+      ``tolerance`` of the sweep's best (ties: the more accurate, then the earlier
+      run). Appendix A gives the principle ("for subnetworks with similar
+      performance, we wish to find ones that are more sparse"), and section 4.3
+      says every subnetwork it transferred is perfect or near-perfect on the
+      subtask; ``tolerance`` is what "near" means here (our choice: the paper
+      states no number).
+    * ``"best-accuracy"``: the most accurate, ties to the sparser. The vision
+      study's rule ("we always transfer the subnetwork with highest accuracy",
+      appendix C.1) and subnetlab's earlier default; with a weak L0 term it picks
+      the densest mask, since density buys a little accuracy.
+    * ``"lambda"``: the run with ``l0_lambda``. The released arithmetic code
+      (``math/checkpoints/*layers_val/transfer_1e-7_*/configs.yaml``) transfers the
+      lambda = 1e-7 subnetwork at every depth; no code there compares the sweep.
+    """
+
+    rule: str = "sparsest"
+    tolerance: float = 0.01
+    l0_lambda: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rule not in SELECTION_RULES:
+            raise SubnetlabError(f"selection {self.rule!r}: choose from {', '.join(SELECTION_RULES)}",
+                                 setting="selection")
+        if not 0.0 <= self.tolerance <= 1.0:
+            raise SubnetlabError(f"selection_tolerance {self.tolerance!r}: expected an accuracy difference in [0, 1]",
+                                 setting="selection_tolerance")
+        if self.rule == "lambda" and self.l0_lambda is None:
+            raise SubnetlabError("selection_lambda: the rule 'lambda' needs the lambda whose subnetwork is kept",
+                                 setting="selection_lambda")
+
+    def choose(self, runs: Sequence[T], accuracy: Callable[[T], float], kept: Callable[[T], float],
+               l0_lambda: Callable[[T], float]) -> T:
+        """The winning run of ``runs``, read through the three accessors (works on results or metrics dicts)."""
+        runs = list(runs)
+        if not runs:
+            raise SubnetlabError("no discovery results to choose from")
+        if self.rule == "best-accuracy":
+            return max(runs, key=lambda r: (accuracy(r), -kept(r)))
+        if self.rule == "lambda":
+            for r in runs:
+                if math.isclose(float(l0_lambda(r)), float(self.l0_lambda), rel_tol=1e-9, abs_tol=0.0):
+                    return r
+            have = ", ".join(f"{float(l0_lambda(r)):g}" for r in runs)
+            raise SubnetlabError(f"selection_lambda {self.l0_lambda:g} is not among the lambdas run ({have})",
+                                 setting="selection_lambda")
+        top = max(accuracy(r) for r in runs)
+        keeping = [r for r in runs if accuracy(r) >= top - self.tolerance - 1e-12]
+        return min(keeping, key=lambda r: (kept(r), -accuracy(r)))
+
+    def describe(self) -> str:
+        """One line for reports."""
+        if self.rule == "sparsest":
+            return (f"the sparsest subnetwork within {100 * self.tolerance:g} percentage point(s) of the sweep's best "
+                    "evaluation accuracy")
+        if self.rule == "lambda":
+            return f"the subnetwork of lambda {self.l0_lambda:g} (as the released code)"
+        return "the subnetwork best on evaluation (ties: the sparser)"
+
+
 def sweep(
     strategy: ContinuousSparsification,
     lambdas: Sequence[float],
     run: Callable[[ContinuousSparsification], DiscoveryResult],
+    selection: Selection | None = None,
 ) -> tuple[DiscoveryResult, list[DiscoveryResult]]:
-    """Run ``run`` once per ``lambda``; the best by evaluation accuracy wins (ties: the sparser)."""
+    """Run ``run`` once per ``lambda``; ``selection`` picks the winner (default: the best by evaluation
+    accuracy, ties to the sparser, the vision study's rule)."""
     if not lambdas:
         raise SubnetlabError("the lambda sweep needs at least one value")
     results = []
     for lam in lambdas:
         stage(f"continuous sparsification: lambda={lam:g}")
         results.append(run(replace(strategy, l0_lambda=float(lam))))
-    best = max(results, key=lambda r: (r.eval_accuracy, -r.kept_fraction))
+    selection = selection or Selection("best-accuracy")
+    best = selection.choose(results, lambda r: r.eval_accuracy, lambda r: r.kept_fraction, lambda r: r.l0_lambda)
     return best, results
 
 
@@ -283,6 +366,6 @@ def layer_matrices(adapter: Adapter, layer: int) -> list[str]:
 
 
 __all__ = [
-    "PAPER_LAMBDAS", "ContinuousMask", "ContinuousSparsification", "DiscoveryResult", "EpochRecord",
-    "beta_at", "kept_percentages", "layer_matrices", "sweep",
+    "KEEP", "PAPER_LAMBDAS", "SELECTION_RULES", "ContinuousMask", "ContinuousSparsification", "DiscoveryResult",
+    "EpochRecord", "Selection", "beta_at", "kept_percentages", "layer_matrices", "sweep",
 ]

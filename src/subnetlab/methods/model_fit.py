@@ -25,9 +25,9 @@ from subnetlab.models.adapters import FAMILIES
 from subnetlab.tasks.base import Task
 
 
-def family_kind(model: nn.Module) -> str | None:
-    """``encoder``, ``decoder`` or ``vision`` for a supported family; None otherwise."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+def family_kind(model: Any) -> str | None:
+    """``encoder``, ``decoder`` or ``vision`` for a supported family (of a model or its config); None otherwise."""
+    model_type = getattr(getattr(model, "config", model), "model_type", None)
     for spec in FAMILIES.values():
         if model_type in spec.model_types:
             return spec.kind
@@ -63,4 +63,49 @@ def check_model_fits_task(model: nn.Module, tokenizer: Any, task: Task, model_na
                              setting="model")
 
 
-__all__ = ["check_model_fits_task", "family_kind", "vocabulary_size"]
+def position_limit(model: Any) -> int | None:
+    """The most tokens a model's learned position table takes; None without one (rotary: Llama-style).
+
+    ``model`` is a model or its config (to check before the weights are loaded).
+    """
+    config = getattr(model, "config", model)
+    if config is None or family_kind(model) == "vision":
+        return None
+    if any(getattr(config, key, None) is not None for key in ("rope_theta", "rope_parameters", "rope_scaling")):
+        return None
+    if getattr(config, "position_embedding_type", "absolute") not in (None, "absolute"):
+        return None
+    limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if limit is None:
+        return None
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        limit -= int(getattr(config, "pad_token_id", 1) or 0) + 1  # positions start after the padding index
+    return int(limit)
+
+
+def check_lengths_fit(model: Any, tokenizer: Any, task: Task, max_length: int, model_name: str,
+                      splits: Any = None) -> None:
+    """Refuse a ``max_length`` past the model's positions when some input of ``task`` is longer than them.
+
+    A ``max_length`` above the limit is harmless while every input is shorter (arithmetic
+    prompts of 3 tokens on a 16-position GPT-2 with the default 128); otherwise the model
+    would fail half-way through a run. The splits are tokenized with the task's own cache,
+    so the run reuses the work.
+    """
+    limit = position_limit(model)
+    if limit is None or max_length <= limit:
+        return
+    names = list(splits) if splits is not None else list(task.split_names)
+    for split in names:
+        if not task.examples(split):
+            continue
+        lengths = [len(ids) for ids in task.encoded(tokenizer, split, max_length).input_ids]
+        longest = max(lengths)
+        if longest > limit:
+            raise SubnetlabError(
+                f"max_length {max_length} exceeds the {limit} positions of model {model_name}, and split {split} of "
+                f"task {task.name} has inputs of up to {longest} tokens; set max_length to at most {limit}",
+                setting="max_length")
+
+
+__all__ = ["check_lengths_fit", "check_model_fits_task", "family_kind", "position_limit", "vocabulary_size"]

@@ -49,6 +49,13 @@ class EvaluateJobConfig:
         for name in ("means_examples", "batch_size", "max_length"):
             require_positive("evaluation", name, getattr(self, name))
         require_positive("evaluation", "limit", self.limit, allow_none=True)
+        if self.means is not None and self.subnetwork is None:
+            raise SubnetlabError(f"means {self.means}: mean activations replace the components a subnetwork removes; "
+                                 "give the subnetwork too", setting="means")
+        for name in ("subnetwork", "means"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise SubnetlabError(f"{name} {path}: no such file", setting=name)
 
     def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
         """The run's ``config.json``."""
@@ -61,7 +68,7 @@ class EvaluateJobConfig:
 def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
     """Score ``job`` and write its run directory; returns ``{split: scores}``."""
     from subnetlab.methods.evaluate import evaluate, subnetwork_context
-    from subnetlab.methods.model_fit import check_model_fits_task
+    from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
     from subnetlab.models import load_model
     from subnetlab.progress import stage
 
@@ -74,6 +81,7 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
     tokenizer = task.tokenizer or loaded.tokenizer
     check_model_fits_task(loaded.model, tokenizer, task, job.model)
     splits = list(job.splits) if job.splits else None
+    check_lengths_fit(loaded.model, tokenizer, task, job.max_length, job.model, splits or list(task.eval_splits))
     config = job.record(task.options)
     if job.subnetwork is None:
         results = evaluate(loaded.model, tokenizer, task, splits, job.batch_size, job.max_length, limit=job.limit)
@@ -83,10 +91,11 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
         from subnetlab.subnetwork import Subnetwork
 
         sub = Subnetwork.load(job.subnetwork, loaded.adapter)
+        given = ComponentValues.load(job.means).check(loaded.adapter, job.means) if job.means is not None else None
         values = None
         if sub.kind == "structured" and (job.ablation or sub.ablation) == "mean":
-            if job.means is not None:
-                values = ComponentValues.load(job.means)
+            if given is not None:
+                values = given
             else:
                 source = "train" if task.train else (splits or list(task.eval_splits))[0]
                 count = min(job.means_examples, len(task.examples(source)))

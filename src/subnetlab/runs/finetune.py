@@ -30,7 +30,8 @@ import torch
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import append_jsonl, read_json, write_json, write_text
 from subnetlab.methods.evaluate import evaluate
-from subnetlab.methods.finetune.config import FinetuneConfig
+from subnetlab.methods.model_fit import check_lengths_fit
+from subnetlab.methods.finetune.config import FinetuneConfig, check_warmup, total_steps
 from subnetlab.methods.finetune.model import model_for_task
 from subnetlab.methods.finetune.step import BatchOrder, train_step, training_optimizer
 from subnetlab.methods.finetune.state import (
@@ -42,6 +43,7 @@ from subnetlab.methods.finetune.state import (
 )
 from subnetlab.optim import lr_scheduler
 from subnetlab.progress import stage, track
+from subnetlab.runs.directory import run_entries
 from subnetlab.runtime import resolve_device
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec
@@ -68,7 +70,7 @@ def _check_run_dir(out: Path, cfg: FinetuneConfig) -> bool:
                 setting="out",
             )
         return (out / "metrics.json").is_file()
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and run_entries(out):
         raise SubnetlabError(f"{out} is not empty and holds no fine-tuning run; choose another output directory",
                              setting="out")
     return False
@@ -112,17 +114,18 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
         stage(f"{out}: already finished")
         return read_json(out / "metrics.json")
     task = finetune_task(cfg)
+    warmup = check_warmup(cfg, len(task.train))
     device = resolve_device(cfg.device)
     resume = latest_resumable(out)
     loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
+    check_lengths_fit(loaded.model, loaded.tokenizer, task, cfg.max_length, cfg.model)
     out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
     write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options})
     clean_temporaries(out)
 
     n = len(task.train)
     per_epoch = math.ceil(n / cfg.batch_size)
-    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
-    warmup = cfg.warmup_steps or int(cfg.warmup_ratio * total)
+    total = total_steps(cfg, n)
     if resume is None:
         torch.manual_seed(cfg.seed)  # dropout stream of a fresh run
     model, tokenizer = loaded.model.to(device), loaded.tokenizer

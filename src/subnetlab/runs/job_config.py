@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, get_type_hints
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_typed
 
 C = TypeVar("C", bound="JobConfig")
 
@@ -49,7 +49,8 @@ class JobConfig:
                    if n not in data and f.default is MISSING and f.default_factory is MISSING]
         if missing:
             raise SubnetlabError(f"missing {cls.what}(s) {', '.join(missing)}")
-        return cls(**dict(data))
+        hints = get_type_hints(cls)  # each value read as its field's type: threads="abc" fails naming threads
+        return cls(**{k: check_typed(cls.what, k, v, hints.get(k, Any)) for k, v in data.items()})
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, mask_weights
-from subnetlab.io import save_tensors
+from subnetlab.io import save_tensors, seal_directory
 from subnetlab.methods.evaluate import evaluate, label_permutation
 from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
@@ -226,6 +226,7 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
         model.save_pretrained(str(out / "model"))
         if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
             loaded.tokenizer.save_pretrained(str(out / "model"))
+        seal_directory(out / "model")
     metrics["subnetwork"] = {"method": sub.method, "kind": sub.kind, "control": control, "sparsity": sub.sparsity,
                              "parameter_sparsity": sub.parameter_sparsity(loaded.adapter)}
     return metrics

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedModel
@@ -23,7 +24,7 @@ from subnetlab.intervene import ComponentValues
 from subnetlab.methods.hard_concrete.ablation import ablation_values, mean_activations
 from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.methods.hard_concrete.data import PruningData
-from subnetlab.methods.model_fit import check_model_fits_task
+from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
 from subnetlab.tasks.base import Task
 from subnetlab.runs.job_config import JobConfig, require_positive
@@ -98,6 +99,26 @@ class FullModelJobConfig(ModelAndTask):
         return EvalSettings(**self.eval)
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def check_weight_files(source: Path) -> None:
+    """A local checkpoint has weights, and a single ``model.safetensors`` has a readable header (not the data)."""
+    from safetensors import SafetensorError, safe_open
+
+    if not any((source / name).is_file() for name in WEIGHT_FILES):
+        raise SubnetlabError(f"{source}: no weights (model.safetensors or pytorch_model.bin) beside config.json",
+                             setting="model")
+    single = source / "model.safetensors"
+    if single.is_file():
+        try:
+            with safe_open(str(single), "pt") as f:
+                f.keys()
+        except (SafetensorError, OSError, ValueError) as e:
+            raise SubnetlabError(f"{single}: not a readable safetensors file ({str(e).splitlines()[0]})",
+                                 setting="model") from None
+
+
 def check_checkpoint(name: str) -> None:
     """Cheap check before a sweep starts: a local checkpoint must be a supported architecture."""
     from pathlib import Path
@@ -108,6 +129,8 @@ def check_checkpoint(name: str) -> None:
 
     source = Path(resolve(name)).expanduser()
     if not source.exists():
+        if name.startswith((".", "/", "~")) or name.count("/") > 1:
+            raise SubnetlabError(f"{name}: no such model directory", setting="model")
         return  # a hub id: checked when the jobs load it
     if not (source / "config.json").is_file():
         raise SubnetlabError(f"{name}: not a Hugging Face model directory (no config.json)")
@@ -118,6 +141,47 @@ def check_checkpoint(name: str) -> None:
     supported = sorted(t for spec in FAMILIES.values() if spec.has_components for t in spec.model_types)
     if model_type not in supported:
         raise SubnetlabError(f"{name}: model type {model_type!r} is not supported (supported: {', '.join(supported)})")
+
+
+def check_sweep_inputs(name: str, task: Task, jobs: list[PruneJobConfig]) -> None:
+    """What the jobs of a sweep would find out only after loading the model, checked before any starts.
+
+    Every job's training data must fill a batch, a local checkpoint must have readable
+    weights, and every ``max_length`` must fit the model's positions (read from the
+    checkpoint's config and tokenizer, not its weights).
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    from subnetlab.methods.model_fit import check_lengths_fit, position_limit
+    from subnetlab.models import resolve
+    from subnetlab.models.loading import has_tokenizer_files
+
+    if not task.train:
+        raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)",
+                             setting="task_options")
+    for job in jobs:
+        prune = job.settings
+        size = len(task.train) if prune.train_limit is None else min(len(task.train), prune.train_limit)
+        if prune.batch_size > size:
+            raise SubnetlabError(f"batch_size {prune.batch_size} is larger than the {size} training examples of "
+                                 f"task {task.name}", setting="batch_size")
+    source = Path(resolve(name)).expanduser()
+    longest = max(job.settings.max_length for job in jobs)
+    if not (source / "config.json").is_file():
+        return  # a hub id: the jobs check it once loaded
+    check_weight_files(source)
+    try:
+        config = AutoConfig.from_pretrained(str(source))
+    except (OSError, ValueError, KeyError):
+        return  # check_checkpoint reports an unreadable config
+    limit = position_limit(config)
+    if limit is None or longest <= limit:
+        return
+    tokenizer = task.tokenizer
+    if tokenizer is None and has_tokenizer_files(source):
+        tokenizer = AutoTokenizer.from_pretrained(str(source))
+    if tokenizer is not None:
+        check_lengths_fit(config, tokenizer, task, longest, name, ["train", *eval_splits(task, jobs[0].splits)])
 
 
 def task_tokenizer(loaded: LoadedModel, task: Task) -> Any:
@@ -164,6 +228,7 @@ class PruningSetup:
             raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")
         loaded = load_pruning_model(job.model, task)
         tokenizer = task_tokenizer(loaded, task)
+        check_lengths_fit(loaded.model, tokenizer, task, prune.max_length, job.model, ["train", *splits])
         data = PruningData.from_task(task, tokenizer, "train", prune.max_length, prune.train_limit)
         cache = job.cache_dir
         model, adapter = loaded.model, loaded.adapter

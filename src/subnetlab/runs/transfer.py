@@ -174,11 +174,17 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
     }
 
 
-def select_best(metrics: list[dict]) -> dict:
-    """The lambda sweep's winner: best evaluation accuracy, then the sparser subnetwork."""
+def select_best(metrics: list[dict], selection: Any = None) -> dict:
+    """The lambda sweep's winner among ``discover_job`` metrics, by ``selection``
+    (a ``continuous_sparsification.Selection``; default: the sparsest subnetwork within 1 point of the
+    best evaluation accuracy, the paper's principle; ``Selection("best-accuracy")`` is the earlier rule)."""
+    from subnetlab.methods.continuous_sparsification import Selection
+
     if not metrics:
         raise SubnetlabError("no discovery results to choose from")
-    return max(metrics, key=lambda m: (m["eval_accuracy"], -m["kept_percent"]))
+    selection = selection if selection is not None else Selection()
+    return selection.choose(metrics, lambda m: m["eval_accuracy"], lambda m: m["kept_percent"],
+                            lambda m: m["l0_lambda"])
 
 
 def _subnetwork_for(condition: str, sub: Subnetwork | None, seed: int) -> Subnetwork | None:

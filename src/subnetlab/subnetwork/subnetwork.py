@@ -148,6 +148,17 @@ class Subnetwork:
                 f"subnetwork fingerprint {self.fingerprint} ({self.architecture}) does not match the model's "
                 f"{expected} ({adapter.family}): it was found on a different architecture"
             )
+        # the fingerprint is metadata: the tensors themselves must have the model's shapes too
+        if self.kind == "structured":
+            L, H = adapter.num_layers, adapter.num_heads
+            if tuple(self.heads.shape) != (L, H) or tuple(self.mlps.shape) != (L,):
+                raise SubnetlabError(f"subnetwork masks have shapes {tuple(self.heads.shape)} and "
+                                     f"{tuple(self.mlps.shape)}, the model has [{L}, {H}] heads and [{L}] MLPs")
+        else:
+            for name, mask in self.weights.items():
+                shape = tuple(adapter.parameter(name).shape)
+                if tuple(mask.shape) != shape:
+                    raise SubnetlabError(f"subnetwork mask for {name} has shape {tuple(mask.shape)}, the parameter {shape}")
 
     def metadata(self) -> dict[str, str]:
         meta = {
@@ -175,6 +186,13 @@ class Subnetwork:
             raise SubnetlabError(f"{path}: unknown subnetwork kind {kind!r}")
         if kind == "structured" and not {"heads", "mlps"} <= set(tensors):
             raise SubnetlabError(f"{path}: structured subnetwork without 'heads' and 'mlps' tensors")
+        for name, tensor in tensors.items():
+            _check_mask(path, name, tensor)
+        if kind == "structured":
+            heads, mlps = tensors["heads"], tensors["mlps"]
+            if heads.dim() != 2 or mlps.dim() != 1 or heads.shape[0] != mlps.shape[0]:
+                raise SubnetlabError(f"{path}: head mask {tuple(heads.shape)} and MLP mask {tuple(mlps.shape)} are not "
+                                     "[layers, heads] and [layers]; the file is damaged")
         known = {"format", "kind", "architecture", "fingerprint", "method", "seed", "target_sparsity", "sparsity", "ablation"}
         sub = cls(
             kind=kind, architecture=meta.get("architecture", ""), fingerprint=meta.get("fingerprint", ""),
@@ -192,6 +210,23 @@ class Subnetwork:
     def _need_structured(self) -> None:
         if self.kind != "structured":
             raise SubnetlabError("this operation needs a structured (heads / MLPs) subnetwork")
+
+
+def _check_mask(path: str | Path, name: str, tensor: Tensor) -> None:
+    """A stored mask holds only 0 and 1 (so no NaN, no infinity, nothing in between): else the file is damaged."""
+    if tensor.dtype == torch.bool:
+        return
+    if tensor.is_complex() or not (tensor.is_floating_point() or tensor.dtype in _INTEGER_TYPES):
+        raise SubnetlabError(f"{path}: mask {name!r} has dtype {tensor.dtype}, not a 0/1 mask")
+    values = tensor.double() if tensor.numel() else tensor
+    bad = ~((values == 0) | (values == 1))
+    if bool(bad.any()):
+        first = values[bad].flatten()[0].item()
+        raise SubnetlabError(f"{path}: mask {name!r} holds {int(bad.sum())} value(s) other than 0 and 1 "
+                             f"(e.g. {first!r}); the file is damaged or not a subnetwork")
+
+
+_INTEGER_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def component_index(num_layers: int, num_heads: int) -> dict[str, tuple[int, int | None]]:

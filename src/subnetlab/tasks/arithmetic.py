@@ -42,7 +42,17 @@ _FACTOR = re.compile(r"([ab])(?:\^(\d+))?")
 
 
 def parse_operation(op: str) -> Callable[[Tensor, Tensor, int], Tensor]:
-    """A function ``(a, b, p) -> op(a, b) mod p`` for a polynomial such as ``a^2+ab``."""
+    """A function ``(a, b, p) -> op(a, b) mod p`` for a polynomial such as ``a^2+ab``.
+
+    Products may be written ``a*b`` (``*`` between factors); powers are ``a^2``. Any other
+    character, and ``**``, is refused rather than dropped (``a**b`` is not ``ab``).
+    """
+    stray = sorted(set(re.sub(r"[0-9ab^+\-* ]", "", op)))
+    if stray:
+        raise SubnetlabError(f"arithmetic operation {op!r}: unexpected character(s) {' '.join(stray)} "
+                             "(use a, b, digits, +, -, * and ^, e.g. a^2+ab)")
+    if "**" in op.replace(" ", "") or re.search(r"(^|[+\-^*])\*|\*($|[+\-^])", op.replace(" ", "")):
+        raise SubnetlabError(f"arithmetic operation {op!r}: '*' multiplies two factors (a*b); write powers as a^2")
     text = op.replace(" ", "").replace("*", "")
     if not text or text[-1] in "+-":
         raise SubnetlabError(f"arithmetic operation {op!r} is not a polynomial in a and b (e.g. a^2+ab)")

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_typed
 from subnetlab.tasks.arithmetic import make_arithmetic_task
 from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
 from subnetlab.tasks.data_location import SHARED_DATA, find_data_root
@@ -146,29 +146,44 @@ def get_task(name: str, **options: Any) -> Task:
     if name.startswith("arith:"):
         op = name.split(":", 1)[1]
         factory: Callable[..., Task] = lambda **kw: make_arithmetic_task(op, **kw)  # noqa: E731
-        signature = inspect.signature(make_arithmetic_task).replace(
-            parameters=[p for p in inspect.signature(make_arithmetic_task).parameters.values() if p.name != "op"]
+        signature = inspect.signature(make_arithmetic_task, eval_str=True).replace(
+            parameters=[p for p in inspect.signature(make_arithmetic_task, eval_str=True).parameters.values() if p.name != "op"]
         )
     elif name.startswith("file:"):
         from subnetlab.tasks.user_files import make_file_task
 
         path = name.split(":", 1)[1]
         factory = lambda **kw: make_file_task(path, **kw)  # noqa: E731
-        signature = inspect.signature(make_file_task).replace(
-            parameters=[p for p in inspect.signature(make_file_task).parameters.values() if p.name != "path"]
+        signature = inspect.signature(make_file_task, eval_str=True).replace(
+            parameters=[p for p in inspect.signature(make_file_task, eval_str=True).parameters.values() if p.name != "path"]
         )
     elif name in _TASKS:
         factory = _TASKS[name]
-        signature = inspect.signature(factory)
+        signature = inspect.signature(factory, eval_str=True)
     else:
         raise SubnetlabError(f"unknown task {name!r} (known: {', '.join(task_names())})")
     unknown = sorted(set(options) - set(signature.parameters))
     if unknown:
         known = ", ".join(signature.parameters)
         raise SubnetlabError(f"task {name}: unknown option(s) {', '.join(unknown)} (known: {known})")
+    options = _typed_options(name, signature, options)
     task = factory(**options)
     task.options.setdefault("task", name)
     return task
+
+
+def _typed_options(name: str, signature: inspect.Signature, options: dict[str, Any]) -> dict[str, Any]:
+    """Each option read as the type its parameter declares (``n_train="2000"`` -> 2000); a wrong type is refused."""
+    typed_options = dict(options)
+    for key, value in options.items():
+        annotation = signature.parameters[key].annotation
+        if annotation is inspect.Parameter.empty or isinstance(annotation, str):
+            continue
+        try:
+            typed_options[key] = check_typed(f"task {name}: option", key, value, annotation)
+        except SubnetlabError as e:
+            raise SubnetlabError(str(e), setting="task_options") from None
+    return typed_options
 
 
 def shared_data_dir(start: PathLike | None = None) -> Path:

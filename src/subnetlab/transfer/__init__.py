@@ -18,7 +18,7 @@ from subnetlab.transfer.conditions import (
     check_reinit,
     get_condition,
 )
-from subnetlab.transfer.controls import complement_matched, kept_counts, random_matched
+from subnetlab.transfer.controls import complement_matched, kept_counts, random_matched, random_released
 from subnetlab.transfer.data import LMSplit, lm_split
 from subnetlab.transfer.train import TrainResult, TrainSettings, accuracy, last_logits, train_model
 
@@ -26,5 +26,5 @@ __all__ = [
     "CONDITIONS", "MASKED_CONDITIONS", "REINIT", "SHAPE_BIAS_CONDITIONS", "Condition", "LMSplit", "TrainResult",
     "TrainSettings", "TransferModel", "accuracy", "build_transfer_model", "check_conditions", "check_reinit",
     "complement_matched", "embedding_names", "fresh_copy", "get_condition", "kept_counts", "last_logits", "lm_split",
-    "random_matched", "train_model",
+    "random_matched", "random_released", "train_model",
 ]

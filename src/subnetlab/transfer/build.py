@@ -13,6 +13,13 @@ Conditions (the table ``subnetlab.transfer.conditions.CONDITIONS``):
 * ``subnetwork``: the discovered mask;
 * ``random-matched`` / ``complement-matched``: the controls of
   ``subnetlab.transfer.controls`` (built by the caller, passed as the mask);
+* ``random-released``: the released code's random control (n - k weights per
+  matrix), drawn here under ``seed`` from the discovered subnetwork the caller
+  passes (``subnetlab.transfer.controls.random_released``);
+* ``empty-mask``: the masked conditions' starting model with nothing transferred
+  from the masked matrices (the discovered subnetwork, passed by the caller,
+  names them): with ``reinit="masked"`` the copied embeddings, layer norms,
+  biases and head alone; with ``reinit="all"`` it equals ``scratch``;
 * ``scratch``: a freshly initialised model;
 * ``full``: the whole trained model, fine-tuned;
 * ``embeddings``: a fresh model with only the trained token and position
@@ -41,6 +48,7 @@ from subnetlab.intervene import WeightMasks, mask_weights
 from subnetlab.models.adapters import Adapter, get_adapter
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.transfer.conditions import CONDITIONS, MASKED_CONDITIONS, REINIT, check_reinit, get_condition
+from subnetlab.transfer.controls import random_released
 
 
 @dataclass
@@ -127,10 +135,14 @@ def build_transfer_model(
     if subnetwork.kind != "weights":
         raise SubnetlabError("transfer needs a weight-level subnetwork (kind 'weights'), e.g. from `subnetlab discover`")
     subnetwork.check(adapter or get_adapter(trained))
+    if condition == "random-released":
+        subnetwork = random_released(subnetwork, seed)
     masked = sorted(subnetwork.weights)
     if reinit == "masked":
         others = [n for n, _ in model.named_parameters() if n not in set(masked)]
         _copy_in(model, trained, others)
+    if condition == "empty-mask":  # no matrix weight transferred: the fresh matrices all train
+        return TransferModel(model, condition)
     masks = {n: subnetwork.weights[n].to(model.get_parameter(n).device, model.get_parameter(n).dtype) for n in masked}
     kept = {n: trained.get_parameter(n).detach() for n in masked}
     transferred = sum(int(m.sum()) for m in masks.values())

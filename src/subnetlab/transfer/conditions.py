@@ -16,7 +16,11 @@ conditions ``subnetwork``, ``random-matched`` and ``scratch``.
 ``reinit`` describes the paper's text (``reinit="all"``); with ``reinit="masked"``
 (its released code) only the masked matrices are re-initialised, every other
 parameter is copied from the trained model and trains. With ``freeze=False``
-(appendix B.3) the copied weights train too.
+(appendix B.3) the copied weights train too. ``empty-mask`` is the control for
+``reinit="masked"``: the same starting model with nothing transferred from the
+masked matrices (under ``reinit="all"`` it is ``scratch``, by construction).
+``random-released`` is the random control as the released code draws it (n - k
+weights per matrix), beside ``random-matched``, the text's (k).
 """
 
 from __future__ import annotations
@@ -48,9 +52,18 @@ CONDITIONS: dict[str, Condition] = _table(
     Condition("random-matched", "as many weights per matrix as the subnetwork keeps, at random positions",
               "every other weight", True,
               "control: a random subnetwork of the same size per matrix (subnetlab.transfer.random_matched)"),
+    Condition("random-released", "all but as many weights per matrix as the subnetwork keeps (n - k), at random "
+              "positions", "the k others", True,
+              "control as the authors' released code draws it (NeuroSurgeon's _sample_mask_randomly, used by "
+              "math/transfer.py): n - k weights per matrix kept, not the k of the paper's text "
+              "(subnetlab.transfer.random_released)"),
     Condition("complement-matched", "as many weights per matrix as the subnetwork keeps, all outside it",
               "every other weight", True,
               "control: a random subnetwork disjoint from the discovered one (subnetlab.transfer.complement_matched)"),
+    Condition("empty-mask", "no weight of the masked matrices (with reinit 'masked', every other parameter is "
+              "copied and trains)", "the masked matrices (with reinit 'all': every weight, as scratch)", True,
+              "control: the masked conditions' starting model with an empty mask, i.e. what the copied embeddings, "
+              "norms, biases and head carry alone"),
     Condition("scratch", "nothing", "every weight", False, "a freshly initialised model"),
     Condition("full", "nothing (every trained weight is copied in and trains)", "nothing", False,
               "the whole trained model, fine-tuned"),

@@ -3,8 +3,17 @@
 The paper's random control keeps *exactly* as many weights in each masked
 matrix as the discovered subnetwork does (footnote 2 of section 4.3); the
 complement control draws those weights only from outside the subnetwork
-(appendix B.2). One public implementation keeps the complement's count by
-mistake, so both functions check the count they produce.
+(appendix B.2). Both functions check the count they produce.
+
+The authors' released code draws its controls differently, and
+``random_released`` reproduces its random one: NeuroSurgeon's
+``ContSparseLayer._sample_mask_randomly`` (``Masking/contsparse_layer.py``)
+returns a mask of ones with zeros at k random positions, and ``math/transfer.py``
+(``inherit_from: subnet_sampled``) sets the mask logits to ``2 * mask - 1``, so
+the transferred control keeps n - k weights of each matrix (about 92% at the
+paper's 8% density), not k. Its complement control
+(``_sample_mask_from_complement``) likewise keeps n - k, the whole subnetwork
+among them; subnetlab has no condition for that one.
 """
 
 from __future__ import annotations
@@ -41,6 +50,27 @@ def random_matched(sub: Subnetwork, seed: int) -> Subnetwork:
     return _control(sub, masks, "random-matched", seed)
 
 
+def random_released(sub: Subnetwork, seed: int) -> Subnetwork:
+    """The released code's random control: in every matrix, k random positions dropped, the other n - k kept.
+
+    k is the subnetwork's count in that matrix (see the module docstring for the
+    released functions this follows); the dropped positions are uniform over the matrix.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    masks = {}
+    for name in sorted(sub.weights):
+        mask = sub.weights[name]
+        k = int(mask.sum())
+        masks[name] = 1 - _draw(torch.arange(mask.numel()), k, mask.shape, g)
+    for name, mask in masks.items():  # the count is the point of this control too: n - k, not k
+        n, k = mask.numel(), int(sub.weights[name].sum())
+        if int(mask.sum()) != n - k:
+            raise AssertionError(f"random-released: {name} keeps {int(mask.sum())}, expected {n - k}")
+    extra = {**sub.extra, "matched_to": sub.method}
+    return Subnetwork("weights", sub.architecture, sub.fingerprint, weights=masks, method="random-released",
+                      seed=int(seed), target_sparsity=sub.sparsity, ablation="none", extra=extra)
+
+
 def complement_matched(sub: Subnetwork, seed: int) -> Subnetwork:
     """Same counts per matrix as ``sub``, drawn only from the weights ``sub`` does not keep."""
     g = torch.Generator().manual_seed(int(seed))
@@ -72,4 +102,4 @@ def _need_weights(sub: Subnetwork) -> None:
         raise SubnetlabError("transfer needs a weight-level subnetwork (kind 'weights'), e.g. from `subnetlab discover`")
 
 
-__all__ = ["complement_matched", "kept_counts", "random_matched"]
+__all__ = ["complement_matched", "kept_counts", "random_matched", "random_released"]

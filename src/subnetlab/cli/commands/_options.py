@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
@@ -44,6 +47,45 @@ def parse_fraction(value: float, name: str = "--sparsity") -> float:
     if not 0.0 < value < 1.0:
         raise SubnetlabError(f"{name}: {value} is outside (0, 1)")
     return value
+
+
+# commands whose --out is not a run directory of their own
+OUT_IS_FILE_STEM = {"results"}  # --out names STEM for STEM.csv and STEM.parquet
+OUT_WITHOUT_LOCK = {
+    "export": "the small model is written beside --out and renamed onto it when complete: one atomic step",
+    **{name: "--out is a file stem, not a directory" for name in OUT_IS_FILE_STEM},
+}
+
+
+def guard_out(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback`` (a command taking ``out``) with its ``--out`` checked first and locked while it runs.
+
+    Before the command does anything: ``--out`` must be creatable and writable (not a
+    file, not under a file or a read-only directory). Then, for every command that writes
+    a run directory, the directory's writer lock is held until the command ends, so a
+    second process on the same ``--out`` ends at once naming the first one's pid.
+    Applied to every registered command by ``subnetlab.cli``; commands need not call it.
+    """
+    if "out" not in inspect.signature(callback).parameters:
+        return callback
+
+    @functools.wraps(callback)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        from subnetlab.runs.directory import check_writable, lock
+
+        out = kwargs.get("out")
+        if out is None:
+            return callback(*args, **kwargs)
+        if name in OUT_IS_FILE_STEM:
+            check_writable(Path(out).expanduser().parent)
+            return callback(*args, **kwargs)
+        check_writable(out)
+        if name in OUT_WITHOUT_LOCK:
+            return callback(*args, **kwargs)
+        with lock(out):
+            return callback(*args, **kwargs)
+
+    return guarded
 
 
 def setting_flags(command: Any) -> dict[str, str]:

@@ -28,13 +28,21 @@ def discover(
     model: str = typer.Option(..., "--model", help="The trained model's directory (a Hugging Face causal LM)."),
     task: str = typer.Option(..., "--task", help="The subtask, e.g. arith:ab."),
     out: Path = typer.Option(..., "--out", help="Run directory: subnetwork.safetensors, metrics.json; a rerun resumes."),
-    lambdas: str = typer.Option(PAPER["lambdas"], "--lambdas", help="L0 penalties to sweep; the best on evaluation wins."),
+    lambdas: str = typer.Option(PAPER["lambdas"], "--lambdas", help="L0 penalties to sweep; --select picks the subnetwork."),
     epochs: int = typer.Option(PAPER["epochs"], "--epochs", help="Epochs of mask training (beta reaches beta_final at the end)."),
     lr: float = typer.Option(PAPER["lr"], "--lr", help="AdamW learning rate of the mask logits."),
     batch_size: int = typer.Option(PAPER["batch_size"], "--batch-size", help="Examples per step."),
     samples: Optional[int] = typer.Option(PAPER["samples"], "--samples", help="Training rows of an arithmetic subtask (n_train)."),
     include: str = typer.Option("attention,mlp", "--include", help="Masked weight matrices: attention, mlp or both."),
-    keep: str = typer.Option("best", "--keep", help="Mask of the best epoch on evaluation, or of the last (Algorithm 1)."),
+    keep: str = typer.Option("best", "--keep", help="Mask of the best epoch on evaluation (best: ties to the sparser; "
+                             "best-latest: ties to the later, as the released code), or of the last (Algorithm 1)."),
+    selection: str = typer.Option("sparsest", "--select", help="Which lambda's subnetwork: sparsest (the sparsest within "
+                                  "--select-tolerance of the best evaluation accuracy), best-accuracy, or lambda "
+                                  "(the one of --select-lambda)."),
+    selection_tolerance: float = typer.Option(0.01, "--select-tolerance", help="Accuracy a sparser subnetwork may lose "
+                                              "and still count as keeping the subtask (sparsest rule)."),
+    selection_lambda: Optional[float] = typer.Option(None, "--select-lambda", help="The lambda whose subnetwork is kept "
+                                                     "(lambda rule; the released code uses 1e-7)."),
     beta_final: float = typer.Option(100.0, "--beta-final", help="Final sigmoid scale (beta starts at 1)."),
     init: float = typer.Option(-0.1, "--init", help="Initial mask logit s."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data and its order."),
@@ -50,7 +58,7 @@ def discover(
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.io import write_json
     from subnetlab.runs.directory import claim
-    from subnetlab.methods.continuous_sparsification import ContinuousSparsification
+    from subnetlab.methods.continuous_sparsification import ContinuousSparsification, Selection
     from subnetlab.runs.transfer import load_lm, select_best
     from subnetlab.runtime import resolve_device
 
@@ -62,11 +70,19 @@ def discover(
     parts = tuple(p.strip() for p in include.split(",") if p.strip())
     cs = dict(epochs=epochs, lr=lr, batch_size=batch_size, include=list(parts), keep=keep, beta_final=beta_final, init=init)
     ContinuousSparsification(**{**cs, "include": parts})  # validate before any job starts
+    chooser = Selection(selection, selection_tolerance, selection_lambda)
+    if chooser.rule == "lambda" and not any(abs(v - selection_lambda) <= 1e-9 * abs(v) for v in values):
+        raise SubnetlabError(f"selection_lambda {selection_lambda:g} is not among the lambdas to run", setting="selection_lambda")
+    from subnetlab.runs.transfer import DiscoverJobConfig
+
+    for lam in values:  # every job's typed config, checked before any model is loaded or job started
+        DiscoverJobConfig.from_dict({"model": str(model), "task": task, "task_options": options, "seed": seed,
+                                     "threads": threads, "device": device, "cs": {**cs, "l0_lambda": lam}})
     loaded, built = load_lm(model, task, {"seed": seed, **options})  # a wrong model or task fails here
     if built.kind != "lm":
         raise SubnetlabError(f"task {task}: discovery runs on language-model tasks (e.g. arith:ab)")
     config = {"command": "discover", "model": str(model), "task": task, "task_options": options, "cs": cs,
-              "lambdas": values, "seed": seed}
+              "lambdas": values, "seed": seed}  # the selection is not part of it: a rerun may choose differently
     claim(out, config, what="discovery run")
     jobs = [Job("subnetlab.runs.transfer:discover_job",
                 {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads, "device": device,
@@ -75,18 +91,19 @@ def discover(
     failed = [j for j in report.jobs if j.status == "failed"]
     if failed:
         raise SubnetlabError(f"discovery failed for {failed[0].name}: {failed[0].error}")
-    best = select_best([j.metrics for j in report.jobs])
+    best = select_best([j.metrics for j in report.jobs], chooser)
     from subnetlab.subnetwork import Subnetwork
 
     Subnetwork.load(best["subnetwork"], loaded.adapter).save(out / "subnetwork.safetensors")
     summary = {**{k: v for k, v in best.items() if k != "history"}, "subnetwork": str(out / "subnetwork.safetensors"),
+               "selection": chooser.describe(),
                "sweep": [{k: j.metrics[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent")}
                          for j in report.jobs]}
     write_json(out / "metrics.json", summary)
     for row in summary["sweep"]:
         print(f"lambda {row['l0_lambda']:g}: eval {row['eval_accuracy']:.4f}  test {row['test_accuracy']:.4f}  "
               f"kept {row['kept_percent']:.2f}%")
-    print(f"selected lambda {best['l0_lambda']:g}: subtask test accuracy {best['test_accuracy']:.4f} "
+    print(f"selected lambda {best['l0_lambda']:g} ({chooser.describe()}): subtask test accuracy {best['test_accuracy']:.4f} "
           f"(full model {best['full_model_test_accuracy']:.4f}); parameters kept {best['kept_percent']:.2f}% "
           f"(per layer: {', '.join(f'L{k} {v:.2f}%' for k, v in best['kept_percent_per_layer'].items())})")
     print(f"subnetwork: {out / 'subnetwork.safetensors'}")

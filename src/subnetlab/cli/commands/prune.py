@@ -78,7 +78,7 @@ def prune(
     from subnetlab.io import write_json
     from subnetlab.methods.hard_concrete.schedule import parse_levels
     from subnetlab.runs.prune import prune_sweep
-    from subnetlab.runs.prune_setup import check_checkpoint
+    from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs
     from subnetlab.tasks.spec import eval_splits, task_from_config
 
     if schedule not in ("linear", "staircase"):
@@ -96,10 +96,12 @@ def prune(
     base = {"model": model, "task": task, "task_options": _parse_pairs(task_option, "--task-option"),
             "eval_data": list(eval_data), "splits": split_list}
     check_checkpoint(model)  # a bad checkpoint, task option or split fails before any job starts
-    eval_splits(task_from_config(base), split_list)
+    built = task_from_config(base)
+    eval_splits(built, split_list)
 
     jobs = prune_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,
-                       levels=level_list, overrides=overrides)
+                       levels=level_list, overrides=overrides)  # builds (so checks) every job's typed config
+    check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
     report = executor.run(jobs, sweep_dir=out)
     summary = _summary(report)
     write_json(out / "summary.json", summary)

@@ -32,7 +32,7 @@ def transfer(
     model: str = typer.Option(..., "--model", help="The trained model's directory (where the subnetwork was found)."),
     task: str = typer.Option(..., "--task", help="The new task, e.g. arith:a^2+ab (ambiguous set plus N disambiguation rows)."),
     out: Path = typer.Option(..., "--out", help="Sweep directory: one run directory per condition, size and seed; a rerun resumes."),
-    condition: str = typer.Option("subnetwork", "--condition", help="subnetwork, random-matched, complement-matched, scratch, full, embeddings (comma-separated)."),
+    condition: str = typer.Option("subnetwork", "--condition", help="subnetwork, random-matched, random-released, complement-matched, empty-mask, scratch, full, embeddings (comma-separated)."),
     subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="Subnetwork file from `subnetlab discover` (masked conditions)."),
     disambiguation: str = typer.Option("0,100,1000", "--disambiguation", help="Numbers of disambiguation rows, e.g. 0,10,100 or 'paper'."),
     seeds: str = typer.Option("0", "--seeds", help="Seeds (data, initialisation, controls): 0-4 or 0,2."),
@@ -57,7 +57,7 @@ def transfer(
     from subnetlab.experiments.subtask_induction.report import summarise
     from subnetlab.subnetwork import Subnetwork
     from subnetlab.transfer import CONDITIONS, TrainSettings, check_reinit
-    from subnetlab.runs.transfer import load_lm
+    from subnetlab.runs.transfer import TransferJobConfig, load_lm
     from subnetlab.runtime import resolve_device
 
     conditions = parse_conditions(condition)
@@ -68,14 +68,11 @@ def transfer(
         raise SubnetlabError("--stack and --threads must be at least 1")
     train = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, eval_every=eval_every).config()
     options = parse_task_options(task_option, None, "train")
-    loaded, built = load_lm(model, task, {"ambiguous": True, "n_disambiguation": max(sizes), **options})
-    if built.kind != "lm":
-        raise SubnetlabError(f"task {task}: transfer training runs on language-model tasks (e.g. arith:a^2+ab)")
     needs_sub = [c for c in conditions if CONDITIONS[c].needs_subnetwork]
     if needs_sub and subnetwork is None:
         raise SubnetlabError(f"--condition {needs_sub[0]} needs --subnetwork FILE")
     if subnetwork is not None:
-        Subnetwork.load(subnetwork, loaded.adapter)  # wrong file or model: fail before any job
+        Subnetwork.load(subnetwork)  # a missing or damaged file fails before the model is loaded
     jobs = []
     for c in conditions:
         for size in sizes:
@@ -85,8 +82,14 @@ def transfer(
                 config = {"model": str(model), "subnetwork": str(subnetwork) if subnetwork else None, "task": task,
                           "task_options": options, "runs": pack, "train": train, "reinit": reinit, "freeze": freeze,
                           "stack": stack, "threads": threads, "device": device}
+                TransferJobConfig.from_dict(config)  # every job's typed config, before any model is loaded
                 name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
                 jobs.append(Job("subnetlab.runs.transfer:transfer_job", config, out / c / name))
+    loaded, built = load_lm(model, task, {"ambiguous": True, "n_disambiguation": max(sizes), **options})
+    if built.kind != "lm":
+        raise SubnetlabError(f"task {task}: transfer training runs on language-model tasks (e.g. arith:a^2+ab)")
+    if subnetwork is not None:
+        Subnetwork.load(subnetwork, loaded.adapter)  # wrong file or model: fail before any job
     report = executor.run(jobs, sweep_dir=out)
     done = [j for j in report.jobs if j.metrics is not None]
     runs = [r for j in done for r in j.metrics["runs"]]

@@ -1,7 +1,7 @@
 """Figure 3 of Subtask Induction: test accuracy against the number of disambiguation samples.
 
 One line per transfer condition (mean over seeds), a band for the spread over
-seeds (mean +- one standard deviation, clipped to [0, 1]), a logarithmic x
+seeds (mean +- one sample standard deviation, clipped to [0, 1]), a logarithmic x
 axis (symmetric-log, so the ambiguous set alone, 0 samples, has a place).
 With several model depths the left panel averages over them and the right
 shows the deepest, as in the paper.
@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 
 from subnetlab.report.plots import save_figure  # noqa: E402
 
-COLORS = {"subnetwork": "tab:red", "full": "tab:blue", "random-matched": "tab:green",
-          "complement-matched": "tab:olive", "scratch": "tab:gray", "embeddings": "tab:purple"}
+COLORS = {"subnetwork": "tab:red", "full": "tab:blue", "random-matched": "tab:green", "random-released": "tab:cyan",
+          "complement-matched": "tab:olive", "empty-mask": "tab:brown", "scratch": "tab:gray", "embeddings": "tab:purple"}
 
 
 def accuracy_grid(runs: Sequence[dict], layers: Sequence[int] | None = None) -> dict[str, dict[int, list[float]]]:
@@ -44,7 +44,7 @@ def _panel(ax, grid: dict[str, dict[int, list[float]]], title: str) -> None:
         sizes = sorted(by_size)
         values = [np.asarray(by_size[s]) for s in sizes]
         mean = np.array([v.mean() for v in values])
-        std = np.array([v.std() if len(v) > 1 else 0.0 for v in values])
+        std = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in values])  # sample s.d., as the report
         color = COLORS.get(condition.split(",")[0])
         style = "--" if "," in condition else "-"  # a variant of a condition: same colour, dashed
         ax.plot(sizes, 100 * mean, marker="o", ms=3, color=color, ls=style, label=condition)

@@ -2,35 +2,82 @@
 
 For every model depth: train a GPT-2 on ``a+ab mod 7`` (``subnetlab.runs.finetune``),
 discover the ``ab mod 7`` subnetwork by continuous sparsification (one job per
-lambda, the best on evaluation kept), then transfer it to ``a^2+ab mod 7``
+lambda; ``selection`` picks the subnetwork), then transfer it to ``a^2+ab mod 7``
 under every condition, disambiguation size and seed (``subnetlab.executor``),
-and write ``report.md`` with Figure 3 and Table 3. Every stage is a run
-directory that a rerun skips when finished.
+and write ``report.md`` with the density per lambda, Figure 3 and Table 3.
+Every stage is a run directory that a rerun skips when finished.
 
-Settings not stated in the paper (base-model epochs and batch size, transfer
-batch size) are marked as our choices in the report.
+The main transfer table re-initialises only the masked matrices
+(``reinit="masked"``: the released ``math/transfer.py`` copies embeddings, layer
+norms, biases and the LM head, and they train); ``secondary_conditions`` run
+once more with ``secondary_reinit`` (``"all"``, the literal reading of section
+3.2), labelled ``<condition>, reinit all``. Settings not stated in the paper are
+marked as our choices in the report.
+
+The ``paper`` preset keeps the paper's numbers (1,000 numbers, 6 depths, 50,000
+subtask rows, 50 discovery epochs, lambda in {1e-7, 5e-7, 1e-8}, the 17 sizes,
+100 epochs at lr 2e-4, 5 seeds). Where the text is silent or differs from the
+released code, it follows the code, which produced the paper's figures:
+
+* reinit: the text re-initialises everything outside the subnetwork; the code
+  (``math/transfer.py`` through NeuroSurgeon's ``_init_subnet_transfer``)
+  re-initialises only the masked GPT-2 ``Conv1D`` weights. Main table: the code.
+* which lambda: the text runs three and says all reach (near-)perfect subtask
+  accuracy; the code transfers lambda = 1e-7 at every depth
+  (``math/checkpoints/*layers_val/transfer_1e-7_*/configs.yaml``), so Table 3 is
+  that lambda's density. ``selection="lambda"``, ``selection_lambda=1e-7``.
+* which epoch's mask: Algorithm 1 returns the last; ``math/ablate.py`` saves
+  ``best_circuit_model.pt`` whenever ``eval_acc >= best_acc`` (the latest epoch
+  at the best accuracy) and the transfer loads that file: ``cs_keep="best-latest"``.
+* transfer batch: not in the text; 50 in every released transfer config.
+* random control: the text keeps k weights per matrix (``random-matched``);
+  the code keeps n - k (``random-released``). Both are run.
+
+The code's other differences (loss over the whole sequence, accuracy by argmax
+over the whole vocabulary, GPT-2 ``c_proj`` re-initialised at std 0.02, the
+base model's 50 epochs at batch 50 with early stopping) are not settings here.
+The ``demo`` preset scales the study to a 2-core CPU: 100 numbers, one 2-layer
+model, stronger L0 weights (a 30-epoch, last-token discovery needs them to
+reach the paper's 3-10% density: lambda 1e-6 / 3e-6 / 6e-6 kept about 11 / 6.3
+/ 4.1%, all at 100% subtask accuracy), the sparsest subnetwork that keeps the
+subtask's accuracy, sizes where each number is disambiguated about as often
+as at the paper's low N (with ``max_number`` 100 a number appears in about
+2N/100 disambiguation rows, so N = 100 is about the paper's N = 1,000), at
+least ``transfer_min_steps`` optimiser steps per run and 3 seeds. Both are
+smaller than issue 16 asked for (N up to 300, 1,000 steps) to stay near 12
+minutes on the shared 2-core machine: a 1,000-step run cost 15-19 CPU-seconds
+there, and the 81 runs would have needed about 23 CPU-minutes.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, run_jobs
 from subnetlab.io import read_json, write_json
+from subnetlab.methods.continuous_sparsification import Selection
 from subnetlab.progress import stage
 from subnetlab.runs.directory import claim
-from subnetlab.transfer.conditions import CONDITIONS, check_conditions
+from subnetlab.transfer.conditions import CONDITIONS, check_conditions, check_reinit
 
 NAME = "subtask-induction"
 
 # the released code's 16 log-spaced sizes from 10 to 10^4, plus 0 (the ambiguous set alone)
 PAPER_SIZES = [0, 10, 16, 25, 40, 64, 100, 160, 250, 400, 640, 1000, 1600, 2500, 4000, 6400, 10000]
-CONDITIONS_ALL = list(CONDITIONS)  # every transfer condition, in the table's order (a list: settings are JSON)
-# also run these with reinit="masked" (the released code: embeddings, biases and norms copied), labelled apart
-MASKED_VARIANTS = ["subnetwork", "random-matched"]
-MASKED_SUFFIX = ", reinit masked"
+# Figure 3's conditions: every transfer condition but ``embeddings`` (under reinit="masked" the embeddings
+# are copied anyway; ``empty-mask`` is that control), in the table's order (a list: settings are JSON)
+FIGURE_CONDITIONS = [name for name in CONDITIONS if name != "embeddings"]
+# run once more under ``secondary_reinit``: the conditions whose starting model depends on reinit
+SECONDARY_CONDITIONS = ["subnetwork", "random-matched", "random-released"]
+
+
+def variant_label(condition: str, reinit: str, main_reinit: str) -> str:
+    """The label of a run in tables and figures: the condition, with its reinit when not the main one."""
+    return condition if reinit == main_reinit else f"{condition}, reinit {reinit}"
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(
@@ -38,24 +85,51 @@ PRESETS: dict[str, dict[str, Any]] = {
         base_op="a+ab", sub_op="ab", target_op="a^2+ab",
         base_train=200_000, base_lr=5e-4, base_batch=500, base_epochs=20, base_scheduler="linear",
         cs_samples=50_000, cs_epochs=50, cs_lr=1e-3, cs_batch=500, lambdas=[1e-7, 5e-7, 1e-8],
-        cs_include=["attention", "mlp"], cs_keep="best",
-        sizes=PAPER_SIZES, seeds=[0, 1, 2, 3, 4], conditions=CONDITIONS_ALL, also_reinit_masked=MASKED_VARIANTS,
-        transfer_epochs=100, transfer_lr=2e-4, transfer_batch=64, eval_every=1,
-        n_eval=1000, n_test=1000, reinit="all", freeze=True,
+        cs_include=["attention", "mlp"], cs_keep="best-latest",
+        selection="lambda", selection_tolerance=0.01, selection_lambda=1e-7,
+        sizes=PAPER_SIZES, seeds=[0, 1, 2, 3, 4], conditions=FIGURE_CONDITIONS, reinit="masked",
+        secondary_reinit="all", secondary_conditions=SECONDARY_CONDITIONS,
+        transfer_epochs=100, transfer_min_steps=0, transfer_lr=2e-4, transfer_batch=50, eval_every=1,
+        transfer_evals=0, n_eval=1000, n_test=1000, freeze=True,
         backend="processes", jobs=2, threads=1, stack=1, seed=0, device="auto",
     ),
     "demo": dict(
         layers=[2], max_number=100, modulus=7,
         base_op="a+ab", sub_op="ab", target_op="a^2+ab",
         base_train=5000, base_lr=1e-3, base_batch=64, base_epochs=30, base_scheduler="linear",
-        cs_samples=5000, cs_epochs=30, cs_lr=1e-3, cs_batch=100, lambdas=[1e-7, 1e-8],
+        cs_samples=5000, cs_epochs=30, cs_lr=1e-3, cs_batch=100, lambdas=[1e-6, 3e-6, 6e-6],
         cs_include=["attention", "mlp"], cs_keep="best",
-        sizes=[0, 30, 100, 300, 1000], seeds=[0, 1], conditions=CONDITIONS_ALL, also_reinit_masked=MASKED_VARIANTS,
-        transfer_epochs=80, transfer_lr=1e-3, transfer_batch=64, eval_every=4,
-        n_eval=500, n_test=500, reinit="all", freeze=True,
+        selection="sparsest", selection_tolerance=0.01, selection_lambda=None,
+        sizes=[10, 30, 100], seeds=[0, 1, 2], conditions=FIGURE_CONDITIONS, reinit="masked",
+        secondary_reinit="all", secondary_conditions=["subnetwork", "random-matched"],
+        transfer_epochs=80, transfer_min_steps=500, transfer_lr=1e-3, transfer_batch=64, eval_every=4,
+        transfer_evals=25, n_eval=500, n_test=500, freeze=True,
         backend="processes", jobs=2, threads=1, stack=1, seed=0, device="cpu",
     ),
 }
+
+
+def selection_of(settings: dict) -> Selection:
+    """The ``Selection`` the settings ask for."""
+    lam = settings.get("selection_lambda")
+    return Selection(settings["selection"], float(settings["selection_tolerance"]),
+                     None if lam is None else float(lam))
+
+
+def schedule(settings: dict, size: int) -> tuple[int, int]:
+    """``(epochs, eval_every)`` of a transfer run on ``max_number + size`` rows.
+
+    Epochs: ``transfer_epochs``, raised until the run takes at least
+    ``transfer_min_steps`` optimiser steps (a few hundred rows otherwise give
+    a few hundred steps). Evaluation: every ``eval_every`` epochs, or, with
+    ``transfer_evals`` > 0, about that many times per run.
+    """
+    rows = int(settings["max_number"]) + int(size)
+    steps_per_epoch = math.ceil(rows / int(settings["transfer_batch"]))
+    epochs = max(int(settings["transfer_epochs"]), math.ceil(int(settings["transfer_min_steps"]) / steps_per_epoch))
+    evals = int(settings["transfer_evals"])
+    eval_every = max(1, epochs // evals) if evals > 0 else int(settings["eval_every"])
+    return epochs, eval_every
 
 
 def _base(settings: dict, layers: int, out: Path) -> Path:
@@ -84,7 +158,7 @@ def _base(settings: dict, layers: int, out: Path) -> Path:
 
 
 def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
-    """One discovery job per lambda; the best on evaluation is the subnetwork."""
+    """One discovery job per lambda; ``selection`` picks the subnetwork. Returns it with the whole sweep."""
     from subnetlab.runs.transfer import select_best
 
     root = out / f"L{layers}" / "discover"
@@ -100,22 +174,30 @@ def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
         }
         jobs.append(Job("subnetlab.runs.transfer:discover_job", config, root / f"lambda_{lam:g}"))
     report = _run(jobs, settings, root)
-    best = select_best([r.metrics for r in report.jobs])
+    metrics = [r.metrics for r in report.jobs]
+    best = select_best(metrics, selection_of(settings))
+    sweep = [{k: m[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent", "epoch", "seconds")}
+             for m in metrics]
+    best = {**best, "sweep": sweep, "selection": selection_of(settings).describe()}
     write_json(root / "selected.json", best)
     return best
 
 
 def _transfer_jobs(settings: dict, layers: int, model_dir: Path, subnetwork: str, out: Path) -> list[Job]:
-    """One job per (condition, size, seed), or per (condition, size) with ``stack > 1``; the conditions in
-    ``also_reinit_masked`` once more with ``reinit="masked"``."""
-    variants = [(c, settings["reinit"], c) for c in settings["conditions"]]
-    if settings["reinit"] != "masked":
-        variants += [(c, "masked", c + MASKED_SUFFIX) for c in settings.get("also_reinit_masked", [])]
+    """One job per (condition, reinit, size, seed), or per (condition, reinit, size) with ``stack > 1``: the
+    ``conditions`` under ``reinit``, then the ``secondary_conditions`` under ``secondary_reinit``."""
+    main = settings["reinit"]
+    variants = [(c, main) for c in settings["conditions"]]
+    if settings.get("secondary_reinit") and settings["secondary_reinit"] != main:
+        variants += [(c, settings["secondary_reinit"]) for c in settings.get("secondary_conditions") or []]
     jobs = []
-    for condition, reinit, label in variants:
-        folder = condition if label == condition else f"{condition}.reinit-masked"
+    for condition, reinit in variants:
+        label = variant_label(condition, reinit, main)
+        folder = condition if reinit == main else f"{condition}.reinit-{reinit}"
         for size in settings["sizes"]:
-            runs = [{"condition": condition, "size": size, "seed": seed, "label": label} for seed in settings["seeds"]]
+            epochs, eval_every = schedule(settings, size)
+            runs = [{"condition": condition, "size": size, "seed": seed, "label": label, "reinit": reinit}
+                    for seed in settings["seeds"]]
             # stack > 1: the seeds of one size train together in one job (torch.func; pays off on a GPU)
             for pack in ([runs] if settings["stack"] > 1 else [[r] for r in runs]):
                 name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
@@ -123,8 +205,8 @@ def _transfer_jobs(settings: dict, layers: int, model_dir: Path, subnetwork: str
                     "model": str(model_dir), "subnetwork": subnetwork, "task": f"arith:{settings['target_op']}",
                     "task_options": {"modulus": settings["modulus"], "n_eval": settings["n_eval"], "n_test": settings["n_test"]},
                     "runs": pack,
-                    "train": {"epochs": settings["transfer_epochs"], "lr": settings["transfer_lr"],
-                              "batch_size": settings["transfer_batch"], "eval_every": settings["eval_every"]},
+                    "train": {"epochs": epochs, "lr": settings["transfer_lr"],
+                              "batch_size": settings["transfer_batch"], "eval_every": eval_every},
                     "reinit": reinit, "freeze": settings["freeze"], "stack": settings["stack"],
                     "threads": settings["threads"], "layers": layers, "device": settings["device"],
                 }
@@ -147,10 +229,13 @@ def run(settings: dict, out: Path) -> Path:
 
     out = Path(out)
     claim(out, settings, what="study configuration")
-    if settings["conditions"]:
-        check_conditions(settings["conditions"], setting="conditions")
-    if settings.get("also_reinit_masked"):
-        check_conditions(settings["also_reinit_masked"], setting="also_reinit_masked")
+    check_conditions(settings["conditions"], setting="conditions")
+    check_reinit(settings["reinit"])
+    if settings.get("secondary_conditions"):
+        check_conditions(settings["secondary_conditions"], setting="secondary_conditions")
+    if settings.get("secondary_reinit"):
+        check_reinit(settings["secondary_reinit"])
+    selection_of(settings)  # a bad rule fails before any training
     discovered: dict[int, dict] = {}
     transfer: list[Job] = []
     for layers in settings["layers"]:
@@ -167,4 +252,5 @@ def run(settings: dict, out: Path) -> Path:
     return write_report(out, settings, bases, discovered, runs)
 
 
-__all__ = ["CONDITIONS_ALL", "MASKED_VARIANTS", "NAME", "PAPER_SIZES", "PRESETS", "run"]
+__all__ = ["FIGURE_CONDITIONS", "NAME", "PAPER_SIZES", "PRESETS", "SECONDARY_CONDITIONS", "run", "schedule",
+           "selection_of", "variant_label"]

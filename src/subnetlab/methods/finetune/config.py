@@ -7,6 +7,7 @@ records, and what a rerun must match to resume.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -83,6 +84,22 @@ def resolve_config(preset: str | None = None, **given: Any) -> FinetuneConfig:
     return cfg
 
 
+def total_steps(cfg: FinetuneConfig, train_examples: int) -> int:
+    """Optimizer steps of the run: ``max_steps``, else ``epochs`` passes over ``train_examples``."""
+    per_epoch = math.ceil(train_examples / cfg.batch_size)
+    return cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
+
+
+def check_warmup(cfg: FinetuneConfig, train_examples: int) -> int:
+    """The warm-up steps of the run; refused when they would outlast it (the learning rate would never peak)."""
+    total = total_steps(cfg, train_examples)
+    if cfg.warmup_steps > total:
+        raise SubnetlabError(f"warmup_steps {cfg.warmup_steps} is longer than the run ({total} steps: {cfg.epochs:g} "
+                             f"epoch(s) of {train_examples} examples in batches of {cfg.batch_size})",
+                             setting="warmup_steps")
+    return cfg.warmup_steps or int(cfg.warmup_ratio * total)
+
+
 def validate(cfg: FinetuneConfig) -> None:
     def need(ok: bool, setting: str, problem: str) -> None:
         """``problem`` follows the setting's name and value: ``lr -1.0 must be positive``."""
@@ -95,6 +112,10 @@ def validate(cfg: FinetuneConfig) -> None:
     need(cfg.max_steps is None or cfg.max_steps >= 1, "max_steps", f"{cfg.max_steps} must be at least 1")
     need(cfg.warmup_steps >= 0, "warmup_steps", f"{cfg.warmup_steps} must be >= 0")
     need(0.0 <= cfg.warmup_ratio < 1.0, "warmup_ratio", f"{cfg.warmup_ratio} must be in [0, 1)")
+    need(not (cfg.warmup_steps and cfg.warmup_ratio), "warmup_steps",
+         f"{cfg.warmup_steps} and warmup_ratio {cfg.warmup_ratio} are both set; give one of the two")
+    need(cfg.max_steps is None or cfg.warmup_steps <= cfg.max_steps, "warmup_steps",
+         f"{cfg.warmup_steps} is longer than the run (max_steps {cfg.max_steps})")
     need(cfg.weight_decay >= 0, "weight_decay", f"{cfg.weight_decay} must be >= 0")
     need(cfg.scheduler in ("linear", "constant"), "scheduler", f"{cfg.scheduler!r} is not linear or constant")
     need(cfg.grad_clip is None or cfg.grad_clip > 0, "grad_clip", f"{cfg.grad_clip} must be positive")

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import load_tensors, save_tensors, write_json
+from subnetlab.io import load_tensors, save_tensors, seal_directory, write_json
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -106,6 +106,7 @@ def save_checkpoint(
             "scheduler": scheduler.state_dict(),
             **extra,
         })
+        seal_directory(tmp)  # save_pretrained's files: readable by colleagues, on disk before the rename
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

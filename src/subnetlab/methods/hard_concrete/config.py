@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_field_types
 from subnetlab.methods.hard_concrete.schedule import LinearSchedule, StaircaseSchedule, paper_steps
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -81,6 +81,7 @@ class PruneConfig:
     eval_batch_size: int = 64
 
     def __post_init__(self) -> None:
+        check_field_types(self, "pruning setting")  # batch_size=abc: named, before any comparison
         if not 0.0 < self.sparsity < 1.0:
             raise SubnetlabError(f"sparsity: {self.sparsity} is outside (0, 1)", setting="sparsity")
         for name, allowed in CHOICES.items():

@@ -1,0 +1,289 @@
+"""Bad input, across the commands: one `error:` line, exit status 2, no traceback, nothing under --out.
+
+Every row runs the real command in this process (``subnetlab.cli.main``) on tiny models saved with
+``save_pretrained`` in a temporary directory, so a row costs a fraction of a second. A row names the
+command line (``{bert}``, ``{out}`` ... are filled in from the fixtures below) and a fragment of the
+one error line it must print. ``{out}`` is a directory that does not exist: after the command it must
+still not exist (the check and the lock of ``--out`` leave nothing behind either).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from subnetlab.cli import main
+
+NLI = ["--task", "nli-synthetic", "--task-option", "n_train=20", "--task-option", "n_eval=10",
+       "--task-option", "hans_per_subcase=1"]
+ARITH = ["--task-option", "n_eval=10", "--task-option", "n_test=10"]
+DISCOVER = ["discover", "--model", "{gpt2}", "--task", "arith:ab", "--samples", "100", *ARITH, "--epochs", "1"]
+TRANSFER = ["transfer", "--model", "{gpt2}", "--task", "arith:a^2+ab", "--disambiguation", "0,10", *ARITH, "--epochs", "1"]
+PRUNE = ["prune", "--model", "{bert}", *NLI, "--sparsity", "0.5", "--seeds", "0", "--preset", "demo"]
+FINETUNE = ["finetune", "--model", "{bert}", *NLI, "--max-steps", "2"]
+EVALUATE = ["evaluate", "--model", "{bert}", *NLI]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    """Tiny checkpoints, damaged files and subnetworks; name -> path."""
+    from transformers import BertConfig, BertForSequenceClassification, GPT2LMHeadModel
+
+    from subnetlab.intervene import ComponentValues
+    from subnetlab.io import save_tensors
+    from subnetlab.methods.finetune.model import arithmetic_gpt2_config
+    from subnetlab.models import get_adapter
+    from subnetlab.subnetwork import Subnetwork
+    from subnetlab.tasks import NLI3
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    root = tmp_path_factory.mktemp("bad-inputs")
+    torch.manual_seed(0)
+    paths: dict[str, str] = {}
+    for name, positions in (("bert", 64), ("bert8", 8)):
+        config = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=32, max_position_embeddings=positions, num_labels=3,
+                            id2label=dict(enumerate(NLI3)), label2id={k: i for i, k in enumerate(NLI3)})
+        BertForSequenceClassification(config).save_pretrained(root / name)
+        word_tokenizer().save_pretrained(root / name)
+        paths[name] = str(root / name)
+    bert = BertForSequenceClassification.from_pretrained(paths["bert"])
+    gpt2 = GPT2LMHeadModel(arithmetic_gpt2_config(2, 23, 21))  # arithmetic up to 20 (+ 3 specials)
+    gpt2.save_pretrained(root / "gpt2")
+    paths["gpt2"] = str(root / "gpt2")
+
+    corrupt = root / "corrupt"  # config and tokenizer fine, weights file garbage
+    shutil.copytree(root / "bert", corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header!!}")
+    noweights = root / "noweights"
+    noweights.mkdir()
+    shutil.copy(root / "bert" / "config.json", noweights / "config.json")
+    paths.update(corrupt=str(corrupt), noweights=str(noweights))
+
+    adapter = get_adapter(bert)
+    good = Subnetwork.structured(adapter, torch.tensor([[1.0, 0.0], [1.0, 1.0]]), ablation="mean")
+    good.save(root / "sub.safetensors")
+    data = bytearray((root / "sub.safetensors").read_bytes())  # damaged bytes: the last MLP gate becomes NaN
+    data[-4:] = struct.pack("<f", float("nan"))
+    (root / "nan.safetensors").write_bytes(bytes(data))
+    save_tensors(root / "half.safetensors", {"heads": torch.full((2, 2), 0.5), "mlps": torch.ones(2)}, good.metadata())
+    save_tensors(root / "shape.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)}, good.metadata())
+    Subnetwork.structured(get_adapter(gpt2), torch.ones(2, 4)).save(root / "gpt2-sub.safetensors")
+    ComponentValues([torch.zeros(4, 4) for _ in range(2)], [torch.zeros(16) for _ in range(2)]).save(root / "other-means.safetensors")
+    for name in ("sub", "nan", "half", "shape", "gpt2-sub", "other-means"):
+        paths[name] = str(root / f"{name}.safetensors")
+    paths["not-means"] = str(root / "bert" / "model.safetensors")
+    (root / "a-file").write_text("not a directory\n")
+    paths["afile"] = str(root / "a-file")
+    (root / "full").mkdir()
+    (root / "full" / "kept.txt").write_text("an earlier result\n")
+    paths["full"] = str(root / "full")
+    paths["missing"] = str(root / "no-such-file.safetensors")
+    return paths
+
+
+CASES: list[tuple[str, list[str], str]] = [
+    # --out: a file, under a file (every command that takes --out, checked before anything is loaded)
+    ("prune-out-file", [*PRUNE, "--out", "{afile}"], "exists and is not a directory"),
+    ("prune-out-under-file", [*PRUNE, "--out", "{afile}/run"], "cannot be created: "),
+    ("finetune-out-file", [*FINETUNE, "--out", "{afile}"], "exists and is not a directory"),
+    ("evaluate-out-file", [*EVALUATE, "--out", "{afile}"], "exists and is not a directory"),
+    ("evaluate-out-under-file", [*EVALUATE, "--out", "{afile}/x/y"], "cannot be created: "),
+    ("discover-out-file", [*DISCOVER, "--out", "{afile}"], "exists and is not a directory"),
+    ("transfer-out-file", [*TRANSFER, "--condition", "scratch", "--out", "{afile}"], "exists and is not a directory"),
+    ("lottery-prune-out-file", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--out", "{afile}"],
+     "exists and is not a directory"),
+    ("ablate-out-file", ["ablate", "--model", "{bert}", *NLI, "--heads", "L0.H0", "--out", "{afile}"],
+     "exists and is not a directory"),
+    ("core-out-file", ["core", "--runs", "{full}", "--out", "{afile}"], "exists and is not a directory"),
+    ("reproduce-out-file", ["reproduce", "lottery", "--out", "{afile}"], "exists and is not a directory"),
+    ("export-out-file", ["export", "--model", "{bert}", "--subnetwork", "{sub}", "--out", "{afile}"],
+     "exists and is not a directory"),
+    ("results-out-under-file", ["results", "{full}", "--out", "{afile}/table"], "a-file exists and is not a directory"),
+    # damaged or missing models
+    ("inspect-corrupt-weights", ["inspect", "--model", "{corrupt}"], "cannot load the model weights"),
+    ("inspect-config-without-weights", ["inspect", "--model", "{noweights}"], "cannot load the model weights"),
+    ("inspect-missing-dir", ["inspect", "--model", "./no/such/dir"], "no such model directory"),
+    ("evaluate-corrupt-weights", ["evaluate", "--model", "{corrupt}", *NLI], "cannot load the model weights"),
+    ("evaluate-config-without-weights", ["evaluate", "--model", "{noweights}", *NLI], "cannot load the model weights"),
+    ("finetune-corrupt-weights", ["finetune", "--model", "{corrupt}", *NLI, "--max-steps", "2"],
+     "cannot load the model weights"),
+    ("prune-corrupt-weights", ["prune", "--model", "{corrupt}", *NLI, "--sparsity", "0.5", "--preset", "demo"],
+     "model.safetensors: not a readable safetensors file"),
+    ("prune-config-without-weights", ["prune", "--model", "{noweights}", *NLI, "--sparsity", "0.5", "--preset", "demo"],
+     "no weights (model.safetensors"),
+    ("prune-missing-model-dir", ["prune", "--model", "./no/such/dir", *NLI, "--sparsity", "0.5"],
+     "no such model directory"),
+    # typed values: KEY=VALUE options name the key and the expected type
+    ("prune-set-batch-size-text", [*PRUNE, "--set", "batch_size=abc"],
+     "pruning setting batch_size: expected an integer, got 'abc'"),
+    ("prune-set-lr-text", [*PRUNE, "--set", "lr=fast"], "pruning setting lr: expected a number, got 'fast'"),
+    ("prune-set-unknown-key", [*PRUNE, "--set", "nonsense=1"], "unknown pruning setting(s) nonsense"),
+    ("prune-set-no-equals", [*PRUNE, "--set", "batch_size"], "--set: expected KEY=VALUE"),
+    ("prune-task-option-text", ["prune", "--model", "{bert}", "--task", "nli-synthetic", "--task-option", "n_train=abc",
+                                "--sparsity", "0.5"], "option n_train: expected an integer, got 'abc'"),
+    ("prune-task-option-unknown", [*PRUNE, "--task-option", "bogus=1"], "unknown option(s) bogus"),
+    ("finetune-task-option-float", [*FINETUNE, "--task-option", "n_eval=2.5"], "option n_eval: expected an integer"),
+    ("evaluate-task-option-text", [*EVALUATE, "--task-option", "seed=abc"], "option seed: expected an integer"),
+    ("reproduce-set-wrong-type", ["reproduce", "lottery", "--set", "seeds=abc"],
+     "setting seeds of lottery: expected a list"),
+    ("reproduce-set-unknown", ["reproduce", "lottery", "--set", "nonsense=1"], "unknown setting 'nonsense'"),
+    ("reproduce-unknown-study", ["reproduce", "nonsense"], "unknown reproduction 'nonsense'"),
+    ("reproduce-unknown-preset", ["reproduce", "lottery", "--preset", "huge"], "unknown preset 'huge'"),
+    # numbers out of range, choices, combinations
+    ("prune-sparsity-range", ["prune", "--model", "{bert}", *NLI, "--sparsity", "1.5"], "--sparsity: 1.5 is outside (0, 1)"),
+    ("prune-seeds-malformed", [*PRUNE, "--seeds", "3-1"], "--seeds: malformed value '3-1'"),
+    ("prune-schedule", [*PRUNE, "--schedule", "cosine"], "--schedule 'cosine'"),
+    ("prune-ablation", [*PRUNE, "--ablation", "gaussian"], "ablation 'gaussian'"),
+    ("prune-unknown-split", [*PRUNE, "--splits", "id,nope"], "has no evaluation split 'nope'"),
+    ("prune-batch-larger-than-data", [*PRUNE, "--set", "batch_size=64"],
+     "batch_size 64 is larger than the 20 training examples"),
+    ("prune-max-length-past-positions", ["prune", "--model", "{bert8}", *NLI, "--sparsity", "0.5", "--preset", "demo"],
+     "exceeds the 8 positions"),
+    ("prune-gpus-without-gpu", [*PRUNE, "--gpus-per-job", "1"], "--gpus-per-job 1: this machine has no GPU"),
+    ("prune-jobs-zero", [*PRUNE, "--jobs", "0"], "--jobs 0: expected a positive integer"),
+    ("prune-local-backend-jobs", [*PRUNE, "--backend", "local", "--jobs", "2"], "the local backend runs one job at a time"),
+    ("prune-unknown-task", ["prune", "--model", "{bert}", "--task", "hanz", "--sparsity", "0.5"], "unknown task 'hanz'"),
+    ("finetune-lr-negative", [*FINETUNE, "--lr", "-1"], "--lr -1.0 must be positive"),
+    ("finetune-batch-size-zero", [*FINETUNE, "--batch-size", "0"], "--batch-size 0 must be at least 1"),
+    ("finetune-warmup-steps-and-ratio", [*FINETUNE, "--warmup-steps", "1", "--warmup-ratio", "0.1"],
+     "are both set; give one of the two"),
+    ("finetune-warmup-past-max-steps", [*FINETUNE, "--warmup-steps", "10"], "is longer than the run (max_steps 2)"),
+    ("finetune-warmup-past-epochs", ["finetune", "--model", "{bert}", *NLI, "--epochs", "1", "--warmup-steps", "50"],
+     "--warmup-steps 50 is longer than the run (1 steps"),
+    ("finetune-scheduler", [*FINETUNE, "--scheduler", "cosine"], "'cosine' is not linear or constant"),
+    ("finetune-device", [*FINETUNE, "--device", "tpu"], "'tpu'"),
+    ("finetune-preset", [*FINETUNE, "--preset", "huge"], "unknown preset 'huge'"),
+    ("finetune-eval-data-malformed", [*FINETUNE, "--eval-data", "nonsense"], "expected FORMAT=FILE"),
+    ("finetune-max-length-past-positions", ["finetune", "--model", "{bert8}", *NLI, "--max-steps", "2", "--max-length", "64"],
+     "--max-length 64 exceeds the 8 positions"),
+    ("finetune-arith-layers", ["finetune", "--model", "gpt2-arith:99", "--task", "arith:ab"], "1-48 layers"),
+    ("evaluate-batch-size-zero", [*EVALUATE, "--batch-size", "0"], "batch_size 0 must be an integer of at least 1"),
+    ("evaluate-limit-zero", [*EVALUATE, "--limit", "0"], "limit 0 must be an integer of at least 1"),
+    ("evaluate-ablation", [*EVALUATE, "--ablation", "gaussian"], "ablation 'gaussian'"),
+    ("evaluate-max-length-past-positions", ["evaluate", "--model", "{bert8}", *NLI, "--max-length", "64"],
+     "--max-length 64 exceeds the 8 positions of model"),
+    ("evaluate-unknown-split", [*EVALUATE, "--split", "nope"], "nope"),
+    ("evaluate-fresh-arith-model", ["evaluate", "--model", "gpt2-arith:2", "--task", "arith:ab"],
+     "evaluate a trained model directory"),
+    # subnetwork and means files: readable, of this model, valid values
+    ("evaluate-means-without-subnetwork", [*EVALUATE, "--means", "{other-means}"], "give the subnetwork too"),
+    ("evaluate-subnetwork-missing", [*EVALUATE, "--subnetwork", "{missing}"], "no such file"),
+    ("evaluate-subnetwork-nan", [*EVALUATE, "--subnetwork", "{nan}"], "value(s) other than 0 and 1 (e.g. nan)"),
+    ("evaluate-subnetwork-not-binary", [*EVALUATE, "--subnetwork", "{half}"], "value(s) other than 0 and 1 (e.g. 0.5)"),
+    ("evaluate-subnetwork-wrong-shape", [*EVALUATE, "--subnetwork", "{shape}"], "the model has [2, 2] heads"),
+    ("evaluate-subnetwork-other-model", [*EVALUATE, "--subnetwork", "{gpt2-sub}"], "found on a different architecture"),
+    ("evaluate-subnetwork-not-safetensors", [*EVALUATE, "--subnetwork", "{afile}"], "not a readable safetensors file"),
+    ("evaluate-means-not-a-means-file", [*EVALUATE, "--subnetwork", "{sub}", "--means", "{not-means}"],
+     "not a file of mean activations"),
+    ("evaluate-means-of-another-model", [*EVALUATE, "--subnetwork", "{sub}", "--means", "{other-means}"],
+     "they belong to another model"),
+    # arithmetic operations: unknown characters are refused, not dropped
+    ("evaluate-arith-double-star", ["evaluate", "--model", "{gpt2}", "--task", "arith:a**b"], "write powers as a^2"),
+    ("evaluate-arith-division", ["evaluate", "--model", "{gpt2}", "--task", "arith:a/b"], "unexpected character(s) /"),
+    ("discover-arith-double-star", [*DISCOVER[:3], "--task", "arith:a**b", *ARITH], "write powers as a^2"),
+    # discover and transfer: each job's typed config before any model is loaded
+    ("discover-threads-zero", [*DISCOVER, "--threads", "0"], "--threads: discovery: threads 0 must be"),
+    ("discover-lambdas-malformed", [*DISCOVER, "--lambdas", "abc"], "--lambdas: malformed value 'abc'"),
+    ("discover-include", [*DISCOVER, "--include", "embeddings"], "embeddings"),
+    ("discover-gpus-without-gpu", [*DISCOVER, "--gpus-per-job", "1"], "this machine has no GPU"),
+    ("discover-classification-task", ["discover", "--model", "{gpt2}", *NLI], "task nli-synthetic brings none"),
+    ("transfer-subnetwork-condition-without-file", [*TRANSFER, "--condition", "subnetwork"],
+     "--condition subnetwork needs --subnetwork FILE"),
+    ("transfer-unknown-condition", [*TRANSFER, "--condition", "scratch,lottery"], "--condition 'lottery': unknown condition"),
+    ("transfer-reinit", [*TRANSFER, "--condition", "scratch", "--reinit", "some"], "--reinit 'some'"),
+    ("transfer-threads-zero", [*TRANSFER, "--condition", "scratch", "--threads", "0"], "must be at least 1"),
+    ("transfer-subnetwork-nan", [*TRANSFER, "--subnetwork", "{nan}"], "value(s) other than 0 and 1"),
+    ("transfer-subnetwork-missing", [*TRANSFER, "--subnetwork", "{missing}"], "no such file"),
+    ("transfer-disambiguation-malformed", [*TRANSFER, "--condition", "scratch", "--disambiguation", "x"],
+     "--disambiguation: malformed value 'x'"),
+    # the other commands
+    ("lottery-prune-method", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magic"], "magic"),
+    ("lottery-retrain-subnetwork-missing", ["lottery-retrain", "--model", "{bert}", *NLI, "--subnetwork", "{missing}"],
+     "no such subnetwork file"),
+    ("lottery-stability-subnetwork-nan", ["lottery-stability", "--subnetwork", "{nan}", "--subnetwork", "{sub}"],
+     "value(s) other than 0 and 1"),
+    ("ablate-unknown-head", ["ablate", "--model", "{bert}", *NLI, "--heads", "L9.H9"], "L9.H9"),
+    ("ablate-non-listed", ["ablate", "--model", "{bert}", *NLI, "--heads", "L0.H0", "--non-listed", "zero"],
+     "--non-listed: 'zero' is not all, none or a number"),
+    ("attention-examples-zero", ["attention", "--model", "{bert}", "--data", "{missing}", "--examples", "0"],
+     "--examples 0 must be at least 1"),
+    ("attention-data-missing", ["attention", "--model", "{bert}", "--data", "{missing}"], "no such file"),
+    ("core-runs-missing", ["core", "--runs", "{missing}"], "no-such-file"),
+    ("effective-size-on", ["effective-size", "--checkpoints", "{full}", "--task", "nli-synthetic", "--on", "sideways"],
+     "--on 'sideways'"),
+    ("effective-size-seeds-zero", ["effective-size", "--checkpoints", "{full}", "--task", "nli-synthetic", "--seeds", "0"],
+     "--seeds 0 must be at least 1"),
+    ("export-subnetwork-nan", ["export", "--model", "{bert}", "--subnetwork", "{nan}"], "value(s) other than 0 and 1"),
+    ("export-out-not-empty", ["export", "--model", "{bert}", "--subnetwork", "{sub}", "--out", "{full}"], "not an empty directory"),
+]
+
+
+def _filled(args: list[str], paths: dict[str, str], out: str) -> list[str]:
+    return [a.format(out=out, **paths) if "{" in a else a for a in args]
+
+
+def _listing(path: str) -> list[tuple[str, int]] | None:
+    root = Path(path)
+    if not root.exists():
+        return None
+    if root.is_file():
+        return [(root.name, root.stat().st_size)]
+    return sorted((str(p.relative_to(root)), p.stat().st_size if p.is_file() else -1) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("name, args, fragment", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("subnetlab.executor.run._has_gpu", lambda: False)  # the same answer on a GPU machine
+    torch.set_num_threads(1)
+    out = str(tmp_path / "out")
+    argv = _filled(args, files, out)
+    if "--out" not in argv and argv[0] not in ("inspect", "results"):
+        argv += ["--out", out]
+    given = argv[argv.index("--out") + 1] if "--out" in argv else out
+    before = {p: _listing(p) for p in (given, out, files["afile"], files["full"])}
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert done.value.code == 2, err
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert fragment in lines[0], lines[0]
+    assert {p: _listing(p) for p in before} == before, "the command wrote under --out"
+
+
+def test_the_table_covers_every_command_and_enough_cases() -> None:
+    from subnetlab.cli import app
+
+    commands = {c.name for c in app.registered_commands}
+    covered = {args[0] for _, args, _ in CASES}
+    assert len(CASES) >= 60
+    assert commands - covered <= {"models", "demo", "lottery-patterns"}, commands - covered
+
+
+def test_a_read_only_parent_is_refused_before_any_work(files, tmp_path, capsys, monkeypatch) -> None:
+    """``--out`` under a directory this user cannot write (root may write anywhere: then the check is simulated)."""
+    locked = tmp_path / "read-only"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        if os.access(locked, os.W_OK):  # root
+            real = os.access
+            monkeypatch.setattr("subnetlab.runs.directory.os.access",
+                                lambda p, mode: False if Path(p) == locked else real(p, mode))
+        for args in (PRUNE, FINETUNE, EVALUATE):
+            with pytest.raises(SystemExit) as done:
+                main([*_filled(args, files, ""), "--out", str(locked / "run")])
+            lines = capsys.readouterr().err.strip().splitlines()
+            assert done.value.code == 2 and len(lines) == 1, lines
+            assert lines[0] == f"error: --out: {locked / 'run'} cannot be created: {locked} is not writable " \
+                               "(read-only or another user's); choose another directory"
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o755)
