@@ -94,4 +94,4 @@ def test_the_real_checkout_finds_its_shared_data(monkeypatch):
     if not shared.is_dir():
         pytest.skip("../shared/data is absent")
     monkeypatch.chdir(repo)
-    assert data_root() == shared.resolve()
+    assert data_root().resolve() == shared.resolve()
