@@ -84,3 +84,78 @@ def test_compare_heads():
     assert out["core_missing_before"] == ["L4.H0"]
     assert out["fraction_of_core_present"] == pytest.approx(2 / 3)
     assert math.isnan(compare_heads(["L0.H0"], [])["fraction_of_core_present"])
+
+
+# -- the early stop and the warm start ---------------------------------------------------------------
+
+def test_settled_needs_consecutive_unfaithful_levels():
+    from subnetlab.analysis.effective_size import settled
+
+    assert not settled([0.80, 0.79, 0.70, 0.80, 0.70], 0.80)  # one unfaithful level at a time never settles
+    assert settled([0.80, 0.70, 0.60], 0.80)
+    assert settled([0.90, 0.70], 0.80)  # 10 points *above* the model is unfaithful too
+    assert not settled([0.80, 0.70, 0.60], 0.80, consecutive=3)
+    assert settled([0.70], 0.80, consecutive=1)
+    assert not settled([], 0.80)
+    with pytest.raises(SubnetlabError) as refused:
+        settled([0.8], 0.8, consecutive=0)
+    assert refused.value.setting == "consecutive"
+
+
+def test_stop_rule_waits_for_every_chosen_data():
+    from subnetlab.analysis.effective_size import StopRule
+
+    model = (0.90, 0.50)
+    climbed = [(0.90, 0.50), (0.70, 0.50), (0.60, 0.51)]  # ID has left the threshold for good, OOD has not
+    assert StopRule(on=("id",)).should_stop(climbed, model)
+    assert not StopRule(on=("id", "ood")).should_stop(climbed, model)
+    assert StopRule(on=("id", "ood")).should_stop(climbed + [(0.5, 0.40), (0.5, 0.30)], model)
+    assert not StopRule(on=("id",), consecutive=0).should_stop(climbed, model)  # 0: climb every level
+    # mixed is the mean of the two: (0.6 + 0.51) / 2 = 0.555 against 0.70
+    assert StopRule(on=("mixed",)).unfaithful_on(climbed[2], model) == ["mixed"]
+    assert StopRule(on=("id", "ood")).unfaithful_on(climbed[0], model) == []
+    for bad, setting in (({"on": ("both",)}, "on"), ({"faithfulness": -0.1}, "faithfulness"),
+                         ({"consecutive": -1}, "consecutive"), ({"on": ()}, "on")):
+        with pytest.raises(SubnetlabError) as refused:
+            StopRule(**bad)
+        assert refused.value.setting == setting
+
+
+def test_the_early_stop_finds_the_effective_size_of_a_curve_that_does_not_come_back():
+    from subnetlab.analysis.effective_size import StopRule
+
+    for drop_after in (0.05, 0.35, 0.60, 0.70):
+        curve = {lvl: sum(accs) / len(accs) for lvl, accs in stub_curve(0.80, drop_after).items()}
+        climbed, rule = [], StopRule(on=("id",))
+        for lvl in sorted(curve):
+            climbed.append((curve[lvl], 0.0))
+            if rule.should_stop(climbed, (0.80, 0.0)):
+                break
+        reached = dict(list(sorted(curve.items()))[: len(climbed)])
+        assert effective_size({k: [v] for k, v in reached.items()}, 0.80).sparsity == pytest.approx(drop_after)
+        assert len(reached) == min(14, round(drop_after / 0.05) + 2)  # the answer and two levels above it
+
+
+def test_warm_start_index():
+    from subnetlab.analysis.effective_size import warm_start_index
+
+    grid = level_grid()
+    assert grid[warm_start_index(grid, 0.50)] == 0.40  # two levels below the previous answer
+    assert warm_start_index(grid, 0.10) == 0 and warm_start_index(grid, 0.05) == 0
+    assert warm_start_index(grid, 0.0) == 0  # nothing was faithful: from the bottom
+    assert grid[warm_start_index(grid, 0.52)] == 0.40  # between grid points: the one under it
+    assert grid[warm_start_index(grid, 0.70, below=0)] == 0.70
+
+
+def test_comes_back_reports_what_the_early_stop_would_miss():
+    from subnetlab.analysis.effective_size import comes_back
+
+    monotone = {0.1: 0.80, 0.2: 0.79, 0.3: 0.70, 0.4: 0.60, 0.5: 0.55}
+    out = comes_back(monotone, 0.80)
+    assert out["stops_after"] == 0.4 and out["faithful_again"] == []
+    assert out["sparsity_with_stop"] == out["sparsity_without_stop"] == 0.2
+    back = {0.1: 0.80, 0.2: 0.70, 0.3: 0.70, 0.4: 0.79, 0.5: 0.60}
+    out = comes_back(back, 0.80)
+    assert out["stops_after"] == 0.3 and out["faithful_again"] == [0.4]
+    assert (out["sparsity_with_stop"], out["sparsity_without_stop"]) == (0.1, 0.4)
+    assert comes_back({0.1: 0.8, 0.2: 0.7, 0.3: 0.8}, 0.80)["stops_after"] is None

@@ -14,6 +14,14 @@ finds it *rises*.
 
 This module holds the pure functions (no models); ``effective_size`` in
 ``subnetlab.experiments.heuristic_core`` produces their inputs by pruning.
+
+Searching the levels cheaply (``StopRule``, ``warm_start_index``): the answer is
+the highest faithful level, so a staircase that climbs the levels can stop once
+accuracy has left the threshold for good. "For good" is an assumption: the
+rule stops after ``consecutive`` (2) unfaithful levels in a row, which misses
+the answer only if a higher level is faithful again (``comes_back`` measures
+how often that happens on a full curve). Over training, a checkpoint's search
+can start a couple of levels below the previous checkpoint's answer.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from subnetlab.analysis.scores import mean_of, ood_columns, score_columns
 from subnetlab.errors import SubnetlabError
 
 On = Literal["id", "ood", "mixed"]
@@ -89,6 +98,111 @@ def effective_size(
     faithful = [lvl for lvl, acc in means.items() if abs(acc - model_accuracy) <= faithfulness + 1e-12]
     best = max(faithful, default=0.0)
     return EffectiveSize(best, round(1.0 - best, 6), model_accuracy, means, faithful)
+
+
+def is_faithful(accuracy: float, model_accuracy: float, faithfulness: float) -> bool:
+    """Within ``faithfulness`` of the model's accuracy, either side (the test ``effective_size`` applies)."""
+    return abs(float(accuracy) - float(model_accuracy)) <= faithfulness + 1e-12
+
+
+def id_ood_accuracy(scores: Mapping[str, Mapping], id_splits: Sequence[str],
+                    subcases: Sequence[str] | None = None) -> tuple[float, float]:
+    """``(in-domain, out-of-domain)`` accuracy of one evaluation: mean of the ID splits, mean of the OOD columns."""
+    cols = score_columns(scores, id_splits, subcases)
+    return mean_of(cols, list(id_splits)), mean_of(cols, ood_columns(cols, id_splits))
+
+
+def settled(climbed: Sequence[float], model_accuracy: float, faithfulness: float = 0.03, consecutive: int = 2) -> bool:
+    """True once ``consecutive`` levels in a row of ``climbed`` are unfaithful.
+
+    ``climbed``: the seed-mean accuracy at each level reached so far, in the
+    order the staircase climbs them. Once this holds, the highest faithful level
+    among those already measured is the effective size, unless accuracy comes
+    back within the threshold higher up, which the early stop assumes it does not.
+    """
+    if consecutive < 1:
+        raise SubnetlabError(f"consecutive {consecutive} must be at least 1", setting="consecutive")
+    run = 0
+    for acc in climbed:
+        run = 0 if is_faithful(acc, model_accuracy, faithfulness) else run + 1
+        if run >= consecutive:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a staircase over sparsity levels may stop: every chosen data has settled (``settled``).
+
+    ``on`` names the data whose effective sizes are wanted (``id``, ``ood``,
+    ``mixed``); the staircase stops only when the last of them has had
+    ``consecutive`` unfaithful levels in a row, so each one's answer is among
+    the levels measured. ``consecutive=0`` never stops (the whole staircase).
+    """
+
+    faithfulness: float = 0.03
+    on: tuple[str, ...] = ("ood",)
+    consecutive: int = 2
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.faithfulness < 1.0:
+            raise SubnetlabError(f"faithfulness {self.faithfulness} is outside [0, 1)", setting="faithfulness")
+        object.__setattr__(self, "on", tuple(self.on))
+        bad = [c for c in self.on if c not in ON_CHOICES]
+        if bad or not self.on:
+            raise SubnetlabError(f"on {list(self.on)}: expected some of {', '.join(ON_CHOICES)}", setting="on")
+        if isinstance(self.consecutive, bool) or not isinstance(self.consecutive, int) or self.consecutive < 0:
+            raise SubnetlabError(f"consecutive {self.consecutive!r} must be a whole number >= 0 (0: never stop)",
+                                 setting="consecutive")
+
+    def should_stop(self, climbed: Sequence[tuple[float, float]], model: tuple[float, float]) -> bool:
+        """``climbed``: seed-mean ``(id, ood)`` accuracy per level reached, climbing; ``model``: the full model's."""
+        if self.consecutive == 0:
+            return False
+        return all(settled([data_accuracy(i, o, c) for i, o in climbed], data_accuracy(*model, c), self.faithfulness,
+                           self.consecutive) for c in self.on)
+
+    def unfaithful_on(self, accuracy: tuple[float, float], model: tuple[float, float]) -> list[str]:
+        """The chosen data on which a level with seed-mean ``(id, ood)`` ``accuracy`` is not faithful."""
+        return [c for c in self.on
+                if not is_faithful(data_accuracy(*accuracy, c), data_accuracy(*model, c), self.faithfulness)]
+
+
+def warm_start_index(levels: Sequence[float], previous: float, below: int = 2) -> int:
+    """Where a checkpoint's staircase starts: ``below`` levels under the previous checkpoint's answer.
+
+    ``previous`` is that answer's sparsity (0.0: no level was faithful, so start
+    at the bottom). The index is into ``levels`` (increasing); a ``previous``
+    between grid points counts as the grid point under it.
+    """
+    if below < 0:
+        raise SubnetlabError(f"below {below} must be >= 0", setting="below")
+    at = max((i for i, lvl in enumerate(levels) if lvl <= previous + 1e-9), default=None)
+    return 0 if at is None else max(0, at - below)
+
+
+def comes_back(mean_accuracy: Mapping[float, float], model_accuracy: float, faithfulness: float = 0.03,
+               consecutive: int = 2) -> dict:
+    """Does accuracy return within the threshold after ``consecutive`` unfaithful levels in a row?
+
+    On a curve measured at every level: the first level at which the early stop
+    would fire, the levels above it that are faithful again (empty: the stop
+    loses nothing on this curve), and the effective size with and without the stop.
+    """
+    levels = sorted(mean_accuracy)
+    run, stop_at = 0, None
+    for lvl in levels:
+        run = 0 if is_faithful(mean_accuracy[lvl], model_accuracy, faithfulness) else run + 1
+        if run >= consecutive:
+            stop_at = lvl
+            break
+    later = [lvl for lvl in levels if stop_at is not None and lvl > stop_at
+             and is_faithful(mean_accuracy[lvl], model_accuracy, faithfulness)]
+    reached = {lvl: [acc] for lvl, acc in mean_accuracy.items() if stop_at is None or lvl <= stop_at}
+    return {"stops_after": stop_at, "faithful_again": later,
+            "sparsity_with_stop": effective_size(reached, model_accuracy, faithfulness).sparsity,
+            "sparsity_without_stop": effective_size({k: [v] for k, v in mean_accuracy.items()}, model_accuracy,
+                                                    faithfulness).sparsity}
 
 
 def generalization_onset(ood_accuracy: Sequence[float], fraction: float = 0.2, min_rise: float = 0.02) -> int | None:

@@ -27,16 +27,23 @@ def effective_size(
     subcases: Optional[str] = typer.Option(None, "--subcases", help="OOD subcases averaged for OOD accuracy (comma list, or all) [the paper's four when present]."),
     core: Optional[Path] = typer.Option(None, "--core", help="A `subnetlab core --out` directory to compare the pre-generalization heads with."),
     set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE (repeatable)."),
+    early_stop: bool = typer.Option(False, "--early-stop/--no-early-stop", help="Seeds climb one staircase together "
+                                    "and stop after two levels in a row unfaithful on every --on data (off: every level is pruned)."),
+    warm_start: bool = typer.Option(False, "--warm-start/--no-warm-start", help="Start each checkpoint two levels below "
+                                    "the previous one's effective size, walking down only if that level is unfaithful "
+                                    "(checkpoints then run one at a time)."),
     executor: ExecutorOptions = None,
 ) -> None:
     """Per checkpoint: the smallest subnetwork (at the levels' resolution) within --faithfulness of the
-    model's accuracy, mean over seeds; the Figure 6 plot; the heads before OOD accuracy rises."""
+    model's accuracy, mean over seeds; the Figure 6 plot; the heads before OOD accuracy rises.
+    --early-stop and --warm-start search the levels instead of pruning them all (far fewer steps)."""
     from subnetlab.analysis.effective_size import ON_CHOICES
     from subnetlab.cli.commands._heuristic_core import task_from_flags, parse_subcases
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.cli.commands.prune import _parse_pairs
     from subnetlab.errors import SubnetlabError
-    from subnetlab.experiments.heuristic_core.effective_size import analyse_sweep, check_sweep, find_checkpoints, sweep_jobs
+    from subnetlab.experiments.heuristic_core.effective_size import (
+        SearchSettings, analyse_sweep, check_sweep, find_checkpoints, search_sweep, sweep_jobs)
     from subnetlab.experiments.heuristic_core.steps import default_subcases, effective_size_outputs
     from subnetlab.io import read_json
     from subnetlab.methods.hard_concrete.schedule import parse_levels
@@ -58,12 +65,21 @@ def effective_size(
     chosen = parse_subcases(subcases) if subcases is not None else default_subcases(t, id_split)
     core_heads = read_json(core / "metrics.json").get("core") if core is not None else None
     base = {"task": task, "task_options": parse_task_options(task_option, None, "eval"), "eval_data": list(eval_data), "splits": None}
-    jobs = sweep_jobs(found, base, list(range(seeds)), level_list, preset, _parse_pairs(set_, "--set"), out)
-    check_sweep(executor.run(jobs, sweep_dir=out))
+    overrides = _parse_pairs(set_, "--set")
+    search = SearchSettings(early_stop=early_stop, warm_start=warm_start) if early_stop or warm_start else None
+    dirs = None
+    if search is None:
+        jobs = sweep_jobs(found, base, list(range(seeds)), level_list, preset, overrides, out)
+        check_sweep(executor.run(jobs, sweep_dir=out))
+    else:
+        dirs = search_sweep(found, base, list(range(seeds)), level_list, preset, overrides, out, search=search,
+                            run=lambda jobs, where: executor.run(jobs, sweep_dir=where), on=choices,
+                            faithfulness=faithfulness, id_splits=id_split, subcases=chosen)
     result = analyse_sweep(found, list(range(seeds)), level_list, out, on=choices, faithfulness=faithfulness,
-                           id_splits=id_split, subcases=chosen, core=core_heads)
+                           id_splits=id_split, subcases=chosen, core=core_heads, search=dirs)
     effective_size_outputs(result, out, config={"command": "effective-size", "checkpoints": str(checkpoints), "task": task,
-                                                "seeds": seeds, "levels": level_list, "on": choices, "preset": preset})
+                                                "seeds": seeds, "levels": level_list, "on": choices, "preset": preset,
+                                                **({"search": search.to_dict()} if search else {})})
     print((out / "report.md").read_text(encoding="utf-8"))
 
 

@@ -24,6 +24,11 @@ from subnetlab.progress import stage
 
 NAME = "heuristic-core"
 
+# Effective-size settings may also hold "search": {"early_stop": true, "warm_start": true} (the typed
+# ``effective_size.SearchSettings``): seeds climb together and stop after two unfaithful levels in a row, and each
+# checkpoint starts two levels below the previous one's answer. Neither preset sets it, so both still prune every
+# level of every checkpoint (the reference the search is checked against); pass it with
+# ``--set 'effective_size={..., search: {early_stop: true, warm_start: true}}'``.
 _PAPER_ES = {"seeds": [0, 1, 2], "levels": "0.05:0.70:0.05", "checkpoints": 12, "on": ["id", "ood", "mixed"],
              "faithfulness": 0.03, "prune": {}}
 

@@ -101,6 +101,14 @@ def effective_size_section(doc: MarkdownReport, result: Mapping[str, Any], plot:
     doc.figure(plot, "ID and OOD accuracy (solid, left axis) and effective size (dashed, right axis) over training; "
                "under competing subnetworks the OOD size would fall as OOD accuracy rises, the paper finds it rises.",
                base=base)
+    searched = [c for c in result["checkpoints"] if c.get("search")]
+    if searched:
+        doc.para(
+            "Levels searched rather than all pruned: the seeds of a checkpoint climbed one staircase together and "
+            "stopped once every chosen data had had its unfaithful levels in a row (a warm-started checkpoint "
+            "starts below the previous one's answer). Levels measured per checkpoint: " + "; ".join(
+                f"step {c['step']}: {', '.join(f'{x:.2f}' for x in c['search']['levels_measured'])} "
+                f"({c['search']['steps_per_seed']} steps per seed)" for c in searched) + ".")
     before = result.get("before_onset")
     if before:
         frac = before["fraction_of_core_present"]

@@ -23,7 +23,13 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.executor import run_jobs
 from subnetlab.experiments.heuristic_core import data
 from subnetlab.experiments.heuristic_core import steps
-from subnetlab.experiments.heuristic_core.effective_size import analyse_sweep, check_sweep, sweep_jobs
+from subnetlab.experiments.heuristic_core.effective_size import (
+    SearchSettings,
+    analyse_sweep,
+    check_sweep,
+    search_sweep,
+    sweep_jobs,
+)
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.progress import stage
@@ -215,12 +221,22 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
         return done
     slim = {**{k: v for k, v in base.items() if k != "model"}, "splits": [*ID_SPLITS, "ood"],  # the curves need no real HANS
             "eval_data": [e for e in base["eval_data"] if e.startswith("ood:")]}
-    jobs = sweep_jobs(checkpoints, slim, es["seeds"], levels,
-                      settings["prune_preset"], {**settings.get("prune", {}), **es.get("prune", {})}, out)
-    stage(f"[{study['name']}] effective size: {len(checkpoints)} checkpoints x {len(es['seeds'])} seeds x {len(levels)} levels")
-    check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
+    overrides = {**settings.get("prune", {}), **es.get("prune", {})}
+    search = SearchSettings.from_dict(es.get("search"))  # absent (the presets): every level of every checkpoint
+    stage(f"[{study['name']}] effective size: {len(checkpoints)} checkpoints x {len(es['seeds'])} seeds x {len(levels)} levels"
+          + (f" (search: {search.to_dict()})" if search else ""))
+    dirs = None
+    if search is None:
+        jobs = sweep_jobs(checkpoints, slim, es["seeds"], levels, settings["prune_preset"], overrides, out)
+        check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
+    else:
+        dirs = search_sweep(checkpoints, slim, es["seeds"], levels, settings["prune_preset"], overrides, out,
+                            search=search, on=es["on"], faithfulness=es["faithfulness"], id_splits=ID_SPLITS,
+                            subcases=subcases,
+                            run=lambda jobs, where: run_jobs(jobs, backend=settings.get("backend", "local"),
+                                                             n_jobs=settings.get("jobs"), sweep_dir=where))
     result = analyse_sweep(checkpoints, es["seeds"], levels, out, on=es["on"], faithfulness=es["faithfulness"],
-                           id_splits=ID_SPLITS, subcases=subcases, core=core)
+                           id_splits=ID_SPLITS, subcases=subcases, core=core, search=dirs)
     steps.effective_size_outputs(result, out, config=config)
     return result
 

@@ -20,10 +20,17 @@ With ``run_dir`` the run checkpoints every ``checkpoint_every`` steps and a
 rerun resumes from the last checkpoint (bit-identical on CPU). With the
 staircase schedule ``on_level(level, selections)`` is called each time a level's
 hold ends; ``subnetlab.runs.prune`` writes those to ``levels/<level>/``.
+
+``stop_at`` runs only up to a step (checkpointed there) and returns; calling
+again with a later ``stop_at`` continues from that checkpoint, so a caller can
+advance several seeds level by level and decide between levels whether to go
+on (the effective-size search does). Because resuming is bit-identical, the
+levels reached this way are those of the uninterrupted staircase.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -110,8 +117,9 @@ class Pruner:
     """
 
     def __init__(self, model: nn.Module, adapter: Adapter, data: PruningData, config: PruneConfig,
-                 ablation: ComponentValues | None = None) -> None:
+                 ablation: ComponentValues | None = None, teacher: torch.Tensor | None = None) -> None:
         self.model, self.adapter, self.data, self.config, self.ablation = model, adapter, data, config, ablation
+        self.teacher_table = teacher if config.teacher == "cache" else None  # shared by runs on the same data
         self.schedule = config.make_schedule()
         self.total = self.schedule.total_steps
         self.device = model_device(model)  # gates live beside the model; their noise comes from a CPU generator
@@ -132,7 +140,7 @@ class Pruner:
             self.gates.train()
             self.gates_ctl = apply_gates(self.model, self.adapter, ablation=self.ablation, source=self.gates).__enter__()
             self.teacher = FullModelOutputs(self.model, self.gates_ctl, self.data, self.config.teacher,
-                                            self.config.eval_batch_size)
+                                            self.config.eval_batch_size, table=self.teacher_table)
             self.teacher.prepare()
         except BaseException:
             self.__exit__()
@@ -220,6 +228,8 @@ def prune(
     run_dir: str | Path | None = None,
     on_level: LevelCallback | None = None,
     on_step: StepCallback | None = None,
+    teacher: torch.Tensor | None = None,
+    stop_at: int | None = None,
 ) -> PruneResult:
     """Train hard-concrete gates on the frozen ``model`` to ``config.sparsity`` and select the subnetwork.
 
@@ -227,16 +237,23 @@ def prune(
     its own per batch). ``on_step(step)`` runs after each optimizer step and its
     checkpoint (tests use it to simulate a kill). A NaN or infinite loss stops
     the run naming the step; the last checkpoint written stays as it was.
+    ``teacher``: the full model's table (``objective.full_model_table``) when
+    several runs share it. ``stop_at``: return after that step, checkpointed
+    (needs ``run_dir``); a run already past it returns at once.
     """
-    pruner = Pruner(model, adapter, data, config, ablation)
+    if stop_at is not None and run_dir is None:
+        raise SubnetlabError("pruning in parts (stop_at) needs a run directory to continue from")
+    pruner = Pruner(model, adapter, data, config, ablation, teacher)
     run_dir = Path(run_dir) if run_dir is not None else None
     start = pruner.restore(run_dir) if run_dir is not None else 0
-    if start:
+    if start and stop_at is None:  # a part of a run in parts resumes by design
         stage(f"resuming pruning at step {start} of {pruner.total}")
+    end = pruner.total if stop_at is None else min(int(stop_at), pruner.total)
     level_ends = pruner.schedule.level_ends()
     began = time.perf_counter()
-    with pruner:
-        for step in track(range(start, pruner.total), total=pruner.total - start, description="pruning"):
+    idle = stop_at is not None and start >= end  # this part ran before: no gates to install, no teacher to compute
+    with contextlib.nullcontext() if idle else pruner:
+        for step in track(range(start, end), total=max(0, end - start), description="pruning"):
             try:
                 pruner.step(step)
             except NonFiniteLoss as e:
@@ -250,7 +267,7 @@ def prune(
                     on_level(level_ends[done], selections(pruner.gates, level_ends[done]), done)
                 finally:
                     pruner.gates_ctl.enabled = True
-            if run_dir is not None and (done % config.checkpoint_every == 0 or done == pruner.total):
+            if run_dir is not None and (done % config.checkpoint_every == 0 or done in (pruner.total, end)):
                 pruner.save(run_dir, done)
             if on_step is not None:
                 on_step(done)
