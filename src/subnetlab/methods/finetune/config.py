@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.tasks.spec import parse_eval_data  # the one parser of [SPLIT:]FORMAT=FILE
 
 # Heuristic Core, Appendix A: bert-base-cased on MNLI, 5 epochs, batch 32, lr 2e-5,
 # max length 128, Adam(0.9, 0.999, eps 1e-8), evaluation and checkpoints every 500 steps.
@@ -130,18 +131,3 @@ def validate(cfg: FinetuneConfig) -> None:
          f"{cfg.adam_betas} must be in [0, 1)")
     for spec in cfg.eval_data:
         parse_eval_data(spec)
-
-
-def parse_eval_data(spec: str) -> tuple[str, str, str]:
-    """``hans=FILE`` -> ("hans", "hans", FILE); ``mm:mnli=FILE`` -> ("mm", "mnli", FILE)."""
-    from subnetlab.tasks.registry import FILE_FORMATS
-
-    head, sep, path = spec.partition("=")
-    if not sep or not path or not head:
-        raise SubnetlabError(f"eval_data {spec!r}: expected FORMAT=FILE or SPLIT:FORMAT=FILE", setting="eval_data")
-    split, _, fmt = head.rpartition(":")
-    split = split or fmt
-    if fmt not in FILE_FORMATS:
-        raise SubnetlabError(f"eval_data {spec!r}: unknown format {fmt!r} (known: {', '.join(FILE_FORMATS)})",
-                             setting="eval_data")
-    return split, fmt, path
