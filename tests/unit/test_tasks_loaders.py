@@ -134,3 +134,29 @@ def test_hub_specs_parse_without_network():
     assert is_hub_spec("hub:x@y") and not is_hub_spec("data/x.tsv")
     with pytest.raises(SubnetlabError, match="names no split"):
         parse_hub_spec("hub:nyu-mll/glue:mnli")
+
+
+def test_nli_header_rows_are_recognised_not_read_as_data(tmp_path):
+    """A header row naming premise / hypothesis / label (any order, any case) is skipped; rows are read by name."""
+    f = tmp_path / "pairs.tsv"
+    f.write_text("premise\thypothesis\tlabel\nA man sleeps .\tA person sleeps .\tentailment\n"
+                 "A man sleeps .\tNobody sleeps .\tcontradiction\n")
+    rows = load_mnli(f)
+    assert [(r.text_a, r.text_b, NLI3[r.label]) for r in rows] == [
+        ("A man sleeps .", "A person sleeps .", "entailment"), ("A man sleeps .", "Nobody sleeps .", "contradiction")]
+    f.write_text("Label\tPremise\tHypothesis\nneutral\tP .\tH .\n")  # the plain layout with its header
+    assert [(r.text_a, r.text_b, r.label) for r in load_mnli(f)] == [("P .", "H .", 1)]
+    f.write_text("premise\thypothesis\tlabel\nP .\tH .\tmaybe\n")  # errors name the data row, not the header
+    with pytest.raises(SubnetlabError, match=r"pairs.tsv:2: unknown label 'maybe'"):
+        load_mnli(f)
+    f.write_text("premise\thypothesis\tgenre\nP .\tH .\tfic\n")
+    with pytest.raises(SubnetlabError, match=r"pairs.tsv:1: header names premise and hypothesis but no label column"):
+        load_mnli(f)
+    f.write_text("entailment\tP .\tH .\n")  # no header: the first line is data
+    assert [r.label for r in load_mnli(f)] == [0]
+    hans = tmp_path / "hans.tsv"
+    hans.write_text("label\tpremise\thypothesis\theuristic\tsubcase\n"
+                    "non-entailment\tThe doctor saw the lawyer .\tThe lawyer saw the doctor .\tlexical_overlap\tln_subject/object_swap\n")
+    (row,) = load_hans(hans)
+    assert (row.text_a, NLI2[row.label], row.subcase) == ("The doctor saw the lawyer .", "non-entailment", "ln_subject/object_swap")
+    assert get_task("mnli", eval=str(f)).eval_splits["id"][0].label == 0

@@ -27,15 +27,51 @@ from subnetlab.tasks.files import (
 PerturbedFilter = Literal["exclude", "only", "all"]
 _NO_GOLD = "-"  # SNLI / MNLI rows whose annotators reached no consensus
 
+# header names of the columns of a pair file, in order of preference (GLUE's first, then the hub's)
+PREMISE_COLUMNS = ("sentence1", "premise")
+HYPOTHESIS_COLUMNS = ("sentence2", "hypothesis")
+LABEL_COLUMNS = ("gold_label", "label")
+
+
+def header_columns(fields: list[str], path: str | os.PathLike) -> tuple[str, str, str] | None:
+    """The (premise, hypothesis, label) column names of a header row; None when ``fields`` is not a header.
+
+    A first line that names a premise and a hypothesis column (``sentence1`` / ``premise``,
+    ``sentence2`` / ``hypothesis``) in any order is a header, not an example; it must
+    then name a label column (``gold_label`` / ``label``) too.
+    """
+    lowered = [f.strip().lower() for f in fields]
+    premise = next((c for c in PREMISE_COLUMNS if c in lowered), None)
+    hypothesis = next((c for c in HYPOTHESIS_COLUMNS if c in lowered), None)
+    if premise is None or hypothesis is None:
+        return None
+    label = next((c for c in LABEL_COLUMNS if c in lowered), None)
+    if label is None:
+        raise SubnetlabError(f"{path}:1: header names {premise} and {hypothesis} but no label column "
+                             f"({' or '.join(LABEL_COLUMNS)}); found: {', '.join(fields)}")
+    return premise, hypothesis, label
+
+
+def _header_table(path: str | os.PathLike, required: list[str]) -> TsvTable:
+    """A ``TsvTable`` whose column names are matched case-insensitively (``Premise`` is ``premise``)."""
+    table = TsvTable(path, [])
+    table.columns = [c.lower() for c in table.columns]
+    table.index = {c: i for i, c in enumerate(table.columns)}
+    missing = [c for c in required if c not in table.index]
+    if missing:
+        raise SubnetlabError(f"{path}:1: header lacks column(s) {', '.join(missing)} (found: {', '.join(table.columns)})")
+    return table
+
 
 def load_mnli(path: str | os.PathLike) -> list[Example]:
-    """Read MNLI-style pairs from a GLUE TSV (header with sentence1/sentence2), a
-    plain ``label<TAB>premise<TAB>hypothesis`` TSV, or JSONL."""
+    """Read MNLI-style pairs from a TSV with a header row naming its columns (GLUE's
+    sentence1 / sentence2 / gold_label, or premise / hypothesis / label, any order),
+    a plain ``label<TAB>premise<TAB>hypothesis`` TSV without a header, or JSONL."""
     if is_jsonl(path):
         return require_examples(_mnli_jsonl(path), path)
-    fields = first_fields(path)
-    if "sentence1" in fields and "sentence2" in fields:
-        return require_examples(_mnli_glue(path), path)
+    columns = header_columns(first_fields(path), path)
+    if columns is not None:
+        return require_examples(_mnli_header(path, columns), path)
     return require_examples(_mnli_plain(path), path)
 
 
@@ -51,16 +87,15 @@ def _mnli_plain(path: str | os.PathLike) -> list[Example]:
     return examples
 
 
-def _mnli_glue(path: str | os.PathLike) -> list[Example]:
-    fields = first_fields(path)
-    label_col = "gold_label" if "gold_label" in fields else "label"
-    table = TsvTable(path, ["sentence1", "sentence2", label_col])
+def _mnli_header(path: str | os.PathLike, columns: tuple[str, str, str]) -> list[Example]:
+    premise, hypothesis, label_col = columns
+    table = _header_table(path, list(columns))
     examples = []
     for where, row in table.rows():
         if row[label_col].strip() == _NO_GOLD:
             continue
         label = label_index(row[label_col], NLI3, where)
-        examples.append(Example(require_text(row["sentence1"], where, "sentence1"), require_text(row["sentence2"], where, "sentence2"), label))
+        examples.append(Example(require_text(row[premise], where, premise), require_text(row[hypothesis], where, hypothesis), label))
     return examples
 
 
@@ -83,7 +118,8 @@ def _mnli_jsonl(path: str | os.PathLike) -> list[Example]:
 
 
 def load_hans(path: str | os.PathLike, perturbed: PerturbedFilter = "exclude") -> list[Example]:
-    """Read a HANS TSV (header with gold_label, sentence1, sentence2, heuristic, subcase).
+    """Read a HANS TSV (header with gold_label, sentence1, sentence2, heuristic, subcase; or label,
+    premise, hypothesis in place of the first three).
 
     ``perturbed`` selects rows by the optional ``perturbed`` column of the
     HANS-perturbed release: ``exclude`` keeps the original (``not-perturbed``)
@@ -95,7 +131,8 @@ def load_hans(path: str | os.PathLike, perturbed: PerturbedFilter = "exclude") -
     if is_jsonl(path):
         rows = read_jsonl(path)
     else:
-        table = TsvTable(path, ["gold_label", "sentence1", "sentence2", "heuristic", "subcase"])
+        columns = header_columns(first_fields(path), path) or ("gold_label", "sentence1", "sentence2")
+        table = _header_table(path, [*columns, "heuristic", "subcase"])
         if perturbed == "only" and "perturbed" not in table.columns:
             raise SubnetlabError(f"{path}: no 'perturbed' column, so there are no perturbed rows to keep")
         rows = table.rows()
