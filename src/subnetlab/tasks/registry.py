@@ -18,6 +18,10 @@ see ``subnetlab.tasks.hub``):
 * ``paws-qqp``: ``eval=`` a PAWS-QQP file -> split ``paws-qqp``;
   ``not_equivalent_only=False`` (True keeps label-0 pairs, as the Heuristic
   Core paper does).
+* ``glue-cola``, ``glue-sst2``, ``glue-mrpc``, ``glue-stsb``, ``glue-qqp``,
+  ``glue-mnli``, ``glue-qnli``, ``glue-rte``, ``glue-wnli``: the GLUE tasks
+  scored with their GLUE metric (``subnetlab.tasks.glue``); ``data_dir=`` a
+  GLUE release, or ``train=`` / ``eval=`` TSV files or ``hub:`` specs; ``metric=``.
 * ``arith:<op>``: modular arithmetic, e.g. ``arith:a+ab`` (see ``arithmetic``).
 
 Any task takes further evaluation splits from files through
@@ -37,6 +41,7 @@ from subnetlab.errors import SubnetlabError, check_typed
 from subnetlab.tasks.arithmetic import make_arithmetic_task
 from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
 from subnetlab.tasks.data_location import SHARED_DATA, find_data_root
+from subnetlab.tasks.glue.task import GLUE_TASKS
 from subnetlab.tasks.nli.hans_generator import generate_hans_style
 from subnetlab.tasks.nli.hans_vocab import DEFAULT_VOCABULARY
 from subnetlab.tasks.hub import is_hub_spec, load_hub
@@ -134,6 +139,7 @@ _TASKS: dict[str, Callable[..., Task]] = {
     "hans": _hans,
     "qqp": _qqp,
     "paws-qqp": _paws,
+    **GLUE_TASKS,
 }
 
 
