@@ -37,9 +37,12 @@ def _register_commands() -> None:
             continue
         module = importlib.import_module(f"subnetlab.cli.commands.{info.name}")
         module.register(app)
+    from subnetlab.models.accepts import accepted_models
+
     for command in app.registered_commands:
         name = command.name or command.callback.__name__.replace("_", "-")
         command.callback = guard_out(name, command.callback)
+        command.epilog = command.epilog or accepted_models(name)  # the models it takes, from one table
 
 
 _register_commands()

@@ -8,15 +8,22 @@ from rich.table import Table
 
 
 def models() -> None:
-    """List the supported architecture families and the builtin model aliases."""
+    """List the supported architecture families (each with an example), the builtin model aliases and the
+    model kinds each command accepts."""
     from subnetlab.models import BUILTIN_ALIASES, FAMILIES
+    from subnetlab.models.accepts import COMMAND_MODELS, KIND_NAMES, accepted_models
 
     table = Table(title="Architecture families")
-    for col in ("family", "model types", "components", "examples"):
+    for col in ("family", "kind", "model types", "components", "examples"):
         table.add_column(col)
     for spec in FAMILIES.values():
         components = "heads, MLPs" if spec.has_components else "weights only"
-        table.add_row(spec.family, ", ".join(spec.model_types), components, spec.example)
+        table.add_row(spec.family, KIND_NAMES[spec.kind], ", ".join(spec.model_types), components, spec.example)
+    commands = Table(title="Models each command accepts")
+    commands.add_column("command")
+    commands.add_column("models")
+    for name in COMMAND_MODELS:
+        commands.add_row(name, accepted_models(name).removeprefix("Models: "))
     aliases = Table(title="Builtin aliases")
     aliases.add_column("alias")
     aliases.add_column("model")
@@ -25,6 +32,7 @@ def models() -> None:
     console = Console()
     console.print(table)
     console.print(aliases)
+    console.print(commands)
 
 
 def inspect(model: str = typer.Option(..., "--model", help="Alias (minilm), local directory or hub id.")) -> None:
