@@ -75,3 +75,70 @@ def test_weight_random_and_bad_match_per_matrix_counts():
     assert not all(torch.equal(subs["random"].weights[n], good.weights[n]) for n in names)
     assert random_weights(good, a, 3).weights[names[0]].equal(subs["random"].weights[names[0]])
     assert bad_weights(good, a).count() == good.count()
+
+
+def test_structured_bad_fill_random_samples_good_components_uniformly():
+    a = tiny_model("bert", layers=4, heads=8).adapter
+    good = _good_structured(a, kept_heads=24, kept_mlps=3)  # removed: 8 heads, 1 MLP -> 16 heads, 2 MLPs filled
+    scores_h = torch.arange(32, dtype=torch.float32).flip(0).view(4, 8)
+    scores_m = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    kept_idx = torch.nonzero(good.heads.flatten() > 0.5).flatten()
+    least = set(kept_idx[torch.argsort(scores_h.flatten()[kept_idx], stable=True)[:16]].tolist())
+    fills = []
+    for seed in range(6):
+        bad = bad_structured(good, a, seed, importance=(scores_h, scores_m), fill="random")
+        assert int(bad.heads.sum()) == 24 and int(bad.mlps.sum()) == 3
+        assert (bad.heads[good.heads < 0.5] == 1).all() and (bad.mlps[good.mlps < 0.5] == 1).all()
+        assert bad.extra["bad_fill"] == "18" and bad.extra["bad_fill_rule"] == "random"
+        # the filled heads are the kept ones it chose: the draw ignores the scores ...
+        fills.append(frozenset(i for i in kept_idx.tolist() if bad.heads.flatten()[i] == 1))
+        # ... and is the generator's permutation of the kept pool, replayed independently here
+        g = torch.Generator().manual_seed(seed)
+        removed_h = torch.nonzero(good.heads.flatten() < 0.5).flatten()
+        assert removed_h.numel() < 24
+        expected = kept_idx[torch.randperm(kept_idx.numel(), generator=g)[:16]]
+        assert fills[-1] == frozenset(expected.tolist())
+    assert len(set(fills)) > 1 and any(f != least for f in fills)
+    # the least-important rule is still there by name, and is deterministic in the scores
+    assert frozenset(i for i in kept_idx.tolist()
+                     if bad_structured(good, a, 0, importance=(scores_h, scores_m), fill="least-important")
+                     .heads.flatten()[i] == 1) == least
+
+
+def test_weight_controls_global_scope():
+    a = tiny_model("bert").adapter
+    names = a.weight_matrices()
+    total = sum(a.parameter(n).numel() for n in names)
+    kept = total - int(0.4 * total)
+    good = Subnetwork.from_weight_masks(a, global_magnitude_masks(a, names, int(0.4 * total)), method="magnitude")
+    subs = controls(good, a, seed=1, scope="global")
+    # random: exactly as many weights in total, and the same draw as one randperm over the concatenated matrices
+    rnd = subs["random"]
+    assert rnd.count() == good.count() == kept and rnd.extra["control_scope"] == "global"
+    g = torch.Generator().manual_seed(1)
+    flat = torch.zeros(total)
+    flat[torch.randperm(total, generator=g)[:kept]] = 1
+    assert torch.equal(torch.cat([rnd.weights[n].flatten().float() for n in names]), flat)
+    # per-matrix counts are free to differ from the good subnetwork's
+    assert any(int(rnd.weights[n].sum()) != int(good.weights[n].sum()) for n in names)
+    # bad: the globally smallest magnitudes (numpy stable sort over the concatenation), the complement of good here
+    mags = np.concatenate([a.parameter(n).detach().abs().flatten().numpy() for n in names])
+    expected = np.zeros(total, dtype=bool)
+    expected[np.argsort(mags, kind="stable")[:kept]] = True
+    got = torch.cat([subs["bad"].weights[n].flatten() for n in names]).numpy().astype(bool)
+    assert np.array_equal(got, expected)
+    good_flat = torch.cat([good.weights[n].flatten() for n in names]).numpy().astype(bool)
+    assert (got & good_flat).sum() == kept - (total - kept)  # kept > removed: overlap is exactly the excess
+
+
+def test_control_options_refuse_unknown_names():
+    import pytest
+
+    from subnetlab.errors import SubnetlabError
+
+    a = tiny_model("bert").adapter
+    good = _good_structured(a, kept_heads=3, kept_mlps=1)
+    with pytest.raises(SubnetlabError, match="control_scope"):
+        controls(good, a, 0, scope="layer")
+    with pytest.raises(SubnetlabError, match="bad_fill"):
+        controls(good, a, 0, fill="best")
