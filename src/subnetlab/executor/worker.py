@@ -12,12 +12,22 @@ jobs). The parent tells the three endings apart by what is left behind:
   (reported, never retried: rerunning a deterministic error wastes the slot);
 - worker died (killed, out of memory, segfault): no outcome file; the parent
   retries the job up to its ``max_retries``.
+
+A worker whose parent dies (the sweep was killed with SIGKILL, so no ``finally``
+ran to stop it) stops at once: a watchdog thread sees its
+parent's end of the pipe ``multiprocessing`` keeps between them close and ends
+the process at once, as a kill would (the fork server, the worker's parent in
+the process table, outlives the sweep, so its pid tells nothing). The job's run
+directory is left as a killed job leaves it (no ``metrics.json``), so a rerun of
+the command resumes it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor.job import Job, execute
@@ -27,6 +37,42 @@ from subnetlab.io import read_json, write_json
 EXIT_DONE = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+EXIT_ORPHANED = 137  # what a SIGKILL would give: the parent treats it as a death
+PARENT_POLL_SECONDS = 0.2
+
+
+def watch_parent(parent: int | None = None, interval: float = PARENT_POLL_SECONDS) -> threading.Thread:
+    """Start a daemon thread that ends this process (``os._exit``) once its parent process is gone.
+
+    A ``multiprocessing`` worker waits on the pipe its parent holds open
+    (``parent_process().sentinel``: end of file when the parent dies, however it
+    dies); any other process polls its parent pid every ``interval`` seconds
+    (an orphan's parent pid changes to 1 or a subreaper). ``parent`` names the
+    pid to watch instead (it must be this process's parent).
+    """
+    import multiprocessing
+    import multiprocessing.connection
+
+    sentinel = None
+    if parent is None:
+        process = multiprocessing.parent_process()
+        sentinel = process.sentinel if process is not None else None
+        parent = os.getppid()
+    if sentinel is None and os.getppid() != parent:  # already gone
+        os._exit(EXIT_ORPHANED)
+
+    def poll() -> None:
+        if sentinel is not None:
+            multiprocessing.connection.wait([sentinel])  # returns at end of file: the parent is gone
+            os._exit(EXIT_ORPHANED)
+        while True:
+            if os.getppid() != parent:
+                os._exit(EXIT_ORPHANED)
+            time.sleep(interval)
+
+    thread = threading.Thread(target=poll, name="subnetlab-parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def run_spec(spec_path: str) -> int:
@@ -47,7 +93,8 @@ def run_spec(spec_path: str) -> int:
 
 
 def child_main(spec_path: str) -> None:
-    """Entry point of a forked worker process."""
+    """Entry point of a forked worker process: stops by itself if the sweep's process dies."""
+    watch_parent()
     sys.exit(run_spec(spec_path))
 
 
