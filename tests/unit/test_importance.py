@@ -138,3 +138,43 @@ def test_importance_prune_steps_and_threshold():
     with apply_gates(m.model, m.adapter, *sub.gates()):
         assert agreement() == pytest.approx(result.metric)
     assert result.importance is not None and result.importance[0].shape == (L, H)
+
+
+def test_per_batch_and_per_example_sensitivity_on_a_three_example_batch():
+    """Per example: mean_x |g_x|; per batch (the authors' code): |mean_x g_x|; g_x from three separate backward passes."""
+    m = tiny_model("bert", layers=2, heads=4)
+    L, H = 2, 4
+    batch = _batch(seed=3, batch=3)
+    keep_h, keep_m = torch.ones(L, H), torch.ones(L)
+    grads_h, grads_m = [], []
+    for i in range(3):  # independent: one example at a time, its own gates and its own loss
+        one = {k: v[i:i + 1] for k, v in batch.items()}
+        gh, gm = keep_h.clone().requires_grad_(True), keep_m.clone().requires_grad_(True)
+        with apply_gates(m.model, m.adapter, heads=gh, mlps=gm):
+            loss = classification_loss(m.model, one).sum()
+        dh, dm = torch.autograd.grad(loss, [gh, gm])
+        grads_h.append(dh.double())
+        grads_m.append(dm.double())
+    gh, gm = torch.stack(grads_h), torch.stack(grads_m)  # [3, L, H], [3, L]
+    per_ex_h, per_ex_m = importance(m.model, m.adapter, [batch], criterion="sensitivity", normalize=False)
+    per_b_h, per_b_m = importance(m.model, m.adapter, [batch], criterion="sensitivity-per-batch", normalize=False)
+    assert torch.allclose(per_ex_h.double(), gh.abs().mean(0), rtol=1e-4, atol=1e-7)
+    assert torch.allclose(per_ex_m.double(), gm.abs().mean(0), rtol=1e-4, atol=1e-7)
+    assert torch.allclose(per_b_h.double(), gh.mean(0).abs(), rtol=1e-4, atol=1e-7)
+    assert torch.allclose(per_b_m.double(), gm.mean(0).abs(), rtol=1e-4, atol=1e-7)
+    # the known difference: equal where the three gradients share a sign, strictly smaller where they do not
+    same_sign = (gh > 0).all(0) | (gh < 0).all(0)
+    assert (~same_sign).any()
+    assert torch.allclose(per_b_h.double()[same_sign], per_ex_h.double()[same_sign], rtol=1e-4, atol=1e-7)
+    assert (per_b_h.double()[~same_sign] < per_ex_h.double()[~same_sign] - 1e-9).all()
+    # three copies of one example: every gradient agrees, so the two criteria coincide
+    copies = {k: v[[1, 1, 1]] for k, v in batch.items()}
+    c_ex, _ = importance(m.model, m.adapter, [copies], criterion="sensitivity", normalize=False)
+    c_b, _ = importance(m.model, m.adapter, [copies], criterion="sensitivity-per-batch", normalize=False)
+    assert torch.allclose(c_b, c_ex, rtol=1e-5, atol=1e-8)
+    assert torch.allclose(c_b.double(), gh[1].abs(), rtol=1e-4, atol=1e-7)
+    # two batches: per batch averages the batches' own |mean gradients|, not one pooled gradient
+    other = _batch(seed=4, batch=3)
+    b2_h, _ = importance(m.model, m.adapter, [other], criterion="sensitivity-per-batch", normalize=False)
+    both_h, _ = importance(m.model, m.adapter, [batch, other], criterion="sensitivity-per-batch", normalize=False)
+    assert torch.allclose(both_h, (per_b_h + b2_h) / 2, rtol=1e-5, atol=1e-8)

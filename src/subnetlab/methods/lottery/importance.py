@@ -10,8 +10,17 @@ averages over batches and normalises. Three criteria are provided:
 * ``gate_sensitivity`` (Michel et al., 2019; the one Prasanna et al. use): a
   multiplicative gate ``xi`` on every head's output and every MLP's output,
   held at 1, and the score is ``E_x |dL(x)/dxi|``. Gates carry a batch axis,
-  so the absolute value is taken per example, as the definition says (the
-  released code takes it per batch).
+  so the absolute value is taken per example, as the definition says.
+* ``gate_sensitivity_per_batch`` (criterion ``sensitivity-per-batch``): the
+  released code of Michel et al. and of Prasanna et al.
+  (``compute_heads_mlps_importance``): one gate per component shared by the
+  batch, and the score is ``|dL_batch/dxi|`` of the *batch-mean* loss, averaged
+  over batches (the authors use batches of 64). Since
+  ``|mean_x g_x| <= mean_x |g_x|``, it never exceeds the per-example score and
+  is smaller exactly where examples of a batch pull a gate in opposite
+  directions. (The released loop also never zeroes the gate's ``.grad``
+  between batches, so batch ``k`` adds ``|g_1 + ... + g_k|``; subnetlab takes
+  each batch's own gradient, the evident intent.)
 * ``taylor_weights`` (Molchanov et al., 2019): ``(sum_w w * dL/dw)^2`` over
   the parameters that belong to the component (its Q/K/V/output slices, or the
   whole MLP), per batch: the squared first-order change of the loss when the
@@ -80,6 +89,18 @@ def gate_sensitivity(model: nn.Module, adapter: Adapter, batch: dict, loss_fn: L
     return BatchScores(dh.abs().sum(0).cpu().double(), dm.abs().sum(0).cpu().double(), B)
 
 
+def gate_sensitivity_per_batch(model: nn.Module, adapter: Adapter, batch: dict, loss_fn: LossFn,
+                               heads: Tensor, mlps: Tensor) -> BatchScores:
+    """``|dL_batch/dxi|`` of the batch-mean loss, one shared gate per head and MLP; counts as one unit."""
+    dev = model_device(model)
+    gh = heads.to(dev, torch.float32).clone().requires_grad_(True)  # [L, H]
+    gm = mlps.to(dev, torch.float32).clone().requires_grad_(True)  # [L]
+    with apply_gates(model, adapter, heads=gh, mlps=gm):
+        loss = loss_fn(model, batch).mean()
+    dh, dm = torch.autograd.grad(loss, [gh, gm])
+    return BatchScores(dh.abs().cpu().double(), dm.abs().cpu().double(), 1)
+
+
 def taylor_weights(model: nn.Module, adapter: Adapter, batch: dict, loss_fn: LossFn,
                    heads: Tensor, mlps: Tensor) -> BatchScores:
     """``(sum_w w * dL/dw)^2`` over each component's parameters, for the batch-mean loss."""
@@ -144,6 +165,7 @@ def grad_x_activation(model: nn.Module, adapter: Adapter, batch: dict, loss_fn: 
 
 CRITERIA: dict[str, Criterion] = {
     "sensitivity": gate_sensitivity,
+    "sensitivity-per-batch": gate_sensitivity_per_batch,
     "taylor": taylor_weights,
     "grad-x-activation": grad_x_activation,
 }
