@@ -2,13 +2,16 @@
 
 A job function for ``subnetlab.executor`` (``prune_job(config, out_dir)``): it
 loads the fine-tuned model, measures the full model's development metric
-(accuracy on ``split``), prunes with ``magnitude_prune`` or
+on ``split`` (``stop_metric``: ``accuracy``, or ``task``: the task's own metric,
+MCC for CoLA, Pearson/Spearman mean for STS-B ..., see ``tasks.glue``), prunes with ``magnitude_prune`` or
 ``importance_prune``, and writes into ``out_dir``:
 
 * ``subnetwork.safetensors``: the "good" subnetwork (weight-level for
   magnitude, structured for importance);
 * ``random.safetensors`` and ``bad.safetensors``: its controls (see
-  ``methods.lottery.controls``), drawn with ``control_seed``;
+  ``methods.lottery.controls``), drawn with ``control_seed``, weight-level
+  ones over ``control_scope`` (global or per-matrix), structured bad ones
+  filled by ``bad_fill`` (random or least-important);
 * ``importance.safetensors`` (s-pruning): the last importance scores.
 
 It returns the metrics (pruning history, full and pruned metric, sparsity, and
@@ -39,16 +42,18 @@ from subnetlab.runs.finetune import finetune_task, finetune
 from subnetlab.methods.lottery.retrain import train_masked
 from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
-from subnetlab.methods.lottery.controls import controls
+from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
 from subnetlab.progress import stage
 from subnetlab.runs.job_config import JobConfig
 from subnetlab.runtime import resolve_device
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
+from subnetlab.tasks.glue.task import metric_value, task_metric
 from subnetlab.tasks.spec import TaskSpec
 
 METHODS = ("magnitude", "importance")
+STOP_METRICS = ("accuracy", "task")
 
 @dataclass(frozen=True)
 class LotteryPruneJobConfig(JobConfig):
@@ -71,6 +76,10 @@ class LotteryPruneJobConfig(JobConfig):
     criterion: str = "sensitivity"
     refine: bool = True
     control_seed: int = 0
+    stop_metric: str = "accuracy"
+    control_scope: str = "per-matrix"
+    bad_fill: str = "least-important"
+    importance_batch_size: int | None = None
     device: str = "cpu"
     seed: int | None = None
 
@@ -85,7 +94,10 @@ class LotteryPruneJobConfig(JobConfig):
             raise SubnetlabError(f"threshold {self.threshold} is outside (0, 1]", setting="threshold")
         if not 0.0 < float(self.fraction) < 1.0:
             raise SubnetlabError(f"fraction {self.fraction} is outside (0, 1)", setting="fraction")
-        for key in ("eval_limit", "importance_limit", "max_steps"):
+        for key, allowed in (("stop_metric", STOP_METRICS), ("control_scope", SCOPES), ("bad_fill", FILLS)):
+            if getattr(self, key) not in allowed:
+                raise SubnetlabError(f"{key} {getattr(self, key)!r}: choose one of {', '.join(allowed)}", setting=key)
+        for key in ("eval_limit", "importance_limit", "max_steps", "importance_batch_size"):
             if getattr(self, key) is not None and int(getattr(self, key)) < 1:
                 raise SubnetlabError(f"{key} {getattr(self, key)} must be at least 1", setting=key)
         TaskSpec(self.task, self.task_options, tuple(self.eval_data))
@@ -135,6 +147,8 @@ def _loss_fn(task: Task, model: torch.nn.Module):
 
     def loss(m: torch.nn.Module, batch: dict) -> torch.Tensor:  # per-example losses [B]
         logits = task.task_logits(m(**task.model_inputs(batch)), batch).float()
+        if hasattr(task, "example_losses"):  # regression (STS-B): squared errors
+            return task.example_losses(logits, batch)
         if perm is not None:
             logits = logits[:, perm]
         return F.cross_entropy(logits, batch["labels"].to(logits.device), reduction="none")
@@ -167,18 +181,22 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
     model.eval()
     bs, max_len, limit = int(job.batch_size), int(job.max_length), job.eval_limit
 
+    metric_name = task_metric(task) if job.stop_metric == "task" else "accuracy"
+
     def dev_metric() -> float:
-        return float(evaluate(model, tokenizer, task, [split], batch_size=2 * bs, max_length=max_len, limit=limit)[split]["accuracy"])
+        score = evaluate(model, tokenizer, task, [split], batch_size=2 * bs, max_length=max_len, limit=limit)[split]
+        return metric_value(task, score) if job.stop_metric == "task" else float(score["accuracy"])
 
     full = dev_metric()
-    stage(f"full model: {split} accuracy {full:.4f}; pruning by {job.method}")
+    stage(f"full model: {split} {metric_name} {full:.4f}; pruning by {job.method}")
     if job.method == "magnitude":
         result = magnitude_prune(adapter, dev_metric, fraction=float(job.fraction),
                                  max_steps=int(job.max_steps or 10), threshold=float(job.threshold),
                                  full_metric=full, seed=job.seed)
     else:
         batches = [{k: v.to(device) for k, v in b.items()} for b in
-                   task.batches(tokenizer, split, bs, max_length=max_len, limit=job.importance_limit or limit)]
+                   task.batches(tokenizer, split, int(job.importance_batch_size or bs), max_length=max_len,
+                                limit=job.importance_limit or limit)]
         result = importance_prune(model, adapter, batches, dev_metric, loss_fn=_loss_fn(task, model),
                                   criterion=job.criterion, head_fraction=float(job.fraction),
                                   threshold=float(job.threshold), refine=bool(job.refine),
@@ -186,13 +204,15 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
         h, m = result.importance
         save_tensors(out / "importance.safetensors", {"heads": h, "mlps": m}, {"criterion": str(job.criterion)})
     pruned_metric = {}
-    for name, sub in controls(result.subnetwork, adapter, int(job.control_seed), result.importance).items():
+    made = controls(result.subnetwork, adapter, int(job.control_seed), result.importance, scope=job.control_scope,
+                    fill=job.bad_fill)
+    for name, sub in made.items():
         sub.save(out / ("subnetwork.safetensors" if name == "good" else f"{name}.safetensors"))
         if name != "good":  # the controls applied to the fine-tuned model, before any re-fine-tuning
             with applied(model, adapter, sub):
                 pruned_metric[name] = dev_metric()
     good = result.subnetwork
-    metrics = {**result.summary(), "method": job.method, "split": split, "kind": good.kind,
+    metrics = {**result.summary(), "method": job.method, "split": split, "kind": good.kind, "metric_name": metric_name,
                "parameter_sparsity": good.parameter_sparsity(adapter), "kept": good.count(),
                "controls_metric": pruned_metric, "wall_seconds": time.time() - started}
     if good.kind == "structured":
