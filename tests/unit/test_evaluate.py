@@ -142,4 +142,4 @@ def test_cli_evaluate_on_real_hans_and_bad_input(tok, tmp_path, capsys):
     tok.save_pretrained(tmp_path / "two")
     with pytest.raises(SystemExit) as failed:
         main(["evaluate", "--model", str(tmp_path / "two"), "--task", "mnli", "--data", str(SHARED_DATA / "mnli" / "dev_matched_1k.tsv"), "--out", str(tmp_path / "bad")])
-    assert failed.value.code == 2 and "head has 2 outputs" in capsys.readouterr().err
+    assert failed.value.code == 2 and "has a classification head with 2 outputs, but task" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.runs.finetune import finetune
 from subnetlab.optim import lr_factor
 from subnetlab.methods.finetune.config import resolve_config
-from subnetlab.models import resolve
+from subnetlab.models import load_model, resolve
 
 
 def arith_config(**kw):
@@ -75,12 +75,27 @@ def tiny_bert_dir(tmp_path_factory):
     return path
 
 
-def test_classification_head_must_fit_the_task(tiny_bert_dir, tmp_path):
+def test_a_head_of_another_size_is_replaced_and_said_so(tiny_bert_dir, tmp_path, capsys):
+    from subnetlab.progress import set_quiet
+
     cfg = resolve_config(model=str(tiny_bert_dir), task="nli-synthetic", task_options={"n_train": 32, "n_eval": 8, "hans_per_subcase": 1},
-                         max_steps=1, batch_size=8)
-    with pytest.raises(SubnetlabError, match="has a classification head with 2 outputs but task nli-synthetic has 3 labels"):
+                         max_steps=1, batch_size=8, eval_limit=8)
+    set_quiet(False)
+    try:
         finetune(cfg, tmp_path / "x")
-    assert not (tmp_path / "x").exists()
+    finally:
+        set_quiet(True)
+    assert ("has a classification head with 2 outputs, but task nli-synthetic has 3 labels (entailment, neutral, "
+            "contradiction): a new head of 3 outputs replaces it") in capsys.readouterr().err
+    saved = json.loads((tmp_path / "x" / "model" / "config.json").read_text())
+    assert len(saved["id2label"]) == 3
+    old = load_model(str(tiny_bert_dir), head="classification").model  # the body is kept, only the head is new
+    new = load_model(str(tmp_path / "x" / "model"), head="classification").model
+    assert new.classifier.out_features == 3 and old.classifier.out_features == 2
+    assert new.bert.embeddings.word_embeddings.weight.shape == old.bert.embeddings.word_embeddings.weight.shape
+
+
+def test_classification_head_must_fit_the_task(tiny_bert_dir, tmp_path):
     ok = resolve_config(model=str(tiny_bert_dir), task="hans-synthetic", task_options={"n_per_subcase": 2, "eval_per_subcase": 1},
                         max_steps=2, batch_size=8, lr=1e-3, eval_limit=30)
     metrics = finetune(ok, tmp_path / "y")

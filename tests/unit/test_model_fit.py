@@ -6,7 +6,7 @@ import pytest
 from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.model_fit import check_model_fits_task, family_kind
+from subnetlab.methods.model_fit import check_model_fits_task, family_kind, head_outputs, new_head_notice
 from subnetlab.models import load_model
 from subnetlab.tasks.registry import get_task
 
@@ -42,3 +42,51 @@ def test_token_ids_beyond_the_embedding_are_refused_naming_both_sizes():
     check_model_fits_task(_gpt2(len(task.tokenizer)), task.tokenizer, task, "gpt2")  # exactly enough rows
     with pytest.raises(SubnetlabError, match=rf"vocabulary of 10 tokens, but the tokenizer .* has {len(task.tokenizer)}"):
         check_model_fits_task(_gpt2(10), task.tokenizer, task, "gpt2")
+
+
+def test_a_head_of_another_size_is_refused_naming_both_numbers():
+    nli = get_task("nli-synthetic", n_train=20, n_eval=10, hans_per_subcase=1)  # 3 labels
+    hans = get_task("hans-synthetic", n_per_subcase=1, eval_per_subcase=1)  # 2 labels
+    tok = _Tokenizer(60)
+    check_model_fits_task(_bert(), tok, nli, "bert")  # 3 outputs, 3 labels
+    check_model_fits_task(_bert(), tok, hans, "bert")  # a 3-way NLI head is scored on 2-way HANS
+    two = BertForSequenceClassification(BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1,
+                                                   num_attention_heads=2, intermediate_size=32, num_labels=2))
+    with pytest.raises(SubnetlabError, match=r"model m has a classification head with 2 outputs, but task nli-synthetic "
+                                             r"has 3 labels \(entailment, neutral, contradiction\); the head must match") as e:
+        check_model_fits_task(two, tok, nli, "m")
+    assert e.value.setting == "model"
+
+
+def test_fine_tuning_says_which_head_it_adds():
+    nli = get_task("nli-synthetic", n_train=20, n_eval=10, hans_per_subcase=1)
+    base = BertConfig(architectures=["BertModel"], num_labels=2)
+    assert head_outputs(base) is None and head_outputs(_bert()) == 3
+    assert new_head_notice(base, nli, "m") == ("model m has no classification head (BertModel): a new head of 3 outputs "
+                                               "is added for task nli-synthetic (3 labels (entailment, neutral, contradiction))")
+    two = BertConfig(architectures=["BertForSequenceClassification"], num_labels=2)
+    assert "with 2 outputs, but task nli-synthetic has 3 labels" in new_head_notice(two, nli, "m")
+    assert "a new head of 3 outputs replaces it" in new_head_notice(two, nli, "m")
+    three = BertConfig(architectures=["BertForSequenceClassification"], num_labels=3)
+    assert new_head_notice(three, nli, "m") is None
+
+
+class _Tokenizer:
+    """Only its length matters to the vocabulary check."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def test_a_base_checkpoint_loaded_with_a_fresh_classifier_is_refused(tmp_path):
+    from transformers import BertModel
+
+    BertModel(BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32)).save_pretrained(tmp_path / "base")
+    loaded = load_model(str(tmp_path / "base"), head="classification", num_labels=2)  # a random head of 2 outputs
+    hans = get_task("hans-synthetic", n_per_subcase=1, eval_per_subcase=1)  # 2 labels: the sizes agree
+    with pytest.raises(SubnetlabError, match=r"model base has no trained classification head \(saved as BertModel\)"):
+        check_model_fits_task(loaded.model, _Tokenizer(60), hans, "base")

@@ -11,7 +11,11 @@ meaningless accuracies from a model that cannot do the task:
 * a usable tokenizer must exist: the task's own (arithmetic) or the model's;
   a model folder without tokenizer files has none (transformers 5 would return
   one that knows only its special tokens);
-* every token id the tokenizer produces must be below the model's vocabulary size.
+* every token id the tokenizer produces must be below the model's vocabulary size;
+* a classification task needs a classifier head of one output per label: a
+  model whose head has another number of outputs is refused (evaluate, prune:
+  they measure the head the model was fine-tuned with), while fine-tuning says
+  that a new head replaces it (``new_head_notice``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from torch import nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.models.adapters import FAMILIES
-from subnetlab.tasks.base import Task
+from subnetlab.tasks.base import NLI2, Task
 
 
 def family_kind(model: Any) -> str | None:
@@ -43,6 +47,63 @@ def vocabulary_size(model: nn.Module) -> int | None:
     return int(embedding.num_embeddings) if embedding is not None and hasattr(embedding, "num_embeddings") else None
 
 
+def head_outputs(model_or_config: Any) -> int | None:
+    """Outputs of a sequence-classification head (a model, or a saved model's config); None without one."""
+    config = getattr(model_or_config, "config", model_or_config)
+    names = [type(model_or_config).__name__] if hasattr(model_or_config, "config") else []
+    names += list(getattr(config, "architectures", None) or []) if not names else []
+    if not any(name.endswith("ForSequenceClassification") for name in names):
+        return None
+    return int(getattr(config, "num_labels", 0) or 0)
+
+
+def head_fits(outputs: int, task: Task) -> bool:
+    """Whether a head of ``outputs`` outputs can be scored on ``task`` (a 3-way NLI head on 2-way HANS can)."""
+    return outputs == len(task.labels) or (task.labels == NLI2 and outputs == 3)
+
+
+def _label_list(task: Task) -> str:
+    shown = ", ".join(task.labels[:8]) + (", ..." if len(task.labels) > 8 else "")
+    return f"{len(task.labels)} label{'s' if len(task.labels) != 1 else ''} ({shown})"
+
+
+def check_head_fits_task(model: nn.Module, task: Task, model_name: str) -> None:
+    """Refuse a classifier whose number of outputs differs from the task's labels, naming both numbers."""
+    if task.kind != "classification":
+        return
+    outputs = head_outputs(model)
+    saved = getattr(model.config, "architectures", None) or []  # what the checkpoint held (empty: built here)
+    if outputs is not None and saved and head_outputs(model.config) is None:
+        raise SubnetlabError(
+            f"model {model_name} has no trained classification head (saved as {', '.join(saved)}), and task "
+            f"{task.name} has {_label_list(task)}; fine-tune the model on this task first (fine-tuning adds "
+            f"a new head of {len(task.labels)} outputs)", setting="model")
+    if outputs is not None and not head_fits(outputs, task):
+        raise SubnetlabError(
+            f"model {model_name} has a classification head with {outputs} outputs, but task {task.name} has "
+            f"{_label_list(task)}; the head must match: fine-tune the model on this task first "
+            f"(fine-tuning adds a new head of {len(task.labels)} outputs)", setting="model")
+
+
+def new_head_notice(config: Any, task: Task, model_name: str) -> str | None:
+    """What fine-tuning does to the head of a saved model (its ``config``) for ``task``; None when it keeps it.
+
+    A classifier of another size is replaced by a new one of one output per label; a
+    model without a classifier (a base model, a language model) gets one added.
+    """
+    if task.kind != "classification":
+        return None
+    outputs = head_outputs(config)
+    if outputs is None:
+        archs = ", ".join(getattr(config, "architectures", None) or []) or "no head"
+        return (f"model {model_name} has no classification head ({archs}): a new head of {len(task.labels)} "
+                f"outputs is added for task {task.name} ({_label_list(task)})")
+    if outputs != len(task.labels):
+        return (f"model {model_name} has a classification head with {outputs} outputs, but task {task.name} has "
+                f"{_label_list(task)}: a new head of {len(task.labels)} outputs replaces it")
+    return None
+
+
 def check_model_fits_task(model: nn.Module, tokenizer: Any, task: Task, model_name: str) -> None:
     """Refuse, naming both, a model that cannot run ``task`` with ``tokenizer``."""
     kind = family_kind(model)
@@ -50,6 +111,7 @@ def check_model_fits_task(model: nn.Module, tokenizer: Any, task: Task, model_na
     if kind == "vision":
         raise SubnetlabError(f"model {model_name} is an image model ({model_type}); task {task.name} is a text task",
                              setting="model")
+    check_head_fits_task(model, task, model_name)
     if task.kind == "lm" and kind != "decoder":
         raise SubnetlabError(f"model {model_name} ({model_type}) is not a causal language model; task {task.name} "
                              "needs one (use a GPT-2 or Llama-style model)", setting="model")
@@ -108,4 +170,5 @@ def check_lengths_fit(model: Any, tokenizer: Any, task: Task, max_length: int, m
                 setting="max_length")
 
 
-__all__ = ["check_lengths_fit", "check_model_fits_task", "family_kind", "position_limit", "vocabulary_size"]
+__all__ = ["check_head_fits_task", "check_lengths_fit", "check_model_fits_task", "family_kind", "head_fits", "head_outputs",
+           "new_head_notice", "position_limit", "vocabulary_size"]

@@ -201,9 +201,9 @@ def load_pruning_model(name: str, task: Task) -> LoadedModel:
         raise SubnetlabError(f"{name}: not a supported model checkpoint ({first})") from None
     if not isinstance(loaded.model, PreTrainedModel):
         raise SubnetlabError(f"{name}: not a Hugging Face model")
+    check_model_fits_task(loaded.model, task_tokenizer(loaded, task), task, name)  # names the model and both sizes
     if task.kind == "classification":
         task.model_labels(int(getattr(loaded.model.config, "num_labels", 0) or 0))  # raises on a wrong head
-    check_model_fits_task(loaded.model, task_tokenizer(loaded, task), task, name)
     return loaded
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from transformers import AutoConfig, GPT2Config
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.model_fit import check_model_fits_task
+from subnetlab.methods.model_fit import check_model_fits_task, new_head_notice
 from subnetlab.models import LoadedModel, build_model, load_model, resolve
+from subnetlab.progress import stage
 from subnetlab.tasks.base import Task
 
 ARITH_PREFIX = "gpt2-arith:"
@@ -37,21 +38,16 @@ def _parse_layers(spec: str) -> int:
     return int(text)
 
 
-def _check_existing_head(spec: str, num_labels: int, task: Task) -> None:
-    """Refuse a saved classifier whose number of outputs does not fit the task."""
+def _head_notice(spec: str, task: Task) -> str | None:
+    """What happens to a saved model's head for ``task`` (``model_fit.new_head_notice``); None to keep it."""
     local = Path(resolve(spec)).expanduser()
     if not (local / "config.json").is_file():
-        return
+        return None
     try:
         config = AutoConfig.from_pretrained(str(local))
     except (OSError, ValueError):
-        return  # load_model reports unreadable configs
-    archs = getattr(config, "architectures", None) or []
-    if any(a.endswith("ForSequenceClassification") for a in archs) and config.num_labels != num_labels:
-        raise SubnetlabError(
-            f"model {spec} has a classification head with {config.num_labels} outputs but task {task.name} "
-            f"has {num_labels} labels ({', '.join(task.labels)})"
-        )
+        return None  # load_model reports unreadable configs
+    return new_head_notice(config, task, spec)
 
 
 def model_for_task(spec: str, task: Task, *, seed: int = 0) -> LoadedModel:
@@ -72,9 +68,13 @@ def model_for_task(spec: str, task: Task, *, seed: int = 0) -> LoadedModel:
         loaded = load_model(spec, head="causal-lm")
     else:
         n = len(task.labels)
-        _check_existing_head(spec, n, task)
+        notice = _head_notice(spec, task)
+        if notice is not None:
+            stage(notice)
         torch.manual_seed(seed)  # the new classifier's initialisation
-        loaded = load_model(spec, head="classification", num_labels=n)
+        replace = {"ignore_mismatched_sizes": True} if notice is not None else {}  # a head of another size goes
+        loaded = load_model(spec, head="classification", num_labels=n, **replace)
+        loaded.model.config.architectures = [type(loaded.model).__name__]  # the head it has now
         loaded.model.config.id2label = dict(enumerate(task.labels))
         loaded.model.config.label2id = {name: i for i, name in enumerate(task.labels)}
     if task.tokenizer is not None:
