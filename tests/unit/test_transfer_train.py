@@ -106,3 +106,24 @@ def test_stacked_refuses_mixed_roles():
     models = [build_transfer_model(trained.model, "scratch", seed=0), build_transfer_model(trained.model, "embeddings", seed=0)]
     with pytest.raises(SubnetlabError, match="share"):
         train_stacked(models, [split] * 2, [split] * 2, [None] * 2, TrainSettings(epochs=1), [0, 1])
+
+
+def test_stacked_training_equals_single_runs_with_the_released_codes_choices():
+    """Sequence loss, vocabulary accuracy, latest of tied epochs: stacked as single."""
+    trained = _model(seed=5)
+    adapter = trained.adapter
+    g = torch.Generator().manual_seed(1)
+    sub = Subnetwork.from_weight_masks(
+        adapter, {n: torch.rand(adapter.parameter(n).shape, generator=g) < 0.2 for n in adapter.weight_matrices()})
+    models = [build_transfer_model(trained.model, "subnetwork", seed=s, subnetwork=sub, reinit="masked", init_std=0.02)
+              for s in (1, 2)]
+    singles = [copy.deepcopy(m) for m in models]
+    splits = [LMSplit(torch.randint(3, 90, (24, 3), generator=g), torch.randint(0, 7, (24,), generator=g), torch.arange(7))
+              for _ in range(4)]
+    settings = TrainSettings(epochs=3, lr=1e-2, batch_size=8, loss="sequence", accuracy="vocabulary", ties="latest")
+    stacked = train_stacked(models, splits[:2], splits[2:], [None, None], settings, [0, 1])
+    single = [train_model(m.model, splits[i], splits[2 + i], None, settings, seed=i) for i, m in enumerate(singles)]
+    for a, b in zip(stacked, single):
+        assert a.best_epoch == b.best_epoch and a.eval_accuracy == pytest.approx(b.eval_accuracy)
+        assert [c["loss"] for c in a.curve] == pytest.approx([c["loss"] for c in b.curve], rel=1e-4)
+        assert [c["eval_accuracy"] for c in a.curve] == [c["eval_accuracy"] for c in b.curve]

@@ -159,6 +159,21 @@ class ContinuousSparsification:
         """``lambda * sum over masks of sum(sigmoid(beta * s))``."""
         return self.l0_lambda * sum(m.l0() for m in masks.values())
 
+    def optimizer(self, masks: dict[str, ContinuousMask]) -> torch.optim.Optimizer:
+        """AdamW over the mask scores (weight decay 0.01 is torch's AdamW default, which they have always had)."""
+        return make_optimizer([m.s for m in masks.values()], "adamw", lr=self.lr, weight_decay=0.01)
+
+    def step(self, model: nn.Module, masks: dict[str, ContinuousMask], opt: torch.optim.Optimizer,
+             loss_fn: Callable[[nn.Module, Any], Tensor], batch: Any) -> tuple[Tensor, Tensor]:
+        """One training step (``model`` already masked by ``masks``): task loss plus the L0 term, backward,
+        optimiser step. Returns the detached task loss and penalty."""
+        task_loss = loss_fn(model, batch)
+        pen = self.penalty(masks)
+        opt.zero_grad(set_to_none=True)
+        (task_loss + pen).backward()
+        opt.step()
+        return task_loss.detach(), pen.detach()
+
     # -- the loop ---------------------------------------------------------------------
     def fit(
         self,
@@ -208,8 +223,7 @@ class ContinuousSparsification:
             p.requires_grad_(False)
         history: list[EpochRecord] = []
         best: tuple[float, float, int, dict[str, Tensor]] | None = None
-        # weight decay 0.01 is torch's AdamW default, which the mask scores have always had
-        opt = make_optimizer([m.s for m in masks.values()], "adamw", lr=self.lr, weight_decay=0.01)
+        opt = self.optimizer(masks)
         try:
             with mask_weights(model, dict(masks)):
                 for epoch in range(self.epochs):
@@ -220,13 +234,8 @@ class ContinuousSparsification:
                         m.train()
                     total, pen_total, steps = 0.0, 0.0, 0
                     for batch in batches(epoch):
-                        task_loss = loss_fn(model, batch)
-                        pen = self.penalty(masks)
-                        loss = task_loss + pen
-                        opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                        opt.step()
-                        total, pen_total, steps = total + float(task_loss.detach()), pen_total + float(pen.detach()), steps + 1
+                        task_loss, pen = self.step(model, masks, opt, loss_fn, batch)
+                        total, pen_total, steps = total + float(task_loss), pen_total + float(pen), steps + 1
                     if steps == 0:
                         raise SubnetlabError("discovery got no training batches")
                     model.eval()

@@ -34,7 +34,7 @@ from subnetlab.transfer.conditions import check_conditions, check_reinit, get_co
 from subnetlab.transfer.controls import complement_matched, random_matched
 from subnetlab.transfer.data import LMSplit, lm_split
 from subnetlab.transfer.stacked import train_stacked
-from subnetlab.transfer.train import TrainSettings, accuracy, last_logits, loss_on, train_model
+from subnetlab.transfer.train import ACCURACIES, LOSSES, TrainSettings, accuracy, check_choice, task_loss, train_model
 
 ARITH_SPECIALS = 3  # <sep>, <pad>, <unk> after the numbers (subnetlab.tasks.arithmetic)
 
@@ -77,10 +77,22 @@ class DiscoverJobConfig(JobConfig):
     seed: int = 0
     threads: int | None = None
     device: str | None = None
+    loss: str | None = optional()  # "last-token" (none) or "sequence" (the released math/ablate.py)
+    accuracy: str | None = optional()  # "answers" (none) or "vocabulary" (the released math/ablate.py)
 
     def __post_init__(self) -> None:
         require_positive("discovery", "threads", self.threads, allow_none=True)
         self.strategy  # checks the continuous-sparsification settings
+        check_choice(self.loss_name, LOSSES, "loss")
+        check_choice(self.accuracy_over, ACCURACIES, "accuracy")
+
+    @property
+    def loss_name(self) -> str:
+        return self.loss or "last-token"
+
+    @property
+    def accuracy_over(self) -> str:
+        return self.accuracy or "answers"
 
     @cached_property
     def strategy(self) -> ContinuousSparsification:
@@ -107,9 +119,13 @@ class TransferJobConfig(JobConfig):
     threads: int | None = None
     device: str | None = None
     layers: int | None = optional()
+    init_std: float | None = optional()  # fresh masked matrices from N(0, std^2) (transfer.build_transfer_model)
 
     def __post_init__(self) -> None:
         require_positive("transfer", "stack", self.stack)
+        if self.init_std is not None and not self.init_std > 0:
+            raise SubnetlabError(f"init_std {self.init_std!r}: expected a positive standard deviation",
+                                 setting="init_std")
         require_positive("transfer", "threads", self.threads, allow_none=True)
         self.settings  # checks the training settings
         check_reinit(self.reinit)
@@ -128,7 +144,9 @@ def discover_job(config: dict, out_dir: Path) -> dict:
 
     Config: ``model`` (directory), ``task`` (e.g. ``arith:ab``), ``task_options``,
     ``cs`` (``ContinuousSparsification`` fields, ``l0_lambda`` among them),
-    ``seed``, ``threads``. Returns evaluation and test accuracy with the hard
+    ``seed``, ``threads``, and optionally ``loss`` (``"last-token"``, the default,
+    or ``"sequence"``) and ``accuracy`` (``"answers"``, the default, or
+    ``"vocabulary"``), as in ``subnetlab.transfer.train``. Returns evaluation and test accuracy with the hard
     mask, the full model's test accuracy on the subtask, and Table 3's kept
     percentages. A lambda sweep is one job per value, then ``select_best``.
     """
@@ -149,19 +167,20 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
     g = torch.Generator().manual_seed(seed)
     stage(f"discovery on {task.name}: lambda={strategy.l0_lambda:g}, {strategy.epochs} epochs of {len(train)} rows")
     started, cpu_started = time.perf_counter(), time.process_time()
-    full_acc = accuracy(model, test)
+    over = job.accuracy_over
+    full_acc = accuracy(model, test, over=over)
     found = strategy.fit(
         model, adapter,
         batches=lambda epoch: [(train.input_ids[r], train.targets[r]) for r in train.batches(strategy.batch_size, g)],
-        loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]),
-        evaluate=lambda m: accuracy(m, ev),
+        loss_fn=lambda m, b: task_loss(m, b[0], b[1], job.loss_name),
+        evaluate=lambda m: accuracy(m, ev, over=over),
         seed=seed,
     )
     sub = Subnetwork.from_weight_masks(
         adapter, found.masks, method="continuous-sparsification", seed=seed, ablation="zero",
         extra={"l0_lambda": repr(strategy.l0_lambda), "task": task.name, "epoch": str(found.epoch)})
     with mask_weights(model, {n: m.to(device, torch.float32) for n, m in sub.weights.items()}):
-        test_acc = accuracy(model, test)
+        test_acc = accuracy(model, test, over=over)
     sub.save(out_dir / "subnetwork.safetensors")
     kept = kept_percentages(sub.weights, adapter)
     return {
@@ -201,7 +220,8 @@ def transfer_job(config: dict, out_dir: Path) -> dict:
     Config: ``model`` (the trained model's directory), ``subnetwork`` (file, for the
     masked conditions), ``task`` (e.g. ``arith:a^2+ab``), ``task_options``,
     ``runs`` (list of ``{condition, size, seed}``), ``train`` (``TrainSettings``
-    fields), ``reinit``, ``freeze``, ``stack``, ``threads``.
+    fields), ``reinit``, ``freeze``, ``stack``, ``threads``, and optionally
+    ``init_std`` (``build_transfer_model``).
     """
     _quiet_hub()
     job = TransferJobConfig.from_dict(config)
@@ -225,7 +245,7 @@ def _transfer(job: TransferJobConfig) -> dict:
         task = TaskSpec(job.task, {"ambiguous": True, "n_disambiguation": size, "seed": seed, **task_options}).build()
         tm = build_transfer_model(trained.model, condition, seed=seed, subnetwork=_subnetwork_for(condition, sub, seed),
                                   reinit=job.reinit, freeze=bool(job.freeze),
-                                  adapter=trained.adapter)
+                                  adapter=trained.adapter, init_std=job.init_std)
         prepared.append({"run": run, "tm": tm, "splits": _splits(task, device=device), "seed": seed})
     results = _train_all(prepared, settings, int(job.stack))
     runs = []

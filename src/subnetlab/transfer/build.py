@@ -32,7 +32,15 @@ other parameter from the trained model (trainable). ``freeze=False`` (appendix
 B.3) lets the transferred weights train too: they are simply copied in.
 Fresh weights come from the model class's own initialisation under ``seed``,
 so ``scratch`` and ``subnetwork`` with the same seed share every weight
-outside the subnetwork.
+outside the subnetwork. ``init_std`` (the masked conditions only) redraws the
+masked matrices' fresh values from ``N(0, init_std^2)`` instead: the released
+code re-initialises every masked GPT-2 ``Conv1D`` weight with
+``nn.init.normal_(std=0.02)`` (NeuroSurgeon's ``ContSparseGPTConv1D.
+_init_subnet_transfer``, bundled in ``_NeuroSurgeon/src/Masking/contsparse_layer.py``),
+where transformers' GPT-2 draws the ``c_proj`` matrices at
+``0.02 / sqrt(2 * n_layer)``; ``scratch`` keeps the model's own
+initialisation, as the released code's ``random`` condition
+(``GPT2LMHeadModel(config)``) does.
 """
 
 from __future__ import annotations
@@ -103,6 +111,16 @@ def _copy_in(target: nn.Module, source: nn.Module, names: list[str]) -> int:
     return sum(target.get_parameter(n).numel() for n in names)
 
 
+def redraw_normal(model: nn.Module, names: list[str], std: float, seed: int) -> None:
+    """Refill the parameters ``names`` (in the given order) from ``N(0, std^2)``, drawn from a generator
+    seeded with ``seed`` (on the CPU: the same values on any device)."""
+    g = torch.Generator().manual_seed(int(seed))
+    with torch.no_grad():
+        for name in names:
+            p = model.get_parameter(name)
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32).mul_(std).to(p.device, p.dtype))
+
+
 def build_transfer_model(
     trained: nn.Module,
     condition: str,
@@ -112,10 +130,14 @@ def build_transfer_model(
     reinit: str = "all",
     freeze: bool = True,
     adapter: Adapter | None = None,
+    init_std: float | None = None,
 ) -> TransferModel:
-    """The starting model of one transfer run (see the module docstring for the conditions)."""
+    """The starting model of one transfer run (see the module docstring for the conditions and ``init_std``)."""
     get_condition(condition)
     check_reinit(reinit)
+    if init_std is not None and not (isinstance(init_std, (int, float)) and init_std > 0):
+        raise SubnetlabError(f"init_std {init_std!r}: expected a positive standard deviation (or none: the model's "
+                             "own initialisation)", setting="init_std")
     if condition == "full":
         model = copy.deepcopy(trained)
         for p in model.parameters():
@@ -141,6 +163,8 @@ def build_transfer_model(
     if reinit == "masked":
         others = [n for n, _ in model.named_parameters() if n not in set(masked)]
         _copy_in(model, trained, others)
+    if init_std is not None:
+        redraw_normal(model, masked, float(init_std), seed)
     if condition == "empty-mask":  # no matrix weight transferred: the fresh matrices all train
         return TransferModel(model, condition)
     masks = {n: subnetwork.weights[n].to(model.get_parameter(n).device, model.get_parameter(n).dtype) for n in masked}
@@ -156,4 +180,5 @@ def build_transfer_model(
     return TransferModel(model, condition, handle=handle, frozen=masked, transferred=transferred)
 
 
-__all__ = ["CONDITIONS", "MASKED_CONDITIONS", "REINIT", "TransferModel", "build_transfer_model", "embedding_names", "fresh_copy"]
+__all__ = ["CONDITIONS", "MASKED_CONDITIONS", "REINIT", "TransferModel", "build_transfer_model", "embedding_names", "fresh_copy",
+           "redraw_normal"]

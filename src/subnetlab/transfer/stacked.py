@@ -12,7 +12,8 @@ gradients in a single pass. Each model's weights are, per parameter::
 read off the ``TransferModel`` objects, so the stacked run trains exactly the
 models ``build_transfer_model`` built (the loss, AdamW step, shuffling and
 best-on-eval choice are those of ``train_model``; AdamW is elementwise, so a
-stacked AdamW is K independent ones). The best weights are written back.
+stacked AdamW is K independent ones; ``TrainSettings.loss``, ``accuracy`` and
+``ties`` as there). The best weights are written back.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from subnetlab.optim import make_optimizer
 from subnetlab.intervene import MaskedWeight
 from subnetlab.transfer.build import TransferModel, fresh_copy
 from subnetlab.transfer.data import LMSplit
-from subnetlab.transfer.train import TrainResult, TrainSettings
+from subnetlab.transfer.train import TrainResult, TrainSettings, correct, sequence_loss_on
 
 def functional_parts(tm: TransferModel) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, tuple[Tensor, Tensor]]]:
     """``(trainable, fixed, masked)`` tensors of one model, keyed by the plain parameter name."""
@@ -93,13 +94,17 @@ def train_stacked(
 
     emb = _input_embedding_name(base)
 
-    def logits_one(t, f, m, kp, x):
+    def logits_all(t, f, m, kp, x, keep=0):
         w = weights(t, f, m, kp)
         # embeddings looked up here: HF's input_ids path checks for padding with .item(), which vmap refuses
-        out = functional_call(base, w, (), {"inputs_embeds": F.embedding(x, w[emb]), "logits_to_keep": 1})
-        return out.logits[:, -1]
+        return functional_call(base, w, (), {"inputs_embeds": F.embedding(x, w[emb]), "logits_to_keep": keep}).logits
+
+    def logits_one(t, f, m, kp, x):
+        return logits_all(t, f, m, kp, x, 1)[:, -1]
 
     def loss_one(t, f, m, kp, x, y):
+        if settings.loss == "sequence":
+            return sequence_loss_on(logits_all(t, f, m, kp, x), x, y)
         return F.cross_entropy(logits_one(t, f, m, kp, x), y)
 
     step = vmap(grad_and_value(loss_one), randomness="different")
@@ -124,9 +129,7 @@ def train_stacked(
                 x = torch.stack([s.input_ids[rows] for s in splits])
                 logits = forward(T, Fx, M, Kp, x)  # [K, B, V]
                 for i, s in enumerate(splits):
-                    pred = logits[i][:, s.answers].argmax(-1)
-                    gold = (s.targets[rows].unsqueeze(1) == s.answers.unsqueeze(0)).float().argmax(1)
-                    hits[i] += float((pred == gold).sum())
+                    hits[i] += float(correct(logits[i], s, rows, settings.accuracy).sum())
         return (hits / n).tolist()
 
     with torch.random.fork_rng(devices=[]):
@@ -148,7 +151,7 @@ def train_stacked(
                 continue
             accs = accuracies(evals)
             last_acc = accs
-            improved = [i for i in range(k) if accs[i] > best[i][0]]
+            improved = [i for i in range(k) if settings.improves(accs[i], best[i][0])]
             if improved:
                 with_test = [i for i in improved if tests[i] is not None]
                 test_accs = accuracies([tests[i] if tests[i] is not None else evals[i] for i in range(k)]) if with_test else [float("nan")] * k
@@ -175,10 +178,7 @@ def _acc_one(base: nn.Module, weights, T, Fx, M, Kp, i: int, split: LMSplit, set
             rows = slice(start, start + settings.eval_batch_size)
             embeds = F.embedding(split.input_ids[rows], w[emb])
             out = functional_call(base, w, (), {"inputs_embeds": embeds, "logits_to_keep": 1})
-            logits = out.logits[:, -1]
-            pred = logits[:, split.answers].argmax(-1)
-            gold = (split.targets[rows].unsqueeze(1) == split.answers.unsqueeze(0)).float().argmax(1)
-            hits += float((pred == gold).sum())
+            hits += float(correct(out.logits[:, -1], split, rows, settings.accuracy).sum())
     return hits / len(split)
 
 

@@ -2,9 +2,20 @@
 
 The paper (section 4.2) trains each transferred model for a fixed number of
 epochs, keeps the model with the best evaluation accuracy and reports its test
-accuracy. The loss is cross-entropy over the whole vocabulary for the token
-after the prompt; accuracy is an argmax over the task's answer tokens (the
-convention of ``subnetlab.tasks``). The same loop trains the base model.
+accuracy. The same loop trains the base model. Three choices the paper's text
+leaves open are settings (``TrainSettings``), each with the released code's
+choice (``math/transfer.py``) beside subnetlab's earlier one:
+
+* ``loss``: ``"last-token"`` (cross-entropy of the answer after the prompt) or
+  ``"sequence"`` (the causal-LM loss over the whole sequence ``<a> <b> <sep> <c>``,
+  i.e. predicting ``b``, ``<sep>`` and ``c``: the released code passes
+  ``labels=input_ids`` and trains on ``outputs.loss``);
+* ``accuracy``: ``"answers"`` (argmax over the task's answer tokens, the
+  convention of ``subnetlab.tasks``) or ``"vocabulary"`` (argmax over the whole
+  vocabulary, as the released code scores ``predictions[:, -2, :]``);
+* ``ties``: which of several epochs at the best evaluation accuracy is kept,
+  ``"earliest"`` or ``"latest"`` (the released code saves its best model
+  whenever ``eval_acc >= best_acc``).
 """
 
 from __future__ import annotations
@@ -22,9 +33,22 @@ from subnetlab.optim import make_optimizer
 from subnetlab.transfer.data import LMSplit
 
 
+LOSSES = ("last-token", "sequence")  # TrainSettings.loss
+ACCURACIES = ("answers", "vocabulary")  # TrainSettings.accuracy
+TIES = ("earliest", "latest")  # TrainSettings.ties
+
+
+def check_choice(value: str, choices: tuple[str, ...], setting: str) -> str:
+    """``value`` if it is one of ``choices``; else a ``SubnetlabError`` naming ``setting``."""
+    if value not in choices:
+        raise SubnetlabError(f"{setting} {value!r}: choose from {', '.join(choices)}", setting=setting)
+    return value
+
+
 @dataclass(frozen=True)
 class TrainSettings:
-    """Optimiser and schedule of a training run (AdamW, constant learning rate)."""
+    """Optimiser and schedule of a training run (AdamW, constant learning rate), its loss, its accuracy,
+    and which epoch at the best evaluation accuracy is kept (see the module docstring)."""
 
     epochs: int = 100
     lr: float = 2e-4
@@ -32,10 +56,20 @@ class TrainSettings:
     weight_decay: float = 0.01
     eval_every: int = 1
     eval_batch_size: int = 1000
+    loss: str = "last-token"
+    accuracy: str = "answers"
+    ties: str = "earliest"
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.eval_every < 1 or self.lr <= 0:
             raise SubnetlabError(f"invalid training settings: {self}")
+        check_choice(self.loss, LOSSES, "loss")
+        check_choice(self.accuracy, ACCURACIES, "accuracy")
+        check_choice(self.ties, TIES, "ties")
+
+    def improves(self, acc: float, best: float) -> bool:
+        """Whether an epoch at evaluation accuracy ``acc`` replaces the best so far (``best``; -1 before any)."""
+        return acc >= best if self.ties == "latest" else acc > best
 
     def config(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,22 +108,50 @@ def loss_on(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits, targets)
 
 
-def correct(logits: Tensor, split: LMSplit, rows: Tensor | slice) -> Tensor:
-    """``[B]`` 1 where the argmax over the answer tokens is the gold answer."""
+def all_logits(model: nn.Module, input_ids: Tensor) -> Tensor:
+    """``[B, T, V]`` next-token logits at every prompt position."""
+    out = model(input_ids=input_ids)
+    logits = out.logits if hasattr(out, "logits") else out[0]
+    if logits.dim() != 3:
+        raise SubnetlabError(f"transfer training needs a causal-LM head; the model returned logits of shape {tuple(logits.shape)}")
+    return logits
+
+
+def sequence_loss_on(logits: Tensor, input_ids: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy of every next token of ``prompt + target`` given ``[B, T, V]`` prompt logits:
+    position ``t`` predicts ``input_ids[:, t+1]``, the last position the target."""
+    following = torch.cat([input_ids[:, 1:], targets.unsqueeze(1)], dim=1)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), following.reshape(-1))
+
+
+def task_loss(model: nn.Module, input_ids: Tensor, targets: Tensor, loss: str = "last-token") -> Tensor:
+    """The training loss ``loss`` (``"last-token"`` or ``"sequence"``) of ``model`` on prompts and targets."""
+    if loss == "sequence":
+        return sequence_loss_on(all_logits(model, input_ids), input_ids, targets)
+    check_choice(loss, LOSSES, "loss")
+    return loss_on(last_logits(model, input_ids), targets)
+
+
+def correct(logits: Tensor, split: LMSplit, rows: Tensor | slice, over: str = "answers") -> Tensor:
+    """``[B]`` 1 where the argmax over the answer tokens (``over="answers"``) or over the whole vocabulary
+    (``"vocabulary"``) is the gold answer."""
+    if over == "vocabulary":
+        return (logits.argmax(-1) == split.targets[rows]).float()
+    check_choice(over, ACCURACIES, "accuracy")
     pred = logits[:, split.answers].argmax(-1)
     gold = (split.targets[rows].unsqueeze(1) == split.answers.unsqueeze(0)).float().argmax(1)
     return (pred == gold).float()
 
 
 @torch.no_grad()
-def accuracy(model: nn.Module, split: LMSplit, batch_size: int = 1000) -> float:
-    """Accuracy of ``model`` (in eval mode) on the whole split."""
+def accuracy(model: nn.Module, split: LMSplit, batch_size: int = 1000, over: str = "answers") -> float:
+    """Accuracy of ``model`` (in eval mode) on the whole split (``over``: see ``correct``)."""
     was = model.training
     model.eval()
     hits = 0.0
     for start in range(0, len(split), batch_size):
         rows = slice(start, start + batch_size)
-        hits += float(correct(last_logits(model, split.input_ids[rows]), split, rows).sum())
+        hits += float(correct(last_logits(model, split.input_ids[rows]), split, rows, over).sum())
     model.train(was)
     return hits / len(split)
 
@@ -124,7 +186,7 @@ def train_model(
             model.train()
             total, steps = 0.0, 0
             for rows in train.batches(settings.batch_size, g):
-                loss = loss_on(last_logits(model, train.input_ids[rows]), train.targets[rows])
+                loss = task_loss(model, train.input_ids[rows], train.targets[rows], settings.loss)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -132,11 +194,12 @@ def train_model(
             last = epoch == settings.epochs - 1
             if (epoch + 1) % settings.eval_every and not last:
                 continue
-            acc = accuracy(model, eval_split, settings.eval_batch_size)
+            acc = accuracy(model, eval_split, settings.eval_batch_size, settings.accuracy)
             curve.append({"epoch": epoch, "loss": total / steps, "eval_accuracy": acc})
-            if acc > best_acc:
+            if settings.improves(acc, best_acc):
                 best_acc, best_epoch = acc, epoch
-                best_test = accuracy(model, test, settings.eval_batch_size) if test is not None else float("nan")
+                best_test = (accuracy(model, test, settings.eval_batch_size, settings.accuracy) if test is not None
+                             else float("nan"))
                 if keep_best:
                     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if keep_best and best_state is not None:
@@ -146,4 +209,5 @@ def train_model(
                        settings.epochs * len(train), time.process_time() - cpu_started)
 
 
-__all__ = ["TrainResult", "TrainSettings", "accuracy", "correct", "last_logits", "loss_on", "train_model"]
+__all__ = ["ACCURACIES", "LOSSES", "TIES", "TrainResult", "TrainSettings", "accuracy", "all_logits", "check_choice",
+           "correct", "last_logits", "loss_on", "sequence_loss_on", "task_loss", "train_model"]

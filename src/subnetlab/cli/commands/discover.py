@@ -45,6 +45,10 @@ def discover(
                                                      "(lambda rule; the released code uses 1e-7)."),
     beta_final: float = typer.Option(100.0, "--beta-final", help="Final sigmoid scale (beta starts at 1)."),
     init: float = typer.Option(-0.1, "--init", help="Initial mask logit s."),
+    loss: str = typer.Option("last-token", "--loss", help="last-token: the answer's cross-entropy; sequence: every "
+                             "next token of the sequence (the released math/ablate.py)."),
+    accuracy: str = typer.Option("answers", "--accuracy", help="Argmax over the answer tokens (answers) or the whole "
+                                 "vocabulary (vocabulary: the released code)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data and its order."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
@@ -75,18 +79,19 @@ def discover(
         raise SubnetlabError(f"selection_lambda {selection_lambda:g} is not among the lambdas to run", setting="selection_lambda")
     from subnetlab.runs.transfer import DiscoverJobConfig
 
+    scoring = {k: v for k, v in (("loss", loss), ("accuracy", accuracy)) if v != {"loss": "last-token", "accuracy": "answers"}[k]}
     for lam in values:  # every job's typed config, checked before any model is loaded or job started
         DiscoverJobConfig.from_dict({"model": str(model), "task": task, "task_options": options, "seed": seed,
-                                     "threads": threads, "device": device, "cs": {**cs, "l0_lambda": lam}})
+                                     "threads": threads, "device": device, "cs": {**cs, "l0_lambda": lam}, **scoring})
     loaded, built = load_lm(model, task, {"seed": seed, **options})  # a wrong model or task fails here
     if built.kind != "lm":
         raise SubnetlabError(f"task {task}: discovery runs on language-model tasks (e.g. arith:ab)")
     config = {"command": "discover", "model": str(model), "task": task, "task_options": options, "cs": cs,
-              "lambdas": values, "seed": seed}  # the selection is not part of it: a rerun may choose differently
+              "lambdas": values, "seed": seed, **scoring}  # the selection is not part of it: a rerun may choose differently
     claim(out, config, what="discovery run")
     jobs = [Job("subnetlab.runs.transfer:discover_job",
                 {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads, "device": device,
-                 "cs": {**cs, "l0_lambda": lam}}, out / f"lambda_{lam:g}") for lam in values]
+                 "cs": {**cs, "l0_lambda": lam}, **scoring}, out / f"lambda_{lam:g}") for lam in values]
     report = executor.run(jobs, sweep_dir=out)
     failed = [j for j in report.jobs if j.status == "failed"]
     if failed:

@@ -42,6 +42,14 @@ def transfer(
     eval_every: int = typer.Option(1, "--eval-every", help="Evaluate every N epochs."),
     freeze: bool = typer.Option(True, "--freeze/--no-freeze", help="Keep the transferred weights frozen (--no-freeze: appendix B.3)."),
     reinit: str = typer.Option("all", "--reinit", help="all: everything outside the subnetwork (the paper's text); masked: only the masked matrices (its code)."),
+    loss: str = typer.Option("last-token", "--loss", help="last-token: the answer's cross-entropy; sequence: every next "
+                             "token of the sequence (the released math/transfer.py)."),
+    accuracy: str = typer.Option("answers", "--accuracy", help="Argmax over the answer tokens (answers) or the whole "
+                                 "vocabulary (vocabulary: the released code)."),
+    ties: str = typer.Option("earliest", "--ties", help="Of epochs equally good on evaluation keep the earliest or the "
+                             "latest (the released code)."),
+    init_std: Optional[float] = typer.Option(None, "--init-std", help="Fresh masked matrices from N(0, std^2) (0.02: "
+                                             "the released code); default: the model's own initialisation."),
     stack: int = typer.Option(1, "--stack", help="Train up to K runs of one job together (torch.func); pays off on GPUs and tiny batches."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
@@ -66,7 +74,8 @@ def transfer(
     resolve_device(device)
     if stack < 1 or threads < 1:
         raise SubnetlabError("--stack and --threads must be at least 1")
-    train = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, eval_every=eval_every).config()
+    train = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, eval_every=eval_every, loss=loss,
+                          accuracy=accuracy, ties=ties).config()
     options = parse_task_options(task_option, None, "train")
     needs_sub = [c for c in conditions if CONDITIONS[c].needs_subnetwork]
     if needs_sub and subnetwork is None:
@@ -82,6 +91,8 @@ def transfer(
                 config = {"model": str(model), "subnetwork": str(subnetwork) if subnetwork else None, "task": task,
                           "task_options": options, "runs": pack, "train": train, "reinit": reinit, "freeze": freeze,
                           "stack": stack, "threads": threads, "device": device}
+                if init_std is not None:
+                    config["init_std"] = init_std
                 TransferJobConfig.from_dict(config)  # every job's typed config, before any model is loaded
                 name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
                 jobs.append(Job("subnetlab.runs.transfer:transfer_job", config, out / c / name))

@@ -33,9 +33,24 @@ released code, it follows the code, which produced the paper's figures:
 * random control: the text keeps k weights per matrix (``random-matched``);
   the code keeps n - k (``random-released``). Both are run.
 
-The code's other differences (loss over the whole sequence, accuracy by argmax
-over the whole vocabulary, GPT-2 ``c_proj`` re-initialised at std 0.02, the
-base model's 50 epochs at batch 50 with early stopping) are not settings here.
+* loss: the code trains discovery and transfer on the causal-LM loss over the
+  whole sequence (``labels=input_ids`` in ``math/ablate.py`` and
+  ``math/transfer.py``): ``cs_loss`` / ``transfer_loss`` = ``"sequence"``
+  (``"last-token"``: the answer's cross-entropy only).
+* accuracy: the code takes the argmax over the whole vocabulary
+  (``predictions[:, -2, :]``): ``cs_accuracy`` / ``transfer_accuracy`` =
+  ``"vocabulary"`` (``"answers"``: over the 7 answer tokens).
+* ties between epochs: the transfer keeps its best model whenever
+  ``eval_acc >= best_acc`` (``math/transfer.py``), the latest of equal epochs:
+  ``transfer_ties="latest"`` (``"earliest"``: the first).
+* the fresh masked matrices: NeuroSurgeon's ``_init_subnet_transfer`` draws every
+  masked ``Conv1D`` weight at std 0.02, ``c_proj`` included (transformers: 0.02 /
+  sqrt(2 * n_layer)): ``transfer_init_std=0.02`` (none: the model's own init).
+
+The base model's 50 epochs at batch 50 with early stopping are not settings here.
+The ``demo`` keeps subnetlab's earlier choices for these five settings
+(last-token loss, accuracy over the answers, earliest tie, the model's own
+initialisation, lr 1e-3 for 80 epochs) and names them in its report.
 The ``demo`` preset scales the study to a 2-core CPU: 100 numbers, one 2-layer
 model, stronger L0 weights (a 30-epoch, last-token discovery needs them to
 reach the paper's 3-10% density: lambda 1e-6 / 3e-6 / 6e-6 kept about 11 / 6.3
@@ -91,6 +106,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         secondary_reinit="all", secondary_conditions=SECONDARY_CONDITIONS,
         transfer_epochs=100, transfer_min_steps=0, transfer_lr=2e-4, transfer_batch=50, eval_every=1,
         transfer_evals=0, n_eval=1000, n_test=1000, freeze=True,
+        cs_loss="sequence", cs_accuracy="vocabulary", transfer_loss="sequence", transfer_accuracy="vocabulary",
+        transfer_ties="latest", transfer_init_std=0.02,
         backend="processes", jobs=2, threads=1, stack=1, seed=0, device="auto",
     ),
     "demo": dict(
@@ -104,6 +121,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         secondary_reinit="all", secondary_conditions=["subnetwork", "random-matched"],
         transfer_epochs=80, transfer_min_steps=500, transfer_lr=1e-3, transfer_batch=64, eval_every=4,
         transfer_evals=25, n_eval=500, n_test=500, freeze=True,
+        cs_loss="last-token", cs_accuracy="answers", transfer_loss="last-token", transfer_accuracy="answers",
+        transfer_ties="earliest", transfer_init_std=None,
         backend="processes", jobs=2, threads=1, stack=1, seed=0, device="cpu",
     ),
 }
@@ -114,6 +133,20 @@ def selection_of(settings: dict) -> Selection:
     lam = settings.get("selection_lambda")
     return Selection(settings["selection"], float(settings["selection_tolerance"]),
                      None if lam is None else float(lam))
+
+
+def check_choices(settings: dict) -> None:
+    """The loss, accuracy, tie and initialisation settings, checked before any training."""
+    from subnetlab.transfer.train import ACCURACIES, LOSSES, TIES, check_choice
+
+    for key, choices in (("cs_loss", LOSSES), ("transfer_loss", LOSSES), ("cs_accuracy", ACCURACIES),
+                         ("transfer_accuracy", ACCURACIES), ("transfer_ties", TIES)):
+        if key in settings:
+            check_choice(settings[key], choices, key)
+    std = settings.get("transfer_init_std")
+    if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or std <= 0):
+        raise SubnetlabError(f"transfer_init_std {std!r}: expected a positive standard deviation or none",
+                             setting="transfer_init_std")
 
 
 def schedule(settings: dict, size: int) -> tuple[int, int]:
@@ -171,6 +204,7 @@ def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
             "cs": {"l0_lambda": float(lam), "epochs": settings["cs_epochs"], "lr": settings["cs_lr"],
                    "batch_size": settings["cs_batch"], "include": list(settings["cs_include"]), "keep": settings["cs_keep"]},
             "threads": settings["threads"], "device": settings["device"],
+            "loss": settings.get("cs_loss", "last-token"), "accuracy": settings.get("cs_accuracy", "answers"),
         }
         jobs.append(Job("subnetlab.runs.transfer:discover_job", config, root / f"lambda_{lam:g}"))
     report = _run(jobs, settings, root)
@@ -206,10 +240,15 @@ def _transfer_jobs(settings: dict, layers: int, model_dir: Path, subnetwork: str
                     "task_options": {"modulus": settings["modulus"], "n_eval": settings["n_eval"], "n_test": settings["n_test"]},
                     "runs": pack,
                     "train": {"epochs": epochs, "lr": settings["transfer_lr"],
-                              "batch_size": settings["transfer_batch"], "eval_every": eval_every},
+                              "batch_size": settings["transfer_batch"], "eval_every": eval_every,
+                              "loss": settings.get("transfer_loss", "last-token"),
+                              "accuracy": settings.get("transfer_accuracy", "answers"),
+                              "ties": settings.get("transfer_ties", "earliest")},
                     "reinit": reinit, "freeze": settings["freeze"], "stack": settings["stack"],
                     "threads": settings["threads"], "layers": layers, "device": settings["device"],
                 }
+                if settings.get("transfer_init_std") is not None:
+                    config["init_std"] = float(settings["transfer_init_std"])
                 jobs.append(Job("subnetlab.runs.transfer:transfer_job", config, out / f"L{layers}" / "transfer" / folder / name))
     return jobs
 
@@ -236,6 +275,7 @@ def run(settings: dict, out: Path) -> Path:
     if settings.get("secondary_reinit"):
         check_reinit(settings["secondary_reinit"])
     selection_of(settings)  # a bad rule fails before any training
+    check_choices(settings)
     discovered: dict[int, dict] = {}
     transfer: list[Job] = []
     for layers in settings["layers"]:
@@ -252,5 +292,5 @@ def run(settings: dict, out: Path) -> Path:
     return write_report(out, settings, bases, discovered, runs)
 
 
-__all__ = ["FIGURE_CONDITIONS", "NAME", "PAPER_SIZES", "PRESETS", "SECONDARY_CONDITIONS", "run", "schedule",
+__all__ = ["FIGURE_CONDITIONS", "NAME", "PAPER_SIZES", "PRESETS", "SECONDARY_CONDITIONS", "check_choices", "run", "schedule",
            "selection_of", "variant_label"]
