@@ -124,3 +124,59 @@ def test_head_types_on_a_tiny_model_end_to_end():
     assert all(t in {"diagonal", "block", "vertical", "vertical+diagonal", "heterogeneous"}
                for row in ht.types("normed") for t in row)
     assert sum(ht.shares("normed").values()) == pytest.approx(1.0)
+
+
+def test_per_map_counting_differs_from_per_head_in_the_known_way():
+    """Head 0: 3 diagonal maps + 1 block map; head 1: 4 vertical maps. Per map: 3/8, 1/8, 4/8; per head: 1/2, 1/2."""
+    maps = {0: ["diagonal"] * 3 + ["block"], 1: ["vertical"] * 4}
+    feats = torch.stack([torch.stack([map_features(HAND_BUILT[t], LAYOUT) for t in maps[h]]).mean(0) for h in (0, 1)])
+    counts = torch.zeros(1, 2, 5, dtype=torch.float64)
+    for h, labels in maps.items():
+        for t in labels:
+            counts[0, h, ["diagonal", "block", "vertical", "vertical+diagonal", "heterogeneous"].index(t)] += 1
+    ht = HeadTypes(feats.view(1, 2, 4), feats.view(1, 2, 4), 4, counts={"raw": counts, "normed": counts})
+    per_map = ht.shares("raw", counting="per-map")
+    assert per_map["diagonal"] == 3 / 8 and per_map["block"] == 1 / 8 and per_map["vertical"] == 4 / 8
+    per_head = ht.shares("raw", counting="per-head")
+    assert per_head["vertical"] == 0.5 and per_head["block"] == 0.0 and sum(per_head.values()) == pytest.approx(1)
+    assert ht.type_fraction("raw", "diagonal", "per-map").tolist() == [[0.75, 0.0]]
+    both = HeadTypes.merge([ht, ht])
+    assert torch.equal(both.counts["raw"], 2 * counts) and both.examples == 8
+    assert both.shares("raw", counting="per-map") == per_map
+    again = HeadTypes.from_dict(both.to_dict())
+    assert torch.equal(again.counts["normed"], 2 * counts)
+
+
+def test_per_map_counts_and_pruned_model_maps_against_hand_removed_heads():
+    m = _eager_bert()
+    tok = _Tokenizer().fast
+    pairs = [("the cat sat .", "a dog ran ."), ("a cat ran", "the dog sat ."), ("the dog", "a cat sat .")]
+    heads = torch.ones(2, 4)
+    heads[0, 1] = heads[0, 3] = heads[1, 2] = 0
+    ht = head_types(m.model, tok, pairs)
+    pruned = head_types(m.model, tok, pairs, gates=(heads, torch.ones(2)))
+    assert torch.equal(ht.counts["raw"].sum(-1), torch.full((2, 4), 3.0, dtype=torch.float64))
+    assert torch.equal(pruned.measured, heads)
+    # independent: remove the closed heads by hand (their columns of the output projection zeroed), then classify
+    # each map of each pair on its own
+    from subnetlab.analysis.attention_stats import layout_from_tokenizer
+
+    hand = _eager_bert()
+    a = hand.adapter
+    d = a.head_dim
+    with torch.no_grad():
+        for l, h in torch.nonzero(heads == 0).tolist():
+            a.head_output_module(l).weight[:, h * d:(h + 1) * d] = 0
+    TYPE_ORDER = ["diagonal", "block", "vertical", "vertical+diagonal", "heterogeneous"]
+    for model, got in ((m, ht), (hand, pruned)):
+        expected = torch.zeros(2, 4, 5, dtype=torch.float64)
+        for text_a, text_b in pairs:
+            inputs, layout = layout_from_tokenizer(tok, text_a, text_b, 128)
+            raw, _ = normed_attention(model.model, model.adapter, inputs)
+            for l in range(2):
+                for h in range(4):
+                    expected[l, h, TYPE_ORDER.index(classify_map(raw[l][0, h], layout))] += 1
+        assert torch.equal(got.counts["raw"], expected)
+    kept = pruned.counts["raw"][heads > 0.5].sum(0)
+    share = pruned.shares("raw", counting="per-map")
+    assert [share[t] for t in TYPE_ORDER] == pytest.approx((kept / kept.sum()).tolist())

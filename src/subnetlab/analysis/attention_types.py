@@ -23,8 +23,8 @@ padding are not queries, as in ``attention_stats``):
   exponential of its entropy divided by the number of such keys (1 = uniform
   over the sentence, ``1/n`` = one token).
 
-Rules, applied in order to a head's features averaged over its example maps
-(thresholds in ``Thresholds``). The principle is that a type needs at least
+Rules, applied in order to the features of one map, or of a head's features
+averaged over its example maps (thresholds in ``Thresholds``). The principle is that a type needs at least
 half of the attention (vertical, block), or, for the diagonal, 40% on *one*
 neighbour (over sentences of ten or more tokens that is a sharp stripe); the
 mixed type needs at least 20% of each and 60% together. Idealised maps of every
@@ -35,6 +35,21 @@ type land well inside their region (see the unit tests):
 3. V >= 0.5 -> vertical
 4. S >= 0.5 and breadth >= 0.3 -> block
 5. otherwise -> heterogeneous
+
+Two ways to count (``HeadTypes.shares(counting=...)``):
+
+* ``"per-map"`` (Prasanna et al.: 100 maps per head are each classified and the
+  labels counted, summed over heads and seeds): each map gets its own type and
+  a group's share of a type is the share of the group's *maps* with that type
+  (``HeadTypes.counts``; ``merge`` sums the counts of several models / seeds);
+* ``"per-head"`` (subnetlab's earlier choice): one type per head, from its
+  features averaged over the maps; a share is a share of heads.
+
+``head_types(..., gates=(heads, mlps))`` reads the maps inside a *pruned*
+model (closed heads / MLPs gated at zero), as the authors read the
+super-survivors' patterns in the model pruned to the super-survivors
+(``compute_super_masks.py`` and ``head_classification.ipynb``); only the kept
+heads' maps are counted then (``HeadTypes.measured``).
 
 The *normed* map of Kobayashi et al. weights each attention weight by the norm
 of the transformed input it mixes: ``alpha_ij * ||f(x_j)||`` with ``f(x_j) =
@@ -143,38 +158,104 @@ def row_normalize(weights: Tensor) -> Tensor:
     return weights / weights.sum(-1, keepdim=True).clamp(min=1e-12)
 
 
+COUNTINGS = ("per-map", "per-head")
+
+
 @dataclass
 class HeadTypes:
-    """Averaged features ``[L, H, 4]`` and the type of every head, for raw and normed attention."""
+    """Averaged features ``[L, H, 4]``, per-map type counts ``[L, H, 5]`` and the type of every head.
+
+    ``counts`` maps ``"raw"`` / ``"normed"`` to how many of each head's maps got
+    each type (``TYPES`` order); ``measured`` ``[L, H]`` is 1 for the heads whose
+    maps were read (all, unless the model was pruned).
+    """
 
     raw: Tensor
     normed: Tensor
     examples: int
     thresholds: Thresholds = Thresholds()
+    counts: dict[str, Tensor] | None = None
+    measured: Tensor | None = None
 
     def types(self, kind: str = "raw") -> list[list[str]]:
         feats = self.raw if kind == "raw" else self.normed
         return [[classify_features(feats[l, h], self.thresholds) for h in range(feats.shape[1])]
                 for l in range(feats.shape[0])]
 
-    def shares(self, kind: str = "raw", heads: Tensor | None = None) -> dict[str, float]:
-        """Share of each type among the heads where ``heads [L, H]`` is 1 (all heads by default)."""
+    def _chosen(self, heads: Tensor | None) -> Tensor:
+        L, H = self.raw.shape[:2]
+        chosen = torch.ones(L, H, dtype=torch.bool) if heads is None else heads > 0.5
+        if self.measured is not None:
+            chosen = chosen & (self.measured > 0.5)
+        return chosen
+
+    def shares(self, kind: str = "raw", heads: Tensor | None = None, counting: str = "per-head") -> dict[str, float]:
+        """Share of each type among the heads where ``heads [L, H]`` is 1 (all measured heads by default).
+
+        ``counting="per-map"``: the share of those heads' maps of each type;
+        ``"per-head"``: the share of those heads whose averaged features have it.
+        """
+        if counting not in COUNTINGS:
+            raise SubnetlabError(f"pattern counting {counting!r}: choose one of {', '.join(COUNTINGS)}",
+                                 setting="pattern_counting")
+        chosen = self._chosen(heads)
+        if counting == "per-map":
+            if self.counts is None:
+                raise SubnetlabError("these pattern types hold no per-map counts (measured before they were kept)",
+                                     setting="pattern_counting")
+            total = self.counts[kind][chosen].sum(0)  # [5]
+            n = float(total.sum())
+            return {t: (float(total[i]) / n if n else float("nan")) for i, t in enumerate(TYPES)}
         labels = self.types(kind)
-        chosen = [(l, h) for l in range(len(labels)) for h in range(len(labels[0]))
-                  if heads is None or heads[l, h] > 0.5]
-        if not chosen:
+        picked = [(l, h) for l, h in torch.nonzero(chosen).tolist()]
+        if not picked:
             return {t: float("nan") for t in TYPES}
-        return {t: sum(labels[l][h] == t for l, h in chosen) / len(chosen) for t in TYPES}
+        return {t: sum(labels[l][h] == t for l, h in picked) / len(picked) for t in TYPES}
+
+    def type_fraction(self, kind: str, type_name: str, counting: str = "per-head") -> Tensor:
+        """``[L, H]``: per map, the share of each head's maps of ``type_name``; per head, 1 where it has that type."""
+        if counting == "per-map" and self.counts is not None:
+            c = self.counts[kind].double()
+            return (c[..., TYPES.index(type_name)] / c.sum(-1).clamp(min=1)).float()
+        return torch.tensor([[t == type_name for t in row] for row in self.types(kind)], dtype=torch.float32)
+
+    @staticmethod
+    def merge(parts: Sequence["HeadTypes"]) -> "HeadTypes":
+        """Several models' (seeds') types as one: per-map counts summed, features averaged over all maps."""
+        if not parts:
+            raise SubnetlabError("nothing to merge: no pattern types")
+        n = sum(p.examples for p in parts)
+        raw = sum(p.raw * p.examples for p in parts) / n
+        normed = sum(p.normed * p.examples for p in parts) / n
+        counts = None
+        if all(p.counts is not None for p in parts):
+            counts = {k: sum(p.counts[k] for p in parts) for k in ("raw", "normed")}  # type: ignore[index]
+        measured = None
+        if any(p.measured is not None for p in parts):
+            measured = torch.stack([p.measured if p.measured is not None else torch.ones(p.raw.shape[:2])
+                                    for p in parts]).amax(0)
+        return HeadTypes(raw, normed, n, parts[0].thresholds, counts, measured)
 
     def to_dict(self) -> dict:
-        return {"features": list(FEATURES), "examples": self.examples, "thresholds": self.thresholds.__dict__,
-                "raw": {"features": self.raw.tolist(), "types": self.types("raw")},
-                "normed": {"features": self.normed.tolist(), "types": self.types("normed")}}
+        out = {"features": list(FEATURES), "examples": self.examples, "thresholds": self.thresholds.__dict__,
+               "raw": {"features": self.raw.tolist(), "types": self.types("raw")},
+               "normed": {"features": self.normed.tolist(), "types": self.types("normed")}}
+        if self.counts is not None:
+            out["type_order"] = list(TYPES)
+            for k in ("raw", "normed"):
+                out[k]["map_counts"] = self.counts[k].tolist()
+        if self.measured is not None:
+            out["measured"] = self.measured.tolist()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "HeadTypes":
+        counts = None
+        if "map_counts" in data["raw"]:
+            counts = {k: torch.tensor(data[k]["map_counts"], dtype=torch.float64) for k in ("raw", "normed")}
+        measured = torch.tensor(data["measured"]) if "measured" in data else None
         return cls(torch.tensor(data["raw"]["features"]), torch.tensor(data["normed"]["features"]),
-                   int(data["examples"]), Thresholds(**data.get("thresholds", {})))
+                   int(data["examples"]), Thresholds(**data.get("thresholds", {})), counts, measured)
 
 
 def head_types(
@@ -183,34 +264,53 @@ def head_types(
     pairs: Sequence[tuple[str, str]],
     max_length: int = 128,
     thresholds: Thresholds = Thresholds(),
+    gates: tuple[Tensor, Tensor] | None = None,
 ) -> HeadTypes:
     """Classify every head from its raw and normed maps on sentence ``pairs`` (eager attention needed).
 
-    One forward per pair (no padding); features are averaged over the pairs, then classified.
+    One forward per pair (no padding). Every map is classified on its own (the
+    per-map counts) and the features are also averaged over the pairs (the
+    per-head types). ``gates = (heads [L, H], mlps [L])`` reads the maps in the
+    model pruned to those components (closed ones gated at zero); only the kept
+    heads count as measured.
     """
+    from contextlib import nullcontext
+
     from subnetlab.analysis.attention_norms import normed_attention
+    from subnetlab.intervene import apply_gates
     from subnetlab.models.adapters import get_adapter
 
     if not pairs:
         raise SubnetlabError("attention pattern types need at least one sentence pair")
     adapter = get_adapter(model)
+    device = next(model.parameters()).device
     raw_sum = normed_sum = None
+    L, H = adapter.num_layers, adapter.num_heads
+    counts = {k: torch.zeros(L, H, len(TYPES), dtype=torch.float64) for k in ("raw", "normed")}
     was_training = model.training
     model.eval()
+    context = (apply_gates(model, adapter, heads=gates[0].float().to(device), mlps=gates[1].float().to(device))
+               if gates is not None else nullcontext())
     try:
-        for text_a, text_b in pairs:
-            inputs, layout = layout_from_tokenizer(tokenizer, text_a, text_b, max_length)
-            inputs = {k: v.to(next(model.parameters()).device) for k, v in inputs.items()}
-            raw, normed = normed_attention(model, adapter, inputs)  # per layer [1, H, T, T]
-            fr = torch.stack([map_features(m[0].cpu(), layout) for m in raw])  # [L, H, 4]
-            fn = torch.stack([map_features(row_normalize(m[0].cpu()), layout) for m in normed])
-            raw_sum = fr if raw_sum is None else raw_sum + fr
-            normed_sum = fn if normed_sum is None else normed_sum + fn
+        with context:
+            for text_a, text_b in pairs:
+                inputs, layout = layout_from_tokenizer(tokenizer, text_a, text_b, max_length)
+                inputs = {k: v.to(device) for k, v in inputs.items()}
+                raw, normed = normed_attention(model, adapter, inputs)  # per layer [1, H, T, T]
+                fr = torch.stack([map_features(m[0].cpu(), layout) for m in raw])  # [L, H, 4]
+                fn = torch.stack([map_features(row_normalize(m[0].cpu()), layout) for m in normed])
+                for kind, feats in (("raw", fr), ("normed", fn)):
+                    for l in range(L):
+                        for h in range(H):
+                            counts[kind][l, h, TYPES.index(classify_features(feats[l, h], thresholds))] += 1
+                raw_sum = fr if raw_sum is None else raw_sum + fr
+                normed_sum = fn if normed_sum is None else normed_sum + fn
     finally:
         model.train(was_training)
     n = len(pairs)
-    return HeadTypes(raw_sum / n, normed_sum / n, n, thresholds)
+    measured = gates[0].detach().float().cpu() if gates is not None else None
+    return HeadTypes(raw_sum / n, normed_sum / n, n, thresholds, counts, measured)
 
 
-__all__ = ["TYPES", "FEATURES", "Thresholds", "HeadTypes", "map_features", "classify_features", "classify_map",
+__all__ = ["COUNTINGS", "TYPES", "FEATURES", "Thresholds", "HeadTypes", "map_features", "classify_features", "classify_map",
            "head_types", "vertical_keys", "row_normalize", "attention_maps"]
