@@ -23,7 +23,7 @@ def test_linear_sweep_is_the_full_model_then_one_run_per_target_and_seed(tmp_pat
     assert [j.out_dir.relative_to(tmp_path).as_posix() for j in jobs] == [
         "full-model", "sparsity-0.50/seed-0", "sparsity-0.50/seed-3", "sparsity-0.70/seed-0", "sparsity-0.70/seed-3"]
     run = jobs[3].config
-    by_hand = {**BASE, "cache_dir": str(tmp_path / "cache"), "preset": "demo",
+    by_hand = {**BASE, "cache_dir": "../../cache", "preset": "demo",  # relative to the run directory: portable
                "prune": preset_config("demo", 0.7, seed=0).to_dict()}
     assert run == by_hand
     assert PruneJobConfig.from_dict(run).to_dict() == run  # config.json round-trips through the typed config
@@ -50,8 +50,9 @@ def test_effective_size_sweep_names_every_job_once(tmp_path):
     assert len(set(names)) == len(names) == 6
     assert "step-40/full-model" in names and "step-80/seed-1" in names
     assert {j.config["model"] for j in jobs if "step-80" in j.name} == {"ck/80"}
-    assert {j.config.get("cache_dir") for j in jobs if "step-40" in j.name and j.fn == PRUNE_JOB} == {
-        str(tmp_path / "step-40" / "cache")}
+    assert {j.config.get("cache_dir") for j in jobs if "step-40" in j.name and j.fn == PRUNE_JOB} == {"../../cache"}
+    assert {(j.out_dir / "../../cache").resolve() for j in jobs if "step-40" in j.name and j.fn == PRUNE_JOB} == {
+        (tmp_path / "step-40" / "cache").resolve()}
 
 
 def test_a_bad_sweep_is_refused_before_any_job(tmp_path):

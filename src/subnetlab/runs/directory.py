@@ -14,6 +14,14 @@ command runs; a second process is refused at once, naming that pid. The kernel
 drops the lock of a killed process, so its leftover file is simply taken over.
 ``check_writable(out)`` refuses, before any work, an output directory that could
 not be created or written (a file in its place, a read-only parent).
+
+Run directories are portable: a path the command creates inside its output (the
+mean-activation cache) is stored relative to the run directory
+(``run_relative``; jobs read it back with ``resolve_run_path``), and input files
+outside it (model directories, data files) are stored absolute
+(``absolute_inputs``). Configurations are compared by meaning, not spelling
+(``same_config``): the same command with ``--out`` spelled relative or absolute,
+or a sweep directory copied elsewhere, is recognised as the same run.
 """
 
 from __future__ import annotations
@@ -157,20 +165,108 @@ def is_finished(out: str | Path) -> bool:
     return (Path(out) / METRICS_FILE).is_file()
 
 
-def differing_keys(existing: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
-    """The top-level keys whose values differ (a key missing on one side differs)."""
-    return sorted(k for k in set(existing) | set(config) if existing.get(k) != config.get(k))
+RUN_RELATIVE_KEYS = frozenset({"cache_dir"})  # created by the command inside its output: relative to the run dir
+INPUT_PATH_KEYS = frozenset({"model", "subnetwork", "means", "ablation", "checkpoints", "data"})  # user files
+
+
+def run_relative(path: str | os.PathLike, run_dir: str | os.PathLike) -> str:
+    """``path`` as ``config.json`` of ``run_dir`` stores it: relative to the run directory (``../../cache``)."""
+    return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(run_dir))).as_posix()
+
+
+def resolve_run_path(value: str | os.PathLike | None, run_dir: str | os.PathLike) -> str | None:
+    """A stored run-relative path (``run_relative``) as a usable one; absolute paths and None pass unchanged."""
+    if value is None:
+        return None
+    return str(value) if os.path.isabs(value) else os.path.normpath(os.path.join(os.path.abspath(run_dir), value))
+
+
+def _absolute_if_local(value: str) -> str:
+    return os.path.abspath(value) if value and os.path.exists(value) and not os.path.isabs(value) else value
+
+
+def _eval_entry_path(entry: str) -> tuple[str, str] | None:
+    """``[SPLIT:]FORMAT=FILE`` as (prefix up to ``=``, FILE), or None without one."""
+    head, sep, tail = entry.rpartition("=")
+    return (head + sep, tail) if sep and tail else None
+
+
+def absolute_inputs(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` whose local input files are absolute: ``model``, ``task`` ``file:PATH``, ``eval_data`` FILEs.
+
+    Names that are not local paths (aliases, hub ids, builtin tasks) stay as given,
+    so the stored config means the same thing from any working directory or copy.
+    """
+    out = dict(config)
+    for key in INPUT_PATH_KEYS & set(out):
+        if isinstance(out[key], str):
+            out[key] = _absolute_if_local(out[key])
+    task = out.get("task")
+    if isinstance(task, str) and task.startswith("file:"):
+        out["task"] = "file:" + _absolute_if_local(task[len("file:"):])
+    if isinstance(out.get("eval_data"), (list, tuple)):
+        entries = []
+        for entry in out["eval_data"]:
+            parts = _eval_entry_path(entry) if isinstance(entry, str) else None
+            entries.append(parts[0] + _absolute_if_local(parts[1]) if parts else entry)
+        out["eval_data"] = entries
+    return out
+
+
+def _meanings(key: str | None, value: Any, run_dir: Path) -> set[str]:
+    """What a stored path may mean: as written, from the run directory, from the working directory."""
+    if key == "task" and isinstance(value, str) and value.startswith("file:"):
+        return {"file:" + m for m in _meanings("data", value[len("file:"):], run_dir)}
+    if not isinstance(value, str) or not value:
+        return {repr(value)}
+    if os.path.isabs(value):
+        return {os.path.normpath(value)}
+    # from the run directory (how paths are stored now) or the working directory (how older versions stored them)
+    return {value, os.path.normpath(os.path.join(os.path.abspath(run_dir), value)), os.path.abspath(value)}
+
+
+def _same(key: str | None, a: Any, b: Any, run_dir: Path) -> bool:
+    if a == b:
+        return True
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_same(k, a[k], b[k], run_dir) for k in a)
+    if key == "eval_data" and isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return False
+        for x, y in zip(a, b):
+            px = _eval_entry_path(x) if isinstance(x, str) else None
+            py = _eval_entry_path(y) if isinstance(y, str) else None
+            if x != y and not (px and py and px[0] == py[0] and _same("data", px[1], py[1], run_dir)):
+                return False
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(key, x, y, run_dir) for x, y in zip(a, b))
+    if isinstance(a, str) and isinstance(b, str) and (key in RUN_RELATIVE_KEYS or key in INPUT_PATH_KEYS
+                                                      or (key == "task" and a.startswith("file:"))):
+        return bool(_meanings(key, a, run_dir) & _meanings(key, b, run_dir))
+    return False
+
+
+def same_config(existing: Any, config: Any, run_dir: str | os.PathLike) -> bool:
+    """True when two configs of ``run_dir`` mean the same run: equal, or equal up to how paths are spelled."""
+    return _same(None, existing, config, Path(run_dir))
+
+
+def differing_keys(existing: Mapping[str, Any], config: Mapping[str, Any], run_dir: str | os.PathLike = ".") -> list[str]:
+    """The top-level keys whose values differ in meaning (a key missing on one side differs)."""
+    return sorted(k for k in set(existing) | set(config)
+                  if k not in existing or k not in config or not _same(k, existing[k], config[k], Path(run_dir)))
 
 
 def check_config(out: str | Path, config: Mapping[str, Any], what: str = "config") -> bool:
-    """Refuse ``out`` if its ``config.json`` holds another ``config``; True if it holds this one."""
+    """Refuse ``out`` if its ``config.json`` holds another ``config``; True if it holds this one (in any spelling)."""
     path = Path(out) / CONFIG_FILE
     if not path.is_file():
         return False
     existing = read_json(path)
     wanted = plain(config)
-    if existing != wanted:
-        keys = differing_keys(existing, wanted) if isinstance(existing, dict) else []
+    if not same_config(existing, wanted, out):
+        keys = differing_keys(existing, wanted, out) if isinstance(existing, dict) else []
         raise SubnetlabError(f"{path}: holds a different {what} (differs in {', '.join(keys[:5]) or 'structure'}); "
                              "choose another output directory or delete that run directory", setting="out")
     return True
@@ -183,7 +279,7 @@ def finished_metrics(out: str | Path, config: Mapping[str, Any], *, redo_other: 
     as unfinished (the steps of a study, which rerun when the study's settings change).
     """
     path = Path(out) / CONFIG_FILE
-    if redo_other and path.is_file() and read_json(path) != plain(config):
+    if redo_other and path.is_file() and not same_config(read_json(path), plain(config), out):
         return None
     if check_config(out, config) and is_finished(out):
         return read_json(Path(out) / METRICS_FILE)
@@ -199,5 +295,6 @@ def claim(out: str | Path, config: Mapping[str, Any], what: str = "config") -> P
     return out
 
 
-__all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "check_config", "check_writable", "claim", "differing_keys",
-           "finished_metrics", "is_finished", "lock", "plain", "run_entries"]
+__all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "absolute_inputs", "check_config", "check_writable", "claim",
+           "differing_keys", "finished_metrics", "is_finished", "lock", "plain", "resolve_run_path", "run_entries",
+           "run_relative", "same_config"]

@@ -47,6 +47,7 @@ from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
 from subnetlab.methods.hard_concrete.select import Selection
 from subnetlab.methods.hard_concrete.train import prune
 from subnetlab.progress import stage
+from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.prune_setup import FullModelJobConfig, ModelAndTask, PruneJobConfig, PruningSetup, load_pruning_model, task_tokenizer
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.spec import eval_splits
@@ -108,7 +109,7 @@ def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selec
 def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Executor job: prune one model to one target (or up a staircase) with one seed."""
     out_dir = Path(out_dir)
-    job = PruneJobConfig.from_dict(config)
+    job = PruneJobConfig.from_dict({**config, "cache_dir": resolve_run_path(config.get("cache_dir"), out_dir)})
     cfg = job.settings
     setup = PruningSetup.from_job(job)
     levels: dict[str, Any] = {}
@@ -170,7 +171,7 @@ def prune_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float],
     ``task``, ``task_options``, ``eval_data``, ``splits``); ``overrides`` change the
     preset's pruning settings (a mapping, or a function of the target). With the
     staircase schedule there is one run per seed, climbing ``levels`` to the last.
-    Every run of the sweep shares ``out/cache`` (mean activations). ``name_prefix``
+    Every run of the sweep shares ``out/cache`` (mean activations), stored relative to the run directory. ``name_prefix``
     names the jobs ``<prefix>seed-<s>`` and ``<prefix>full-model`` (default: their
     directories). Used by ``subnetlab prune``, the Heuristic Core study and the
     effective-size sweep alike.
@@ -185,16 +186,18 @@ def prune_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float],
         if not targets:
             raise SubnetlabError("sparsity: give at least one target", setting="sparsity")
         plans = [(target, seed) for target in targets for seed in seeds]
-    common = ModelAndTask.from_dict(base)
+    common = ModelAndTask.from_dict(absolute_inputs(base))  # input files stored absolute, the cache run-relative
     jobs: list[Job] = []
     first: PruneConfig | None = None
     for target, seed in plans:
         extra = overrides(target) if callable(overrides) else (overrides or {})
         cfg = preset_config(preset, target, seed=seed, schedule=schedule, levels=tuple(levels), **extra)
         first = first or cfg
-        job = PruneJobConfig(**common.to_dict(), cache_dir=str(out / "cache"), preset=preset, prune=cfg.to_dict())
+        run_dir = out / run_dir_name(target, seed, schedule)
+        job = PruneJobConfig(**common.to_dict(), cache_dir=run_relative(out / "cache", run_dir), preset=preset,
+                             prune=cfg.to_dict())
         name = f"{name_prefix}seed-{seed}" if name_prefix is not None and schedule == "staircase" else None
-        jobs.append(Job(PRUNE_JOB, job.to_dict(), out / run_dir_name(target, seed, schedule), name=name))
+        jobs.append(Job(PRUNE_JOB, job.to_dict(), run_dir, name=name))
     assert first is not None
     full = FullModelJobConfig(**common.to_dict(), eval={"batch_size": first.eval_batch_size,
                                                         "max_length": first.max_length, "limit": first.eval_limit})

@@ -44,6 +44,7 @@ from subnetlab.methods.hard_concrete.objective import full_model_table
 from subnetlab.methods.hard_concrete.select import Selection
 from subnetlab.methods.hard_concrete.train import prune
 from subnetlab.progress import stage
+from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.job_config import JobConfig
 from subnetlab.runs.prune import level_name, write_selections
 from subnetlab.runs.prune_setup import ModelAndTask, PruneJobConfig, PruningSetup
@@ -134,16 +135,17 @@ def search_stage_job(base: Mapping[str, Any], out: Path, *, levels: Sequence[flo
     if not seeds:
         raise SubnetlabError("seeds: at least one seed", setting="seeds")
     cfg = preset_config(preset, max(levels), seed=seeds[0], schedule="staircase", levels=tuple(levels), **overrides)
-    common = ModelAndTask.from_dict(base)
-    job = SearchJobConfig(**common.to_dict(), cache_dir=str(cache_dir), preset=preset, prune=cfg.to_dict(),
-                          seeds=list(seeds), stop=StopSettings.from_dict(stop).to_dict())
-    return Job(SEARCH_JOB, job.to_dict(), out / stage_dir_name(min(levels)), name=name)
+    common = ModelAndTask.from_dict(absolute_inputs(base))  # input files stored absolute, the cache run-relative
+    run_dir = out / stage_dir_name(min(levels))
+    job = SearchJobConfig(**common.to_dict(), cache_dir=run_relative(cache_dir, run_dir), preset=preset,
+                          prune=cfg.to_dict(), seeds=list(seeds), stop=StopSettings.from_dict(stop).to_dict())
+    return Job(SEARCH_JOB, job.to_dict(), run_dir, name=name)
 
 
 def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Executor job: every seed up the staircase level by level; stop when the rule says so."""
     out_dir = Path(out_dir)
-    job = SearchJobConfig.from_dict(config)
+    job = SearchJobConfig.from_dict({**config, "cache_dir": resolve_run_path(config.get("cache_dir"), out_dir)})
     cfg0, stop = job.settings, job.stop_settings
     rule, model_acc = stop.rule, stop.model_accuracy
     seed_jobs = {seed: job.seed_job(seed) for seed in job.seeds}
