@@ -27,6 +27,7 @@ TRANSFER = ["transfer", "--model", "{gpt2}", "--task", "arith:a^2+ab", "--disamb
 PRUNE = ["prune", "--model", "{bert}", *NLI, "--sparsity", "0.5", "--seeds", "0", "--preset", "demo"]
 FINETUNE = ["finetune", "--model", "{bert}", *NLI, "--max-steps", "2"]
 EVALUATE = ["evaluate", "--model", "{bert}", *NLI]
+EFFECTIVE = ["effective-size", "--checkpoints", "{ft}", *NLI, "--preset", "demo", "--levels", "0.1:0.3:0.1"]
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +85,10 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "full" / "kept.txt").write_text("an earlier result\n")
     paths["full"] = str(root / "full")
     paths["missing"] = str(root / "no-such-file.safetensors")
+    step = root / "ft" / "checkpoints" / "step-10"  # a fine-tuning run with one checkpoint
+    shutil.copytree(root / "bert", step)
+    (step / "trainer_state.json").write_text("{}")
+    paths["ft"] = str(root / "ft")
     return paths
 
 
@@ -219,6 +224,25 @@ CASES: list[tuple[str, list[str], str]] = [
      "--on 'sideways'"),
     ("effective-size-seeds-zero", ["effective-size", "--checkpoints", "{full}", "--task", "nli-synthetic", "--seeds", "0"],
      "--seeds 0 must be at least 1"),
+    # effective-size: options out of range or in conflict, refused before any checkpoint is pruned
+    ("effective-size-every-zero", [*EFFECTIVE, "--every", "0"], "--every 0 must be at least 1"),
+    ("effective-size-faithfulness", [*EFFECTIVE, "--faithfulness", "1.5"], "--faithfulness 1.5 is outside [0, 1)"),
+    ("effective-size-levels-range", [*EFFECTIVE, "--levels", "0.5:1.5:0.5"], "--levels"),
+    ("effective-size-levels-malformed", [*EFFECTIVE, "--levels", "a:b:c"], "malformed value 'a:b:c'"),
+    ("effective-size-set-seed", [*EFFECTIVE, "--set", "seed=3"], "--set seed: set by --seeds"),
+    ("effective-size-set-levels", [*EFFECTIVE, "--set", "levels=[0.2]"], "--set levels: set by --levels"),
+    ("effective-size-set-schedule", [*EFFECTIVE, "--set", "schedule=linear"], "--set schedule: set by --levels"),
+    ("effective-size-set-unknown", [*EFFECTIVE, "--set", "nonsense=1"], "unknown pruning setting(s) nonsense"),
+    ("effective-size-set-typed", [*EFFECTIVE, "--set", "batch_size=abc"], "batch_size: expected an integer, got 'abc'"),
+    ("effective-size-preset", [*EFFECTIVE, "--preset", "fast"], "preset 'fast'"),
+    ("effective-size-no-checkpoints", ["effective-size", "--checkpoints", "{full}", "--task", "nli-synthetic"],
+     "no checkpoints"),
+    ("effective-size-id-split-unknown", [*EFFECTIVE, "--id-split", "nope"], "--id-split nope: task"),
+    ("effective-size-no-ood-data", [*EFFECTIVE, "--id-split", "id", "--id-split", "hans-synthetic", "--on", "ood"],
+     "there is no out-of-domain data"),
+    ("effective-size-subcases-unknown", [*EFFECTIVE, "--subcases", "no_such_subcase"],
+     "--subcases no_such_subcase: not a subcase"),
+    ("effective-size-core-missing", [*EFFECTIVE, "--core", "{missing}"], "no such file"),
     ("export-subnetwork-nan", ["export", "--model", "{bert}", "--subnetwork", "{nan}"], "value(s) other than 0 and 1"),
     ("export-out-not-empty", ["export", "--model", "{bert}", "--subnetwork", "{sub}", "--out", "{full}"], "not an empty directory"),
 ]

@@ -56,16 +56,30 @@ def effective_size(
         raise SubnetlabError(f"--seeds {seeds} must be at least 1")
     if not 0.0 <= faithfulness < 1.0:
         raise SubnetlabError(f"--faithfulness {faithfulness} is outside [0, 1)")
+    if every < 1:
+        raise SubnetlabError(f"--every {every} must be at least 1")
     level_list = list(parse_levels(levels))
+    overrides = _parse_pairs(set_, "--set")
+    check_overrides(overrides, preset, level_list)
     found = find_checkpoints(checkpoints, every)
     t = task_from_flags(task, None, eval_data, task_option)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
+    ood = [s for s in t.eval_splits if s not in id_split]
+    if not ood and any(c in ("ood", "mixed") for c in choices):
+        raise SubnetlabError(f"--on {on}: every split of task {t.name} ({', '.join(t.eval_splits)}) is an --id-split, "
+                             "so there is no out-of-domain data; use --on id or name fewer --id-split")
     chosen = parse_subcases(subcases) if subcases is not None else default_subcases(t, id_split)
+    if chosen is not None:
+        known = {ex.subcase for s in ood for ex in t.eval_splits[s] if ex.subcase}
+        unknown = [c for c in chosen if c not in known]
+        if unknown:
+            raise SubnetlabError(f"--subcases {', '.join(unknown)}: not a subcase of the out-of-domain split(s) "
+                                 f"{', '.join(ood) or '(none)'}" + (f"; they have {', '.join(sorted(known))}" if known
+                                                                      else "; they have no subcases (use all)"))
     core_heads = read_json(core / "metrics.json").get("core") if core is not None else None
     base = {"task": task, "task_options": parse_task_options(task_option, None, "eval"), "eval_data": list(eval_data), "splits": None}
-    overrides = _parse_pairs(set_, "--set")
     search = SearchSettings(early_stop=early_stop, warm_start=warm_start) if early_stop or warm_start else None
     dirs = None
     if search is None:
@@ -81,6 +95,21 @@ def effective_size(
                                                 "seeds": seeds, "levels": level_list, "on": choices, "preset": preset,
                                                 **({"search": search.to_dict()} if search else {})})
     print((out / "report.md").read_text(encoding="utf-8"))
+
+
+# pruning settings this command sets itself, and the option that does
+OWN_SETTINGS = {"seed": "--seeds", "sparsity": "--levels", "levels": "--levels", "schedule": "--levels (a staircase)"}
+
+
+def check_overrides(overrides: dict, preset: str, levels: list[float]) -> None:
+    """``--set`` may not name what the command's own options set, and must make valid pruning settings."""
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.methods.hard_concrete.config import preset_config
+
+    clash = [k for k in overrides if k in OWN_SETTINGS]
+    if clash:
+        raise SubnetlabError(f"--set {clash[0]}: set by {OWN_SETTINGS[clash[0]]}, not by --set")
+    preset_config(preset, max(levels), seed=0, schedule="staircase", levels=tuple(levels), **overrides)
 
 
 def register(app: typer.Typer) -> None:
