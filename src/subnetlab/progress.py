@@ -2,17 +2,25 @@
 
 Library code calls ``stage("pruning seed 0")`` and ``track(iterable, ...)``;
 it never prints by itself when stderr is not a terminal except the stage line.
+
+A long run made of several studies (``subnetlab demo``) shows one ``Board``:
+on a terminal a Rich display whose estimate of the time left is recomputed at
+every refresh; otherwise a plain line whenever its stage changes. Its owner
+hears every stage line through ``listen`` to know where the run is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 _quiet = False
+_listeners: list[Callable[[str], None]] = []
 
 
 def set_quiet(quiet: bool) -> None:
@@ -26,9 +34,21 @@ def _interactive() -> bool:
 
 
 def stage(message: str) -> None:
-    """Announce one stage of a long job on stderr."""
+    """Announce one stage of a long job on stderr (and to every listener)."""
+    for listener in list(_listeners):
+        listener(message)
     if not _quiet:
         print(f"[subnetlab] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def listen(callback: Callable[[str], None]) -> Iterator[None]:
+    """Call ``callback(message)`` for every stage line in this process while the block runs."""
+    _listeners.append(callback)
+    try:
+        yield
+    finally:
+        _listeners.remove(callback)
 
 
 def track(iterable: Iterable[T], total: int | None = None, description: str = "") -> Iterator[T]:
@@ -39,3 +59,89 @@ def track(iterable: Iterable[T], total: int | None = None, description: str = ""
     from rich.progress import track as rich_track
 
     yield from rich_track(iterable, total=total, description=description, console=None, transient=True)
+
+
+@dataclass
+class Status:
+    """What a board shows: the stage running, the share of the work done, the seconds left (None: unknown)."""
+
+    stage: str
+    done: float
+    seconds_left: float | None
+
+
+def duration(seconds: float | None) -> str:
+    """``'about 12 min left'``, ``'under a minute left'``, or ``'time left unknown'``."""
+    if seconds is None:
+        return "time left unknown"
+    if seconds < 60:
+        return "under a minute left"
+    return f"about {round(seconds / 60):d} min left"
+
+
+class Board:
+    """One display for a whole multi-stage run, with the time left for all of it.
+
+    ``status()`` is asked for the current ``Status`` at every refresh (on a terminal,
+    a few times a second) and at every ``update()`` (otherwise: a plain stage line
+    when the stage changed). ``interactive`` defaults to whether stderr is a terminal.
+    """
+
+    def __init__(self, title: str, status: Callable[[], Status], interactive: bool | None = None,
+                 out: Any = None) -> None:
+        self.title, self.status = title, status
+        self.interactive = _interactive() if interactive is None else interactive
+        self.out = out
+        self._progress: Any = None
+        self._task: Any = None
+        self._last: str | None = None
+
+    def __enter__(self) -> "Board":
+        if _quiet:
+            return self
+        if self.interactive:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+            from rich.text import Text
+
+            board = self
+
+            class _Left(ProgressColumn):
+                def render(self, task: Any) -> Text:
+                    return Text(duration(board.status().seconds_left), style="cyan")
+
+            class _Stage(ProgressColumn):
+                def render(self, task: Any) -> Text:
+                    return Text(board.status().stage)
+
+            self._progress = Progress(SpinnerColumn(), TextColumn(f"[bold]{self.title}"), BarColumn(),
+                                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), _Left(), _Stage(),
+                                      console=Console(file=self.out or sys.stderr), refresh_per_second=2)
+            self._progress.__enter__()
+            self._task = self._progress.add_task(self.title, total=1000)
+        self.update()
+        return self
+
+    def update(self) -> None:
+        """Refresh now (after a stage starts or ends)."""
+        if _quiet:
+            return
+        s = self.status()
+        if self._progress is not None:
+            self._progress.update(self._task, completed=round(1000 * s.done))
+            return
+        if s.stage != self._last:
+            self._last = s.stage
+            print(f"[subnetlab] {self.title}: {s.stage} ({round(100 * s.done)}% done, {duration(s.seconds_left)})",
+                  file=self.out or sys.stderr, flush=True)
+
+    def print(self, text: str) -> None:
+        """A line on stdout (on a terminal Rich shows it above the display)."""
+        print(text, flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=1000 if exc[0] is None else self._progress.tasks[0].completed)
+            self._progress.__exit__(*exc)
+            self._progress = None
+

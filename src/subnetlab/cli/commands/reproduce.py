@@ -37,13 +37,14 @@ DEMOS = ("heuristic-core", "subtask-induction")
 
 
 def demo(out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the demo runs go.")) -> None:
-    """The embedded default: the Heuristic Core demo, then the Subtask Induction demo."""
-    from subnetlab.experiments import get_reproduction, settings_for
+    """The embedded default: the Heuristic Core demo, then the Subtask Induction demo.
 
-    for name in DEMOS:
-        module = get_reproduction(name)
-        report = module.run(settings_for(module, "demo"), out / name)
-        print(f"{name} report: {report}")
+    Starts with a few seconds of calibration and says how long the demo should take here; shows the time left
+    for the whole demo as it runs; prints each report's path when it is written; ends with DIR/findings.md.
+    """
+    from subnetlab.experiments.demo.run import run_demo
+
+    run_demo(out, DEMOS)
 
 
 def register(app: typer.Typer) -> None:

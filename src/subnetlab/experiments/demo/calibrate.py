@@ -1,0 +1,171 @@
+"""A few seconds of the demos' real work, timed on this machine: seconds per unit of ``estimate.UNITS``.
+
+MiniLM runs in this process with its threads (the Heuristic Core demo runs its
+jobs here, ``backend="local"``): hard-concrete steps through ``Pruner.step``
+(mean ablation, cached teacher) on real synthetic-NLI batches of the demo's
+batch size and length, fine-tuning steps through ``finetune.step.train_step``,
+and the teacher's forward pass as the evaluation rate. The arithmetic GPT-2
+runs with the Subtask Induction demo's threads per job: weight-mask steps
+through ``ContinuousSparsification.fit``, transfer-training rows through
+``transfer.train.train_model`` on a model built by ``build_transfer_model``,
+and evaluation rows through ``transfer.train.accuracy``. Every step is timed
+after one warm-up step; the median counts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Calibration:
+    """Seconds per unit (``rates``), the wall time calibration took, and what was timed."""
+
+    rates: dict[str, float]
+    seconds: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _median_time(fn: Callable[[int], Any], repeats: int, clock: Callable[[], float]) -> float:
+    fn(0)  # warm-up: first-call allocations
+    times = []
+    for i in range(1, repeats + 1):
+        t0 = clock()
+        fn(i)
+        times.append(clock() - t0)
+    return statistics.median(times)
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """``minilm_*`` rates at the Heuristic Core demo's model, data, batch sizes and lengths."""
+    import torch
+
+    from subnetlab.intervene import collect_means
+    from subnetlab.methods.finetune.step import train_step
+    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.methods.hard_concrete.data import PruningData
+    from subnetlab.methods.hard_concrete.train import Pruner
+    from subnetlab.methods.finetune.model import model_for_task
+    from subnetlab.optim import make_optimizer
+    from subnetlab.tasks.spec import TaskSpec
+
+    _quiet_transformers()
+    study = hc["studies"][0]
+    prune = {k: v for k, v in (hc.get("prune") or {}).items() if v is not None}
+    cfg = preset_config(hc["prune_preset"], 0.5, seed=0, **prune)
+    ft = hc["finetune"]
+    batch = int(cfg.batch_size) * int(cfg.accumulation)
+    rows = max(batch * (steps + 1), int(cfg.eval_batch_size))
+    options = {**(study.get("task_options") or {}), "n_train": rows}  # the study's generator, fewer rows
+    task = TaskSpec(study["task"], options).build()
+    loaded = model_for_task(hc["model"], task, seed=0)
+    model, adapter = loaded.model, loaded.adapter
+    tok = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
+    data = PruningData.from_task(task, tok, "train", cfg.max_length, rows)
+    means = collect_means(model, adapter, [data.batch_at(list(range(min(rows, 16))))])
+    config = preset_config(hc["prune_preset"], 0.5, seed=0, **{**prune, "train_limit": rows, "teacher": "cache",
+                                                               "warmup_steps": 1000, "total_steps": 1000})
+    t0 = clock()
+    pruner = Pruner(model, adapter, data, config, means).__enter__()  # the teacher: one forward over every row
+    eval_rate = (clock() - t0) / rows
+    try:
+        gate = _median_time(pruner.step, steps, clock)
+    finally:
+        pruner.__exit__()
+    model.train()
+    opt = make_optimizer(model, "adamw", lr=float(ft.get("lr", 5e-5)), weight_decay=0.01, no_decay_1d=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    ft_batch = int(ft.get("batch_size", batch))
+    ft_length = int(ft.get("max_length", cfg.max_length))
+
+    def ft_step(i: int) -> None:
+        idx = [(i * ft_batch + j) % rows for j in range(ft_batch)]
+        train_step(model, task, task.batch_at(tok, "train", idx, max_length=ft_length), opt, sched, 1.0, i)
+
+    finetune = _median_time(ft_step, max(2, steps - 1), clock)
+    model.eval()
+    return {"minilm_gate_step": gate, "minilm_finetune_step": finetune, "minilm_eval_example": eval_rate}
+
+
+def gpt2_rates(si: Mapping[str, Any], batches: int = 4, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """``gpt2_*`` rates on the Subtask Induction demo's GPT-2 (first depth) with its threads per job."""
+    import torch
+
+    from subnetlab.methods.continuous_sparsification import ContinuousSparsification
+    from subnetlab.methods.finetune.model import arithmetic_gpt2_config
+    from subnetlab.models import build_model
+    from subnetlab.runtime import torch_threads
+    from subnetlab.subnetwork import Subnetwork
+    from subnetlab.transfer import LMSplit, TrainSettings, build_transfer_model, train_model
+    from subnetlab.transfer.train import accuracy, last_logits, loss_on
+
+    n_numbers = int(si["max_number"])
+    vocab = n_numbers + 3
+    g = torch.Generator().manual_seed(0)
+
+    def split(n: int) -> LMSplit:
+        x = torch.randint(0, n_numbers, (n, 3), generator=g)
+        x[:, 2] = n_numbers  # <sep>
+        return LMSplit(x, torch.randint(0, int(si["modulus"]), (n,), generator=g), torch.arange(int(si["modulus"])))
+
+    with torch_threads(int(si.get("threads") or 1)):
+        trained = build_model(arithmetic_gpt2_config(int(si["layers"][0]), vocab_size=vocab, pad_id=n_numbers + 1),
+                              head="causal-lm", seed=0)
+        adapter = trained.adapter
+        ev = split(int(si["n_eval"]))
+        t_eval = _median_time(lambda _: accuracy(trained.model, ev), 2, clock)
+        eval_rate = t_eval / len(ev)
+        # weight-mask training: one epoch of ``batches`` batches, evaluation stubbed out (timed above)
+        cs_batch = int(si["cs_batch"])
+        cs_rows = split(cs_batch * batches)
+        strategy = ContinuousSparsification(l0_lambda=float(si["lambdas"][0]), epochs=1, lr=float(si["cs_lr"]),
+                                            batch_size=cs_batch, include=tuple(si["cs_include"]))
+        perm = list(range(0, len(cs_rows), cs_batch))
+        t0 = clock()
+        strategy.fit(trained.model, adapter,
+                     batches=lambda _: [(cs_rows.input_ids[i:i + cs_batch], cs_rows.targets[i:i + cs_batch]) for i in perm],
+                     loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]), evaluate=lambda m: 0.0, seed=0)
+        mask_rate = (clock() - t0) / len(cs_rows)
+        # transfer training: a frozen 5% subnetwork inside a re-initialised model (the demo's main condition)
+        sub = Subnetwork.from_weight_masks(
+            adapter, {n: torch.rand(adapter.parameter(n).shape, generator=g) < 0.05 for n in adapter.weight_matrices()})
+        tm = build_transfer_model(trained.model, "subnetwork", seed=0, subnetwork=sub)
+        tr_batch = int(si["transfer_batch"])
+        rows = split(tr_batch * batches)
+        tiny = split(8)
+        settings = TrainSettings(epochs=1, lr=float(si["transfer_lr"]), batch_size=tr_batch, eval_batch_size=8)
+        train_model(tm.model, split(tr_batch), tiny, None, settings, seed=0, keep_best=False)  # warm-up
+        t0 = clock()
+        train_model(tm.model, rows, tiny, None, settings, seed=0, keep_best=False)
+        train_rate = (clock() - t0) / len(rows)
+    return {"gpt2_eval_row": eval_rate, "gpt2_mask_row": mask_rate, "gpt2_train_row": train_rate}
+
+
+def calibrate(settings: Mapping[str, Mapping[str, Any]], clock: Callable[[], float] = time.perf_counter) -> Calibration:
+    """Rates for every demo in ``settings`` (``{"heuristic-core": ..., "subtask-induction": ...}``)."""
+    started = clock()
+    rates: dict[str, float] = {}
+    details: dict[str, Any] = {}
+    if "heuristic-core" in settings:
+        t0 = clock()
+        rates.update(minilm_rates(settings["heuristic-core"], clock=clock))
+        details["minilm_seconds"] = round(clock() - t0, 2)
+    if "subtask-induction" in settings:
+        t0 = clock()
+        rates.update(gpt2_rates(settings["subtask-induction"], clock=clock))
+        details["gpt2_seconds"] = round(clock() - t0, 2)
+    return Calibration(rates, clock() - started, details)
+
+
+__all__ = ["Calibration", "calibrate", "gpt2_rates", "minilm_rates"]

@@ -1,0 +1,330 @@
+"""How long the demo will take: its known work per stage, times rates measured on this machine.
+
+The demo's work is counted from its resolved settings, never assumed in
+seconds: optimiser steps of hard-concrete pruning and of fine-tuning on
+MiniLM, examples MiniLM evaluates, and rows the arithmetic GPT-2 trains on,
+masks or evaluates (``stages``). ``calibrate`` measures what one unit of each
+costs here; ``Plan`` multiplies the two and, as stages finish, rescales the
+rest by how long the finished stages really took (``Plan.remaining``).
+
+    plan = Plan(stages(settings_by_demo), rates)
+    plan.total()                      # seconds expected before anything runs
+    plan.start(key); ...; plan.finish(key)
+    plan.remaining()                  # seconds left for the whole demo, re-calibrated
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# the units of work; calibration measures seconds per unit of each
+UNITS = {
+    "minilm_finetune_step": "one fine-tuning optimiser step of MiniLM (demo batch and length)",
+    "minilm_gate_step": "one hard-concrete optimiser step on MiniLM (demo pruning batch and length)",
+    "minilm_eval_example": "MiniLM's forward pass over one evaluation example",
+    "gpt2_train_row": "one training row of the arithmetic GPT-2 (forward, backward, AdamW), one thread",
+    "gpt2_mask_row": "one row of weight-mask training on the arithmetic GPT-2, one thread",
+    "gpt2_eval_row": "the arithmetic GPT-2's forward pass over one evaluation row, one thread",
+}
+HANS_SUBCASES = 30  # HANS (and the synthetic HANS-style generator) has 30 subcases
+ABLATED_HEADS_GUESS = 3  # heads in the core (or the top-3 when it is empty): unknown before pruning
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of one demo: its work in units, how many jobs share the machine, the stage line that opens it."""
+
+    demo: str
+    key: str
+    label: str
+    work: Mapping[str, float]
+    match: str = ""  # a substring of the stage line (subnetlab.progress.stage) that starts this stage
+    parallel: int = 1
+    family: str = ""  # stages of one family share a correction factor (minilm / gpt2)
+
+    def predicted(self, rates: Mapping[str, float]) -> float:
+        """Seconds this stage should take at ``rates`` (seconds per unit)."""
+        missing = [u for u in self.work if u not in rates]
+        if missing:
+            raise KeyError(f"no rate for {', '.join(missing)}")
+        return sum(rates[u] * n for u, n in self.work.items()) / max(1, self.parallel)
+
+
+def _levels(text: Any) -> list[float]:
+    from subnetlab.methods.hard_concrete.schedule import parse_levels
+
+    return list(parse_levels(text)) if isinstance(text, str) else [float(x) for x in text]
+
+
+def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: str = "heuristic-core") -> list[Stage]:
+    """The Heuristic Core study's stages, counted from its settings (``experiments/heuristic_core``).
+
+    ``real_hans``: whether the real HANS file is present (it adds a column to every evaluation).
+    """
+    from subnetlab.methods.hard_concrete.config import PRESETS as PRUNE_PRESETS, STEP_RULES, preset_config
+
+    out: list[Stage] = []
+    ft = dict(settings["finetune"])
+    preset = settings["prune_preset"]
+    prune = {**PRUNE_PRESETS[preset], **{k: v for k, v in (settings.get("prune") or {}).items() if v is not None}}
+    for study in settings["studies"]:
+        name = study["name"]
+        opts = study.get("task_options") or {}
+        ood = study.get("ood") or {}
+        real = study.get("real_ood") or {}
+        id_rows = int(opts.get("n_eval", 0))
+        if prune.get("eval_limit") is not None:
+            id_rows = min(id_rows, int(prune["eval_limit"]))
+        ood_rows = int(ood.get("per_subcase") or 0) * int(settings.get("n_ood_subcases", 4))
+        real_rows = int(real.get("per_subcase") or 0) * int(settings.get("n_ood_subcases", 4)) if real_hans else 0
+        eval_rows = id_rows + ood_rows + real_rows
+        # fine-tuning: max_steps steps; an evaluation at the start and every eval_every steps of ID,
+        # the synthetic HANS split and (when present) the real HANS curve rows
+        steps = int(ft.get("max_steps") or 0)
+        evals = steps // max(1, int(ft.get("eval_every") or steps or 1)) + (1 if ft.get("eval_at_start", True) else 0)
+        curve_rows = (int(opts.get("n_eval", 0)) + int(opts.get("hans_per_subcase", 0)) * HANS_SUBCASES
+                      + (int(real.get("curve_per_subcase") or 0) * HANS_SUBCASES if real_hans else 0))
+        out.append(Stage(demo, f"{name}/finetune", f"{name}: fine-tuning", {
+            "minilm_finetune_step": steps, "minilm_eval_example": evals * curve_rows},
+            match=f"[{name}] fine-tuning", family="minilm"))
+        # pruning: every seed at every sparsity, each evaluated once; the full model once; teacher and means once
+        scale = settings.get("prune_steps_scale")
+        gate_steps = 0
+        for target in study["sparsities"]:
+            total = STEP_RULES[preset](float(target))[1]
+            if scale is not None:
+                total = max(2, round(total * float(scale)))
+            gate_steps += total * len(settings["seeds"])
+        runs = len(settings["seeds"]) * len(study["sparsities"])
+        once = int(prune.get("train_limit") or 0) + int(prune.get("means_examples") or 0)
+        out.append(Stage(demo, f"{name}/prune", f"{name}: pruning {runs} subnetworks", {
+            "minilm_gate_step": gate_steps, "minilm_eval_example": (runs + 1) * eval_rows + once},
+            match=f"[{name}] pruning", family="minilm"))
+        # ablation table: no ablation, each listed head, the listed heads jointly, the non-listed heads sampled
+        ab = settings.get("ablation") or {}
+        others = ab.get("non_listed", 0)
+        others = 72 - ABLATED_HEADS_GUESS if others == "all" else int(others)  # MiniLM: 6 x 12 heads
+        rows = 1 + ABLATED_HEADS_GUESS + 1 + others
+        out.append(Stage(demo, f"{name}/ablation", f"{name}: ablating the core", {
+            "minilm_eval_example": rows * eval_rows}, match=f"[{name}] ablating", family="minilm"))
+        # effective size: one staircase per checkpoint and seed, evaluated (ID + OOD) at every level
+        es = settings["effective_size"]
+        levels = _levels(es["levels"])
+        cfg = preset_config(preset, levels[-1], schedule="staircase", levels=tuple(levels),
+                            **{k: v for k, v in {**(settings.get("prune") or {}), **(es.get("prune") or {})}.items()
+                               if k in ("ramp_steps", "hold_steps", "first_ramp_steps")})
+        per_run = cfg.make_schedule().total_steps
+        n_ckpt = int(es.get("checkpoints") or max(1, steps // max(1, int(ft.get("save_every") or steps or 1))))
+        n_seeds = len(es["seeds"])
+        out.append(Stage(demo, f"{name}/effective_size", f"{name}: effective size over training", {
+            "minilm_gate_step": n_ckpt * n_seeds * per_run,
+            "minilm_eval_example": n_ckpt * (n_seeds * len(levels) + 1) * (id_rows + ood_rows) + n_ckpt * once},
+            match=f"[{name}] effective size", family="minilm"))
+        att = settings.get("attention") or {}
+        out.append(Stage(demo, f"{name}/attention", f"{name}: attention patterns", {
+            "minilm_eval_example": int(att.get("examples") or 0)}, match="attention patterns of", family="minilm"))
+    return out
+
+
+def subtask_induction_stages(settings: Mapping[str, Any], demo: str = "subtask-induction",
+                             cores: int | None = None) -> list[Stage]:
+    """The Subtask Induction study's stages (``experiments/subtask_induction``), per model depth."""
+    import os
+
+    from subnetlab.experiments.subtask_induction.reproduce import schedule
+
+    cores = cores or os.cpu_count() or 1
+    local = settings.get("backend", "local") == "local"
+    jobs = 1 if local else max(1, min(int(settings.get("jobs") or 1), cores // max(1, int(settings.get("threads") or 1))))
+    out: list[Stage] = []
+    n_eval = int(settings["n_eval"])
+    variants = len(settings["conditions"])
+    if settings.get("secondary_reinit") and settings["secondary_reinit"] != settings["reinit"]:
+        variants += len(settings.get("secondary_conditions") or [])
+    for layers in settings["layers"]:
+        base_rows = int(settings["base_train"]) * int(settings["base_epochs"])
+        out.append(Stage(demo, f"L{layers}/base", f"{layers}-layer GPT-2: base model", {
+            "gpt2_train_row": base_rows, "gpt2_eval_row": 2 * n_eval},
+            match=f"base model: {layers}-layer", family="gpt2"))
+        lambdas = len(settings["lambdas"])
+        out.append(Stage(demo, f"L{layers}/discover", f"{layers}-layer GPT-2: discovery, {lambdas} lambdas", {
+            "gpt2_mask_row": lambdas * int(settings["cs_samples"]) * int(settings["cs_epochs"]),
+            "gpt2_eval_row": lambdas * (int(settings["cs_epochs"]) + 2) * n_eval},
+            match=f"sweep: {lambdas} jobs", parallel=min(jobs, lambdas), family="gpt2"))
+    train_rows = eval_rows = 0
+    runs = 0
+    for size in settings["sizes"]:
+        epochs, every = schedule(dict(settings), int(size))
+        rows = int(settings["max_number"]) + int(size)
+        n = variants * len(settings["seeds"]) * len(settings["layers"])
+        runs += n
+        train_rows += n * epochs * rows
+        eval_rows += n * (math.ceil(epochs / every) * n_eval + int(settings["n_test"]))
+    out.append(Stage(demo, "transfer", f"transfer: {runs} runs", {"gpt2_train_row": train_rows, "gpt2_eval_row": eval_rows},
+                     match="transfer: ", parallel=jobs, family="gpt2"))
+    return out
+
+
+STAGE_BUILDERS: dict[str, Callable[..., list[Stage]]] = {
+    "heuristic-core": heuristic_core_stages,
+    "subtask-induction": subtask_induction_stages,
+}
+
+
+@dataclass
+class _Progress:
+    started: float | None = None
+    finished: float | None = None
+
+
+@dataclass
+class Plan:
+    """The demo's stages in order with their predicted seconds, re-calibrated as stages finish.
+
+    ``clock`` is injectable (tests pass a fake). A stage's measured time counts toward
+    re-calibration only when both its start and its end were seen and it ran for at least
+    ``min_seconds`` (a resumed run skips finished stages in no time).
+    """
+
+    stages: Sequence[Stage]
+    rates: Mapping[str, float]
+    clock: Callable[[], float] = time.monotonic
+    min_seconds: float = 1.0
+    state: dict[str, _Progress] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        keys = [self.key(s) for s in self.stages]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"stage keys repeat: {keys}")
+        self.state = {k: _Progress() for k in keys}
+        self.predicted = {self.key(s): s.predicted(self.rates) for s in self.stages}
+
+    @staticmethod
+    def key(stage: Stage) -> str:
+        return f"{stage.demo}:{stage.key}"
+
+    def total(self) -> float:
+        """Seconds the whole demo should take before any stage has run."""
+        return sum(self.predicted.values())
+
+    # -- events ---------------------------------------------------------------------------------
+    def start(self, key: str) -> None:
+        """Stage ``key`` begins; every earlier unfinished stage of the same demo ends now."""
+        now = self.clock()
+        index = self._index(key)
+        for s in self.stages[:index]:
+            k = self.key(s)
+            if s.demo == self.stages[index].demo and self.state[k].finished is None:
+                self.state[k].finished = now
+        if self.state[key].started is None:
+            self.state[key].started = now
+
+    def finish(self, key: str) -> None:
+        now = self.clock()
+        if self.state[key].finished is None:
+            self.state[key].finished = now
+
+    def finish_demo(self, demo: str) -> None:
+        """Every stage of ``demo`` is over (the reproduction returned)."""
+        for s in self.stages:
+            if s.demo == demo:
+                self.finish(self.key(s))
+
+    def on_line(self, demo: str, message: str) -> str | None:
+        """Start the first stage of ``demo`` not yet started whose ``match`` is in ``message``; its key."""
+        for s in self.stages:
+            k = self.key(s)
+            if s.demo == demo and s.match and self.state[k].started is None and s.match in message:
+                self.start(k)
+                return k
+        return None
+
+    def _index(self, key: str) -> int:
+        for i, s in enumerate(self.stages):
+            if self.key(s) == key:
+                return i
+        raise KeyError(key)
+
+    # -- estimates --------------------------------------------------------------------------------
+    def measured(self, key: str) -> float | None:
+        st = self.state[key]
+        if st.started is None or st.finished is None:
+            return None
+        return st.finished - st.started
+
+    def factor(self, family: str | None = None) -> float:
+        """Measured over predicted seconds of the finished stages (of ``family`` when it has any); 1 before any."""
+        def ratio(stages: Iterable[Stage]) -> float | None:
+            done = [(self.measured(self.key(s)), self.predicted[self.key(s)]) for s in stages]
+            done = [(m, p) for m, p in done if m is not None and m >= self.min_seconds and p > 0]
+            return sum(m for m, _ in done) / sum(p for _, p in done) if done else None
+
+        if family:
+            own = ratio(s for s in self.stages if s.family == family)
+            if own is not None:
+                return own
+        every = ratio(self.stages)
+        return every if every is not None else 1.0
+
+    def remaining(self) -> float:
+        """Seconds left for the whole demo: unstarted stages and the running ones' rest, re-calibrated."""
+        now = self.clock()
+        left = 0.0
+        for s in self.stages:
+            k = self.key(s)
+            st = self.state[k]
+            if st.finished is not None:
+                continue
+            expected = self.predicted[k] * self.factor(s.family)
+            if st.started is None:
+                left += expected
+            else:
+                elapsed = now - st.started
+                # past its estimate, a stage is assumed to need a tenth of its elapsed time more
+                left += max(expected - elapsed, 0.1 * elapsed)
+        return left
+
+    def done_fraction(self) -> float:
+        """Share of the predicted work finished (running stages count their elapsed share)."""
+        total = self.total()
+        if total <= 0:
+            return 1.0
+        now = self.clock()
+        done = 0.0
+        for s in self.stages:
+            k = self.key(s)
+            st = self.state[k]
+            if st.finished is not None:
+                done += self.predicted[k]
+            elif st.started is not None:
+                expected = self.predicted[k] * self.factor(s.family)
+                done += self.predicted[k] * min(0.95, (now - st.started) / expected if expected > 0 else 0.0)
+        return min(1.0, done / total)
+
+    def current(self) -> Stage | None:
+        """The stage running now (the latest started, unfinished)."""
+        running = [s for s in self.stages if self.state[self.key(s)].started is not None
+                   and self.state[self.key(s)].finished is None]
+        return running[-1] if running else None
+
+    def table(self) -> list[dict[str, Any]]:
+        """Per stage: predicted and measured seconds, its work (for the closing timing table)."""
+        return [{"demo": s.demo, "stage": s.key, "label": s.label, "work": dict(s.work), "parallel": s.parallel,
+                 "predicted_seconds": round(self.predicted[self.key(s)], 1),
+                 "measured_seconds": None if self.measured(self.key(s)) is None else round(self.measured(self.key(s)), 1)}
+                for s in self.stages]
+
+
+def minutes(seconds: float) -> str:
+    """``'about 14 min'`` (``'under a minute'`` below 60 s)."""
+    if seconds < 60:
+        return "under a minute"
+    return f"about {round(seconds / 60):d} min"
+
+
+__all__ = ["ABLATED_HEADS_GUESS", "HANS_SUBCASES", "Plan", "STAGE_BUILDERS", "Stage", "UNITS",
+           "heuristic_core_stages", "minutes", "subtask_induction_stages"]

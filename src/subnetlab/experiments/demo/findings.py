@@ -1,0 +1,77 @@
+"""The demo's closing table: one row per headline claim of each paper, from each study's ``findings.py``.
+
+    write_findings(Path("runs/demo"), ["heuristic-core", "subtask-induction"])   # -> runs/demo/findings.md
+
+Each study's rows come from its own module (``experiments/<study>/findings.py``),
+which reads that study's saved results in ``OUT/<study>``; a study whose run is
+missing or unreadable gives "not measurable" rows, never an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from subnetlab.experiments.demo.verdicts import NOT_MEASURABLE, NOT_SHOWN, SHOWN, Finding
+from subnetlab.io import write_json, write_text
+
+MODULES = {
+    "heuristic-core": "subnetlab.experiments.heuristic_core.findings",
+    "subtask-induction": "subnetlab.experiments.subtask_induction.findings",
+}
+VERDICT_MARK = {SHOWN: "**shown**", NOT_SHOWN: "not shown", NOT_MEASURABLE: "not measurable at this scale"}
+
+
+def collect(out: Path, demos: Sequence[str]) -> list[Finding]:
+    """Every study's findings rows, in the order of ``demos``; links relative to ``out``."""
+    rows: list[Finding] = []
+    for name in demos:
+        if name not in MODULES:
+            continue
+        module = importlib.import_module(MODULES[name])
+        rows += module.findings(Path(out) / name, Path(out))
+    return rows
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(rows: Sequence[Finding]) -> str:
+    """The findings table in Markdown, with a line per rule after it."""
+    lines = ["# Findings of the demo", "",
+             "One row per headline claim of each paper: the paper's figure, this run's figure with its seed spread, "
+             "and a verdict decided by the rule in the last column (written in `experiments/<study>/findings.py`). "
+             "Each claim links to the section of the study's report it comes from. The demo runs small models on "
+             "small data, so \"not shown\" means not shown *at this scale*.", "",
+             "| paper | claim | paper's figure | this run | verdict | rule |", "|:--|:--|:--|:--|:--|:--|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_cell(c) for c in (
+            r.paper, f"[{r.claim}]({r.link})", r.paper_figure, r.this_run, VERDICT_MARK.get(r.verdict, r.verdict),
+            r.rule)) + " |")
+    counts = {v: sum(r.verdict == v for r in rows) for v in VERDICT_MARK}
+    lines += ["", f"{counts[SHOWN]} shown, {counts[NOT_SHOWN]} not shown, {counts[NOT_MEASURABLE]} not measurable "
+                  f"at this scale, of {len(rows)} claims."]
+    return "\n".join(lines) + "\n"
+
+
+def render_plain(rows: Sequence[Finding]) -> str:
+    """The table for a terminal: one block per claim (Markdown tables this wide wrap badly)."""
+    out = []
+    for r in rows:
+        out.append(f"[{r.verdict.upper()}] {r.paper}: {r.claim}\n    paper: {r.paper_figure}\n"
+                   f"    this run: {r.this_run}\n    rule: {r.rule}\n    see: {r.link}")
+    return "\n".join(out)
+
+
+def write_findings(out: Path, demos: Sequence[str]) -> tuple[Path, list[Finding]]:
+    """``OUT/findings.md`` and ``OUT/findings.json``; returns the Markdown path and the rows."""
+    out = Path(out)
+    rows = collect(out, demos)
+    write_text(out / "findings.md", render(rows))
+    write_json(out / "findings.json", [r.to_dict() for r in rows])
+    return out / "findings.md", rows
+
+
+__all__ = ["MODULES", "collect", "render", "render_plain", "write_findings"]

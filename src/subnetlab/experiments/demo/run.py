@@ -1,0 +1,147 @@
+"""``subnetlab demo``: calibrate, say how long it will take, run each demo under one progress board,
+print each report's path as soon as it exists, and end with the findings table.
+
+    run_demo(Path("runs/demo"))
+
+Writes ``OUT/<study>/`` (each reproduction's run directory and ``report.md``),
+``OUT/findings.md`` (and ``findings.json``) and ``OUT/demo-timings.json``: the
+calibrated rates, each stage's work, predicted and measured seconds, and the
+wall time of the whole demo, so a slow machine or a slow stage is visible.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from subnetlab.experiments.demo.estimate import STAGE_BUILDERS, Plan, Stage, minutes
+from subnetlab.io import write_json
+from subnetlab.progress import Board, Status, listen, stage
+
+DEMOS = ("heuristic-core", "subtask-induction")
+RATE_WORDS = {
+    "minilm_gate_step": ("a pruning step", 1.0, "s"),
+    "minilm_finetune_step": ("a fine-tuning step", 1.0, "s"),
+    "minilm_eval_example": ("an evaluation example", 1000.0, "ms"),
+    "gpt2_mask_row": ("a weight-mask row", 1000.0, "ms"),
+    "gpt2_train_row": ("a transfer row", 1000.0, "ms"),
+}
+
+
+def _real_hans() -> bool:
+    from subnetlab.tasks.registry import shared_data_dir
+
+    try:
+        return (shared_data_dir() / "hans" / "hans_subset_val.tsv").is_file()
+    except Exception:  # no shared data directory configured: the demo runs without the real file
+        return False
+
+
+def plan_stages(settings: Mapping[str, Mapping[str, Any]], out: Path, cores: int | None = None) -> list[Stage]:
+    """Every stage of every demo still to run (a demo whose ``metrics.json`` exists only re-renders its report)."""
+    stages: list[Stage] = []
+    for name, s in settings.items():
+        if (Path(out) / name / "metrics.json").is_file() or name not in STAGE_BUILDERS:
+            continue
+        if name == "heuristic-core":
+            stages += STAGE_BUILDERS[name](s, _real_hans())
+        else:
+            stages += STAGE_BUILDERS[name](s, cores=cores)
+    return stages
+
+
+def describe_rates(rates: Mapping[str, float]) -> str:
+    return ", ".join(f"{words} {rates[k] * scale:.2f} {unit}" for k, (words, scale, unit) in RATE_WORDS.items()
+                     if k in rates)
+
+
+class Tracker:
+    """The plan, the demo running now, and the ``Status`` a board shows."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.demo: str | None = None
+        self.board: Board | None = None
+
+    def status(self) -> Status:
+        current = self.plan.current()
+        label = f"{current.demo}: {current.label}" if current is not None else (self.demo or "starting")
+        return Status(label, self.plan.done_fraction(), self.plan.remaining())
+
+    def on_line(self, message: str) -> None:
+        if self.demo is not None and self.plan.on_line(self.demo, message) and self.board is not None:
+            self.board.update()
+
+    def begin(self, name: str) -> None:
+        self.demo = name
+        first = next((s for s in self.plan.stages if s.demo == name), None)
+        if first is not None:
+            self.plan.start(Plan.key(first))
+        if self.board is not None:
+            self.board.update()
+
+    def end(self, name: str) -> None:
+        self.plan.finish_demo(name)
+        if self.board is not None:
+            self.board.update()
+
+
+def run_demo(
+    out: Path,
+    demos: Sequence[str] = DEMOS,
+    *,
+    get_reproduction: Callable[[str], ModuleType] | None = None,
+    calibrate: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    echo: Callable[[str], None] = print,
+    interactive: bool | None = None,
+    cores: int | None = None,
+) -> dict[str, Any]:
+    """Run ``demos`` into ``out``; returns the report paths, the findings path and the timing record.
+
+    ``get_reproduction`` and ``calibrate`` default to the real ones (tests pass fakes).
+    """
+    from subnetlab.experiments import get_reproduction as real_get, settings_for
+    from subnetlab.experiments.demo.findings import render_plain, write_findings
+
+    get = get_reproduction or real_get
+    if calibrate is None:
+        from subnetlab.experiments.demo.calibrate import calibrate as real_calibrate
+
+        calibrate = real_calibrate
+    out = Path(out)
+    started = clock()
+    modules = {name: get(name) for name in demos}
+    settings = {name: settings_for(module, "demo") for name, module in modules.items()}
+    stages = plan_stages(settings, out, cores or os.cpu_count())
+    stage("calibrating: timing a few steps of each demo's real work on this machine")
+    cal = calibrate({name: settings[name] for name in {s.demo for s in stages}})
+    plan = Plan(stages, cal.rates, clock=clock)
+    echo(f"The demo should take {minutes(plan.total())} on this machine "
+         f"({len(stages)} stages; calibrated in {cal.seconds:.0f} s: {describe_rates(cal.rates)}).")
+    tracker = Tracker(plan)
+    reports: dict[str, str] = {}
+    record: dict[str, Any] = {"calibration": {"rates": cal.rates, "seconds": round(cal.seconds, 1),
+                                              "details": getattr(cal, "details", {})},
+                              "predicted_seconds": round(plan.total(), 1)}
+    with Board("demo", tracker.status, interactive=interactive) as board, listen(tracker.on_line):
+        tracker.board = board
+        for name in demos:
+            tracker.begin(name)
+            report = modules[name].run(settings[name], out / name)
+            tracker.end(name)
+            reports[name] = str(report)
+            board.print(f"{name} report: {report}")
+    record.update(stages=plan.table(), wall_seconds=round(clock() - started, 1), reports=reports)
+    write_json(out / "demo-timings.json", record)
+    path, rows = write_findings(out, demos)
+    echo(render_plain(rows))
+    echo(f"findings: {path}")
+    return {"reports": reports, "findings": str(path), "timings": record}
+
+
+__all__ = ["DEMOS", "Tracker", "describe_rates", "plan_stages", "run_demo"]

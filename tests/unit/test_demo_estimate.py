@@ -1,0 +1,154 @@
+"""The demo's time estimate: work counted from the settings (by hand here), a plan re-calibrated on a fake clock."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from subnetlab.experiments.demo.estimate import (
+    ABLATED_HEADS_GUESS,
+    HANS_SUBCASES,
+    Plan,
+    Stage,
+    heuristic_core_stages,
+    minutes,
+    subtask_induction_stages,
+)
+from subnetlab.experiments.heuristic_core.reproduce import PRESETS as HC
+from subnetlab.experiments.subtask_induction.reproduce import PRESETS as SI
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _hc() -> dict:
+    s = copy.deepcopy(HC["demo"])
+    s["finetune"] = {"max_steps": 100, "eval_every": 50, "save_every": 50, "batch_size": 16, "max_length": 64}
+    s["studies"] = [{"name": "nli", "task": "nli-synthetic", "sparsities": [0.5, 0.7],
+                     "task_options": {"n_eval": 300, "hans_per_subcase": 10},
+                     "ood": {"per_subcase": 40}, "real_ood": {"per_subcase": 40, "curve_per_subcase": 10}}]
+    s["seeds"] = [0, 1, 2]
+    s["n_ood_subcases"] = 4
+    s["prune_preset"] = "demo"
+    s["prune_steps_scale"] = None
+    s["prune"] = {"eval_limit": None, "train_limit": 800, "means_examples": 128}
+    s["ablation"] = {"non_listed": 6}
+    s["effective_size"] = {"seeds": [0, 1], "levels": "0.1,0.3,0.5", "checkpoints": 3,
+                           "prune": {"ramp_steps": 15, "hold_steps": 10, "first_ramp_steps": 25}}
+    s["attention"] = {"examples": 60}
+    return s
+
+
+def test_heuristic_core_work_by_hand():
+    stages = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=True)}
+    assert list(stages) == ["nli/finetune", "nli/prune", "nli/ablation", "nli/effective_size", "nli/attention"]
+    # fine-tuning: 100 steps; evaluations at 0, 50, 100 of ID 300 + synthetic HANS 30 x 10 + real HANS 30 x 10
+    assert stages["nli/finetune"].work == {"minilm_finetune_step": 100,
+                                           "minilm_eval_example": 3 * (300 + 10 * HANS_SUBCASES + 10 * HANS_SUBCASES)}
+    # demo steps: 50% -> warm-up 60 + 4 x 50 = 260, total 260 + 25 = 285; 70% -> 340 + 35 = 375; 3 seeds each
+    eval_rows = 300 + 4 * 40 + 4 * 40
+    assert stages["nli/prune"].work == {"minilm_gate_step": 3 * (285 + 375),
+                                        "minilm_eval_example": (6 + 1) * eval_rows + 800 + 128}
+    assert stages["nli/ablation"].work == {"minilm_eval_example": (1 + ABLATED_HEADS_GUESS + 1 + 6) * eval_rows}
+    # staircase of 3 levels: first ramp 25 + hold 10 + 2 x (ramp 15 + hold 10) = 85 steps, per checkpoint and seed
+    assert stages["nli/effective_size"].work == {
+        "minilm_gate_step": 3 * 2 * 85,
+        "minilm_eval_example": 3 * (2 * 3 + 1) * (300 + 160) + 3 * (800 + 128)}
+    assert stages["nli/attention"].work == {"minilm_eval_example": 60}
+
+
+def test_heuristic_core_without_real_hans_evaluates_less():
+    with_real = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=True)}
+    without = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=False)}
+    assert without["nli/prune"].work["minilm_eval_example"] == 7 * (300 + 160) + 928
+    assert without["nli/finetune"].work["minilm_eval_example"] < with_real["nli/finetune"].work["minilm_eval_example"]
+
+
+def test_subtask_induction_work_by_hand():
+    stages = {s.key: s for s in subtask_induction_stages(SI["demo"], cores=2)}
+    assert list(stages) == ["L2/base", "L2/discover", "transfer"]
+    assert stages["L2/base"].work["gpt2_train_row"] == 5000 * 30
+    assert stages["L2/discover"].work["gpt2_mask_row"] == 3 * 5000 * 30
+    assert stages["L2/discover"].parallel == 2
+    # 7 figure conditions + 2 secondary, 3 seeds; rows = 100 + N per epoch, epochs raised to >= 500 steps of 64:
+    # N=10: 110 rows, 2 steps/epoch, 250 epochs; N=30: 130 rows, 3 steps, 167 epochs; N=100: 200 rows, 4 steps, 125
+    runs = 9 * 3
+    assert stages["transfer"].work["gpt2_train_row"] == runs * (250 * 110 + 167 * 130 + 125 * 200)
+    # about 25 evaluations per run of 500 rows (every 10, 6, 5 epochs) and one test pass of 500 rows
+    assert stages["transfer"].work["gpt2_eval_row"] == runs * ((25 + 28 + 25) * 500 + 3 * 500)
+    assert stages["transfer"].parallel == 2
+    one_core = {s.key: s for s in subtask_induction_stages(SI["demo"], cores=1)}
+    assert one_core["transfer"].parallel == 1
+
+
+def _plan(clock: FakeClock) -> Plan:
+    stages = [Stage("d", "a", "A", {"u": 10}, match="start a", family="x"),
+              Stage("d", "b", "B", {"v": 5}, match="start b", family="y"),
+              Stage("d", "c", "C", {"u": 40}, match="start c", family="x", parallel=2)]
+    return Plan(stages, {"u": 1.0, "v": 2.0}, clock=clock)
+
+
+def test_plan_total_and_recalibration_on_a_fake_clock():
+    clock = FakeClock()
+    plan = _plan(clock)
+    assert plan.total() == pytest.approx(10 + 10 + 20)
+    assert plan.remaining() == pytest.approx(40)
+    plan.start("d:a")
+    clock.t = 4.0
+    assert plan.remaining() == pytest.approx(6 + 10 + 20)
+    clock.t = 20.0  # stage a took 20 s for 10 predicted: a factor of 2, for family x and (no own data) for y
+    assert plan.on_line("d", "[x] start b now") == "d:b"
+    assert plan.measured("d:a") == pytest.approx(20.0)
+    assert plan.factor("x") == pytest.approx(2.0)
+    assert plan.factor("y") == pytest.approx(2.0)
+    assert plan.remaining() == pytest.approx(20 + 40)
+    clock.t = 25.0  # b took 5 s for 10 predicted: y's factor 0.5; x keeps its own
+    plan.on_line("d", "start c")
+    assert plan.factor("y") == pytest.approx(0.5)
+    assert plan.factor("x") == pytest.approx(2.0)
+    assert plan.factor() == pytest.approx(25 / 20)
+    assert plan.remaining() == pytest.approx(40)
+    clock.t = 100.0  # c is past its 40 s: a tenth of its elapsed 75 s more
+    assert plan.remaining() == pytest.approx(7.5)
+    plan.finish_demo("d")
+    assert plan.remaining() == 0.0
+    assert plan.done_fraction() == pytest.approx(1.0)
+    rows = {r["stage"]: r for r in plan.table()}
+    assert rows["c"]["measured_seconds"] == pytest.approx(75.0) and rows["c"]["predicted_seconds"] == 20.0
+
+
+def test_short_stages_do_not_recalibrate_and_lines_match_in_order():
+    clock = FakeClock()
+    plan = _plan(clock)
+    assert plan.on_line("d", "start c") == "d:c"  # a later stage line: earlier stages end unstarted
+    assert plan.on_line("d", "start a") == "d:a"  # a stage never started may still match later
+    assert plan.on_line("d", "start c") is None  # started once only
+    assert plan.on_line("other", "start b") is None  # another demo's line
+    clock.t = 0.5
+    plan.finish_demo("d")
+    assert plan.factor("x") == 1.0  # shorter than min_seconds: a resumed, skipped stage
+
+
+def test_done_fraction_counts_running_stages_by_elapsed_share():
+    clock = FakeClock()
+    plan = _plan(clock)
+    plan.start("d:a")
+    clock.t = 5.0
+    assert plan.done_fraction() == pytest.approx(10 * 0.5 / 40)
+    assert plan.current().key == "a"
+
+
+def test_minutes():
+    assert minutes(30) == "under a minute"
+    assert minutes(14.4 * 60) == "about 14 min"
+
+
+def test_repeated_stage_keys_refused():
+    with pytest.raises(ValueError):
+        Plan([Stage("d", "a", "A", {}), Stage("d", "a", "A", {})], {})

@@ -1,0 +1,144 @@
+"""``run_demo`` end to end with fake reproductions, a fake calibration and a fake clock (no test reads wall time)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from subnetlab import progress
+from subnetlab.experiments.demo.calibrate import Calibration
+from subnetlab.experiments.demo.run import run_demo
+from subnetlab.experiments.heuristic_core import reproduce as hc_reproduce
+from subnetlab.experiments.subtask_induction import reproduce as si_reproduce
+from subnetlab.progress import Board, Status
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(autouse=True)
+def loud(monkeypatch):
+    """The suite silences stage lines (tests/conftest.py); these tests read them."""
+    monkeypatch.setattr(progress, "_quiet", False)
+
+
+RATES = {"minilm_gate_step": 0.1, "minilm_finetune_step": 0.2, "minilm_eval_example": 0.001,
+         "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5}
+
+
+def _fake(name: str, presets: dict, lines: list[tuple[str, float]], clock: FakeClock, log: list):
+    """A reproduction that announces its stages (each taking the given fake seconds) and writes a report."""
+
+    def run(settings, out):
+        out = Path(out)
+        for line, seconds in lines:
+            progress.stage(line)
+            clock.t += seconds
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text(f"# {name}\n", encoding="utf-8")
+        log.append(("ran", name))
+        return out / "report.md"
+
+    return SimpleNamespace(NAME=name, PRESETS=presets, run=run)
+
+
+def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("subnetlab.experiments.demo.run._real_hans", lambda: False)
+    clock, log = FakeClock(), []
+    modules = {
+        "heuristic-core": _fake("heuristic-core", hc_reproduce.PRESETS, [
+            ("heuristic-core: study nli", 1.0), ("[nli] fine-tuning minilm on nli-synthetic", 30.0),
+            ("[nli] pruning: 4 seeds x 2 sparsities", 300.0), ("[nli] ablating 3 heads", 20.0),
+            ("[nli] effective size: 3 checkpoints x 2 seeds x 4 levels", 100.0),
+            ("attention patterns of 72 heads over 60 sentence pairs", 5.0)], clock, log),
+        "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [
+            ("base model: 2-layer GPT-2 on a+ab mod 7", 20.0), ("sweep: 3 jobs, 0 already done, running 3", 40.0),
+            ("transfer: 81 runs", 200.0)], clock, log),
+    }
+    calibrated = []
+
+    def calibrate(settings):
+        calibrated.append(sorted(settings))
+        return Calibration(dict(RATES), 9.0, {})
+
+    result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=calibrate, clock=clock,
+                      interactive=False, cores=2)
+    assert calibrated == [["heuristic-core", "subtask-induction"]]
+    captured = capsys.readouterr()
+    first = captured.out.splitlines()[0]
+    assert first.startswith("The demo should take about ") and "on this machine (8 stages; calibrated in 9 s" in first
+    # each report's path printed as soon as its demo returned, in order, then the findings
+    lines = captured.out.splitlines()
+    hc_at = lines.index(f"heuristic-core report: {tmp_path / 'heuristic-core' / 'report.md'}")
+    si_at = lines.index(f"subtask-induction report: {tmp_path / 'subtask-induction' / 'report.md'}")
+    assert hc_at < si_at < lines.index(f"findings: {tmp_path / 'findings.md'}")
+    # plain stage lines with the estimate, one per stage change
+    assert "[subnetlab] demo: heuristic-core: nli: pruning 8 subnetworks (" in captured.err
+    assert "min left)" in captured.err or "under a minute left)" in captured.err
+    timings = json.loads((tmp_path / "demo-timings.json").read_text())
+    measured = {r["stage"]: r["measured_seconds"] for r in timings["stages"]}
+    assert measured == {"nli/finetune": 31.0, "nli/prune": 300.0, "nli/ablation": 20.0, "nli/effective_size": 100.0,
+                        "nli/attention": 5.0, "L2/base": 20.0, "L2/discover": 40.0, "transfer": 200.0}
+    predicted = {r["stage"]: r["predicted_seconds"] for r in timings["stages"]}
+    assert predicted["nli/prune"] == pytest.approx(0.1 * 2640 + 0.001 * (9 * 460 + 928), abs=0.1)
+    assert timings["wall_seconds"] == pytest.approx(716.0)
+    assert timings["calibration"]["rates"] == RATES
+    # the studies wrote no results: every claim is "not measurable", none crashes
+    findings = (tmp_path / "findings.md").read_text()
+    assert findings.count("not measurable at this scale |") == 8
+    assert result["findings"] == str(tmp_path / "findings.md")
+
+
+def test_finished_demos_are_not_estimated_again(tmp_path, monkeypatch):
+    monkeypatch.setattr("subnetlab.experiments.demo.run._real_hans", lambda: False)
+    clock, log = FakeClock(), []
+    (tmp_path / "heuristic-core").mkdir()
+    (tmp_path / "heuristic-core" / "metrics.json").write_text("{}")
+    modules = {"heuristic-core": _fake("heuristic-core", hc_reproduce.PRESETS, [], clock, log),
+               "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [], clock, log)}
+    seen = []
+    out = io.StringIO()
+    run_demo(tmp_path, get_reproduction=modules.__getitem__,
+             calibrate=lambda s: seen.append(sorted(s)) or Calibration(dict(RATES), 1.0), clock=clock,
+             echo=lambda text: out.write(text + "\n"), interactive=False, cores=2)
+    assert seen == [["subtask-induction"]]  # only the unfinished demo is calibrated and planned
+    assert "(3 stages;" in out.getvalue()
+    assert log == [("ran", "heuristic-core"), ("ran", "subtask-induction")]  # a finished one still re-renders
+
+
+def test_board_plain_lines_only_when_the_stage_changes():
+    state = {"stage": "a", "done": 0.0, "left": 125.0}
+    buffer = io.StringIO()
+    with Board("demo", lambda: Status(state["stage"], state["done"], state["left"]), interactive=False,
+               out=buffer) as board:
+        board.update()
+        state.update(stage="b", done=0.5, left=30.0)
+        board.update()
+        state.update(left=None)
+        board.update()
+    assert buffer.getvalue().splitlines() == ["[subnetlab] demo: a (0% done, about 2 min left)",
+                                              "[subnetlab] demo: b (50% done, under a minute left)"]
+
+
+def test_board_on_a_terminal_renders_the_time_left():
+    buffer = io.StringIO()
+    with Board("demo", lambda: Status("pruning", 0.25, 600.0), interactive=True, out=buffer) as board:
+        board._progress.refresh()
+    assert "about 10 min left" in buffer.getvalue() and "pruning" in buffer.getvalue()
+
+
+def test_listeners_hear_stage_lines_while_listening():
+    heard = []
+    with progress.listen(heard.append):
+        progress.stage("one")
+    progress.stage("two")
+    assert heard == ["one"]
