@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.experiments import get_reproduction, settings_for
@@ -25,6 +26,13 @@ def _cli(capsys, *args: str) -> tuple[int, str]:
       "--out", "x"], "--threshold 1.5"),
     (["lottery-retrain", "--model", "minilm", "--task", "nli-synthetic", "--subnetwork", "no/such.safetensors",
       "--out", "x"], "no/such.safetensors: no such subnetwork file"),
+    (["lottery-prune", "--model", "m", "--task", "nli-synthetic", "--method", "magnitude", "--control-scope", "layer",
+      "--out", "x"], "--control-scope 'layer'"),
+    (["lottery-prune", "--model", "m", "--task", "nli-synthetic", "--method", "importance", "--bad-fill", "best",
+      "--out", "x"], "--bad-fill 'best'"),
+    (["lottery-prune", "--model", "m", "--task", "nli-synthetic", "--method", "importance", "--stop-metric", "f1",
+      "--out", "x"], "--stop-metric 'f1'"),
+    (["lottery-patterns", "--model", "m", "--task", "nli-synthetic", "--counting", "sideways", "--out", "x"], "--counting 'sideways'"),
 ])
 def test_bad_input_is_one_error_line(args, fragment, tmp_path, capsys):
     code, stderr = _cli(capsys, *[a if a != "x" else str(tmp_path / "out") for a in args])
@@ -85,3 +93,30 @@ def test_stability_and_patterns_helpers(tmp_path, capsys):
     assert patterns["examples"] == 3 and len(patterns["raw"]["types"]) == 2
     assert set(patterns["shares"]) == {"all heads, raw", "all heads, normed", "kept heads, raw", "kept heads, normed"}
     assert (tmp_path / "pt" / "patterns.png").is_file()
+
+
+def test_patterns_counted_per_map_inside_the_pruned_model(tmp_path):
+    from subnetlab.cli import main
+    from subnetlab.io import read_json
+    from subnetlab.models import build_model
+    from subnetlab.subnetwork import Subnetwork
+    from tests.conftest import tiny_config
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    m = build_model(tiny_config("bert"), head="classification", seed=0)
+    m.model.save_pretrained(tmp_path / "model")
+    word_tokenizer().save_pretrained(tmp_path / "model")
+    Subnetwork.from_names(m.adapter, ["L0.H0", "L1.H2", "L1.MLP"]).save(tmp_path / "s.safetensors")
+    with pytest.raises(SystemExit) as done:
+        main(["lottery-patterns", "--model", str(tmp_path / "model"), "--task", "nli-synthetic", "--task-option",
+              "n_train=1", "--task-option", "n_eval=3", "--task-option", "hans_per_subcase=1", "--pairs", "3",
+              "--subnetwork", str(tmp_path / "s.safetensors"), "--pruned", "--counting", "per-map",
+              "--out", str(tmp_path / "pt")])
+    assert done.value.code == 0
+    patterns = read_json(tmp_path / "pt" / "patterns.json")
+    assert patterns["counting"] == "per-map" and patterns["pruned"]["measured"][0] == [1.0, 0.0, 0.0, 0.0]
+    counts = torch.tensor(patterns["pruned"]["raw"]["map_counts"])  # [L, H, 5]
+    kept = counts[0, 0] + counts[1, 2]
+    assert kept.sum() == 6  # two kept heads x three maps
+    share = patterns["shares"]["kept heads, raw"]
+    assert [share[t] for t in patterns["type_order"]] == pytest.approx((kept / 6).tolist())

@@ -47,7 +47,12 @@ def lottery_prune(
     threshold: float = typer.Option(0.9, "--threshold", help="Stop before the metric falls below this share of the full model's."),
     fraction: float = typer.Option(0.1, "--fraction", help="Share removed per step: of the remaining weights, or of all heads."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="At most this many steps [magnitude: 10; importance: no limit]."),
-    criterion: str = typer.Option("sensitivity", "--criterion", help="Importance: sensitivity (Michel et al.), taylor or grad-x-activation."),
+    criterion: str = typer.Option("sensitivity", "--criterion", help="Importance: sensitivity (per example, Michel et al.), "
+                                  "sensitivity-per-batch (the authors' code), taylor or grad-x-activation."),
+    importance_batch_size: Optional[int] = typer.Option(None, "--importance-batch-size", help="Importance: examples per batch [--batch-size; the authors: 64]."),
+    stop_metric: str = typer.Option("accuracy", "--stop-metric", help="accuracy, or task: the task's own metric (MCC for CoLA, Pearson/Spearman for STS-B ...)."),
+    control_scope: str = typer.Option("per-matrix", "--control-scope", help="Magnitude controls: per-matrix counts, or global (the authors)."),
+    bad_fill: str = typer.Option("least-important", "--bad-fill", help="Importance bad control, too few removed: least-important or random (the authors)."),
     refine: bool = typer.Option(True, "--refine/--no-refine", help="Importance: continue with heads alone, then MLPs alone."),
     control_seed: int = typer.Option(0, "--control-seed", help="Seed of the random and bad controls."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
@@ -61,9 +66,11 @@ def lottery_prune(
         eval_data=list(eval_data), split=split, eval_limit=eval_limit, importance_limit=importance_limit,
         batch_size=batch_size, max_length=max_length, threshold=threshold, fraction=fraction, max_steps=max_steps,
         criterion=criterion, refine=refine, control_seed=control_seed, device=device,
+        importance_batch_size=importance_batch_size, stop_metric=stop_metric, control_scope=control_scope,
+        bad_fill=bad_fill,
     )
     metrics = run_one("subnetlab.runs.lottery:prune_job", config, out)
-    print(f"full model: {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
+    print(f"full model ({metrics.get('metric_name', 'accuracy')}): {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
           f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")
     print(f"subnetwork: {out / 'subnetwork.safetensors'} (controls: random.safetensors, bad.safetensors)")
 
@@ -107,7 +114,8 @@ def lottery_retrain(
     sub = metrics["subnetwork"]
     print(f"{sub['control']} {sub['method']} subnetwork, sparsity {sub['sparsity']:.1%}:")
     for split_name, score in metrics["final"].items():
-        print(f"  {split_name}: accuracy {score['accuracy']:.4f} (n={score['n']})")
+        shown = ", ".join(f"{k} {score[k]:.4f}" for k in ("accuracy", "mcc", "f1", "corr") if k in score)
+        print(f"  {split_name}: {shown} (n={score['n']})")
 
 
 def lottery_stability(
@@ -137,6 +145,8 @@ def lottery_patterns(
     split: Optional[str] = typer.Option(None, "--split", help="Split to take pairs from [the task's first]."),
     pairs: int = typer.Option(100, "--pairs", help="Number of sentence pairs (one attention map each per head)."),
     subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="Also report the type shares among its kept heads."),
+    counting: str = typer.Option("per-map", "--counting", help="per-map: share of maps (the paper); per-head: one label per head."),
+    pruned: bool = typer.Option(False, "--pruned/--full", help="With --subnetwork: read its heads' maps in the model pruned to it."),
     max_length: int = typer.Option(128, "--max-length", help="Tokens per pair."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
 ) -> None:
@@ -149,21 +159,32 @@ def lottery_patterns(
     from subnetlab.subnetwork import Subnetwork
     from subnetlab.tasks.spec import TaskSpec
 
+    from subnetlab.analysis.attention_types import COUNTINGS
+    from subnetlab.errors import SubnetlabError
+
+    if counting not in COUNTINGS:
+        raise SubnetlabError(f"--counting {counting!r}: choose one of {', '.join(COUNTINGS)}")
+    sub = None
+    if subnetwork is not None:
+        sub = Subnetwork.load(subnetwork)
+        if sub.kind != "structured":
+            raise SubnetlabError(f"{subnetwork}: pattern shares need a structured (heads) subnetwork")
+    elif pruned:
+        raise SubnetlabError("--pruned needs --subnetwork (the heads to prune to)")
     task_obj = TaskSpec(task, parse_task_options(task_option, data, "eval")).build()
     split = split or next(iter(task_obj.eval_splits))
     chosen, source = sentence_pairs(task_obj, split, pairs, "task", None)
     result = {"source": source, "model": model, **pattern_types(model, chosen, max_length, device)}
     types = HeadTypes.from_dict(result)
-    shares = {f"all heads, {k}": types.shares(k) for k in ("raw", "normed")}
-    if subnetwork is not None:
-        sub = Subnetwork.load(subnetwork)
-        if sub.kind != "structured":
-            from subnetlab.errors import SubnetlabError
-
-            raise SubnetlabError(f"{subnetwork}: pattern shares need a structured (heads) subnetwork")
-        shares.update({f"kept heads, {k}": types.shares(k, sub.heads) for k in ("raw", "normed")})
-        pattern_types_plot(shares, out / "patterns.png")
-    write_json(out / "patterns.json", {**result, "shares": shares})
+    shares = {f"all heads, {k}": types.shares(k, counting=counting) for k in ("raw", "normed")}
+    if sub is not None:
+        inside = types
+        if pruned:
+            result["pruned"] = pattern_types(model, chosen, max_length, device, sub.gates())
+            inside = HeadTypes.from_dict(result["pruned"])
+        shares.update({f"kept heads, {k}": inside.shares(k, sub.heads, counting=counting) for k in ("raw", "normed")})
+        pattern_types_plot(shares, out / "patterns.png", ylabel=f"share of {'maps' if counting == 'per-map' else 'heads'} (%)")
+    write_json(out / "patterns.json", {**result, "counting": counting, "shares": shares})
     for group, share in shares.items():
         print(f"{group}: " + ", ".join(f"{t} {100 * share[t]:.0f}%" for t in TYPES))
 

@@ -18,16 +18,17 @@ import numpy as np  # noqa: E402
 from subnetlab.report.plots import heatmap, save_figure, seed_dots  # noqa: E402
 
 
-def tickets_plot(values: Mapping[str, Sequence[float]], full: float, path: str | os.PathLike, *, split: str) -> Path:
-    """Figure 2 style: re-fine-tuned accuracy of each subnetwork group, the full model as a line."""
+def tickets_plot(values: Mapping[str, Sequence[float]], full: float, path: str | os.PathLike, *, split: str,
+                 metric: str = "accuracy") -> Path:
+    """Figure 2 style: re-fine-tuned metric of each subnetwork group, the full model as a line."""
     groups = list(values)
     return seed_dots(groups, values, path, reference={g: full for g in groups},
-                     ylabel=f"{split} accuracy (%)", title="re-fine-tuned from the pre-trained weights")
+                     ylabel=f"{split} {metric} (%)", title="re-fine-tuned from the pre-trained weights")
 
 
 def pruning_curves_plot(histories: Mapping[str, Sequence[Mapping]], full: float, threshold: float,
-                        path: str | os.PathLike) -> Path:
-    """Development accuracy along the accepted pruning steps; rejected candidate steps as hollow circles."""
+                        path: str | os.PathLike, metric: str = "accuracy") -> Path:
+    """Development metric along the accepted pruning steps; rejected candidate steps as hollow circles."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name, steps in histories.items():
         kept = [s for s in steps if s["accepted"]]
@@ -39,7 +40,7 @@ def pruning_curves_plot(histories: Mapping[str, Sequence[Mapping]], full: float,
                 marker="o", ms=7, mfc="none", color=line.get_color())
     ax.axhline(100 * threshold * full, color="tab:red", ls="--", lw=1, label=f"{threshold:.0%} of full")
     ax.set_xlabel("removed (%: weights for magnitude, heads + MLPs for importance)")
-    ax.set_ylabel("dev accuracy (%)")
+    ax.set_ylabel(f"dev {metric} (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
@@ -52,7 +53,8 @@ def survival_plot(frequency: Sequence[Sequence[float]], path: str | os.PathLike,
                    fmt="{:.2f}", vmin=0.0, vmax=1.0, cmap="magma")
 
 
-def pattern_types_plot(shares: Mapping[str, Mapping[str, float]], path: str | os.PathLike) -> Path:
+def pattern_types_plot(shares: Mapping[str, Mapping[str, float]], path: str | os.PathLike,
+                       ylabel: str = "share of heads (%)") -> Path:
     """Figure 4 style: share of each attention pattern type per head group (grouped bars)."""
     groups = list(shares)
     types = list(next(iter(shares.values())))
@@ -63,7 +65,7 @@ def pattern_types_plot(shares: Mapping[str, Mapping[str, float]], path: str | os
         ys = [100 * (shares[g].get(t) or 0.0) for t in types]
         ax.bar(x + (i - (len(groups) - 1) / 2) * width, ys, width, label=g)
     ax.set_xticks(x, types, rotation=15)
-    ax.set_ylabel("share of heads (%)")
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, path)

@@ -38,8 +38,12 @@ def sentence_pairs(task: Task, split: str, n: int, source: str, shared_data: Pat
     return [(ex.text_a, ex.text_b) for ex in rows], f"the first {len(rows)} pairs of the {split!r} split of {task.name}"
 
 
-def pattern_types(model_path: str, pairs: list[tuple[str, str]], max_length: int, device: str = "cpu") -> dict[str, Any]:
-    """Raw and normed pattern types of every head of the model at ``model_path`` (loaded with eager attention)."""
+def pattern_types(model_path: str, pairs: list[tuple[str, str]], max_length: int, device: str = "cpu",
+                  gates: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """Raw and normed pattern types of every head of the model at ``model_path`` (loaded with eager attention).
+
+    ``gates = (heads [L, H], mlps [L])``: read the maps in the model pruned to those components.
+    """
     import torch
 
     from subnetlab.analysis.attention_types import head_types
@@ -51,7 +55,7 @@ def pattern_types(model_path: str, pairs: list[tuple[str, str]], max_length: int
         raise SubnetlabError(f"{model_path}: no tokenizer to build attention maps with")
     loaded.model.to(resolve_device(device))
     with torch.no_grad():
-        types = head_types(loaded.model, loaded.tokenizer, pairs, max_length=max_length)
+        types = head_types(loaded.model, loaded.tokenizer, pairs, max_length=max_length, gates=gates)
     return types.to_dict()
 
 

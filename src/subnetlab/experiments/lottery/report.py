@@ -40,8 +40,15 @@ def _job_time(results: dict[str, Any]) -> str:
     return f"the {len(known)} jobs ran for {sum(known) / 60:.1f} min in total{missing}"
 
 
-def _acc(metrics: dict[str, Any], split: str) -> float:
-    return float(metrics["final"][split]["accuracy"])
+def _metric_name(r: dict[str, Any]) -> str:
+    """The metric the task was pruned on (and is reported in): the prune jobs record it."""
+    return str(next(iter(r["prune"].values())).get("metric_name", "accuracy"))
+
+
+def _acc(metrics: dict[str, Any], split: str, name: str = "accuracy") -> float:
+    """The split's ``name`` metric (accuracy when a split's scores do not hold it)."""
+    score = metrics["final"][split]
+    return float(score[name] if name in score else score["accuracy"])
 
 
 def _setup(doc: MarkdownReport, settings: dict[str, Any], results: dict[str, Any], elapsed: float) -> None:
@@ -56,8 +63,13 @@ def _setup(doc: MarkdownReport, settings: dict[str, Any], results: dict[str, Any
         f"good / random / bad re-fine-tuned for seeds {settings['retrain_seeds']}",
         f"pruning on split `{settings['split']}` ({settings['eval_limit'] or 'all'} examples; importance from "
         f"{settings['importance_limit'] or settings['eval_limit'] or 'all'}), {settings['fraction']:.0%} per step, "
-        f"stop before {settings['threshold']:.0%} of the full model; criterion `{settings['criterion']}`"
+        f"stop before {settings['threshold']:.0%} of the full model's {'task metric' if settings.get('stop_metric') == 'task' else 'accuracy'}; "
+        f"criterion `{settings['criterion']}` (importance batches of {settings.get('importance_batch_size') or settings['batch_size']})"
         f"{', then heads-only and MLP-only refinement' if settings['refine'] else ''}",
+        f"controls: m-pruning random / bad drawn `{settings.get('control_scope', 'per-matrix')}`; bad s-subnetworks filled "
+        f"`{settings.get('bad_fill', 'least-important')}`; pattern types counted `{settings.get('pattern_counting', 'per-head')}` "
+        f"over seeds `{settings.get('pattern_seeds', 'first')}`, super-survivors read in the "
+        f"`{settings.get('super_survivor_maps', 'full')}` model",
         f"machine: {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, device "
         f"`{settings['device']}`; {_job_time(results)}; this invocation took {elapsed / 60:.1f} min "
         f"(finished jobs are skipped on rerun)",
@@ -72,15 +84,16 @@ def _pruning_table(doc: MarkdownReport, task: str, r: dict[str, Any], split: str
         rows.append([key, pct(m["full_metric"]), pct(m["metric"]), pct(m["sparsity"]), pct(m["parameter_sparsity"]),
                      f"{accepted} / {len(m['steps'])}", kept])
     doc.table(["run", f"full {split}", "pruned", "removed", "removed params", "steps kept / tried", "kept"], rows,
-              caption=f"{task}: pruning the fine-tuned models (no re-fine-tuning). Accuracies in %; "
+              caption=f"{task}: pruning the fine-tuned models (no re-fine-tuning). {_metric_name(r)} in %; "
                       "'removed' counts weights (m) or heads + MLPs (s).")
 
 
 def _tickets(doc: MarkdownReport, task: str, r: dict[str, Any], split: str, figdir: Path, out: Path) -> None:
     seeds = sorted({k.rsplit("-seed", 1)[1] for k in r["retrain"]})
     other = [s for s in next(iter(r["retrain"].values()))["final"] if s != split]
-    full = [_acc(r["finetune"][s], split) for s in seeds]
-    rows = [["full model", "-", "-", _mean_sd(full)] + [_mean_sd([_acc(r["finetune"][s], o) for s in seeds]) for o in other]]
+    name = _metric_name(r)
+    full = [_acc(r["finetune"][s], split, name) for s in seeds]
+    rows = [["full model", "-", "-", _mean_sd(full)] + [_mean_sd([_acc(r["finetune"][s], o, name) for s in seeds]) for o in other]]
     dots: dict[str, list[float]] = {}
     for method in ("magnitude", "importance"):
         for control in ("good", "random", "bad"):
@@ -90,21 +103,21 @@ def _tickets(doc: MarkdownReport, task: str, r: dict[str, Any], split: str, figd
             pruned = [x for x in pruned if x is not None]
             sub = runs[0]["subnetwork"]
             label = f"{GROUP[method]} {control}"
-            dots[label] = [_acc(x, split) for x in runs]
+            dots[label] = [_acc(x, split, name) for x in runs]
             rows.append([label, pct(sub["sparsity"]), _mean_sd(pruned), _mean_sd(dots[label])]
-                        + [_mean_sd([_acc(x, o) for x in runs]) for o in other])
+                        + [_mean_sd([_acc(x, o, name) for x in runs]) for o in other])
     doc.table(["subnetwork", "removed", f"pruned, {split}", f"re-fine-tuned, {split}"] + [f"re-fine-tuned, {o}" for o in other],
               rows, caption=f"{task}: good, random and bad subnetworks, applied to the fine-tuned model ('pruned') and "
                             f"re-fine-tuned from the pre-trained weights with the mask fixed (Table 2 of the paper; "
-                            f"mean ± sd over seeds {', '.join(seeds)}; accuracy %).")
-    path = tickets_plot(dots, statistics.mean(full), figdir / f"{task}-tickets.png", split=split)
+                            f"mean ± sd over seeds {', '.join(seeds)}; {name} %).")
+    path = tickets_plot(dots, statistics.mean(full), figdir / f"{task}-tickets.png", split=split, metric=name)
     doc.figure(path, "Each dot is one re-fine-tuned subnetwork and the red line the full fine-tuned model: "
                      "look for how far random and bad fall below good (the paper: not far for s-pruning).", base=out)
     s0 = seeds[0]
     hist = {f"{GROUP[m]}-pruning (seed {s0})": r["prune"][f"{m}-seed{s0}"]["steps"] for m in ("magnitude", "importance")}
     m0 = r["prune"][f"importance-seed{s0}"]
-    path = pruning_curves_plot(hist, m0["full_metric"], m0["threshold"], figdir / f"{task}-pruning.png")
-    doc.figure(path, "Development accuracy after each accepted pruning step; hollow circles are candidate steps that "
+    path = pruning_curves_plot(hist, m0["full_metric"], m0["threshold"], figdir / f"{task}-pruning.png", metric=name)
+    doc.figure(path, f"Development {name} after each accepted pruning step; hollow circles are candidate steps that "
                      "fell below the dashed threshold and were rejected, so each subnetwork is its line's last point.", base=out)
 
 
@@ -126,36 +139,83 @@ def _stability(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, 
                      "and a map without a clear block of bright cells means the good subnetworks are unstable.", base=out)
 
 
-def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, out: Path) -> None:
+CNN_UNAVAILABLE = ("The paper types maps with a six-layer CNN trained on 400 raw + 600 normed annotated maps. Those "
+                   "annotations (`data/head_classification_data.tar.gz` in sai-prasanna/bert-experiments) could not "
+                   "be fetched: the file is absent from the repository snapshot available to subnetlab, so the CNN "
+                   "classifier is not offered and maps are typed by rules on measured attention shares "
+                   "(`subnetlab.analysis.attention_types`).")
+
+
+def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, out: Path,
+              settings: dict[str, Any] | None = None) -> None:
+    settings = settings or {}
+    counting = settings.get("pattern_counting", "per-head")
     st, pats = r["stability"], r["patterns"]
     L, H = len(st["head_frequency"]), len(st["head_frequency"][0])
     sup = torch.zeros(L, H)
     for name in st["super_survivor_heads"]:
         layer, head = name[1:].split(".H")
         sup[int(layer), int(head)] = 1.0
+    unit = "maps" if counting == "per-map" else "heads"
     shares, corr, rows = {}, [], []
     for which in ("finetuned", "pretrained"):
-        ht = HeadTypes.from_dict(pats[which])
+        full = HeadTypes.from_dict(pats[which])
+        pruned = pats.get(f"{which}_super")
+        inside = HeadTypes.from_dict(pruned) if pruned else full
         for kind in ("raw", "normed"):
-            for group, mask in (("all heads", None), ("super-survivors", sup)):
-                s = ht.shares(kind, mask)
-                rows.append([f"{which}, {kind}", group] + [pct(s[t]) for t in TYPES])
+            for group, ht, mask in (("all heads", full, None), ("super-survivors", inside, sup)):
+                sh = ht.shares(kind, mask, counting=counting)
+                rows.append([f"{which}, {kind}", group] + [pct(sh[t]) for t in TYPES])
                 if which == "finetuned":
-                    shares[f"{group}, {kind}"] = s
+                    shares[f"{group}, {kind}"] = sh
             if which == "finetuned":
-                hetero = torch.tensor([[t == "heterogeneous" for t in row] for row in ht.types(kind)], dtype=torch.float32)
+                hetero = full.type_fraction(kind, "heterogeneous", counting)
                 corr.append(f"{kind}: {num(pearson(sup, hetero))}")
-    doc.para(f"Maps from {pats['finetuned']['source']}; the fine-tuned model is seed {r['pattern_seed']}. "
-             f"Heads are typed by rules on measured attention shares (`subnetlab.analysis.attention_types`), not by the "
-             f"paper's CNN, whose 400 + 600 annotated training maps are not available.")
+    seeds = pats.get("seeds", [r["pattern_seed"]])
+    where = ("read in the model pruned to the super-survivors (heads and MLPs kept in every seed)"
+             if pats.get("pruned_to_super_survivors") else "read in the full model")
+    doc.para(f"Maps from {pats.get('source', pats['finetuned'].get('source', '?'))}; fine-tuned seeds {seeds} "
+             f"({'labels counted per map, summed over heads and seeds' if counting == 'per-map' else 'one label per head from features averaged over its maps'}); "
+             f"super-survivors' maps {where}. " + CNN_UNAVAILABLE)
     doc.table(["attention", "heads"] + list(TYPES), rows,
-              caption=f"{task}: share (%) of each Kovaleva pattern type among all heads and among the super-survivors, "
-                      "raw and normed (Kobayashi et al.) attention.")
-    path = pattern_types_plot(shares, figdir / f"{task}-patterns.png")
+              caption=f"{task}: share (%) of {unit} of each Kovaleva pattern type among all heads and among the "
+                      "super-survivors, raw and normed (Kobayashi et al.) attention.")
+    path = pattern_types_plot(shares, figdir / f"{task}-patterns.png", ylabel=f"share of {unit} (%)")
     doc.figure(path, "Pattern types of the fine-tuned model's heads: compare super-survivors with all heads; a larger "
                      "heterogeneous share among super-survivors would suggest they carry more linguistic structure.", base=out)
-    doc.para("Pearson correlation between being a super-survivor and having a heterogeneous pattern (fine-tuned model): "
-             + "; ".join(corr) + ("" if st["super_survivor_heads"] else " (undefined: there are no super-survivors)") + ".")
+    doc.para("Pearson correlation between being a super-survivor and "
+             + ("the share of a head's maps that are heterogeneous" if counting == "per-map" else "having a heterogeneous pattern")
+             + " (fine-tuned model, full): " + "; ".join(corr)
+             + ("" if st["super_survivor_heads"] else " (undefined: there are no super-survivors)") + ".")
+
+
+def _notes(settings: dict[str, Any]) -> list[str]:
+    criterion = settings.get("criterion", "sensitivity")
+    scope = settings.get("control_scope", "per-matrix")
+    fill = settings.get("bad_fill", "least-important")
+    notes = [
+        ("s-pruning importance is |d(batch-mean loss)/d gate| per batch (the authors' code), averaged over batches"
+         if criterion == "sensitivity-per-batch" else
+         "s-pruning importance is E_x |dL(x)/dgate| per example (Michel et al.)" if criterion == "sensitivity" else
+         f"s-pruning importance criterion `{criterion}`")
+        + ", normalised per layer by the L2 norm; pruned components are gated at zero, in pruning and in re-fine-tuning.",
+        "pruning stops before " + ("the task's own metric (MCC for CoLA, Pearson/Spearman mean for STS-B, accuracy "
+                                   "otherwise)" if settings.get("stop_metric") == "task" else "accuracy")
+        + f" falls below {settings.get('threshold', 0.9):.0%} of the full model's; tables show that metric.",
+        "bad structured subnetworks are drawn from the removed heads / MLPs; when fewer were removed than kept, all removed "
+        "ones are used and the rest are " + ("a random sample of the good ones (the authors' rule)" if fill == "random"
+                                             else "the least important good ones")
+        + " (recorded as `bad_fill` in each bad.safetensors).",
+        ("random weight-level subnetworks keep as many weights as the good one in total, uniformly over all prunable "
+         "weights; bad ones keep the globally smallest-magnitude weights of the fine-tuned model (the authors' rule)"
+         if scope == "global" else
+         "bad weight-level subnetworks keep, per matrix, the smallest-magnitude weights of the fine-tuned model; random "
+         "ones draw the same number per matrix uniformly") + ".",
+    ]
+    if settings.get("preset") == "demo":
+        notes.append("demo numbers come from a small model and a synthetic corpus: they exercise the method; they are not "
+                     "the paper's GLUE results.")
+    return notes
 
 
 def write_report(settings: dict[str, Any], results: dict[str, Any], out: Path, elapsed: float) -> Path:
@@ -173,15 +233,7 @@ def write_report(settings: dict[str, Any], results: dict[str, Any], out: Path, e
         doc.section(f"{task}: stability across fine-tuning seeds")
         _stability(doc, task, r, figdir, out)
         doc.section(f"{task}: attention pattern types")
-        _patterns(doc, task, r, figdir, out)
+        _patterns(doc, task, r, figdir, out, settings)
     doc.section("Notes")
-    doc.bullets([
-        "s-pruning importance is E_x |dL(x)/dgate| per example (Michel et al.), normalised per layer by the L2 norm; "
-        "pruned components are gated at zero, in pruning and in re-fine-tuning.",
-        "bad structured subnetworks are drawn from the removed heads / MLPs; when fewer were removed than kept, all removed "
-        "ones are used and the rest are the least important kept ones (recorded as `bad_fill` in each bad.safetensors).",
-        "bad weight-level subnetworks keep, per matrix, the smallest-magnitude weights of the fine-tuned model; random ones "
-        "draw the same number per matrix uniformly.",
-        "demo numbers come from a small model and a synthetic corpus: they exercise the method; they are not the paper's GLUE results.",
-    ])
+    doc.bullets(_notes(settings))
     return doc.write(out / "report.md")
