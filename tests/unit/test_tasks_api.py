@@ -117,7 +117,7 @@ def test_model_labels_and_registry_errors():
         assert hans.model_labels(3) == NLI3 and hans.model_labels(2) == NLI2
         add_file_split(task, "real-hans", "hans", hans_file)
         assert len(task.eval_splits["real-hans"]) == 7500
-    with pytest.raises(SubnetlabError, match=r"unknown task 'mnlii' \(known: nli-synthetic, .*arith:<op>, file:<path>\)"):
+    with pytest.raises(SubnetlabError, match=r"unknown task 'mnlii' \(known: nli-synthetic, .*arith:<op>, file:<path>, hub:<name>"):
         get_task("mnlii")
     with pytest.raises(SubnetlabError, match="unknown option"):
         get_task("nli-synthetic", n_trian=5)

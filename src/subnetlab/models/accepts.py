@@ -1,4 +1,4 @@
-"""Which model kinds and families each command accepts: one table, read by ``--help`` and ``subnetlab models``.
+"""Which model kinds and families each command accepts: one table, read by each command's help and `subnetlab models`.
 
 ``COMMAND_MODELS`` maps a command name to the model kinds it takes (``encoder``:
 text classifiers; ``decoder``: causal language models; ``vision``: image models,

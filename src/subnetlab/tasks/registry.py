@@ -144,7 +144,7 @@ _TASKS: dict[str, Callable[..., Task]] = {
 
 
 def task_names() -> list[str]:
-    return [*_TASKS, "arith:<op>", "file:<path>"]
+    return [*_TASKS, "arith:<op>", "file:<path>", "hub:<name>[:<config>]"]
 
 
 def get_task(name: str, **options: Any) -> Task:
@@ -155,10 +155,10 @@ def get_task(name: str, **options: Any) -> Task:
         signature = inspect.signature(make_arithmetic_task, eval_str=True).replace(
             parameters=[p for p in inspect.signature(make_arithmetic_task, eval_str=True).parameters.values() if p.name != "op"]
         )
-    elif name.startswith("file:"):
+    elif name.startswith(("file:", "hub:")):
         from subnetlab.tasks.user_files import make_file_task
 
-        path = name.split(":", 1)[1]
+        path = name.split(":", 1)[1] if name.startswith("file:") else name  # hub:NAME[:CONFIG] keeps its prefix
         factory = lambda **kw: make_file_task(path, **kw)  # noqa: E731
         signature = inspect.signature(make_file_task, eval_str=True).replace(
             parameters=[p for p in inspect.signature(make_file_task, eval_str=True).parameters.values() if p.name != "path"]

@@ -1,14 +1,27 @@
-"""Your own data as a task: ``file:PATH`` (CSV, TSV, JSON / JSONL, Parquet, or a ``save_to_disk`` folder).
+"""Your own data as a task: ``file:PATH`` (CSV, TSV, JSON / JSONL, Parquet, a ``save_to_disk`` folder) or
+``hub:NAME[:CONFIG]`` (a dataset on the Hugging Face hub).
 
 Read with the ``datasets`` library (no hand-written parsers): one text column,
-optionally a second one for sentence pairs, and a label column holding names
-or integers. Label names are collected from the training file (sorted, so the
-same file always gives the same label ids; integer labels keep their values).
-Held-out data comes from ``eval_file``; without one, ``eval_fraction`` of the
-training rows (drawn with ``seed``) are held out as split ``eval``, and the
-task's options say so. The result is an ordinary classification ``Task``, so
-every method (finetune, evaluate, prune, core, ablate, lottery-prune) takes it.
-``docs/your-own-model.md`` walks through the commands.
+optionally a second one for sentence pairs, and either
+
+* a label column holding names or integers (a classification task, for encoders
+  or decoders with a classifier head). Label names are collected from the
+  training rows (sorted, so the same file always gives the same label ids;
+  integer labels keep their values; a hub ``ClassLabel`` column keeps its names);
+* or an answer column (``answer_column``): the next-token form for causal
+  language models. The prompt is the text (and the text pair after a space);
+  the answer is one token of the model's tokenizer. The task is a language-model
+  task whose labels are the distinct answers, as ``arith:*`` is.
+
+Held-out data comes from ``eval_file``, or from ``eval_split`` (a split of a hub
+dataset or of a ``save_to_disk`` folder holding several); without either,
+``eval_fraction`` of the training rows (drawn with ``seed``) are held out as
+split ``eval``, and the task's options say so. A source with splits trains on
+``train_split`` (``train``). The result is an ordinary ``Task``, so every method
+takes it. ``docs/your-own-model.md`` walks through the commands.
+
+Errors name the file (or hub spec), the row (CSV / TSV: its line, the header being
+line 1; JSON lines: the line; other sources: the row from 1) and the column.
 """
 
 from __future__ import annotations
@@ -19,25 +32,53 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.progress import stage
 from subnetlab.tasks.base import Example, Task
 
 SUFFIX_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+HUB_PREFIX = "hub:"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def parse_hub_name(spec: str) -> tuple[str, str | None]:
+    """``hub:nyu-mll/glue:mnli`` -> ``("nyu-mll/glue", "mnli")``; ``hub:imdb`` -> ``("imdb", None)``."""
+    body = spec[len(HUB_PREFIX):] if spec.startswith(HUB_PREFIX) else spec
+    name, _, config = body.partition(":")
+    if not name or "@" in body:
+        raise SubnetlabError(f"hub dataset {spec!r}: expected hub:NAME or hub:NAME:CONFIG (the split is a separate "
+                             "setting: train_split, eval_split)", setting="task")
+    return name, config or None
+
+
+def _load_hub(spec: str) -> Any:
+    """The ``DatasetDict`` of a hub dataset; offline or unknown names end in one line naming the spec."""
+    import datasets
+
+    name, config = parse_hub_name(spec)
+    try:
+        return datasets.load_dataset(name, config)
+    except Exception as e:  # offline (ConnectionError, OfflineModeIsEnabled), unknown dataset or config
+        raise SubnetlabError(f"{spec}: cannot load the hub dataset {name}{':' + config if config else ''} "
+                             f"({type(e).__name__}: {_first_line(e)}); without network access, download it where "
+                             "there is one, save_to_disk, and use file:FOLDER", setting="task") from None
 
 
 def _read(path: Path) -> Any:
-    """The rows of ``path`` as a ``datasets.Dataset``; errors name the file."""
+    """The rows of ``path`` as a ``datasets.Dataset`` (or ``DatasetDict``, a folder with splits); errors name the file."""
     import datasets
 
     datasets.disable_progress_bars()
     if not path.exists():
         raise SubnetlabError(f"{path}: no such data file", setting="task")
+    if path.is_file() and path.stat().st_size == 0:
+        raise SubnetlabError(f"{path}: empty file (no header, no rows)", setting="task")
     try:
         if path.is_dir():
-            data = datasets.load_from_disk(str(path))
-            if isinstance(data, datasets.DatasetDict):
-                raise SubnetlabError(f"{path}: a dataset with splits {', '.join(data)}; give the folder of one split",
-                                     setting="task")
-            return data
+            return datasets.load_from_disk(str(path))
         builder = SUFFIX_BUILDERS.get(path.suffix.lower())
         if builder is None:
             raise SubnetlabError(f"{path}: unknown data format {path.suffix!r} (known: {', '.join(SUFFIX_BUILDERS)})",
@@ -47,73 +88,182 @@ def _read(path: Path) -> Any:
     except SubnetlabError:
         raise
     except Exception as e:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SubnetlabError(f"{path}: cannot read the data ({first})", setting="task") from None
+        if "corresponds to no data" in str(e):
+            raise SubnetlabError(f"{path}: no rows (a header only?)", setting="task") from None
+        raise SubnetlabError(f"{path}: cannot read the data ({_first_line(e)})", setting="task") from None
 
 
-def _column(data: Any, name: str | None, path: Path, role: str) -> list[Any] | None:
-    if name is None:
-        return None
-    if name not in data.column_names:
-        raise SubnetlabError(f"{path}: no {role} column {name!r} (columns: {', '.join(data.column_names)})",
-                             setting="task_options")
-    return list(data[name])
+class _Source:
+    """One table of rows: where it came from (for messages) and how its rows are numbered."""
+
+    def __init__(self, data: Any, where: str, first_row: int) -> None:
+        self.data, self.where, self.first_row = data, where, first_row
+
+    def row(self, i: int) -> str:
+        return f"{self.where}:{self.first_row + i}"
+
+    def column(self, name: str | None, setting: str, role: str) -> list[Any] | None:
+        if name is None:
+            return None
+        if name not in self.data.column_names:
+            raise SubnetlabError(f"{self.where}: no {role} column {name!r} (columns: {', '.join(self.data.column_names)})",
+                                 setting=setting)
+        return list(self.data[name])
 
 
-def _examples(data: Any, path: Path, text: str, pair: str | None, label: str, label_ids: dict[Any, int]) -> list[Example]:
-    texts, pairs, labels = _column(data, text, path, "text"), _column(data, pair, path, "text pair"), _column(data, label, path, "label")
+def _split_of(data: Any, split: str, where: str, setting: str) -> Any:
+    if split not in data:
+        raise SubnetlabError(f"{where}: no split {split!r} (splits: {', '.join(data)})", setting=setting)
+    return data[split]
+
+
+def _sources(path: str, train_split: str, eval_split: str | None) -> tuple[_Source, _Source | None, str]:
+    """The training rows, the held-out rows of ``eval_split`` (or None), and the name the task gets."""
+    import datasets
+
+    if path.startswith(HUB_PREFIX):
+        data, where, name, first_row = _load_hub(path), path, path, 1
+    else:
+        local = Path(path).expanduser()
+        data, where, name = _read(local), str(local), f"file:{local.name}"
+        first_row = 2 if local.suffix.lower() in (".csv", ".tsv") else 1  # CSV / TSV: line 1 is the header
+    if isinstance(data, datasets.DatasetDict):
+        train = _split_of(data, train_split, where, "train_split")
+        held = _split_of(data, eval_split, where, "eval_split") if eval_split is not None else None
+        return (_Source(train, f"{where}@{train_split}", first_row),
+                _Source(held, f"{where}@{eval_split}", first_row) if held is not None else None, name)
+    if eval_split is not None:
+        raise SubnetlabError(f"{where}: a single table has no split {eval_split!r}; give held-out rows as an "
+                             "evaluation file instead", setting="eval_split")
+    return _Source(data, where, first_row), None, name
+
+
+def _texts(source: _Source, text: str, pair: str | None) -> list[tuple[str, str | None]]:
+    texts = source.column(text, "text_column", "text")
+    pairs = source.column(pair, "text_pair_column", "text pair")
     if not texts:
-        raise SubnetlabError(f"{path}: no rows", setting="task")
-    first_row = 2 if path.suffix.lower() in (".csv", ".tsv") else 1  # CSV / TSV: line 1 is the header
+        raise SubnetlabError(f"{source.where}: no rows", setting="task")
     out = []
-    for i, (a, y) in enumerate(zip(texts, labels)):
-        b, row = (pairs[i] if pairs is not None else None), first_row + i
-        where = f"{path}:{row}"
-        if not isinstance(a, str) or not a.strip():
-            raise SubnetlabError(f"{where}: column {text!r} holds no text ({a!r})", setting="task")
-        if pair is not None and (not isinstance(b, str) or not b.strip()):
-            raise SubnetlabError(f"{where}: column {pair!r} holds no text ({b!r})", setting="task")
-        if y not in label_ids:
-            known = ", ".join(str(k) for k in label_ids)
-            raise SubnetlabError(f"{where}: column {label!r} holds an unknown label {y!r} (labels: {known})", setting="task")
-        out.append(Example(a, b, label_ids[y]))
+    for i, a in enumerate(texts):
+        b = pairs[i] if pairs is not None else None
+        for column, value in ((text, a), (pair, b)):
+            if column is not None and (not isinstance(value, str) or not value.strip()):
+                what = "it is empty" if value is None or isinstance(value, str) else f"a {type(value).__name__}: {value!r}"
+                raise SubnetlabError(f"{source.row(i)}: column {column!r} holds no text ({what})", setting="task")
+        out.append((a, b))
     return out
 
 
-def make_file_task(path: str, text_column: str = "text", text_pair_column: str | None = None,
-                   label_column: str = "label", eval_file: str | None = None, eval_fraction: float = 0.1,
-                   seed: int = 0) -> Task:
-    """A classification task from the user's own file (see the module doc)."""
-    train_path = Path(path).expanduser()
-    data = _read(train_path)
-    for name, role in ((text_column, "text"), (text_pair_column, "text pair"), (label_column, "label")):
-        if name is not None and name not in data.column_names:
-            raise SubnetlabError(f"{train_path}: no {role} column {name!r} (columns: {', '.join(data.column_names)})",
-                                 setting="task_options")
-    raw_labels = _column(data, label_column, train_path, "label")
-    values = [y for y in raw_labels if y is not None]
-    if any(isinstance(y, bool) for y in values) or not values:
-        raise SubnetlabError(f"{train_path}: column {label_column!r} holds no usable labels", setting="task")
-    if all(isinstance(y, int) for y in values):
-        ids = sorted(set(values))
-        if ids[0] < 0:
-            raise SubnetlabError(f"{train_path}: negative integer label {ids[0]} in column {label_column!r}", setting="task")
-        label_ids = {i: i for i in range(ids[-1] + 1)}
-        labels = [str(i) for i in range(ids[-1] + 1)]
-    elif all(isinstance(y, str) for y in values):
-        labels = sorted(set(values))
-        label_ids = {name: i for i, name in enumerate(labels)}
+def _label_space(source: _Source, label: str) -> tuple[list[str], dict[Any, int]]:
+    """Label names and the id of each raw value, from the training rows (see the module doc)."""
+    raw = source.column(label, "label_column", "label")
+    feature = source.data.features.get(label)
+    names = getattr(feature, "names", None)
+    if names:  # a ClassLabel column: integers with names
+        return list(names), {i: i for i in range(len(names))}
+    first = next(((i, y) for i, y in enumerate(raw) if y is not None), None)
+    if first is None:
+        raise SubnetlabError(f"{source.where}: column {label!r} holds no labels", setting="task")
+    kind = str if isinstance(first[1], str) else int if isinstance(first[1], int) and not isinstance(first[1], bool) else None
+    if kind is None:
+        raise SubnetlabError(f"{source.row(first[0])}: column {label!r} holds a {type(first[1]).__name__} "
+                             f"({first[1]!r}); labels are names or integers", setting="task")
+    for i, y in enumerate(raw):
+        if y is not None and (not isinstance(y, kind) or isinstance(y, bool)):
+            raise SubnetlabError(f"{source.row(i)}: column {label!r} mixes label types: {y!r} ({type(y).__name__}) "
+                                 f"where row {source.row(first[0])} holds {first[1]!r} ({kind.__name__})",
+                                 setting="task")
+    values = [y for y in raw if y is not None]
+    if kind is int:
+        low = min(values)
+        if low < 0:
+            i = raw.index(low)
+            raise SubnetlabError(f"{source.row(i)}: column {label!r} holds a negative label {low}", setting="task")
+        labels = [str(i) for i in range(max(values) + 1)]
+        ids: dict[Any, int] = {i: i for i in range(max(values) + 1)}
     else:
-        kinds = sorted({type(y).__name__ for y in values})
-        raise SubnetlabError(f"{train_path}: column {label_column!r} mixes label types ({', '.join(kinds)})", setting="task")
+        labels = sorted(set(values))
+        ids = {name: i for i, name in enumerate(labels)}
     if len(labels) < 2:
-        raise SubnetlabError(f"{train_path}: column {label_column!r} has a single label {labels[0]!r}", setting="task")
-    examples = _examples(data, train_path, text_column, text_pair_column, label_column, label_ids)
-    options: dict[str, Any] = {"path": str(train_path), "text_column": text_column, "text_pair_column": text_pair_column,
-                               "label_column": label_column, "eval_file": eval_file, "seed": seed}
+        raise SubnetlabError(f"{source.where}: column {label!r} has a single label {labels[0]!r}", setting="task")
+    return labels, ids
+
+
+def _labelled(source: _Source, text: str, pair: str | None, label: str, ids: dict[Any, int]) -> list[Example]:
+    texts = _texts(source, text, pair)
+    raw = source.column(label, "label_column", "label")
+    out = []
+    for i, ((a, b), y) in enumerate(zip(texts, raw)):
+        if y is None:
+            raise SubnetlabError(f"{source.row(i)}: column {label!r} is empty", setting="task")
+        if isinstance(y, bool) or y not in ids:
+            known = ", ".join(str(k) for k in ids)
+            raise SubnetlabError(f"{source.row(i)}: column {label!r} holds an unknown label {y!r} (labels: {known})",
+                                 setting="task")
+        out.append(Example(a, b, ids[y]))
+    return out
+
+
+def _answers(source: _Source, answer: str) -> list[str]:
+    raw = source.column(answer, "answer_column", "answer")
+    out = []
+    for i, y in enumerate(raw):
+        if isinstance(y, bool) or not isinstance(y, (str, int)) or not str(y).strip():
+            raise SubnetlabError(f"{source.row(i)}: column {answer!r} holds no answer ({y!r})", setting="task")
+        out.append(str(y).strip())
+    return out
+
+
+def _prompts(source: _Source, text: str, pair: str | None, answer: str,
+             ids: dict[str, int] | None) -> tuple[list[Example], dict[str, int]]:
+    """Language-model examples (prompt, answer id); ``ids`` None: the answers of these rows define them."""
+    texts, answers = _texts(source, text, pair), _answers(source, answer)
+    if ids is None:
+        names = sorted(set(answers))
+        if len(names) < 2:
+            raise SubnetlabError(f"{source.where}: column {answer!r} has a single answer {names[0]!r}", setting="task")
+        ids = {name: i for i, name in enumerate(names)}
+    out = []
+    for i, ((a, b), y) in enumerate(zip(texts, answers)):
+        if y not in ids:
+            raise SubnetlabError(f"{source.row(i)}: column {answer!r} holds an answer {y!r} the training rows never "
+                                 f"give (answers: {', '.join(ids)})", setting="task")
+        out.append(Example(a if b is None else f"{a} {b}", None, ids[y]))
+    return out, ids
+
+
+def make_file_task(path: str, text_column: str = "text", text_pair_column: str | None = None,
+                   label_column: str = "label", answer_column: str | None = None, eval_file: str | None = None,
+                   eval_split: str | None = None, train_split: str = "train", eval_fraction: float = 0.1,
+                   seed: int = 0) -> Task:
+    """A classification (or, with ``answer_column``, language-model) task from the user's own data (module doc)."""
+    if eval_file is not None and eval_split is not None:
+        raise SubnetlabError(f"eval_split {eval_split!r} and eval_file {eval_file}: give one source of held-out rows",
+                             setting="eval_split")
+    train_source, held_source, name = _sources(path, train_split, eval_split)
+    for column, setting, role in ((text_column, "text_column", "text"), (text_pair_column, "text_pair_column", "text pair"),
+                                  (answer_column, "answer_column", "answer")
+                                  if answer_column is not None else (label_column, "label_column", "label")):
+        train_source.column(column, setting, role)  # every column named is there, before any row is read
     if eval_file is not None:
-        eval_path = Path(eval_file).expanduser()
-        held_out = _examples(_read(eval_path), eval_path, text_column, text_pair_column, label_column, label_ids)
+        held_source = _Source(_read(Path(eval_file).expanduser()), str(Path(eval_file).expanduser()),
+                              2 if Path(eval_file).suffix.lower() in (".csv", ".tsv") else 1)
+    if answer_column is not None:
+        kind = "lm"
+        examples, answer_ids = _prompts(train_source, text_column, text_pair_column, answer_column, None)
+        labels = list(answer_ids)
+        held = _prompts(held_source, text_column, text_pair_column, answer_column, answer_ids)[0] if held_source else None
+    else:
+        kind = "classification"
+        labels, label_ids = _label_space(train_source, label_column)
+        examples = _labelled(train_source, text_column, text_pair_column, label_column, label_ids)
+        held = _labelled(held_source, text_column, text_pair_column, label_column, label_ids) if held_source else None
+    options: dict[str, Any] = {"path": path if path.startswith(HUB_PREFIX) else str(Path(path).expanduser()),
+                               "text_column": text_column, "text_pair_column": text_pair_column,
+                               "label_column": None if answer_column is not None else label_column,
+                               "answer_column": answer_column, "eval_file": eval_file, "eval_split": eval_split,
+                               "seed": seed}
+    if held is not None:
         train = examples
     else:
         if not 0.0 < eval_fraction < 1.0:
@@ -121,12 +271,39 @@ def make_file_task(path: str, text_column: str = "text", text_pair_column: str |
         order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed)).tolist()
         n_eval = max(1, round(eval_fraction * len(examples)))
         if n_eval >= len(examples):
-            raise SubnetlabError(f"{train_path}: {len(examples)} rows are too few to hold out an evaluation split",
+            raise SubnetlabError(f"{train_source.where}: {len(examples)} rows are too few to hold out an evaluation split",
                                  setting="task")
-        held_out = [examples[i] for i in sorted(order[:n_eval])]
+        held = [examples[i] for i in sorted(order[:n_eval])]
         train = [examples[i] for i in sorted(order[n_eval:])]
         options["eval_from_train"] = {"fraction": eval_fraction, "rows": n_eval}
-    return Task(f"file:{train_path.name}", "classification", labels, train, {"eval": held_out}, options=options)
+    task = Task(name, kind, labels, train, {"eval": held}, options=options)
+    _announce(task)
+    return task
 
 
-__all__ = ["make_file_task"]
+_announced: set[str] = set()
+
+
+def _announce(task: Task) -> None:
+    """Say once per process (a sweep builds the task in every job) what the user's data became."""
+    import json
+
+    key = json.dumps(task.options, sort_keys=True, default=str)
+    if key not in _announced:
+        _announced.add(key)
+        stage(describe(task))
+
+
+def describe(task: Task) -> str:
+    """One line on a user-data task: its kind, labels (or answers) and where its held-out rows come from."""
+    what = "answers" if task.kind == "lm" else "labels"
+    shown = ", ".join(task.labels[:10]) + (", ..." if len(task.labels) > 10 else "")
+    held = task.options.get("eval_from_train")
+    source = (f"{held['rows']} rows ({held['fraction']:.0%}) held out of the training data with seed "
+              f"{task.options.get('seed')}" if held else
+              f"{len(task.eval_splits['eval'])} rows from {task.options.get('eval_file') or task.options.get('eval_split')}")
+    return (f"task {task.name}: {task.kind}, {len(task.labels)} {what} ({shown}); {len(task.train)} training rows; "
+            f"evaluation split 'eval': {source}")
+
+
+__all__ = ["HUB_PREFIX", "describe", "make_file_task", "parse_hub_name"]

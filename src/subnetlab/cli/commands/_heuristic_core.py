@@ -8,12 +8,16 @@ from subnetlab.errors import SubnetlabError
 
 
 def task_from_flags(task: str, data: Optional[str], eval_data: list[str], task_option: list[str],
-                    data_key: str = "eval") -> Any:
-    """The task named by ``--task``, ``--data``, ``--eval-data`` and ``--task-option``."""
+                    data_key: str = "eval", **data_flags: Any) -> Any:
+    """The task named by ``--task``, ``--data``, ``--eval-data``, ``--task-option`` and the data flags
+    (``--text-column`` ...: ``_options.DATA_FLAGS``)."""
+    from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands.finetune import parse_task_options
+
     from subnetlab.tasks.spec import TaskSpec
 
-    return TaskSpec(task, parse_task_options(task_option, data, data_key), tuple(eval_data)).build()
+    options = with_data_options(task, parse_task_options(task_option, data, data_key), **data_flags)
+    return TaskSpec(task, options, tuple(eval_data)).build()
 
 
 def parse_subcases(text: Optional[str]) -> Optional[list[str]]:

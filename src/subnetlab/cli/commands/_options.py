@@ -42,6 +42,46 @@ def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
     return sorted(values)
 
 
+# Your own data (``--task file:PATH`` or ``hub:NAME[:CONFIG]``): one flag per option of the file task,
+# shared by every command that takes a task (the same options as --task-option KEY=VALUE)
+DATA_FLAGS = {
+    "text_column": ("--text-column", "Your own data (file:/hub: tasks): the column of the text [text]."),
+    "text_pair_column": ("--text-pair-column", "Your own data: the column of the second text of a pair."),
+    "label_column": ("--label-column", "Your own data: the column of the labels, names or integers [label]."),
+    "answer_column": ("--answer-column", "Your own data, for causal LMs: the column of the one-token answer "
+                                         "that follows the text (next-token form; replaces --label-column)."),
+    "eval_file": ("--eval-file", "Your own data: a file of held-out rows (default: 10% of the training rows, "
+                                 "drawn with the task's seed)."),
+    "eval_split": ("--eval-split", "Your own data: the split of held-out rows of a hub dataset or a save_to_disk "
+                                   "folder with splits, e.g. validation."),
+}
+
+
+def data_option(setting: str) -> Any:
+    """The typer option of ``DATA_FLAGS[setting]`` (default None: not given)."""
+    import typer
+
+    flag, text = DATA_FLAGS[setting]
+    return typer.Option(None, flag, help=text)
+
+
+def with_data_options(task: str, options: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """``options`` (from --task-option) with the data flags given added; a flag and a --task-option that
+    disagree, or a data flag on a task that is not your own data, are refused."""
+    out = dict(options)
+    for key, value in given.items():
+        if value is None:
+            continue
+        flag = DATA_FLAGS[key][0]
+        if not task.startswith(("file:", "hub:")):
+            raise SubnetlabError(f"{flag}: only for your own data (--task file:PATH or hub:NAME[:CONFIG]), "
+                                 f"not task {task}")
+        if key in out and out[key] != value:
+            raise SubnetlabError(f"{flag} {value!r} and --task-option {key}={out[key]!r} disagree; give one")
+        out[key] = value
+    return out
+
+
 def parse_fraction(value: float, name: str = "--sparsity") -> float:
     """A number strictly between 0 and 1."""
     if not 0.0 < value < 1.0:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from subnetlab.cli.commands._options import data_option, with_data_options
 
 
 def _table(split: str, score: dict[str, Any]) -> Any:
@@ -33,11 +34,18 @@ def _table(split: str, score: dict[str, Any]) -> Any:
 
 def evaluate(
     model: str = typer.Option(..., "--model", help="Model directory (e.g. runs/ft/model), minilm or a hub id."),
-    task: str = typer.Option(..., "--task", help="Task name: hans, mnli, paws-qqp, qqp, nli-synthetic, arith:<op>, ..."),
+    task: str = typer.Option(..., "--task", help="Task name: hans, mnli, paws-qqp, qqp, nli-synthetic, arith:<op>, "
+                             "file:PATH (your own data), hub:NAME[:CONFIG], ..."),
     out: Path = typer.Option(..., "--out", help="Where metrics.json and config.json go."),
     data: Optional[str] = typer.Option(None, "--data", help="Evaluation file for file-based tasks (hans, mnli, ...)."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. perturbed=all."),
+    text_column: Optional[str] = data_option("text_column"),
+    text_pair_column: Optional[str] = data_option("text_pair_column"),
+    label_column: Optional[str] = data_option("label_column"),
+    answer_column: Optional[str] = data_option("answer_column"),
+    eval_file: Optional[str] = data_option("eval_file"),
+    eval_split: Optional[str] = data_option("eval_split"),
     split: list[str] = typer.Option([], "--split", help="Evaluate only these splits (repeatable; default all)."),
     subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="A subnetwork .safetensors file: evaluate the gated model."),
     ablation: Optional[str] = typer.Option(None, "--ablation", help="zero or mean (default: the subnetwork's own)."),
@@ -55,7 +63,9 @@ def evaluate(
     from subnetlab.tasks.spec import TaskSpec
 
     job = EvaluateJobConfig(
-        model=model, task=TaskSpec(task, parse_task_options(task_option, data, "eval"), tuple(eval_data)),
+        model=model, task=TaskSpec(task, with_data_options(task, parse_task_options(task_option, data, "eval"),
+                                                           text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, answer_column=answer_column, eval_file=eval_file, eval_split=eval_split),
+                                   tuple(eval_data)),
         splits=tuple(split) or None, subnetwork=str(subnetwork) if subnetwork else None, ablation=ablation,
         means=str(means) if means else None, means_examples=means_examples, batch_size=batch_size,
         max_length=max_length, limit=limit, eval_data=tuple(eval_data))

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from subnetlab.cli.commands._options import data_option, with_data_options
 from subnetlab.errors import SubnetlabError
 
 
@@ -31,12 +32,19 @@ def parse_task_options(pairs: list[str], data: Optional[str], data_key: str) -> 
 
 
 def finetune(
-    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, hans-synthetic, arith:<op>, ..."),
+    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, hans-synthetic, arith:<op>, "
+                             "file:PATH (your own CSV/TSV/JSON/Parquet/save_to_disk data), hub:NAME[:CONFIG], ..."),
     out: Path = typer.Option(..., "--out", help="Run directory; rerunning the same command resumes."),
     model: Optional[str] = typer.Option(None, "--model", help="minilm, a model directory, a hub id, or gpt2-arith:<layers> [minilm]."),
     data: Optional[str] = typer.Option(None, "--data", help="Training file for file-based tasks (mnli, qqp, ...)."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable), e.g. hans=hans.tsv."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_train=5000."),
+    text_column: Optional[str] = data_option("text_column"),
+    text_pair_column: Optional[str] = data_option("text_pair_column"),
+    label_column: Optional[str] = data_option("label_column"),
+    answer_column: Optional[str] = data_option("answer_column"),
+    eval_file: Optional[str] = data_option("eval_file"),
+    eval_split: Optional[str] = data_option("eval_split"),
     preset: Optional[str] = typer.Option(None, "--preset", help="heuristic-core (bert-base-cased, lr 2e-5, batch 32, len 128, 5 epochs) or subtask-induction."),
     lr: Optional[float] = typer.Option(None, "--lr", help="Peak learning rate [2e-5]."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Examples per step [32]."),
@@ -61,7 +69,8 @@ def finetune(
     from subnetlab.methods.finetune.config import resolve_config
 
     cfg = resolve_config(
-        preset, model=model, task=task, task_options=parse_task_options(task_option, data, "train"),
+        preset, model=model, task=task,
+        task_options=with_data_options(task, parse_task_options(task_option, data, "train"), text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, answer_column=answer_column, eval_file=eval_file, eval_split=eval_split),
         eval_data=list(eval_data), lr=lr, batch_size=batch_size, epochs=epochs, max_steps=max_steps,
         warmup_steps=warmup_steps, warmup_ratio=warmup_ratio, weight_decay=weight_decay, scheduler=scheduler,
         grad_clip=grad_clip, max_length=max_length, save_every=save_every, eval_every=eval_every,

@@ -19,6 +19,7 @@ import typer
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.cli.commands._options import data_option, with_data_options
 from subnetlab.executor import ExecutorOptions
 
 
@@ -56,7 +57,8 @@ def _parse_pairs(pairs: list[str], option: str) -> dict[str, object]:
 
 def prune(
     model: str = typer.Option(..., "--model", help="Fine-tuned checkpoint: a local directory, hub id or alias."),
-    task: str = typer.Option(..., "--task", help="Task name (nli-synthetic, mnli, hans, qqp, paws-qqp, arith:<op>)."),
+    task: str = typer.Option(..., "--task", help="Task name (nli-synthetic, mnli, hans, qqp, paws-qqp, arith:<op>, "
+                      "file:PATH: your own data, hub:NAME[:CONFIG])."),
     sparsity: list[str] = typer.Option([], "--sparsity", help="Target(s) in (0, 1): --sparsity 0.5 0.7, or 0.5,0.7 "
                                        "(linear; a staircase climbs --levels)."),
     more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="Further targets (--sparsity 0.5 0.7)."),
@@ -68,6 +70,12 @@ def prune(
     ablation: Optional[str] = typer.Option(None, "--ablation", help="mean (default), zero or resample."),
     selection: Optional[str] = typer.Option(None, "--selection", help="topk (default) or threshold (the paper's)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE, e.g. train=FILE (repeatable)."),
+    text_column: Optional[str] = data_option("text_column"),
+    text_pair_column: Optional[str] = data_option("text_pair_column"),
+    label_column: Optional[str] = data_option("label_column"),
+    answer_column: Optional[str] = data_option("answer_column"),
+    eval_file: Optional[str] = data_option("eval_file"),
+    eval_split: Optional[str] = data_option("eval_split"),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split [SPLIT:]FORMAT=FILE (repeatable)."),
     splits: Optional[str] = typer.Option(None, "--splits", help="Evaluation splits to score, comma-separated (default: all)."),
     set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE, e.g. total_steps=500 (repeatable)."),
@@ -78,7 +86,7 @@ def prune(
     from subnetlab.io import write_json
     from subnetlab.methods.hard_concrete.schedule import parse_levels
     from subnetlab.runs.prune import prune_sweep
-    from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs
+    from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model
     from subnetlab.tasks.spec import eval_splits, task_from_config
 
     if schedule not in ("linear", "staircase"):
@@ -93,7 +101,8 @@ def prune(
         overrides["selection"] = selection
     level_list = parse_levels(levels) if schedule == "staircase" else ()
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
-    base = {"model": model, "task": task, "task_options": _parse_pairs(task_option, "--task-option"),
+    task_options = with_data_options(task, _parse_pairs(task_option, "--task-option"), text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, answer_column=answer_column, eval_file=eval_file, eval_split=eval_split)
+    base = {"model": model, "task": task, "task_options": task_options,
             "eval_data": list(eval_data), "splits": split_list}
     check_checkpoint(model)  # a bad checkpoint, task option or split fails before any job starts
     built = task_from_config(base)
@@ -102,6 +111,7 @@ def prune(
     jobs = prune_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,
                        levels=level_list, overrides=overrides)  # builds (so checks) every job's typed config
     check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
+    load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task: refused here, not in a job
     report = executor.run(jobs, sweep_dir=out)
     summary = _summary(report)
     write_json(out / "summary.json", summary)
