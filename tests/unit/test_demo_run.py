@@ -82,6 +82,10 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     si_at = lines.index(f"subtask-induction report: {tmp_path / 'subtask-induction' / 'report.md'}")
     assert hc_at < si_at < lines.index(f"findings: {tmp_path / 'findings.md'}")
     # plain stage lines with the estimate, one per stage change
+    board_lines = [line for line in captured.err.splitlines() if line.startswith("[subnetlab] demo: ")]
+    assert board_lines[0].startswith("[subnetlab] demo: heuristic-core: nli: fine-tuning (0% done, ")
+    assert len(board_lines) == 8 + 2  # one per stage, one as each demo ends
+    assert board_lines[5].startswith("[subnetlab] demo: heuristic-core: done (")
     assert "[subnetlab] demo: heuristic-core: nli: pruning 8 subnetworks (" in captured.err
     assert "min left)" in captured.err or "under a minute left)" in captured.err
     timings = json.loads((tmp_path / "demo-timings.json").read_text())

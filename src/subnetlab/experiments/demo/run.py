@@ -69,7 +69,8 @@ class Tracker:
 
     def status(self) -> Status:
         current = self.plan.current()
-        label = f"{current.demo}: {current.label}" if current is not None else (self.demo or "starting")
+        label = f"{current.demo}: {current.label}" if current is not None else (
+            f"{self.demo}: done" if self.demo else "starting")
         return Status(label, self.plan.done_fraction(), self.plan.remaining())
 
     def on_line(self, message: str) -> None:
@@ -128,6 +129,8 @@ def run_demo(
     record: dict[str, Any] = {"calibration": {"rates": cal.rates, "seconds": round(cal.seconds, 1),
                                               "details": getattr(cal, "details", {})},
                               "predicted_seconds": round(plan.total(), 1)}
+    if demos:
+        tracker.begin(demos[0])  # the board's first line names the first stage
     with Board("demo", tracker.status, interactive=interactive) as board, listen(tracker.on_line):
         tracker.board = board
         for name in demos:
