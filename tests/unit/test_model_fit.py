@@ -90,3 +90,17 @@ def test_a_base_checkpoint_loaded_with_a_fresh_classifier_is_refused(tmp_path):
     hans = get_task("hans-synthetic", n_per_subcase=1, eval_per_subcase=1)  # 2 labels: the sizes agree
     with pytest.raises(SubnetlabError, match=r"model base has no trained classification head \(saved as BertModel\)"):
         check_model_fits_task(loaded.model, _Tokenizer(60), hans, "base")
+
+
+def test_answers_of_several_tokens_are_refused_at_load(tmp_path):
+    from transformers import AutoTokenizer
+
+    from subnetlab.models import resolve
+
+    (tmp_path / "qa.csv").write_text("text,answer\nthe sky is,blue\nthe grass is,green\nthe tomato is,reddishpurpleish\n"
+                                     "the sea is,blue\n")
+    task = get_task(f"file:{tmp_path / 'qa.csv'}", answer_column="answer", eval_fraction=0.25)
+    tok = AutoTokenizer.from_pretrained(resolve("minilm"))
+    assert len(tok.encode(" reddishpurpleish", add_special_tokens=False)) > 1  # the premise of the test
+    with pytest.raises(SubnetlabError, match=r"model m: task file:qa\.csv: answer 'reddishpurpleish' is \d+ tokens"):
+        check_model_fits_task(_gpt2(len(tok)), tok, task, "m")

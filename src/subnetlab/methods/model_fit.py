@@ -123,6 +123,13 @@ def check_model_fits_task(model: nn.Module, tokenizer: Any, task: Task, model_na
         raise SubnetlabError(f"model {model_name} has a vocabulary of {rows} tokens, but the tokenizer for task "
                              f"{task.name} has {len(tokenizer)}: token ids would fall outside the embedding",
                              setting="model")
+    if task.kind == "lm":
+        try:
+            task.answer_token_ids(tokenizer)  # every answer must be one token of this tokenizer
+        except SubnetlabError as e:
+            raise SubnetlabError(f"model {model_name}: {e}; the next-token form needs answers of one token each "
+                                 "(shorter answers, or a model whose tokenizer has them as words)",
+                                 setting="model") from None
 
 
 def position_limit(model: Any) -> int | None:
