@@ -40,6 +40,7 @@ def test_demo_smallest_runs_reports_and_resumes(tmp_path):
     text = report.read_text()
     assert "## Table 1 analogue" in text and "## Table 2 analogue" in text and "training_curves.png" in text
     assert (tmp_path / "training_curves.png").is_file() and (tmp_path / "examples.png").is_file()
+    assert "## Notes: the paper's text, the authors' released vision code" in text and "`vision/vision_ablate.py`" in text
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     timing = metrics.pop("timing")
     assert timing["cpu_s"] > 0 and timing["wall_s"] > 0
@@ -74,6 +75,24 @@ def test_demo_smallest_runs_reports_and_resumes(tmp_path):
     changed["resnet"]["lr"] = 0.5
     with pytest.raises(SubnetlabError, match="other settings"):
         module.run(changed, tmp_path)
+
+
+def test_released_vision_code_choices_run_end_to_end(tmp_path):
+    """ViT with the paper preset's released-code choices: classifier masked, best-latest epoch, reinit masked,
+    class-weighted loss."""
+    module = get_reproduction("shape-bias")
+    settings = _smallest()
+    settings["models"], settings["conditions"] = ["vit"], ["subtask-induction", "scratch"]
+    settings["vit"].update(transfer_reinit="masked", class_weighted_loss=True)
+    settings["vit"]["discovery"].update(keep="best-latest", mask_classifier=True)
+    text = module.run(settings, tmp_path).read_text()
+    assert "This run: transfer_reinit vit `masked`" in text and "mask_classifier vit `True`" in text
+    from subnetlab.experiments.shape_bias.data import prepare_data
+    from subnetlab.experiments.shape_bias.models import base_model
+
+    base, _ = base_model("vit", settings["vit"], prepare_data(settings, tmp_path), tmp_path / "vit", 16, 0)
+    sub = Subnetwork.load(tmp_path / "vit" / "subnetwork.safetensors", adapter=vision_adapter(base))
+    assert "classifier.weight" in sub.weights
 
 
 def test_cli_rejects_unknown_family_without_writing(tmp_path, capsys):

@@ -18,6 +18,92 @@ PAPER_TABLE1 = {  # Zhang, Lepori, Pavlick 2024, Table 1 (original, pooled, cue 
 }
 
 
+# Issue 16 item 7: the shape-bias study against the authors' released vision code (Rock-Z/instilling-inductive-bias,
+# vision/ and its bundled NeuroSurgeon). Each entry: (topic, the difference with the released file it comes from, a
+# function of the settings saying what this run did). ``vision_code_notes(settings)`` writes them into the report.
+def _families(settings: dict[str, Any], key: str, default: Any, sub: str | None = None) -> str:
+    out = []
+    for family in settings["models"]:
+        fs = settings.get(family) or {}
+        value = (fs.get(sub) or {}).get(key, default) if sub else fs.get(key, default)
+        out.append(f"{family} `{value}`")
+    return ", ".join(out)
+
+
+VISION_CODE_NOTES: list[tuple[str, str, Any]] = [
+    ("Masked layers",
+     "`vision/vision_ablate.py` (`load_model`) masks every `Conv2d` of a ResNet (as subnetlab) and every `Conv2d` and "
+     "`Linear` of a ViT: the patch embedding, attention, MLP *and the classifier*; the paper's text masks every layer "
+     "except the classifier, as subnetlab's default. Exposed: `discovery.mask_classifier` (paper preset: on for ViT).",
+     lambda s: "mask_classifier " + _families(s, "mask_classifier", False, "discovery")),
+    ("Discovery schedule",
+     "`vision/configs/ablate_base.yaml` (ResNet-18: lambda 1e-8, 100 epochs, batch 32, AdamW lr 1e-3) and "
+     "`vision/configs/ablate_base_vit.yaml` (ViT: lambda 1e-8, 200 epochs, batch 128); beta x 100^(1/epochs) after "
+     "every epoch, frozen model in eval mode (NeuroSurgeon `Models/circuit_model.py`), as subnetlab. The paper preset "
+     "sweeps lambda in {1e-6, 1e-7, 1e-8} for 100 epochs at batch 32 and keeps the most accurate.",
+     lambda s: "; ".join(f"{f}: {s[f]['discovery']['epochs']} epochs, batch {s[f]['discovery']['batch_size']}, "
+                         f"lambdas {s[f]['discovery']['lambdas']}" for f in s["models"])),
+    ("Which epoch's mask",
+     "`vision/vision_ablate.py` saves `best_circuit_model.pt` whenever `eval_acc >= best_acc` (the latest of equally "
+     "accurate epochs) and the transfer loads it; subnetlab's earlier choice was the earliest, sparser one. Exposed: "
+     "`discovery.keep` (`best-latest` in the paper preset).",
+     lambda s: "keep " + _families(s, "keep", "best", "discovery")),
+    ("Mean-pooled images",
+     "`vision/mean_pool_with_SAM.py` runs SAM ViT-H's `SamAutomaticMaskGenerator` (16 points per side, "
+     "`crop_n_layers=1` with `crop_n_points_downscale_factor=2`, i.e. 8 x 8 points on each of 4 overlapping crops, "
+     "its default IoU / stability filters and NMS, `min_mask_region_area=100`, which removes islands and holes under "
+     "100 px inside masks) on the full-resolution images of `16-class-ImageNet/downsampled_1000` (1,000 per class, "
+     "900 / 100 in `train` / `eval`); `vision/utils.py` `mean_pool` paints masks largest first, each with the mean "
+     "colour of its *whole* mask (pixels later painted by a smaller mask included), then the uncovered pixels with "
+     "their mean. subnetlab (`tasks/images/sam.py`): transformers' `SamModel`, 16 x 16 points on the image and on each "
+     "of 2 x 2 non-overlapping crops, the best of SAM's three masks per point, no quality filter or NMS, masks under "
+     "100 px dropped, every pixel painted with the mean of its final segment, at `image_size`. Not changed: these are "
+     "the segmenter's implementation details, not a bias of the study; the demo uses its own segmenter.",
+     lambda s: f"segmentation `{s['segmentation']}` at {s['image_size']} px"),
+    ("Transfer: which weights are re-initialised",
+     "`vision/vision_transfer.py` (`load_model`) transfers into ViTs only (ResNets raise \"Freezing embeds only work "
+     "for ViT\"), re-initialises only the masked weights (NeuroSurgeon `Masking/contsparse_layer.py` "
+     "`_init_subnet_transfer`: `kaiming_uniform_(a=sqrt(5))`; the masked layers' biases keep the base model's "
+     "values), copies the position embeddings and layer norms (trainable) and freezes the copied `cls_token`. "
+     "Exposed: `transfer_reinit` (`masked` in the paper preset; fresh values from the model's own initialisation, "
+     "`cls_token` trainable); `all` re-initialises everything outside the subnetwork (the text).",
+     lambda s: "transfer_reinit " + _families(s, "transfer_reinit", "all")),
+    ("Transfer: training",
+     "`vision/vision_transfer.py`: the 16-class ImageNet training images minus the evaluation list, Resize 256, "
+     "RandomCrop 224, RandomHorizontalFlip, ImageNet mean/std, cross-entropy weighted by inverse class frequency "
+     "(`loss_weight`, also for `random`, i.e. scratch); `vision/checkpoints/vit_1e-8_transfer/configs.yaml`: SGD "
+     "momentum 0.9, weight decay 1e-4, lr 1e-3, batch 128, 40 epochs (`configs/transfer_vit_base.yaml`: Adam, batch "
+     "512, linear warm-up 10k steps and decay); evaluation five times per epoch, the model best on original evaluation "
+     "images kept (`>=`, at epoch ends). subnetlab trains for a number of steps with a cosine schedule, no crop "
+     "augmentation, and reports the final model. Exposed: `class_weighted_loss` (on in the paper preset).",
+     lambda s: "; ".join(f"{f}: {s[f]['optimizer']}, lr {s[f]['lr']}, batch {s[f]['batch_size']}, "
+                         f"{s[f]['train_steps']} steps, class_weighted_loss {bool(s[f].get('class_weighted_loss'))}"
+                         for f in s["models"])),
+    ("Conditions",
+     "`vision/vision_transfer.py` runs `subnet` (Subtask Induction) and `random` (scratch: "
+     "`AutoModelForImageClassification.from_config`); the data mixture is `vision/vit_augment.py` (original plus "
+     "`MeanPooledImageNet` training images, one epoch with the Hugging Face `Trainer`), linear fine-tuning is the "
+     "16-class base model of `vision/vit_16_class_adapt.py` / `vision/resnet_16_class_adapt.py`. `random-matched` "
+     "(a random subnetwork of the same size per matrix) is subnetlab's control, not in the vision code.",
+     lambda s: f"conditions {', '.join(s['conditions'])}"),
+    ("Cue-conflict metric",
+     "`vision/geirhos_cue_conflict_eval.py`: stimuli resized to 224 and centre-cropped with ImageNet mean/std for both "
+     "families (the ViT was trained with mean/std 0.5); every stimulus is counted, also those whose shape and texture "
+     "agree, for which the texture label is left over from the previous image (a bug: subnetlab's "
+     "`tasks/images/folder.py` `cue_conflict_folder` drops them); accuracy is per shape class averaged over the 16 "
+     "classes and \"misled\" counts texture predictions per texture class over that class's number of shape "
+     "images, averaged (robustness = 1 - misled). subnetlab (`analysis/shape_bias.py`) averages over images "
+     "(accuracy: by shape; robustness: not by the texture) and adds Geirhos et al.'s shape bias; with the "
+     "near-balanced stimuli the two averages differ little.",
+     lambda s: f"cue-conflict images at {s['image_size']} px with the family's own mean/std"),
+]
+
+
+def vision_code_notes(settings: dict[str, Any]) -> list[str]:
+    """The notes section: every difference to the released vision code, its file, and what this run did."""
+    return [f"- **{topic}.** {text} This run: {did(settings)}." for topic, text, did in VISION_CODE_NOTES]
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
@@ -154,6 +240,10 @@ def write_report(out: Path, settings: dict[str, Any], data: dict[str, ImageSourc
     for family, rows in PAPER_TABLE1.items():
         for cond, vals in rows.items():
             lines.append(f"| {FAMILY_NAMES[family]} + {LABELS[cond]} | " + " | ".join(f"{v}%" for v in vals) + " |")
+    lines += ["", "## Notes: the paper's text, the authors' released vision code, and this study", "",
+              "Compared line by line with Rock-Z/instilling-inductive-bias (`vision/`, bundled NeuroSurgeon); "
+              "choices are settings, with the released code's in the paper preset.", "",
+              *vision_code_notes(settings)]
     lines += ["", "Files: `config.json` (settings), `metrics.json` (the tables), `<family>/subnetwork.safetensors`, "
               "`<family>/discovery.json` (per-epoch discovery history), `<family>/<condition>.json` (curves and rows)."]
     path = out / "report.md"
@@ -161,4 +251,4 @@ def write_report(out: Path, settings: dict[str, Any], data: dict[str, ImageSourc
     return path
 
 
-__all__ = ["write_report", "table1", "table2", "findings"]
+__all__ = ["VISION_CODE_NOTES", "findings", "table1", "table2", "vision_code_notes", "write_report"]

@@ -34,7 +34,10 @@ from subnetlab.progress import stage
 
 NAME = "shape-bias"
 
-_DISCOVERY_DEMO = {"epochs": 30, "lr": 0.01, "batch_size": 64, "lambdas": [1e-5], "init": -0.1, "beta_final": 100.0}
+_DISCOVERY_DEMO = {"epochs": 30, "lr": 0.01, "batch_size": 64, "lambdas": [1e-5], "init": -0.1, "beta_final": 100.0,
+                   "keep": "best", "mask_classifier": False}
+# the released vision code's choices (vision/vision_ablate.py, vision/vision_transfer.py; see report.VISION_CODE_NOTES)
+_RELEASED = {"transfer_reinit": "masked", "class_weighted_loss": True}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
@@ -57,6 +60,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "optimizer": "sgd", "base_lr": 0.05, "lr": 0.01, "weight_decay": 1e-4, "warmup": 0, "batch_size": 64,
             "base_steps": 900, "train_steps": 300, "mixture_steps": 300, "linear_steps": 150, "eval_every": 30,
             "finetune_lr_scale": 1.0, "discovery": dict(_DISCOVERY_DEMO),
+            "transfer_reinit": "all", "class_weighted_loss": False,
         },
         "vit": {
             "model": {"patch_size": 8, "hidden_size": 64, "layers": 4, "heads": 4},
@@ -64,6 +68,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "optimizer": "adamw", "base_lr": 1e-3, "lr": 1e-3, "weight_decay": 0.05, "warmup": 50, "batch_size": 64,
             "base_steps": 4000, "train_steps": 400, "mixture_steps": 300, "linear_steps": 150, "eval_every": 40,
             "finetune_lr_scale": 0.3, "discovery": {**_DISCOVERY_DEMO, "epochs": 60},
+            "transfer_reinit": "all", "class_weighted_loss": False,
         },
     },
     "paper": {
@@ -86,7 +91,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             "base_steps": 0, "train_steps": 33160, "mixture_steps": 33160, "linear_steps": 5000, "eval_every": 1000,
             "finetune_lr_scale": 1.0,
             "discovery": {"epochs": 100, "lr": 1e-3, "batch_size": 32, "lambdas": [1e-6, 1e-7, 1e-8], "init": -0.1,
-                          "beta_final": 100.0},
+                          "beta_final": 100.0, "keep": "best-latest", "mask_classifier": False},
+            **_RELEASED,
         },
         "vit": {
             "model": "google/vit-base-patch16-224",
@@ -95,7 +101,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             "base_steps": 0, "train_steps": 33160, "mixture_steps": 33160, "linear_steps": 5000, "eval_every": 1000,
             "finetune_lr_scale": 1.0,
             "discovery": {"epochs": 100, "lr": 1e-3, "batch_size": 32, "lambdas": [1e-6, 1e-7, 1e-8], "init": -0.1,
-                          "beta_final": 100.0},
+                          "beta_final": 100.0, "keep": "best-latest", "mask_classifier": True},
+            **_RELEASED,
         },
     },
 }
@@ -109,6 +116,18 @@ def _check(settings: dict[str, Any]) -> None:
             raise SubnetlabError(f"models: unknown family {family!r}; choose resnet and/or vit")
     if settings["conditions"]:
         check_conditions(settings["conditions"], table=SHAPE_BIAS_CONDITIONS, setting="conditions")
+    from subnetlab.methods.continuous_sparsification import KEEP
+    from subnetlab.transfer.conditions import REINIT
+
+    for family in settings["models"]:
+        fs = settings.get(family) or {}
+        reinit = fs.get("transfer_reinit", "all")
+        if reinit not in REINIT:
+            raise SubnetlabError(f"{family}.transfer_reinit {reinit!r}: choose 'all' (the paper's text) or 'masked' "
+                                 "(its released code)", setting=family)
+        keep = (fs.get("discovery") or {}).get("keep", "best")
+        if keep not in KEEP:
+            raise SubnetlabError(f"{family}.discovery.keep {keep!r}: choose from {', '.join(KEEP)}", setting=family)
     if settings["data"] not in ("generated", "imagenet16"):
         raise SubnetlabError(f"data: {settings['data']!r} is not 'generated' or 'imagenet16'")
     if settings["data"] == "imagenet16":

@@ -19,11 +19,22 @@ each trained on the ``train`` split of original images unless stated:
 * ``data-mixture``: the base model fine-tuned on ``train`` + the discovery
   split's mean-pooled images;
 * ``linear-ft``: the base model with only its classifier trained.
+
+Choices where the paper's text and the authors' released vision code differ
+are family settings (``VISION_CODE_NOTES`` in ``report.py`` lists every
+difference with its released file): ``discovery.mask_classifier`` (the
+released ``vision_ablate.py`` masks every ``Linear`` of a ViT, the classifier
+included), ``discovery.keep`` (its ``eval_acc >= best_acc``: ``"best-latest"``),
+``transfer_reinit`` (``"masked"``: only the masked matrices re-initialised, the
+rest copied, as ``vision_transfer.py`` through ``init_subnet_transfer``; ``"all"``:
+the text) and ``class_weighted_loss`` (``vision_transfer.py`` weights the
+cross-entropy by inverse class frequency, for its transfer and scratch runs).
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +76,10 @@ def discover(family: str, fs: dict[str, Any], base: nn.Module, data: dict[str, I
         return Subnetwork.load(sub_file, adapter=adapter), read_json(summary_file)
     mean, std = normalisation(fs)
     d = fs["discovery"]
-    names = vision_weight_matrices(base)
+    names = discovery_targets(base, bool(d.get("mask_classifier", False)))
     strategy = ContinuousSparsification(epochs=int(d["epochs"]), lr=float(d["lr"]), batch_size=int(d["batch_size"]),
-                                        init=float(d.get("init", -0.1)), beta_final=float(d.get("beta_final", 100.0)))
+                                        init=float(d.get("init", -0.1)), beta_final=float(d.get("beta_final", 100.0)),
+                                        keep=str(d.get("keep", "best")))
     generator = torch.Generator().manual_seed(seed)
 
     def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -105,6 +117,26 @@ def discover(family: str, fs: dict[str, Any], base: nn.Module, data: dict[str, I
     return sub, summary
 
 
+def discovery_targets(model: nn.Module, mask_classifier: bool = False) -> list[str]:
+    """The weights discovery masks: ``vision_weight_matrices`` (never the classifier), plus, with
+    ``mask_classifier``, the classifier's weight matrices (the released ``vision_ablate.py`` masks every ViT
+    ``Linear``, the classifier included; its ResNet masks only convolutions)."""
+    names = vision_weight_matrices(model)
+    if mask_classifier:
+        names += [n for n in classifier_parameters(model) if model.get_parameter(n).dim() == 2]
+    return names
+
+
+def transfer_start(cond: str, base: nn.Module, sub: Subnetwork, seed: int, reinit: str = "all"):
+    """The starting ``TransferModel`` of ``subtask-induction`` / ``random-matched`` / ``scratch`` (``reinit``:
+    ``"all"``, the text, or ``"masked"``, the released ``vision_transfer.py``)."""
+    adapter = vision_adapter(base)
+    if cond == "scratch":
+        return build_transfer_model(base, "scratch", seed=seed + 1, adapter=adapter)
+    mask = sub if cond == "subtask-induction" else random_matched(sub, seed)
+    return build_transfer_model(base, "subnetwork", seed=seed + 1, subnetwork=mask, adapter=adapter, reinit=reinit)
+
+
 def _eval_sets(data: dict[str, ImageSource]) -> dict[str, ImageSource]:
     return {k: data[k] for k in EVAL_SPLITS if k in data}
 
@@ -129,15 +161,11 @@ def run_condition(cond: str, family: str, fs: dict[str, Any], base: nn.Module, s
     stage(f"{family}: {cond}")
     mean, std = normalisation(fs)
     curves = {k: data[k] for k in CURVE_SPLITS}
-    adapter = vision_adapter(base)
     handle = None
     train_mode, train_data, steps = True, data["train"], "train_steps"
-    if cond in ("subtask-induction", "random-matched"):
-        mask = sub if cond == "subtask-induction" else random_matched(sub, seed)
-        tm = build_transfer_model(base, "subnetwork", seed=seed + 1, subnetwork=mask, adapter=adapter)
+    if cond in ("subtask-induction", "random-matched", "scratch"):
+        tm = transfer_start(cond, base, sub, seed, str(fs.get("transfer_reinit", "all")))
         model, handle = tm.model, tm.handle
-    elif cond == "scratch":
-        model = build_transfer_model(base, "scratch", seed=seed + 1, adapter=adapter).model
     elif cond == "data-mixture":
         model, steps = copy_model(base), "mixture_steps"
         train_data = concat([data["train"], data["discovery"]], "train + mean-pooled")
@@ -153,8 +181,10 @@ def run_condition(cond: str, family: str, fs: dict[str, Any], base: nn.Module, s
         raise ValueError(cond)
     lr_scale = float(fs.get("finetune_lr_scale", 1.0)) if cond in ("data-mixture", "linear-ft") else 1.0
     model.train()
-    curve = train_classifier(model, train_data, train_config(fs, steps, lr_scale), mean, std, seed + 2,
-                             eval_sets=curves, train_mode=train_mode)
+    cfg = train_config(fs, steps, lr_scale)
+    if cond in ("subtask-induction", "random-matched", "scratch") and fs.get("class_weighted_loss"):
+        cfg = replace(cfg, class_weights=True)
+    curve = train_classifier(model, train_data, cfg, mean, std, seed + 2, eval_sets=curves, train_mode=train_mode)
     row = evaluate_shape_bias(model, _eval_sets(data), mean, std)
     if handle is not None:
         handle.remove()
@@ -163,4 +193,4 @@ def run_condition(cond: str, family: str, fs: dict[str, Any], base: nn.Module, s
     return result
 
 
-__all__ = ["CONDITIONS", "EVAL_SPLITS", "discover", "run_condition"]
+__all__ = ["CONDITIONS", "EVAL_SPLITS", "discover", "discovery_targets", "run_condition", "transfer_start"]

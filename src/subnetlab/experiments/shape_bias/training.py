@@ -37,6 +37,7 @@ class TrainConfig:
     warmup: int = 0  # linear warm-up steps, then cosine decay to 0
     eval_every: int = 100
     flip: bool = False  # random horizontal flips (off for the generated benchmark: they mirror diagonal textures)
+    class_weights: bool = False  # cross-entropy weighted by inverse class frequency (the released vision_transfer.py)
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
@@ -51,6 +52,14 @@ class TrainConfig:
 def lr_factor(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up (the first step already at ``lr / warmup``), then cosine decay to zero at ``cfg.steps``."""
     return optim.lr_factor(step, total=cfg.steps, warmup=cfg.warmup, decay="cosine", warmup_from_one=True)
+
+
+def class_weights(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``[C]`` weights ``N / n_c`` scaled to unit L2 norm, as the released ``vision/vision_transfer.py`` weights
+    its ``CrossEntropyLoss`` (a class absent from ``labels`` gets weight 0)."""
+    counts = torch.bincount(labels.long().flatten(), minlength=num_classes).double()
+    weights = torch.where(counts > 0, counts.sum() / counts.clamp(min=1), torch.zeros_like(counts))
+    return (weights / weights.norm()).float()
 
 
 def _stream(data: ImageSource, batch_size: int, generator: torch.Generator):
@@ -92,6 +101,10 @@ def train_classifier(
                 on_eval(row)
 
     evaluate(0)
+    weight = None
+    if cfg.class_weights:
+        num_classes = int(getattr(getattr(model, "config", None), "num_labels", 0) or int(data.labels.max()) + 1)
+        weight = class_weights(data.labels, num_classes).to(next(model.parameters()).device)
     batches = _stream(data, cfg.batch_size, generator)
     model.train(train_mode)
     for step in range(1, cfg.steps + 1):
@@ -100,7 +113,7 @@ def train_classifier(
             flip = torch.rand(images.shape[0], generator=generator) < 0.5
             images = torch.where(flip.view(-1, 1, 1, 1), images.flip(-1), images)
         logits = model(pixel_values=normalize(images, mean, std)).logits
-        loss = F.cross_entropy(logits, labels)
+        loss = F.cross_entropy(logits, labels, weight=weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -122,4 +135,4 @@ def freeze_all_but(model: nn.Module, trainable: Sequence[str]) -> None:
         p.requires_grad_(name in names)
 
 
-__all__ = ["TrainConfig", "train_classifier", "freeze_all_but", "lr_factor"]
+__all__ = ["TrainConfig", "class_weights", "train_classifier", "freeze_all_but", "lr_factor"]
