@@ -30,13 +30,18 @@ class Calibration:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _median_time(fn: Callable[[int], Any], repeats: int, clock: Callable[[], float]) -> float:
+def _median_time(fn: Callable[[int], Any], repeats: int, clock: Callable[[], float], budget: float | None = None) -> float:
+    """Median seconds of ``fn(i)`` over up to ``repeats`` calls after one warm-up call; stops early (after at
+    least one timed call) once ``budget`` seconds are spent, so a busy machine does not stretch calibration."""
+    started = clock()
     fn(0)  # warm-up: first-call allocations
     times = []
     for i in range(1, repeats + 1):
         t0 = clock()
         fn(i)
         times.append(clock() - t0)
+        if budget is not None and clock() - started > budget:
+            break
     return statistics.median(times)
 
 
@@ -80,7 +85,7 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
     pruner = Pruner(model, adapter, data, config, means).__enter__()  # the teacher: one forward over every row
     eval_rate = (clock() - t0) / rows
     try:
-        gate = _median_time(pruner.step, steps, clock)
+        gate = _median_time(pruner.step, steps, clock, budget=2.0)
     finally:
         pruner.__exit__()
     model.train()
@@ -93,7 +98,7 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
         idx = [(i * ft_batch + j) % rows for j in range(ft_batch)]
         train_step(model, task, task.batch_at(tok, "train", idx, max_length=ft_length), opt, sched, 1.0, i)
 
-    finetune = _median_time(ft_step, max(2, steps - 1), clock)
+    finetune = _median_time(ft_step, max(2, steps - 1), clock, budget=2.0)
     model.eval()
     return {"minilm_gate_step": gate, "minilm_finetune_step": finetune, "minilm_eval_example": eval_rate}
 

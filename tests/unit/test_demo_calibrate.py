@@ -1,0 +1,53 @@
+"""Calibration: the timing loop on a fake clock, and the GPT-2 rates on a one-layer arithmetic model."""
+
+from __future__ import annotations
+
+import copy
+
+from subnetlab.experiments.demo.calibrate import _median_time, calibrate, gpt2_rates
+from subnetlab.experiments.demo.estimate import UNITS
+from subnetlab.experiments.subtask_induction.reproduce import PRESETS as SI
+
+
+class StepClock:
+    """Each call to the timed function advances the clock by the next of ``durations``."""
+
+    def __init__(self, durations):
+        self.t, self.durations, self.calls = 0.0, list(durations), 0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def step(self, _i: int) -> None:
+        self.t += self.durations[self.calls]
+        self.calls += 1
+
+
+def test_median_after_a_warm_up_call():
+    clock = StepClock([10.0, 1.0, 3.0, 2.0])
+    assert _median_time(clock.step, 3, clock) == 2.0  # the 10 s warm-up is not counted
+    assert clock.calls == 4
+
+
+def test_budget_stops_early_but_times_at_least_once():
+    clock = StepClock([5.0, 4.0, 1.0, 1.0])
+    assert _median_time(clock.step, 3, clock, budget=2.0) == 4.0
+    assert clock.calls == 2
+
+
+def _tiny() -> dict:
+    s = copy.deepcopy(SI["demo"])
+    s.update(layers=[1], n_eval=64, cs_batch=16, transfer_batch=16, max_number=20)
+    return s
+
+
+def test_gpt2_rates_are_positive_per_row():
+    rates = gpt2_rates(_tiny(), batches=2)
+    assert set(rates) == {"gpt2_eval_row", "gpt2_mask_row", "gpt2_train_row"} <= set(UNITS)
+    assert all(r > 0 for r in rates.values())
+
+
+def test_calibrate_only_the_demos_asked_for():
+    cal = calibrate({"subtask-induction": _tiny()})
+    assert set(cal.rates) == {"gpt2_eval_row", "gpt2_mask_row", "gpt2_train_row"}
+    assert cal.seconds > 0 and "gpt2_seconds" in cal.details
