@@ -7,6 +7,13 @@ under its final name, and a failed write (a full disk, a read-only directory)
 leaves the previous complete file as it was. Files get the permissions any
 program would give them (``0666`` less the umask), so colleagues on a shared
 machine can read the results.
+
+Crash tests: with ``SUBNETLAB_TEST_KILL_AFTER_WRITE=PATTERN[#N]`` in the
+environment, the process kills itself with SIGKILL right after its N-th
+(default: first) completed write whose path matches the ``fnmatch`` PATTERN
+(``*/checkpoint.json#2``). A test uses it to stop a command at a chosen
+checkpoint, whatever the speed of the machine, and then checks that a rerun
+resumes to the result an uninterrupted run gives.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
+from fnmatch import fnmatch
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +35,23 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from subnetlab.errors import SubnetlabError
+
+
+KILL_AFTER_WRITE = "SUBNETLAB_TEST_KILL_AFTER_WRITE"
+_matching_writes = 0
+
+
+def _kill_point(path: Path) -> None:
+    """The crash-test hook (see the module doc): SIGKILL this process after the chosen write."""
+    global _matching_writes
+    spec = os.environ.get(KILL_AFTER_WRITE)
+    if not spec:
+        return
+    pattern, _, count = spec.partition("#")
+    if fnmatch(Path(os.path.abspath(path)).as_posix(), pattern):
+        _matching_writes += 1
+        if _matching_writes >= int(count or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def current_umask() -> int:
@@ -96,6 +122,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path is not None and tmp_path.exists():
             tmp_path.unlink()
+    _kill_point(final)
 
 
 def seal_directory(directory: str | os.PathLike) -> None:

@@ -1,0 +1,186 @@
+"""Kill and resume: a command SIGKILLed at a chosen write (``SUBNETLAB_TEST_KILL_AFTER_WRITE``), then rerun,
+ends with the results of an uninterrupted run: every tensor bit-identical, every JSON result equal except timing
+fields and the ``resumed_from`` record. The killed run is a real subprocess; the others run in this process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from subnetlab.cli import main
+from subnetlab.io import KILL_AFTER_WRITE
+
+TIMING = {"seconds", "cpu_seconds", "wall_seconds", "train_seconds", "teacher_seconds", "resumed_from"}
+NLI = ["--task", "nli-synthetic", "--task-option", "n_train=24", "--task-option", "n_eval=8",
+       "--task-option", "hans_per_subcase=1"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread(one_thread):
+    yield
+
+
+def run_here(args: list[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(args)
+    assert done.value.code in (0, None)
+
+
+def run_killed(args: list[str], kill_after: str) -> subprocess.CompletedProcess:
+    """The command in a subprocess that SIGKILLs itself right after the write ``kill_after`` names."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path),
+               **{KILL_AFTER_WRITE: kill_after})
+    proc = subprocess.run([sys.executable, "-m", "subnetlab.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == -9, f"not killed at {kill_after} (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    return proc
+
+
+def _plain(value, roots: list[str]):
+    """JSON with timing fields dropped and the run directory's own path replaced by OUT."""
+    if isinstance(value, dict):
+        return {k: _plain(v, roots) for k, v in value.items() if k not in TIMING}
+    if isinstance(value, list):
+        return [_plain(v, roots) for v in value]
+    if isinstance(value, str):
+        for root in roots:
+            value = value.replace(root, "OUT")
+    return value
+
+
+def results(out: Path) -> dict[str, object]:
+    """Every JSON and safetensors result under ``out`` (tensors as bytes: compared bit for bit)."""
+    roots = [str(out.resolve()), str(out)]
+    found: dict[str, object] = {}
+    for path in sorted(out.rglob("*")):
+        rel = path.relative_to(out).as_posix()
+        if path.name == "sweep.json" or path.name.startswith("."):  # the executor's log of this invocation
+            continue
+        if path.suffix == ".json":
+            found[rel] = _plain(json.loads(path.read_text()), roots)
+        elif path.suffix == ".safetensors":
+            with safe_open(str(path), "pt") as f:
+                found[rel] = ({k: (str(f.get_tensor(k).dtype), f.get_tensor(k).numpy().tobytes()) for k in f.keys()},
+                              _plain(f.metadata() or {}, roots))
+    return found
+
+
+def assert_same_results(whole: Path, resumed: Path) -> int:
+    a, b = results(whole), results(resumed)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name] == b[name], f"{name} differs after kill and resume"
+    return len(a)
+
+
+def kill_and_resume(args: list[str], tmp_path: Path, kill_after: str, *, unfinished: str = "metrics.json") -> int:
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    run_here([*args, "--out", str(whole)])
+    run_killed([*args, "--out", str(resumed)], str(resumed) + "/" + kill_after)
+    assert not (resumed / unfinished).exists()  # really stopped before the end
+    run_here([*args, "--out", str(resumed)])
+    return assert_same_results(whole, resumed)
+
+
+# --- transfer: one job per (condition, size, seed); killed as the third job starts -------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt2_files(tmp_path_factory) -> dict[str, Path]:
+    from transformers import GPT2LMHeadModel
+
+    from subnetlab.methods.finetune.model import arithmetic_gpt2_config
+    from subnetlab.models import get_adapter
+    from subnetlab.subnetwork import Subnetwork
+
+    root = tmp_path_factory.mktemp("gpt2")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(arithmetic_gpt2_config(2, 23, 21))
+    model.save_pretrained(root / "model")
+    adapter = get_adapter(model)
+    g = torch.Generator().manual_seed(0)
+    masks = {n: torch.rand(adapter.parameter(n).shape, generator=g) < 0.3 for n in adapter.weight_matrices()}
+    Subnetwork.from_weight_masks(adapter, masks, method="continuous-sparsification").save(root / "sub.safetensors")
+    return {"model": root / "model", "sub": root / "sub.safetensors"}
+
+
+def test_transfer_killed_as_a_run_starts_resumes_to_the_same_results(gpt2_files, tmp_path: Path) -> None:
+    args = ["transfer", "--model", str(gpt2_files["model"]), "--subnetwork", str(gpt2_files["sub"]),
+            "--task", "arith:a^2+ab", "--condition", "subnetwork,scratch", "--disambiguation", "0,10",
+            "--seeds", "0", "--task-option", "n_eval=10", "--task-option", "n_test=10", "--epochs", "2",
+            "--device", "cpu"]
+    assert kill_and_resume(args, tmp_path, "*/config.json#3") >= 9
+
+
+# --- lottery-prune: one job; killed after the subnetwork, before its controls ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from subnetlab.tasks import NLI3
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    where = tmp_path_factory.mktemp("bert") / "model"
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=3, initializer_range=0.3,
+                        id2label=dict(enumerate(NLI3)), label2id={k: i for i, k in enumerate(NLI3)})
+    BertForSequenceClassification(config).save_pretrained(where)
+    word_tokenizer().save_pretrained(where)
+    return where
+
+
+@pytest.mark.parametrize("method", ["importance", "magnitude"])
+def test_lottery_prune_killed_mid_run_resumes_to_the_same_results(method, bert_dir: Path, tmp_path: Path) -> None:
+    args = ["lottery-prune", "--model", str(bert_dir), *NLI, "--method", method, "--batch-size", "8",
+            "--max-length", "32", "--threshold", "0.5", "--fraction", "0.25", "--max-steps", "3", "--device", "cpu"]
+    assert kill_and_resume(args, tmp_path, "subnetwork.safetensors") >= 4
+
+
+# --- effective-size: staircases with training checkpoints; killed after the second checkpoint written -------------
+
+
+@pytest.fixture(scope="module")
+def finetune_run(tmp_path_factory) -> Path:
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from subnetlab.models import resolve
+    from subnetlab.tasks import NLI3
+
+    tok = AutoTokenizer.from_pretrained(resolve("minilm"))
+    run = tmp_path_factory.mktemp("ft")
+    for step, seed in ((10, 0), (20, 1)):
+        torch.manual_seed(seed)
+        config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=64, max_position_embeddings=64, num_labels=3, initializer_range=0.3,
+                            id2label=dict(enumerate(NLI3)), label2id={k: i for i, k in enumerate(NLI3)})
+        where = run / "checkpoints" / f"step-{step}"
+        BertForSequenceClassification(config).eval().save_pretrained(where)
+        tok.save_pretrained(where)
+        (where / "trainer_state.json").write_text("{}")
+    return run
+
+
+SMALL = dict(batch_size=8, train_limit=32, means_examples=16, eval_batch_size=16, max_length=24, ramp_steps=3,
+             hold_steps=2, first_ramp_steps=4, checkpoint_every=3, init_log_alpha=1.0, lr=0.3)
+
+
+@pytest.mark.parametrize("search", [[], ["--early-stop", "--warm-start"]], ids=["every-level", "search"])
+def test_effective_size_killed_mid_training_resumes_to_the_same_results(search, finetune_run: Path,
+                                                                         tmp_path: Path) -> None:
+    args = ["effective-size", "--checkpoints", str(finetune_run), *NLI, "--seeds", "2", "--preset", "demo",
+            "--levels", "0.1:0.3:0.1", "--on", "id,ood", "--subcases", "all", *search,
+            *[x for k, v in SMALL.items() for x in ("--set", f"{k}={v}")]]
+    assert kill_and_resume(args, tmp_path, "*/checkpoint.json#2") >= 10
+    if not search:  # the killed staircase went on from its checkpoint, not from step 0
+        resumed = [json.loads(p.read_text()).get("resumed_from") for p in (tmp_path / "resumed").rglob("seed-*/metrics.json")]
+        assert sum(1 for r in resumed if r) == 1, resumed
