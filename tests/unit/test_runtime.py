@@ -64,3 +64,48 @@ def test_no_decay_1d_groups_matrices_apart_from_biases_and_norms():
     decayed, plain = opt.param_groups
     assert [p.shape for p in decayed["params"]] == [torch.Size([4, 3])] and decayed["weight_decay"] == 0.01
     assert [p.shape for p in plain["params"]] == [torch.Size([4]), torch.Size([4])] and plain["weight_decay"] == 0.0
+
+
+def test_dtypes_resolve_per_device_and_float16_is_refused_on_the_cpu():
+    assert runtime.resolve_dtype(None) == torch.float32 and runtime.resolve_dtype("BFloat16", "cpu") == torch.bfloat16
+    assert runtime.resolve_dtype("float16", torch.device("cuda")) == torch.float16  # a name check: no CUDA needed
+    with pytest.raises(SubnetlabError, match="dtype float16: half-precision .* on the CPU use float32 or bfloat16") as e:
+        runtime.resolve_dtype("float16", "cpu")
+    assert e.value.setting == "dtype"
+    with pytest.raises(SubnetlabError, match="dtype 'fp8': expected float32, bfloat16, float16"):
+        runtime.resolve_dtype("fp8", "cpu")
+
+
+def test_bfloat16_autocast_on_the_cpu_rounds_a_matrix_product_like_bfloat16_inputs():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(8, 16, generator=g), torch.randn(16, 4, generator=g)
+    with runtime.autocast("cpu", torch.bfloat16):
+        low = a @ b
+    assert low.dtype == torch.bfloat16
+    expected = (a.bfloat16().float() @ b.bfloat16().float()).bfloat16()  # bfloat16 inputs, float accumulation
+    assert torch.allclose(low.float(), expected.float(), rtol=1e-2, atol=1e-2)
+    with runtime.autocast("cpu", torch.float32):
+        assert (a @ b).dtype == torch.float32 and torch.equal(a @ b, torch.mm(a, b))
+
+
+def test_describe_and_record_the_resolved_device(monkeypatch):
+    assert runtime.describe_runtime(torch.device("cpu")) == "device cpu, dtype float32"
+    assert runtime.describe_runtime(torch.device("cpu"), torch.bfloat16) == "device cpu, dtype bfloat16 (autocast)"
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Fake GPU")
+    assert runtime.describe_runtime(torch.device("cuda")) == "device cuda:0 (Fake GPU), dtype float32"
+    assert runtime.runtime_record(torch.device("cuda:1"), torch.float16) == {"resolved_device": "cuda:1",
+                                                                              "resolved_dtype": "float16"}
+
+
+def test_where_a_run_ran_is_not_part_of_its_identity(tmp_path):
+    from subnetlab.runs.directory import check_config, claim, finished_metrics, record_runtime
+
+    config = {"model": "m", "task": "t", "seed": 0, "device": "cuda", "nested": {"device": "cuda", "lr": 1.0}}
+    claim(tmp_path, config)
+    record_runtime(tmp_path, runtime.runtime_record(torch.device("cuda:0"), torch.bfloat16))
+    (tmp_path / "metrics.json").write_text("{}")
+    elsewhere = {**config, "device": "cpu", "nested": {"device": "auto", "lr": 1.0}}  # the same run, another machine
+    assert check_config(tmp_path, elsewhere) and finished_metrics(tmp_path, elsewhere) == {}
+    with pytest.raises(SubnetlabError, match=r"differs in seed\)"):
+        check_config(tmp_path, {**elsewhere, "seed": 1})

@@ -225,11 +225,16 @@ def _meanings(key: str | None, value: Any, run_dir: Path) -> set[str]:
     return {value, os.path.normpath(os.path.join(os.path.abspath(run_dir), value)), os.path.abspath(value)}
 
 
+# where a run ran, not what it computes: left out of every comparison, so a run resumes on another machine
+RUNTIME_KEYS = frozenset({"device", "resolved_device", "resolved_dtype"})
+
+
 def _same(key: str | None, a: Any, b: Any, run_dir: Path) -> bool:
     if a == b:
         return True
     if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return set(a) == set(b) and all(_same(k, a[k], b[k], run_dir) for k in a)
+        return (set(a) - RUNTIME_KEYS == set(b) - RUNTIME_KEYS
+                and all(_same(k, a[k], b[k], run_dir) for k in a if k not in RUNTIME_KEYS))
     if key == "eval_data" and isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return False
@@ -254,7 +259,7 @@ def same_config(existing: Any, config: Any, run_dir: str | os.PathLike) -> bool:
 
 def differing_keys(existing: Mapping[str, Any], config: Mapping[str, Any], run_dir: str | os.PathLike = ".") -> list[str]:
     """The top-level keys whose values differ in meaning (a key missing on one side differs)."""
-    return sorted(k for k in set(existing) | set(config)
+    return sorted(k for k in (set(existing) | set(config)) - RUNTIME_KEYS
                   if k not in existing or k not in config or not _same(k, existing[k], config[k], Path(run_dir)))
 
 
@@ -286,6 +291,12 @@ def finished_metrics(out: str | Path, config: Mapping[str, Any], *, redo_other: 
     return None
 
 
+def record_runtime(out: str | Path, record: Mapping[str, Any]) -> None:
+    """Add where the run ran (``runtime.runtime_record``: ``resolved_device``, ``resolved_dtype``) to its ``config.json``."""
+    path = Path(out) / CONFIG_FILE
+    write_json(path, {**(read_json(path) if path.is_file() else {}), **plain(record)})
+
+
 def claim(out: str | Path, config: Mapping[str, Any], what: str = "config") -> Path:
     """Make ``out`` this run's directory: refuse another config, then write ``config.json``."""
     out = Path(out)
@@ -297,4 +308,4 @@ def claim(out: str | Path, config: Mapping[str, Any], what: str = "config") -> P
 
 __all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "absolute_inputs", "check_config", "check_writable", "claim",
            "differing_keys", "finished_metrics", "is_finished", "lock", "plain", "resolve_run_path", "run_entries",
-           "run_relative", "same_config"]
+           "record_runtime", "run_relative", "same_config"]
