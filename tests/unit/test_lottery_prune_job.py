@@ -76,3 +76,31 @@ def test_new_prune_settings_are_checked():
         with pytest.raises(SubnetlabError) as refused:
             prune_config(model="m", task="t", method="importance", **{key: value})
         assert refused.value.setting == key
+
+
+def test_stsb_regression_prunes_on_the_correlation(tmp_path):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from subnetlab.models import build_model
+    from tests.conftest import tiny_config
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    config = tiny_config("bert")
+    config.num_labels = 1
+    m = build_model(config, head="classification", seed=2)
+    m.model.save_pretrained(tmp_path / "model")
+    tok = word_tokenizer()
+    tok.save_pretrained(tmp_path / "model")
+    pairs = list(zip(SENTENCES[:6], SENTENCES[6:]))
+    gold = [0.5, 4.0, 2.25, 3.0, 1.0, 5.0]
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    (tmp_path / "dev.tsv").write_text(header + "".join(f"{i}\tg\tf\t2012\t{i}\tn\tn\t{a}\t{b}\t{y}\n"
+                                                       for i, ((a, b), y) in enumerate(zip(pairs, gold))))
+    with torch.no_grad():
+        pred = [float(m.model(**tok(a, b, return_tensors="pt")).logits[0, 0]) for a, b in pairs]
+    expected = (scipy_stats.pearsonr(pred, gold)[0] + scipy_stats.spearmanr(pred, gold)[0]) / 2
+    metrics = prune_job(prune_config(model=str(tmp_path / "model"), task="glue-stsb",
+                                     task_options={"eval": str(tmp_path / "dev.tsv")}, method="importance",
+                                     batch_size=3, device="cpu", max_steps=1, stop_metric="task",
+                                     criterion="sensitivity-per-batch"), tmp_path / "stsb")
+    assert metrics["metric_name"] == "corr"
+    assert metrics["full_metric"] == pytest.approx(expected, rel=1e-4)
