@@ -37,6 +37,8 @@ class EvaluateJobConfig:
     max_length: int = 128
     limit: int | None = None
     eval_data: tuple[str, ...] = field(default=(), repr=False)
+    device: str = "auto"
+    dtype: str = "float32"  # forward passes: float32, or bfloat16 / float16 autocast on accelerators
 
     def __post_init__(self) -> None:
         from subnetlab.methods.finetune.model import ARITH_PREFIX
@@ -62,7 +64,7 @@ class EvaluateJobConfig:
         return {"command": "evaluate", "model": self.model, "task": task_options, "eval_data": list(self.eval_data),
                 "splits": list(self.splits) if self.splits else None, "subnetwork": self.subnetwork,
                 "ablation": self.ablation, "means": self.means, "batch_size": self.batch_size,
-                "max_length": self.max_length, "limit": self.limit}
+                "max_length": self.max_length, "limit": self.limit, "device": self.device, "dtype": self.dtype}
 
 
 def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
@@ -71,7 +73,11 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
     from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
     from subnetlab.models import load_model
     from subnetlab.progress import stage
+    from subnetlab.runtime import autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 
+    device = resolve_device(job.device)
+    dtype = resolve_dtype(job.dtype, device)
+    stage(describe_runtime(device, dtype))
     task = job.task.build()
     loaded = load_model(job.model, head="causal-lm" if task.kind == "lm" else "classification")
     archs = getattr(loaded.model.config, "architectures", None) or []
@@ -82,9 +88,11 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
     check_model_fits_task(loaded.model, tokenizer, task, job.model)
     splits = list(job.splits) if job.splits else None
     check_lengths_fit(loaded.model, tokenizer, task, job.max_length, job.model, splits or list(task.eval_splits))
-    config = job.record(task.options)
+    config = {**job.record(task.options), **runtime_record(device, dtype)}
+    loaded.model.to(device)
     if job.subnetwork is None:
-        results = evaluate(loaded.model, tokenizer, task, splits, job.batch_size, job.max_length, limit=job.limit)
+        with autocast(device, dtype):
+            results = evaluate(loaded.model, tokenizer, task, splits, job.batch_size, job.max_length, limit=job.limit)
     else:
         from subnetlab.intervene import ComponentValues
         from subnetlab.methods.evaluate import mean_values
@@ -100,10 +108,12 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
                 source = "train" if task.train else (splits or list(task.eval_splits))[0]
                 count = min(job.means_examples, len(task.examples(source)))
                 stage(f"mean activations over {count} examples of {source}")
-                values = mean_values(loaded.model, loaded.adapter, task, tokenizer, source, count, job.batch_size,
-                                     job.max_length)
+                with autocast(device, dtype):
+                    values = mean_values(loaded.model, loaded.adapter, task, tokenizer, source, count, job.batch_size,
+                                         job.max_length)
                 config["means_from"] = {"split": source, "examples": count}
-        with subnetwork_context(loaded.model, loaded.adapter, sub, ablation=job.ablation, means=values):
+        with subnetwork_context(loaded.model, loaded.adapter, sub, ablation=job.ablation, means=values), \
+                autocast(device, dtype):
             results = evaluate(loaded.model, tokenizer, task, splits, job.batch_size, job.max_length, limit=job.limit)
         config["subnetwork_sparsity"] = sub.sparsity
     out.mkdir(parents=True, exist_ok=True)

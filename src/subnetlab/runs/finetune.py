@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import append_jsonl, read_json, write_json, write_text
+from subnetlab.io import append_jsonl, atomic_directory, read_json, write_json, write_text
 from subnetlab.methods.evaluate import evaluate
 from subnetlab.methods.model_fit import check_lengths_fit
 from subnetlab.methods.finetune.config import FinetuneConfig, check_warmup, total_steps
@@ -44,7 +44,7 @@ from subnetlab.methods.finetune.state import (
 from subnetlab.optim import lr_scheduler
 from subnetlab.progress import stage, track
 from subnetlab.runs.directory import run_entries
-from subnetlab.runtime import resolve_device
+from subnetlab.runtime import autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec
 
@@ -61,9 +61,10 @@ def _check_run_dir(out: Path, cfg: FinetuneConfig) -> bool:
     """True when ``out`` already holds this finished run; error if it holds another run."""
     cfg_path = out / "config.json"
     if cfg_path.is_file():
-        previous = read_json(cfg_path).get("finetune")
-        if previous != cfg.to_json():
-            diff = [k for k in cfg.to_json() if (previous or {}).get(k) != cfg.to_json()[k]]
+        previous = {k: v for k, v in (read_json(cfg_path).get("finetune") or {}).items() if k != "device"}
+        wanted = {k: v for k, v in cfg.to_json().items() if k != "device"}  # where it ran is not what it computes
+        if previous != wanted:
+            diff = sorted(k for k in set(wanted) | set(previous) if previous.get(k) != wanted.get(k))
             raise SubnetlabError(
                 f"{out} holds a fine-tuning run with a different configuration ({', '.join(diff) or 'format'}); "
                 "run it again with the same configuration to resume it, or choose another output directory",
@@ -86,21 +87,14 @@ def _trim_log(path: Path, step: int) -> None:
 
 def _final_model(out: Path, checkpoint: Path) -> None:
     """``out/model``: the last checkpoint without its trainer files (weights hard-linked)."""
-    tmp = out / f".model.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    for f in checkpoint.iterdir():
-        if f.name in ("trainer_state.json", "optimizer.safetensors"):
-            continue
-        try:
-            os.link(f, tmp / f.name)
-        except OSError:
-            shutil.copy2(f, tmp / f.name)
-    final = out / "model"
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with atomic_directory(out / "model") as tmp:  # a full disk: an error, and no half-copied model
+        for f in checkpoint.iterdir():
+            if f.name in ("trainer_state.json", "optimizer.safetensors"):
+                continue
+            try:
+                os.link(f, tmp / f.name)
+            except OSError:
+                shutil.copy2(f, tmp / f.name)
 
 
 def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: int | None = None) -> dict[str, Any]:
@@ -116,11 +110,14 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     task = finetune_task(cfg)
     warmup = check_warmup(cfg, len(task.train))
     device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    stage(describe_runtime(device, dtype))
     resume = latest_resumable(out)
     loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
     check_lengths_fit(loaded.model, loaded.tokenizer, task, cfg.max_length, cfg.model)
     out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
-    write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options})
+    write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options,
+                                     **runtime_record(device, dtype)})
     clean_temporaries(out)
 
     n = len(task.train)
@@ -140,8 +137,9 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     _trim_log(out / "metrics.jsonl", step)
 
     def log_eval(at: int) -> dict[str, Any]:
-        scores = evaluate(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_length=cfg.max_length,
-                          limit=cfg.eval_limit, show_progress=False)
+        with autocast(device, dtype):
+            scores = evaluate(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_length=cfg.max_length,
+                              limit=cfg.eval_limit, show_progress=False)
         record = {"step": at, "epoch": at / per_epoch, "lr": scheduler.get_last_lr()[0],
                   "train_loss": state["loss_sum"] / state["loss_count"] if state["loss_count"] else None, "splits": scores}
         append_jsonl(out / "metrics.jsonl", record)
@@ -157,8 +155,9 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     last = None
     for step in track(range(step, total), total=total - step, description="fine-tuning"):
         batch = task.batch_at(tokenizer, "train", batches.indices(step), max_length=cfg.max_length)
-        loss = train_step(model, task, {k: v.to(device) for k, v in batch.items()}, optimizer, scheduler,
-                          cfg.grad_clip, step)
+        with autocast(device, dtype):
+            loss = train_step(model, task, {k: v.to(device) for k, v in batch.items()}, optimizer, scheduler,
+                              cfg.grad_clip, step)
         state["loss_sum"] += float(loss.item())
         state["loss_count"] += 1
         done = step + 1

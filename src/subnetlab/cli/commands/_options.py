@@ -65,6 +65,18 @@ def data_option(setting: str) -> Any:
     return typer.Option(None, flag, help=text)
 
 
+DEVICE_HELP = "auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."
+DTYPE_HELP = ("Precision of forward passes: float32, or bfloat16 / float16 autocast (float16 on CUDA or mps only; "
+              "bfloat16 also on the CPU) [float32].")
+
+
+def dtype_option() -> Any:
+    """The ``--dtype`` option (default None: float32)."""
+    import typer
+
+    return typer.Option(None, "--dtype", help=DTYPE_HELP)
+
+
 def with_data_options(task: str, options: dict[str, Any], **given: Any) -> dict[str, Any]:
     """``options`` (from --task-option) with the data flags given added; a flag and a --task-option that
     disagree, or a data flag on a task that is not your own data, are refused."""

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import data_option, with_data_options
+from subnetlab.cli.commands._options import DEVICE_HELP, data_option, dtype_option, with_data_options
 
 
 def _table(split: str, score: dict[str, Any]) -> Any:
@@ -54,6 +54,8 @@ def evaluate(
     batch_size: int = typer.Option(64, "--batch-size", help="Examples per forward pass."),
     max_length: int = typer.Option(128, "--max-length", help="Tokens per example."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate the first N examples of each split."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = dtype_option(),
 ) -> None:
     """Print a per-subcase accuracy table for each split and write it to DIR/metrics.json."""
     from rich.console import Console
@@ -68,7 +70,7 @@ def evaluate(
                                    tuple(eval_data)),
         splits=tuple(split) or None, subnetwork=str(subnetwork) if subnetwork else None, ablation=ablation,
         means=str(means) if means else None, means_examples=means_examples, batch_size=batch_size,
-        max_length=max_length, limit=limit, eval_data=tuple(eval_data))
+        max_length=max_length, limit=limit, eval_data=tuple(eval_data), device=device, dtype=dtype or "float32")
     results = evaluate_run(job, out)
     console = Console()
     for name, score in results.items():

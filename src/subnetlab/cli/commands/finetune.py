@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import data_option, with_data_options
+from subnetlab.cli.commands._options import data_option, dtype_option, with_data_options
 from subnetlab.errors import SubnetlabError
 
 
@@ -62,6 +62,7 @@ def finetune(
     eval_batch_size: Optional[int] = typer.Option(None, "--eval-batch-size", help="Evaluation batch size [64]."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the head, dropout and data order [0]."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
+    dtype: Optional[str] = dtype_option(),
 ) -> None:
     """Fine-tune MODEL on TASK: AdamW, checkpoints every --save-every steps, evaluation
     (in-domain and every out-of-domain subcase) every --eval-every steps into DIR/metrics.jsonl."""
@@ -74,7 +75,7 @@ def finetune(
         eval_data=list(eval_data), lr=lr, batch_size=batch_size, epochs=epochs, max_steps=max_steps,
         warmup_steps=warmup_steps, warmup_ratio=warmup_ratio, weight_decay=weight_decay, scheduler=scheduler,
         grad_clip=grad_clip, max_length=max_length, save_every=save_every, eval_every=eval_every,
-        eval_limit=eval_limit, eval_batch_size=eval_batch_size, seed=seed, device=device,
+        eval_limit=eval_limit, eval_batch_size=eval_batch_size, seed=seed, device=device, dtype=dtype,
     )
     metrics = run(cfg, out)
     for split, score in metrics["final"].items():

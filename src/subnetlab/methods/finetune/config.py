@@ -52,10 +52,13 @@ class FinetuneConfig:
     seed: int = 0
     device: str = "cpu"
     preset: str | None = None
+    dtype: str = "float32"  # forward passes: float32, or bfloat16 / float16 autocast (runtime.resolve_dtype)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["adam_betas"] = list(self.adam_betas)
+        if self.dtype == "float32":
+            del out["dtype"]  # the default: a run written before dtype existed is the same run
         return out
 
     @classmethod
@@ -127,6 +130,9 @@ def validate(cfg: FinetuneConfig) -> None:
     need(cfg.eval_batch_size >= 1, "eval_batch_size", f"{cfg.eval_batch_size} must be at least 1")
     need(cfg.device in ("cpu", "cuda", "auto", "mps") or cfg.device.startswith("cuda:"), "device",
          f"{cfg.device!r} is not auto, cpu, cuda[:N] or mps")
+    need(cfg.dtype in ("float32", "bfloat16", "float16"), "dtype", f"{cfg.dtype!r} is not float32, bfloat16 or float16")
+    need(cfg.dtype != "float16", "dtype", "float16 has no loss scaling in fine-tuning (gradients would underflow); "
+         "use bfloat16 or float32")
     need(len(cfg.adam_betas) == 2 and all(0 <= b < 1 for b in cfg.adam_betas), "adam_betas",
          f"{cfg.adam_betas} must be in [0, 1)")
     for spec in cfg.eval_data:
