@@ -43,7 +43,8 @@ def test_rows_equal_separate_evaluate_calls(setup):
     listed = parse_heads(["L0.H1", "L1.H2"], 2, 4)
     table = ablation_table(model, adapter, listed, lambda: columns_of(loaded, tok, task), means,
                            non_listed="all", id_columns=["id"])
-    assert [r.label for r in table.rows] == [NONE_ROW, AVERAGE_ROW, "L0.H1", "L1.H2", "L0.H1 & L1.H2"]
+    assert [r.label for r in table.rows] == [NONE_ROW, AVERAGE_ROW, "L0.H1", "L1.H2", table.joint.label]
+    assert sorted(table.joint.heads) == ["L0.H1", "L1.H2"] and table.joint.kind == "joint"
     assert table.columns == ["id", *SUBCASES]
 
     def separately(ablated):
@@ -52,7 +53,7 @@ def test_rows_equal_separate_evaluate_calls(setup):
 
     assert table.row(NONE_ROW).accuracy == columns_of(loaded, tok, task)
     assert table.row("L0.H1").accuracy == separately([(0, 1)])
-    assert table.row("L0.H1 & L1.H2").accuracy == separately([(0, 1), (1, 2)])
+    assert table.joint.accuracy == separately([(0, 1), (1, 2)])
     others = [(l, h) for l in range(2) for h in range(4) if (l, h) not in listed]
     assert table.averaged_heads == [f"L{l}.H{h}" for l, h in others]
     singles = [separately([hd]) for hd in others]
@@ -64,7 +65,7 @@ def test_rows_equal_separate_evaluate_calls(setup):
     verdict = table.super_additivity()
     for c in table.columns:
         single_drops = sum(table.base[c] - table.row(h).accuracy[c] for h in ("L0.H1", "L1.H2"))
-        joint_drop = table.base[c] - table.row("L0.H1 & L1.H2").accuracy[c]
+        joint_drop = table.base[c] - table.joint.accuracy[c]
         assert verdict[c]["sum_single_drops"] == pytest.approx(single_drops)
         assert verdict[c]["super_additive"] == (joint_drop > 1e-9 and joint_drop > single_drops + 1e-9)
 
@@ -73,10 +74,11 @@ def test_super_additivity_on_a_hand_built_table():
     """Only a real joint drop larger than the summed single drops counts; ties and accuracy gains do not."""
     base = {"more": 0.9, "tie": 0.9, "gain": 0.9, "smaller_gain": 0.9}
     rows = [
-        AblationRow(NONE_ROW, [], base),
+        AblationRow(NONE_ROW, [], base, "none"),
         AblationRow("L0.H0", ["L0.H0"], {"more": 0.8, "tie": 0.8, "gain": 0.8, "smaller_gain": 1.0}),
         AblationRow("L0.H1", ["L0.H1"], {"more": 0.8, "tie": 0.8, "gain": 0.8, "smaller_gain": 1.0}),
-        AblationRow("L0.H0 & L0.H1", ["L0.H0", "L0.H1"], {"more": 0.5, "tie": 0.7, "gain": 1.0, "smaller_gain": 0.95}),
+        AblationRow("L0.H0 & L0.H1", ["L0.H0", "L0.H1"], {"more": 0.5, "tie": 0.7, "gain": 1.0, "smaller_gain": 0.95},
+                    "joint"),
     ]
     verdict = AblationTable(list(base), rows, [], []).super_additivity()
     assert {c: v["super_additive"] for c, v in verdict.items()} == {
@@ -98,6 +100,99 @@ def test_sampled_non_listed_average_is_seeded(setup):
     assert "L0.H0" not in t1.averaged_heads
     assert t1.joint is None and t1.super_additivity() == {}
     assert len(calls) == 2 * (1 + 3 + 1)
+
+
+# -- the joint row: the top-3 single OOD drops, and super-additivity over exactly those -----------------------------
+
+A, B, C, D = "L0.H0", "L0.H1", "L1.H0", "L1.H1"
+SINGLE_DROP = {A: 0.10, B: 0.08, C: 0.05, D: -0.20}  # D's single ablation *raises* OOD accuracy by 20 points
+INTERACTION = 0.02  # ablating A, B and C together costs this much more than their drops summed
+
+
+def zeroed_heads(loaded, inputs) -> set[str]:
+    """Which heads the gates zero-ablate now: their slice of the output projection's input is exactly 0.
+
+    Registered after the gates' own hooks, this pre-hook sees the gated input: an independent reading of what the
+    table ablated, through the real gating path rather than its bookkeeping."""
+    a, seen, handles = loaded.adapter, set(), []
+    for layer in range(a.num_layers):
+        def hook(module, args, layer=layer):
+            x = args[0].view(*args[0].shape[:-1], a.num_heads, a.head_dim)
+            seen.update(f"L{layer}.H{h}" for h in range(a.num_heads) if bool((x[..., h, :] == 0).all()))
+        handles.append(a.head_output_module(layer).register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            loaded.model(**inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+def test_joint_row_is_the_top3_and_super_additivity_ignores_the_head_that_helps():
+    loaded = build_model(tiny_config("bert", layers=2, heads=2, hidden=16), head="classification", seed=0)
+    inputs = {"input_ids": torch.tensor([[1, 5, 7, 2]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+
+    def accuracy() -> dict[str, float]:
+        ablated = zeroed_heads(loaded, inputs)
+        ood = 0.6 - sum(SINGLE_DROP[h] for h in ablated) - (INTERACTION if {A, B, C} <= ablated else 0.0)
+        return {"id": 0.9 - 0.01 * len(ablated), "ood": ood}
+
+    heads = parse_heads([A, B, C, D], 2, 2)
+    table = ablation_table(loaded.model, loaded.adapter, heads, accuracy, None, non_listed=None, id_columns=["id"])
+    assert table.joint.heads == [A, B, C]  # ranked by single OOD drop; D (which helps) is not in it
+    verdict = table.super_additivity()["ood"]
+    assert verdict["sum_single_drops"] == pytest.approx(0.23)  # 0.10 + 0.08 + 0.05: D's -0.20 is not counted
+    assert verdict["joint_drop"] == pytest.approx(0.25) and verdict["super_additive"]
+    # the extra row ablates all four; its verdict sums all four singles (0.03) against its own drop (0.05)
+    everything = table.of("all")[0]
+    assert everything.heads == [A, B, C, D]
+    assert table.to_dict()["super_additivity_all"]["ood"]["sum_single_drops"] == pytest.approx(0.03)
+    # an explicit joint set counts exactly its heads, the helping one included
+    chosen = ablation_table(loaded.model, loaded.adapter, heads, accuracy, None, joint=parse_heads([A, D], 2, 2),
+                            non_listed=None, id_columns=["id"])
+    assert chosen.super_additivity()["ood"]["sum_single_drops"] == pytest.approx(-0.10)
+    assert chosen.super_additivity()["ood"]["super_additive"] is False  # the joint ablation raises accuracy
+    back = AblationTable.from_dict(table.to_dict())
+    assert back.super_additivity() == table.super_additivity() and back.joint.heads == [A, B, C]
+
+
+def test_zero_and_resample_control_rows(setup):
+    """Control rows equal the same ablation done by hand with zero values, and with values rolled across the batch."""
+    from subnetlab.intervene.resample import resampling
+
+    loaded, tok, task, means = setup
+    model, adapter = loaded.model, loaded.adapter
+    listed = parse_heads(["L0.H1", "L1.H2"], 2, 4)
+    evaluator = lambda: columns_of(loaded, tok, task)  # noqa: E731
+
+    def resample(ctl):
+        return resampling(model, adapter, ctl, torch.Generator().manual_seed(0), single=means)
+
+    table = ablation_table(model, adapter, listed, evaluator, means, joint=2, non_listed=None, id_columns=["id"],
+                           controls=("zero", "resample"), resample=resample)
+    assert [(r.kind, r.replacement) for r in table.rows[-6:]] == [
+        ("single", "zero"), ("single", "zero"), ("joint", "zero"),
+        ("single", "resample"), ("single", "resample"), ("joint", "resample")]
+    with apply_gates(model, adapter, heads=head_gates(2, 4, [(0, 1)]), ablation=None):
+        assert table.row("L0.H1 (zero)").accuracy == evaluator()
+    # resample: one listed head, one resample evaluation, a fresh generator with the same seed -> the same values
+    with apply_gates(model, adapter, heads=head_gates(2, 4, [(0, 1)]), ablation=None) as ctl:
+        with resampling(model, adapter, ctl, torch.Generator().manual_seed(0), single=means):
+            by_hand = evaluator()
+    one = ablation_table(model, adapter, [(0, 1)], evaluator, means, joint=None, non_listed=None, id_columns=["id"],
+                         controls=("resample",), resample=resample)
+    assert one.row("L0.H1 (resample)").accuracy == by_hand
+    # and resampling is not a no-op: the logits differ from zero ablation's on a batch of several examples
+    batch = next(iter(task.model_inputs(b) for b in task.batches(tok, "id", 8)))
+    with torch.no_grad(), apply_gates(model, adapter, heads=head_gates(2, 4, listed), ablation=None) as ctl:
+        zeroed = model(**batch).logits
+        with resampling(model, adapter, ctl, torch.Generator().manual_seed(0)):
+            rolled = model(**batch).logits
+        assert ctl.ablation is None  # restored on exit
+    assert (zeroed - rolled).abs().max() > 1e-5
+    with pytest.raises(SubnetlabError, match="controls"):
+        ablation_table(model, adapter, listed, evaluator, means, controls=("median",))
 
 
 def test_bad_heads_are_named():

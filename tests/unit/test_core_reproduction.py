@@ -20,13 +20,37 @@ def test_choose_subcases():
     assert data.choose_subcases("paper", None) == list(PAPER_SUBCASES)
     scores = {s: 0.1 for s in data.non_entailment_subcases()}
     scores.update({"cn_adverb": 0.9, "sn_NP/S": 0.5, "ln_passive": 0.5, "le_passive": 1.0})  # le_: entailment, never chosen
-    assert data.choose_subcases("auto", scores, count=3) == ["cn_adverb", "ln_passive", "sn_NP/S"]
+    assert data.choose_subcases("best-non-entailment", scores, count=3) == ["cn_adverb", "ln_passive", "sn_NP/S"]
     assert data.choose_subcases(["ln_preposition"], None) == ["ln_preposition"]
     with pytest.raises(SubnetlabError, match="no_such"):
         data.choose_subcases(["no_such"], None)
     with pytest.raises(SubnetlabError, match="auto"):
         data.choose_subcases("auto", None)
     assert len(data.non_entailment_subcases()) == 15
+    assert data.entailment_subcases("lexical_overlap") == [
+        "le_relative_clause", "le_around_prepositional_phrase", "le_around_relative_clause", "le_conjunction", "le_passive"]
+
+
+def test_balanced_rule_skips_a_model_biased_to_non_entailment():
+    """The fixture of the fidelity issue: every non-entailment subcase 1.0, every entailment subcase 0.0, except one
+    heuristic (constituent) that the model gets partly right both ways. Plain accuracy picks the biased subcases first;
+    balanced accuracy picks the constituent ones, whose heuristic the model does not blindly reject."""
+    scores = {s: 1.0 for s in data.non_entailment_subcases()}
+    scores.update({s: 0.0 for h in ("lexical_overlap", "subsequence") for s in data.entailment_subcases(h)})
+    scores.update({s: 0.8 for s in data.entailment_subcases("constituent")})
+    scores.update({"cn_adverb": 0.6, "cn_disjunction": 0.7})
+    plain = data.choose_subcases("best-non-entailment", scores, count=2)
+    assert all(scores[s] == 1.0 for s in plain)
+    chosen = data.choose_subcases("auto", scores, count=2)
+    # constituent: balanced (1.0 + 0.8) / 2 = 0.9 for its three 1.0 subcases; the others (1.0 + 0.0) / 2 = 0.5, below
+    # the entailment floor anyway
+    assert chosen == ["cn_after_if_clause", "cn_embedded_under_if"]
+    b = data.balanced_accuracies(scores)
+    assert b["cn_adverb"] == {"non_entailment": 0.6, "entailment": pytest.approx(0.8), "balanced": pytest.approx(0.7)}
+    # no heuristic reaches the floor: the balanced ranking without it
+    low = {s: (0.2 if s.startswith("cn") else 0.1) for s in scores}
+    low.update({s: 1.0 for s in data.non_entailment_subcases()})
+    assert all(s.startswith("cn") for s in data.choose_subcases("balanced", low, count=3))
 
 
 def ex(i: int, sub: str, heuristic: str = "lexical_overlap", label: int = 1) -> Example:

@@ -159,3 +159,23 @@ def test_comes_back_reports_what_the_early_stop_would_miss():
     assert out["stops_after"] == 0.3 and out["faithful_again"] == [0.4]
     assert (out["sparsity_with_stop"], out["sparsity_without_stop"]) == (0.1, 0.4)
     assert comes_back({0.1: 0.8, 0.2: 0.7, 0.3: 0.8}, 0.80)["stops_after"] is None
+
+
+def test_one_sided_faithfulness_and_per_seed_sizes() -> None:
+    """By hand: model 0.80, threshold 0.03. Two seeds per level:
+    0.2: (0.85, 0.87) mean 0.86 -> two-sided unfaithful (better by 6 points), one-sided faithful;
+    0.4: (0.79, 0.70) mean 0.745 -> unfaithful either way; seed 0 alone is faithful (0.79);
+    0.6: (0.60, 0.60) -> unfaithful."""
+    from subnetlab.analysis.effective_size import effective_size as es, per_seed_effective_size
+
+    accs = {0.2: [0.85, 0.87], 0.4: [0.79, 0.70], 0.6: [0.60, 0.60]}
+    assert es(accs, 0.80, 0.03, sides="two").sparsity == 0.0  # nothing within 3 points either side
+    assert es(accs, 0.80, 0.03, sides="one").sparsity == 0.2
+    per = per_seed_effective_size(accs, 0.80, 0.03, sides="one")
+    assert per["sparsities"] == [0.4, 0.2] and per["sizes"] == [0.6, 0.8]
+    assert per["mean_size"] == pytest.approx(0.7)  # the mean of the seeds' sizes, not the size of the mean curve (0.8)
+    assert per_seed_effective_size(accs, 0.80, 0.03, sides="two")["sparsities"] == [0.4, 0.0]
+    with pytest.raises(SubnetlabError, match="sides"):
+        es(accs, 0.8, 0.03, sides="three")
+    with pytest.raises(SubnetlabError, match="same seeds"):
+        per_seed_effective_size({0.2: [0.8], 0.4: [0.8, 0.8]}, 0.8)

@@ -128,3 +128,18 @@ def test_source_samples_once_per_forward() -> None:
         ctl.set(heads.detach(), mlps.detach())
         again = m.model(**x).logits
     assert torch.equal(out, again)  # the sample drawn in the forward is the one applied
+
+
+def test_undecided_gates_closed_form() -> None:
+    """P(z != 0) = sigmoid(log_alpha - beta * log(-l / r)) (Louizos et al., eq. 12); a gate is undecided between 5%
+    and 95%. Log-alphas 2 (0.97), -5 (0.03) and 0, -3 (0.83, 0.20) give two undecided gates of four."""
+    from subnetlab.methods.hard_concrete.select import undecided_gates
+
+    gates = HardConcreteGates(1, 3, seed=0, prune_mlps=True)
+    with torch.no_grad():
+        gates.log_alpha_heads.copy_(torch.tensor([[2.0, -5.0, 0.0]]))
+        gates.log_alpha_mlps.copy_(torch.tensor([-3.0]))
+    p_open = [1 / (1 + math.exp(-(la - BETA * math.log(-LEFT / RIGHT)))) for la in (2.0, -5.0, 0.0, -3.0)]
+    assert [round(p, 2) for p in p_open] == [0.97, 0.03, 0.83, 0.2]
+    assert undecided_gates(gates) == sum(0.05 < p < 0.95 for p in p_open) == 2
+    assert undecided_gates(gates, (0.01, 0.99)) == 4

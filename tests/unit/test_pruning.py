@@ -133,3 +133,33 @@ def test_staircase_saves_every_level_at_its_sparsity(trained) -> None:
     assert [(lvl, step) for lvl, step, _ in seen] == [(0.2, 21), (0.4, 35), (0.6, 49)]
     assert [s for _, _, s in seen] == pytest.approx([0.2, 0.4, 0.6])
     assert result.selection.sparsity == pytest.approx(0.6)
+
+
+def test_authors_recipe_adamw_warmup_and_sampled_sparsity(trained) -> None:
+    """The paper preset's recipe, checked against the authors' building blocks: torch's AdamW (weight decay 0.01 on
+    both groups, lambdas maximised) stepped by transformers' get_linear_schedule_with_warmup(200); and the Lagrangian
+    on the sampled gates' sparsity."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.methods.hard_concrete.train import Pruner
+
+    paper = preset_config("paper", 0.5)
+    assert (paper.optimizer, paper.weight_decay, paper.lr_warmup_steps, paper.sparsity_estimate) == (
+        "adamw", 0.01, 200, "sample")
+    loaded, data, means = trained
+    cfg = config(optimizer="adamw", weight_decay=0.01, lr_warmup_steps=5, sparsity_estimate="sample", total_steps=12,
+                 warmup_steps=6)
+    with Pruner(loaded.model, loaded.adapter, data, cfg, ablation=means) as p:
+        assert isinstance(p.optimizer, torch.optim.AdamW)
+        assert [g["weight_decay"] for g in p.optimizer.param_groups] == [0.01, 0.01]
+        # the reference: the authors' scheduler on an identical optimizer over two dummy parameters
+        a, b = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+        ref = torch.optim.AdamW([{"params": [a], "lr": cfg.lr}, {"params": [b], "lr": cfg.lambda_lr}])
+        sched = get_linear_schedule_with_warmup(ref, num_warmup_steps=5, num_training_steps=12)
+        for step in range(12):
+            p.step(step)
+            assert [g["lr"] for g in p.optimizer.param_groups] == pytest.approx([g["lr"] for g in ref.param_groups])
+            ref.step()
+            sched.step()
+        assert p.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.lr * 1 / 7)  # (12 - 11) / (12 - 5)

@@ -73,17 +73,25 @@ class EffectiveSize:
                 "faithful_levels": self.faithful}
 
 
+SIDES: tuple[str, ...] = ("two", "one")
+AGGREGATES: tuple[str, ...] = ("seed-mean", "per-seed")
+
+
 def effective_size(
     accuracies: Mapping[float, Sequence[float]],
     model_accuracy: float,
     faithfulness: float = 0.03,
+    sides: str = "two",
 ) -> EffectiveSize:
     """Highest sparsity level whose seed-mean accuracy is within ``faithfulness`` of the model's.
 
     ``accuracies`` maps each sparsity level to the accuracies of its seeds (on the
-    chosen data). Faithfulness is two-sided, as in the paper ("within 3%"): a
-    subnetwork far *better* than the model on D does not approximate it either.
-    Levels need not be contiguous; the paper picks the highest faithful one.
+    chosen data). ``sides="two"``: as the paper's text reads ("within 3%"), a
+    subnetwork far *better* than the model on D does not approximate it either;
+    ``sides="one"``: as the authors' plotting script
+    (``scripts/visualization/mnli-effective-size.py``: ``pruned > orig - margin``),
+    any subnetwork no more than ``faithfulness`` *worse* counts. Levels need not be
+    contiguous; the paper picks the highest faithful one.
     """
     if faithfulness < 0:
         raise SubnetlabError(f"faithfulness {faithfulness} must be non-negative", setting="faithfulness")
@@ -95,14 +103,40 @@ def effective_size(
         if not values:
             raise SubnetlabError(f"no accuracy measured at sparsity {level}")
         means[float(level)] = sum(values) / len(values)
-    faithful = [lvl for lvl, acc in means.items() if abs(acc - model_accuracy) <= faithfulness + 1e-12]
+    faithful = [lvl for lvl, acc in means.items() if is_faithful(acc, model_accuracy, faithfulness, sides)]
     best = max(faithful, default=0.0)
     return EffectiveSize(best, round(1.0 - best, 6), model_accuracy, means, faithful)
 
 
-def is_faithful(accuracy: float, model_accuracy: float, faithfulness: float) -> bool:
-    """Within ``faithfulness`` of the model's accuracy, either side (the test ``effective_size`` applies)."""
-    return abs(float(accuracy) - float(model_accuracy)) <= faithfulness + 1e-12
+def per_seed_effective_size(
+    accuracies: Mapping[float, Sequence[float]],
+    model_accuracy: float,
+    faithfulness: float = 0.03,
+    sides: str = "two",
+) -> dict:
+    """Each seed's own effective size (its highest faithful level), and their mean: the authors' plotting script
+    computes one size per seed and plots the mean over seeds, where ``effective_size`` thresholds the seed-mean
+    accuracy. ``accuracies[level][i]`` is seed ``i``'s accuracy; every level must list the same seeds."""
+    counts = {len(v) for v in accuracies.values()}
+    if len(counts) != 1:
+        raise SubnetlabError(f"per-seed effective size needs every level measured for the same seeds (got {sorted(counts)})")
+    n = counts.pop()
+    sparsities = []
+    for i in range(n):
+        faithful = [lvl for lvl, accs in accuracies.items() if is_faithful(accs[i], model_accuracy, faithfulness, sides)]
+        sparsities.append(max(faithful, default=0.0))
+    sizes = [round(1.0 - s, 6) for s in sparsities]
+    return {"sizes": sizes, "sparsities": sparsities, "mean_size": sum(sizes) / n}
+
+
+def is_faithful(accuracy: float, model_accuracy: float, faithfulness: float, sides: str = "two") -> bool:
+    """Within ``faithfulness`` of the model's accuracy: either side (``two``), or no more than that below (``one``)."""
+    gap = float(accuracy) - float(model_accuracy)
+    if sides == "two":
+        return abs(gap) <= faithfulness + 1e-12
+    if sides == "one":
+        return gap >= -faithfulness - 1e-12
+    raise SubnetlabError(f"faithfulness sides {sides!r}: expected one of {', '.join(SIDES)}", setting="sides")
 
 
 def id_ood_accuracy(scores: Mapping[str, Mapping], id_splits: Sequence[str],

@@ -28,10 +28,18 @@ SHORT_NAMES: dict[str, str] = {
 }
 
 
+HEURISTIC_SHORT = {"lexical_overlap": "LO", "subsequence": "S", "constituent": "C"}
+
+
 def short_name(column: str) -> str:
-    """The paper's abbreviation of a HANS subcase column (``subcase`` or ``split/subcase``)."""
+    """The paper's abbreviation of a HANS subcase column (``subcase`` or ``split/subcase``); a heuristic's
+    entailment column ``SPLIT:HEURISTIC`` reads ``Entailed [LO]`` (prefixed by the split unless it is ``entailed``)."""
     if column in SHORT_NAMES:
         return SHORT_NAMES[column]
+    split, sep, heuristic = column.rpartition(":")
+    if sep and heuristic in HEURISTIC_SHORT:
+        name = f"Entailed [{HEURISTIC_SHORT[heuristic]}]"
+        return name if split in ("entailed", "ood-entailed") else f"{split.removesuffix('-entailed')}: {name}"
     for sub, short in SHORT_NAMES.items():
         if column.endswith("/" + sub):
             return f"{column[: -len(sub) - 1]}: {short}"

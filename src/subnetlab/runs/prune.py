@@ -101,6 +101,10 @@ def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selec
         for name, sub in subs.items()
     }
     described["jaccard"] = subs["topk"].jaccard(subs["threshold"])
+    sel = selections[cfg.selection]
+    if sel.undecided is not None:
+        described["undecided_gates"] = sel.undecided
+        described["gates"] = sel.gates
     return {"target_sparsity": target, "seed": cfg.seed, "selection": cfg.selection, "sparsity": chosen.sparsity,
             "parameter_sparsity": chosen.parameter_sparsity(adapter), "selections": described, "eval": scores,
             "eval_ablation": "mean" if cfg.ablation == "resample" else cfg.ablation}

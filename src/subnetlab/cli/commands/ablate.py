@@ -14,7 +14,11 @@ def ablate(
     task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, hans, mnli, paws-qqp, ..."),
     heads: str = typer.Option(..., "--heads", help="L4.H0,L2.H5 or core:DIR (the core from `subnetlab core --out DIR`)."),
     out: Path = typer.Option(..., "--out", help="Where config.json, metrics.json and report.md go."),
-    joint: bool = typer.Option(True, "--joint/--no-joint", help="Also ablate the listed heads together."),
+    joint_heads: str = typer.Option("top-3", "--joint-heads", help="Heads ablated together: top-K (the K listed heads "
+                                    "with the largest single OOD drops, the paper's row), none, or L0.H1,L2.H3."),
+    all_jointly: bool = typer.Option(True, "--all-jointly/--no-all-jointly", help="Also ablate every listed head together."),
+    controls: str = typer.Option("", "--controls", help="Repeat the single and joint rows with other replacements: "
+                                 "zero, resample or zero,resample (default: none)."),
     data: Optional[str] = typer.Option(None, "--data", help="Evaluation file for file-based tasks."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, [SPLIT:]FORMAT=FILE (repeatable)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
@@ -34,9 +38,10 @@ def ablate(
     seed: int = typer.Option(0, "--seed", help="Seed of the random non-listed heads."),
 ) -> None:
     """Accuracy in-domain and per OOD subcase with no head, each listed head, the non-listed heads
-    (on average) and all listed heads mean-ablated; says whether the joint drop is super-additive."""
+    (on average), the top-3 heads and all listed heads mean-ablated; says whether the joint drop is
+    super-additive over exactly the jointly ablated heads."""
     from subnetlab.cli.commands._heuristic_core import task_from_flags, parse_non_listed, parse_subcases
-    from subnetlab.experiments.heuristic_core.steps import ablation_step, default_subcases, resolve_heads
+    from subnetlab.experiments.heuristic_core.steps import ablation_step, default_subcases, parse_joint, resolve_heads
     from subnetlab.methods.hard_concrete.ablation import mean_activations
     from subnetlab.methods.hard_concrete.data import PruningData
     from subnetlab.errors import SubnetlabError
@@ -50,15 +55,21 @@ def ablate(
     loaded = load_pruning_model(model, t)
     a = loaded.adapter
     listed = resolve_heads(heads, a.num_layers, a.num_heads)
+    joint = parse_joint(joint_heads, a.num_layers, a.num_heads)
+    chosen_controls = [c.strip() for c in controls.split(",") if c.strip()]
+    bad = [c for c in chosen_controls if c not in ("zero", "resample")]
+    if bad:
+        raise SubnetlabError(f"--controls {controls}: expected zero, resample or zero,resample", setting="controls")
     chosen = parse_subcases(subcases) if subcases is not None else default_subcases(t, id_split)
     source = "train" if t.train else id_split[0]
     tokenizer = loaded.tokenizer if loaded.tokenizer is not None else t.tokenizer
     means = mean_activations(loaded.model, a, PruningData.from_task(t, tokenizer, source, max_length), means_examples, batch_size)
     config = {"command": "ablate", "model": model, "task": t.options, "eval_data": eval_data, "heads": heads,
-              "listed": [f"L{l}.H{h}" for l, h in listed], "joint": joint, "id_splits": id_split, "subcases": chosen,
+              "listed": [f"L{l}.H{h}" for l, h in listed], "joint_heads": joint_heads,
+              "all_jointly": all_jointly, "controls": chosen_controls, "id_splits": id_split, "subcases": chosen,
               "non_listed": non_listed, "means": {"split": source, "examples": means_examples},
               "batch_size": batch_size, "max_length": max_length, "limit": limit, "seed": seed}
-    ablation_step(loaded, t, listed, out, joint=joint, config=config, means=means, id_splits=id_split,
+    ablation_step(loaded, t, listed, out, joint=joint, all_jointly=all_jointly, controls=chosen_controls, config=config, means=means, id_splits=id_split,
                             subcases=chosen, batch_size=batch_size, max_length=max_length, limit=limit,
                             non_listed=parse_non_listed(non_listed), seed=seed)
     print((out / "report.md").read_text(encoding="utf-8"))

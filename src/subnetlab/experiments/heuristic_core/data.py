@@ -2,11 +2,26 @@
 
 The paper studies the four HANS subcases on which its model partially
 generalizes. The reproduction does the same for whatever model it trains:
-``choose_subcases`` takes the paper's four, a given list, or (``auto``) the
-heuristic-resistant (non-entailment) subcases on which the fine-tuned model does
-best. ``write_hans_tsv`` then writes the chosen subcases' pairs in the HANS TSV
+``choose_subcases`` takes the paper's four, a given list, or a rule over the
+fine-tuned model's per-subcase accuracies:
+
+* ``auto`` (= ``balanced``): the heuristic-resistant (non-entailment) subcases
+  ranked by *balanced* accuracy, the mean of the subcase's accuracy and of the
+  model's accuracy on the same heuristic's entailment subcases, among heuristics
+  whose entailment subcases the model gets right at least ``entailment_floor``
+  of the time. A model that answers "non-entailment" to every overlapping pair
+  scores 100% on a non-entailment subcase without having learned anything about
+  it; ranked by that accuracy alone, such subcases would be chosen first, and
+  any ablation that weakens the overlap -> entailment feature would "raise OOD
+  accuracy". The balanced rule does not choose them.
+* ``best-non-entailment``: the earlier rule, the non-entailment subcases with the
+  highest plain accuracy (kept by name, for comparison).
+
+``write_hans_tsv`` then writes the chosen subcases' pairs in the HANS TSV
 format, so every pruning run and every checkpoint's evaluation (run by other
 modules from a JSON config) scores exactly those, and nothing else.
+``entailment_subcases`` names the matching heuristic-consistent subcases, which
+the ablation table reports beside them.
 """
 
 from __future__ import annotations
@@ -29,18 +44,57 @@ def non_entailment_subcases() -> list[str]:
     return [name for name, (_, label, _) in HANS_SUBCASES.items() if NLI2[label] == "non-entailment"]
 
 
-def choose_subcases(spec: str | Sequence[str], final_scores: Mapping[str, float] | None, count: int = 4) -> list[str]:
-    """``paper`` -> the paper's four; a list -> itself; ``auto`` -> the ``count`` non-entailment
-    subcases with the highest accuracy in ``final_scores`` (ties broken by name)."""
+RULES = ("paper", "auto", "balanced", "best-non-entailment")
+
+
+def entailment_subcases(heuristic: str) -> list[str]:
+    """The HANS subcases of ``heuristic`` whose label is entailment (where the heuristic gives the right answer)."""
+    return [name for name, (h, label, _) in HANS_SUBCASES.items() if h == heuristic and NLI2[label] == "entailment"]
+
+
+def heuristic_of(subcase: str) -> str:
+    return HANS_SUBCASES[subcase][0]
+
+
+def balanced_accuracies(final_scores: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """Per non-entailment subcase in ``final_scores``: its accuracy, its heuristic's entailment accuracy, their mean."""
+    out: dict[str, dict[str, float]] = {}
+    for sub in non_entailment_subcases():
+        if sub not in final_scores:
+            continue
+        entailed = [float(final_scores[e]) for e in entailment_subcases(heuristic_of(sub)) if e in final_scores]
+        if not entailed:
+            continue
+        ent = sum(entailed) / len(entailed)
+        out[sub] = {"non_entailment": float(final_scores[sub]), "entailment": ent,
+                    "balanced": 0.5 * (float(final_scores[sub]) + ent)}
+    return out
+
+
+def choose_subcases(spec: str | Sequence[str], final_scores: Mapping[str, float] | None, count: int = 4,
+                    entailment_floor: float = 0.5) -> list[str]:
+    """``paper`` -> the paper's four; a list -> itself; ``auto``/``balanced`` -> the ``count`` non-entailment
+    subcases with the highest balanced accuracy whose heuristic's entailment accuracy is at least
+    ``entailment_floor`` (ties broken by name); ``best-non-entailment`` -> the ``count`` with the highest plain accuracy.
+
+    When no heuristic reaches the floor, the balanced ranking is used without it (the report shows both columns)."""
     if isinstance(spec, str) and spec == "paper":
         return list(PAPER_SUBCASES)
-    if isinstance(spec, str) and spec == "auto":
+    if isinstance(spec, str) and spec in ("auto", "balanced", "best-non-entailment"):
         if not final_scores:
-            raise SubnetlabError("ood_subcases=auto needs the fine-tuned model's per-subcase accuracies")
-        ranked = sorted((s for s in non_entailment_subcases() if s in final_scores),
-                        key=lambda s: (-float(final_scores[s]), s))
+            raise SubnetlabError(f"ood_subcases={spec} needs the fine-tuned model's per-subcase accuracies")
+        if spec == "best-non-entailment":
+            ranked = sorted((s for s in non_entailment_subcases() if s in final_scores),
+                            key=lambda s: (-float(final_scores[s]), s))
+        else:
+            scores = balanced_accuracies(final_scores)
+            if not scores:
+                raise SubnetlabError(f"ood_subcases={spec}: the OOD evaluation has no non-entailment HANS subcase "
+                                     "together with an entailment subcase of the same heuristic")
+            passing = [s for s in scores if scores[s]["entailment"] >= entailment_floor]
+            ranked = sorted(passing or scores, key=lambda s: (-scores[s]["balanced"], s))
         if not ranked:
-            raise SubnetlabError("ood_subcases=auto: the OOD evaluation has no non-entailment HANS subcase")
+            raise SubnetlabError(f"ood_subcases={spec}: the OOD evaluation has no non-entailment HANS subcase")
         return ranked[:count]
     names = [spec] if isinstance(spec, str) else list(spec)
     unknown = [s for s in names if s not in HANS_SUBCASES]

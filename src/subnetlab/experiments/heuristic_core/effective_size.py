@@ -44,8 +44,10 @@ from subnetlab.analysis.effective_size import (
     StopRule,
     compare_heads,
     data_accuracy,
+    AGGREGATES,
     effective_size,
     generalization_onset,
+    per_seed_effective_size,
     id_ood_accuracy,
     warm_start_index,
 )
@@ -226,6 +228,8 @@ def analyse_sweep(
     subcases: Sequence[str] | None = None,
     core: Sequence[str] | None = None,
     search: Mapping[int, Sequence[Path]] | None = None,
+    sides: str = "two",
+    aggregate: str = "seed-mean",
 ) -> dict[str, Any]:
     """Effective size per checkpoint for each choice of data, the onset of OOD rise, and its heads.
 
@@ -233,7 +237,14 @@ def analyse_sweep(
     at the checkpoint just before OOD accuracy starts to rise. ``search``: each
     checkpoint's stage directories (``search_sweep``); only the levels they
     measured are candidates. Without it every level of ``staircase/`` is read.
+
+    ``sides`` (``two``/``one``) is the faithfulness test (``analysis.effective_size``);
+    ``aggregate="per-seed"`` reports the mean of the seeds' own effective sizes
+    (the authors' plotting script) instead of thresholding the seed-mean
+    accuracy; the heads at the effective size are read at the seed-mean answer.
     """
+    if aggregate not in AGGREGATES:
+        raise SubnetlabError(f"aggregate {aggregate!r}: expected one of {', '.join(AGGREGATES)}", setting="aggregate")
     rows: list[dict[str, Any]] = []
     for step, _ in checkpoints:
         where = out / f"step-{step}"
@@ -252,8 +263,13 @@ def analyse_sweep(
         for choice in on:
             model_acc = data_accuracy(model_id, model_ood, choice)
             accs = {lvl: [data_accuracy(i, o, choice) for i, o in pairs] for lvl, pairs in per_level.items()}
-            sizes[choice] = effective_size(accs, model_acc, faithfulness).to_dict()
-        best = sizes[on[0]]["sparsity"]
+            sizes[choice] = effective_size(accs, model_acc, faithfulness, sides).to_dict()
+            sizes[choice]["level_sparsity"] = sizes[choice]["sparsity"]
+            if aggregate == "per-seed":
+                seeds_ = per_seed_effective_size(accs, model_acc, faithfulness, sides)
+                sizes[choice].update(size=seeds_["mean_size"], sparsity=round(1.0 - seeds_["mean_size"], 6),
+                                     per_seed=seeds_)
+        best = sizes[on[0]]["level_sparsity"]
         shared = core_heads(kept[best]) if best in kept else []
         # chance that a head survives in every one of these subnetworks were they random of the same sizes
         n_heads = next(iter(kept.values()))[0].heads.numel()
@@ -271,6 +287,7 @@ def analyse_sweep(
         row = rows[onset]
         before = {"step": row["step"], "on": on[0],
                   **compare_heads(row["heads_in_all_at_effective_size"], core or [], row["chance_head_in_all"])}
-    return {"checkpoints": rows, "on": list(on), "faithfulness": faithfulness, "levels": list(levels),
+    return {"checkpoints": rows, "on": list(on), "faithfulness": faithfulness, "sides": sides, "aggregate": aggregate,
+            "levels": list(levels),
             "seeds": list(seeds), "id_splits": list(id_splits), "subcases": list(subcases) if subcases else None,
             "onset_index": onset, "before_onset": before}

@@ -32,18 +32,33 @@ def _sd(values: list[float]) -> float:
 
 
 REAL = "real HANS (mean)"
+REAL_ENTAILED = "real HANS entailed (mean)"
+
+
+def is_entailed(column: str) -> bool:
+    """A heuristic-consistent (entailment) column of the ablation table."""
+    return column == REAL_ENTAILED or column.split(":")[0].endswith("entailed")
 
 
 def compact(acc: dict[str, float]) -> dict[str, float]:
-    """Report columns: ID, each chosen OOD subcase, and the real HANS subcases folded into one mean."""
+    """Report columns: ID, each chosen OOD subcase, the real HANS subcases folded into one mean, then the
+    entailment columns (per heuristic on the generated data, one mean on real HANS)."""
     out: dict[str, float] = {}
     real = [v for c, v in acc.items() if c.startswith("real/") or c == "real"]
+    real_entailed = [v for c, v in acc.items() if c.startswith("real-entailed:")]
+    entailed: dict[str, float] = {}
     for c, v in acc.items():
-        if c.startswith("real/") or c == "real":
+        if c.startswith("real/") or c == "real" or c.startswith("real-entailed:"):
+            continue
+        if c.startswith("ood-entailed:"):
+            entailed["entailed:" + c.split(":", 1)[1]] = v
             continue
         out[c[4:] if c.startswith("ood/") else c] = v
     if real:
         out[REAL] = _mean(real)
+    out.update(entailed)
+    if real_entailed:
+        out[REAL_ENTAILED] = _mean(real_entailed)
     return out
 
 
@@ -60,11 +75,13 @@ def compact_table(table: dict) -> dict:
 
 def compact_ablation(ablation: dict) -> dict:
     """Table 3 data with compact columns and super-additivity recomputed on them."""
-    from subnetlab.analysis.ablation import AblationRow, AblationTable
+    from subnetlab.analysis.ablation import AblationTable
 
-    rows = [AblationRow(r["label"], r["heads"], compact(r["accuracy"])) for r in ablation["rows"]]
-    columns = list(rows[0].accuracy)
-    table = AblationTable(columns, rows, [c for c in ablation["id_columns"] if c in columns], ablation.get("averaged_heads", []))
+    table = AblationTable.from_dict(ablation)
+    for r in table.rows:
+        r.accuracy = compact(r.accuracy)
+    table.columns = list(table.rows[0].accuracy)
+    table.rank_columns = [c for c in table.columns if c not in table.id_columns and not is_entailed(c)]
     return table.to_dict()
 
 
@@ -81,24 +98,36 @@ def spread(table: dict, label: str) -> dict[str, float]:
 
 
 def ablation_effects(ablation: dict) -> dict[str, float]:
-    """Mean ID and OOD drops (points, positive = worse) of the single core-head ablations and of the non-HC average."""
-    base = ablation["rows"][0]["accuracy"]
+    """Mean drops (points, positive = worse) on ID, the OOD (non-entailment) columns and the entailment columns:
+    of the single core-head ablations, of the non-HC average, of the joint (top-k) row and of the all-heads row,
+    with mean ablation and with each control replacement."""
+    from subnetlab.analysis.ablation import AblationTable
+
+    ablation = AblationTable.from_dict(ablation).to_dict()  # kinds inferred for tables written without them
+    base = next(r for r in ablation["rows"] if r["kind"] == "none")["accuracy"]
     id_cols = ablation["id_columns"]
-    ood_cols = [c for c in ablation["columns"] if c not in id_cols]
+    ood_cols = [c for c in ablation["columns"] if c not in id_cols and not is_entailed(c)]
+    ent_cols = [c for c in ablation["columns"] if is_entailed(c)]
 
-    def drops(acc: dict) -> tuple[float, float]:
-        return (_mean([base[c] - acc[c] for c in id_cols]), _mean([base[c] - acc[c] for c in ood_cols]))
+    def drops(acc: dict) -> tuple[float, float, float]:
+        return tuple(_mean([base[c] - acc[c] for c in cols]) for cols in (id_cols, ood_cols, ent_cols))  # type: ignore
 
-    singles = [r for r in ablation["rows"] if len(r["heads"]) == 1 and r["label"] not in ("None", "Avg. (non-HC)")]
-    core = [drops(r["accuracy"]) for r in singles]
-    out = {"core_id_drop": _mean([d[0] for d in core]), "core_ood_drop": _mean([d[1] for d in core]),
-           "core_max_ood_drop": max((d[1] for d in core), default=float("nan"))}
-    avg = [r for r in ablation["rows"] if r["label"] == "Avg. (non-HC)"]
-    if avg:
-        out["other_id_drop"], out["other_ood_drop"] = drops(avg[0]["accuracy"])
-    joint = [r for r in ablation["rows"] if len(r["heads"]) > 1 and r["label"] != "Avg. (non-HC)"]
-    if joint:
-        out["joint_id_drop"], out["joint_ood_drop"] = drops(joint[0]["accuracy"])
+    out: dict[str, float] = {}
+    kinds = {"single": "core", "average": "other", "joint": "joint", "all": "all"}
+    replacements = sorted({r.get("replacement", "mean") for r in ablation["rows"]})
+    for kind, name in kinds.items():
+        for rep in replacements:
+            rows = [r for r in ablation["rows"] if r.get("kind") == kind and r.get("replacement", "mean") == rep]
+            if not rows:
+                continue
+            d = [drops(r["accuracy"]) for r in rows]
+            key = name if rep == "mean" else f"{name}_{rep}"
+            out[f"{key}_id_drop"] = _mean([x[0] for x in d])
+            out[f"{key}_ood_drop"] = _mean([x[1] for x in d])
+            if ent_cols:
+                out[f"{key}_entailed_drop"] = _mean([x[2] for x in d])
+            if kind == "single":
+                out[f"{key}_max_ood_drop"] = max(x[1] for x in d)
     return out
 
 
@@ -176,6 +205,7 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
              f"an OOD subcase by {pct(s['ood_subcase_sd'])} points on average (mean OOD accuracy: std {pct(s['ood_mean_sd'])}, "
              f"range {pct(s['ood_mean_range'])}). **Pattern 'alike in-domain, spread out of domain': "
              f"{'seen' if alike else 'not seen'}** at this scale (criterion: OOD subcase std > 2 x ID std).")
+    undecided = sections.identification_section(doc, r["identification"]) if r.get("identification") else {}
     # core
     doc.section("Shared heads: the core", 3)
     core = r["core"]
@@ -190,11 +220,22 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     margin = 0.01  # one point: smaller mean differences are within a few examples at these evaluation sizes
     hurts = (eff["core_ood_drop"] >= eff["core_id_drop"] + margin
              and eff["core_ood_drop"] >= eff.get("other_ood_drop", float("-inf")) + margin)
+    joint_hurts = ("joint_ood_drop" in eff and eff["joint_ood_drop"] >= eff["joint_id_drop"] + margin)
+    entailed = (f", and the heuristics' entailment subcases by {pct(eff['core_entailed_drop'])} points"
+                if "core_entailed_drop" in eff else "")
     doc.para(f"Ablating one core head lowers accuracy by {pct(eff['core_id_drop'])} points ID and {pct(eff['core_ood_drop'])} "
-             f"points OOD on average (largest OOD drop {pct(eff['core_max_ood_drop'])}); ablating one other head by "
-             f"{pct(eff.get('other_id_drop'))} ID and {pct(eff.get('other_ood_drop'))} OOD (negative: accuracy rises). "
-             f"**Pattern 'ablating core heads hurts OOD more than ID and more than other heads (by at least one point)': "
-             f"{'seen' if hurts else 'not seen'}** at this scale.")
+             f"points OOD (the chosen non-entailment subcases) on average{entailed} (largest OOD drop "
+             f"{pct(eff['core_max_ood_drop'])}); ablating one other head by "
+             f"{pct(eff.get('other_id_drop'))} ID and {pct(eff.get('other_ood_drop'))} OOD (negative: accuracy rises)"
+             + (f"; ablating the joint heads by {pct(eff['joint_id_drop'])} ID and {pct(eff['joint_ood_drop'])} OOD"
+                + (f" ({pct(eff['joint_entailed_drop'])} on the entailment subcases)" if "joint_entailed_drop" in eff else "")
+                if "joint_ood_drop" in eff else "")
+             + ". " + "".join(f"With {rep} instead of mean ablation, one core head lowers OOD by "
+                             f"{pct(eff[f'core_{rep}_ood_drop'])} points and ID by {pct(eff[f'core_{rep}_id_drop'])}. "
+                             for rep in ("zero", "resample") if f"core_{rep}_ood_drop" in eff)
+             + f"**Pattern 'ablating core heads hurts OOD more than ID and more than other heads (by at least one point)': "
+             f"{'seen' if hurts else 'not seen'}** at this scale (the joint heads: "
+             f"{'seen' if joint_hurts else 'not seen'}).")
     # effective size
     doc.section("Effective size over training", 3)
     sections.effective_size_section(doc, r["effective_size"], sd / "effective_size" / "effective_size.png", base=out)
@@ -204,6 +245,7 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     return {"core": core["core"], "core_size": core["core_size"], "spearman_rho": core["spearman_rho"],
             "spearman_p": core["spearman_p"], "expected_random_intersection": core["expected_random_intersection"],
             "spread": spreads, "alike_id_spread_ood": alike, "ablation": eff, "core_hurts_ood_more": hurts,
+            "joint_hurts_ood_more": joint_hurts, "undecided_share": undecided,
             "subcases": subcases, "effective_size": [
                 {"step": c["step"], **{on: c["effective_size"][on]["size"] for on in r["effective_size"]["on"]}}
                 for c in r["effective_size"]["checkpoints"]], "seconds": r.get("seconds")}

@@ -11,6 +11,28 @@ QQP / PAWS-QQP, 12 seeds, 50% / 70% and 30% / 60%; a GPU and the Hugging Face
 hub); ``demo`` is MiniLM on the synthetic NLI corpus with HANS-style OOD
 subcases (and the real HANS file when ``../shared/data`` has it), a few seeds,
 sized for a 2-core CPU.
+
+Where ``paper`` follows the authors' released code rather than the paper's text
+(princeton-nlp/Heuristic-Core), each also available by name:
+
+* pruning: the ``paper`` pruning preset (``methods.hard_concrete.config``):
+  AdamW with weight decay 0.01 on both groups, a 200-step linear learning-rate
+  warm-up then linear decay, the Lagrangian on the sampled sparsity;
+* effective size: ``sides="one"``, a subnetwork at most 3 points *worse* than
+  the model is faithful (``scripts/visualization/mnli-effective-size.py``:
+  ``pruned > orig - margin``; the paper says "within 3%", ``sides="two"``), and
+  ``aggregate="per-seed"``, each seed's effective size then their mean (the
+  same script; ``seed-mean`` thresholds the seed-mean accuracy instead). The
+  script's "both" curve averages the six cases (2 ID, 4 OOD) equally; ``mixed``
+  here averages ID and OOD equally;
+* the ablation table (Table 3): the joint row ablates the three core heads with
+  the largest single OOD drops (``joint_heads="top-3"``) and super-additivity
+  sums exactly their single drops; ``all_jointly`` adds every core head as an
+  extra row; ``controls`` repeat the rows with zero and resample ablation.
+
+OOD subcases (``ood.subcases``): ``paper`` (the paper's four), or ``auto``,
+the non-entailment subcases ranked by balanced accuracy with the heuristic's
+entailment subcases above ``entailment_floor`` (``experiments.heuristic_core.data``).
 """
 
 from __future__ import annotations
@@ -30,7 +52,7 @@ NAME = "heuristic-core"
 # level of every checkpoint (the reference the search is checked against); pass it with
 # ``--set 'effective_size={..., search: {early_stop: true, warm_start: true}}'``.
 _PAPER_ES = {"seeds": [0, 1, 2], "levels": "0.05:0.70:0.05", "checkpoints": 12, "on": ["id", "ood", "mixed"],
-             "faithfulness": 0.03, "prune": {}}
+             "faithfulness": 0.03, "sides": "one", "aggregate": "per-seed", "prune": {}}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
@@ -42,7 +64,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             "name": "nli", "title": "NLI: synthetic corpus -> HANS-style subcases",
             "task": "nli-synthetic",
             "task_options": {"n_train": 4800, "n_eval": 300, "hans_per_subcase": 10, "minority_fraction": 0.1, "seed": 0},
-            "ood": {"source": "synthetic", "subcases": "auto", "choose_from": "hans-synthetic", "per_subcase": 40},
+            "ood": {"source": "synthetic", "subcases": "auto", "entailment_floor": 0.5, "choose_from": "hans-synthetic",
+                    "per_subcase": 40},
             "real_ood": {"path": "auto:hans/hans_subset_val.tsv", "per_subcase": 40, "curve_per_subcase": 10},
             "sparsities": [0.5, 0.7],
         }],
@@ -54,7 +77,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "prune": {"eval_limit": None, "train_limit": 800, "means_examples": 128, "eval_batch_size": 128},
         "effective_size": {"seeds": [0, 1], "levels": "0.1:0.7:0.2", "checkpoints": 3, "on": ["id", "ood", "mixed"],
                            "faithfulness": 0.03, "prune": {"ramp_steps": 15, "hold_steps": 10, "first_ramp_steps": 25}},
-        "ablation": {"non_listed": 6, "seed": 0, "limit": None},
+        "ablation": {"non_listed": 24, "joint_heads": "top-3", "all_jointly": True, "controls": ["zero", "resample"],
+                     "seed": 0, "limit": None},
         "attention": {"examples": 60, "maps": 1, "max_length": 64},
         "backend": "local",
         "jobs": None,
@@ -92,7 +116,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "prune_steps_scale": None,
         "prune": {},
         "effective_size": _PAPER_ES,
-        "ablation": {"non_listed": "all", "seed": 0, "limit": None},
+        "ablation": {"non_listed": "all", "joint_heads": "top-3", "all_jointly": True, "controls": ["zero", "resample"],
+                     "seed": 0, "limit": None},
         "attention": {"examples": 500, "maps": 2, "max_length": 128},
         "backend": "local",
         "jobs": None,
@@ -111,6 +136,47 @@ def _resolve_auto_paths(settings: dict) -> dict:
         study["finetune_eval_data"] = [e.replace("=auto", f"={ood.get('path')}") if e.endswith("=auto") else e
                                        for e in study.get("finetune_eval_data") or []]
     return settings
+
+
+def plan(settings: dict, out: Path) -> dict[str, Any]:
+    """The resolved configuration of every step (what the CLI's dry run prints), computed as ``run`` computes it; runs
+    nothing and writes nothing. Per study: fine-tuning, the OOD data rule, the pruning runs (one config per
+    sparsity; seeds differ only in ``seed``), the ablation table, effective size (with its staircase's pruning
+    config) and attention."""
+    import copy
+
+    from subnetlab.experiments.heuristic_core.study import _scaled_steps
+    from subnetlab.methods.finetune.config import resolve_config
+    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.methods.hard_concrete.schedule import parse_levels
+
+    settings = _resolve_auto_paths(copy.deepcopy(settings))
+    steps: dict[str, Any] = {}
+    for study in settings["studies"]:
+        finetune = resolve_config(settings.get("finetune_preset"), model=settings["model"], task=study["task"],
+                                  task_options=study.get("task_options") or {},
+                                  eval_data=list(study.get("finetune_eval_data") or []),
+                                  **{**settings["finetune"], **(study.get("finetune") or {})})
+        pruning = {f"{target:g}": preset_config(settings["prune_preset"], target, seed=settings["seeds"][0],
+                                                **{**_scaled_steps(settings, target), **settings.get("prune", {})}).to_dict()
+                   for target in study["sparsities"]}
+        es = settings["effective_size"]
+        levels = list(parse_levels(es["levels"]))
+        staircase = preset_config(settings["prune_preset"], levels[-1], seed=es["seeds"][0], schedule="staircase",
+                                  levels=tuple(levels), **{**settings.get("prune", {}), **es.get("prune", {})})
+        steps[study["name"]] = {
+            "finetune": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(finetune).items()},
+            "ood_data": study.get("ood"), "real_ood": study.get("real_ood"),
+            "prune": {"seeds": settings["seeds"], "n_ood_subcases": settings.get("n_ood_subcases"),
+                      "config_by_sparsity": pruning},
+            "core": {"sparsities": study["sparsities"]},
+            "ablation": settings["ablation"],
+            "effective_size": {**{k: v for k, v in es.items() if k != "prune"}, "levels": levels,
+                               "staircase_prune_config": staircase.to_dict()},
+            "attention": settings["attention"],
+        }
+    return {"reproduction": NAME, "preset": settings.get("preset"), "out": str(out), "model": settings["model"],
+            "backend": settings.get("backend"), "steps": steps}
 
 
 def run(settings: dict, out: Path) -> Path:

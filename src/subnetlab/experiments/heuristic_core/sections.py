@@ -40,9 +40,15 @@ def core_section(doc: MarkdownReport, core: Mapping[str, Any], heatmap: str | os
                "the bright cells of the right map should be bright on the left too.", base=base)
 
 
+def _is_entailed(column: str) -> bool:
+    return column.split(":")[0].endswith("entailed") or column.endswith("entailed (mean)")
+
+
 def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str | None = None) -> None:
     columns: list[str] = table["columns"]
     base = table["rows"][0]["accuracy"]
+    id_cols = table.get("id_columns", [])
+    entailed = [c for c in columns if _is_entailed(c)]
     rows = []
     for r in table["rows"]:
         cells = [r["label"]]
@@ -51,20 +57,53 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
             cells.append(pct(acc) if r["label"] == "None" else f"{pct(acc)} {delta_pct(acc, base[c])}")
         rows.append(cells)
     n_avg = len(table.get("averaged_heads") or [])
+    controls = sorted({r.get("replacement", "mean") for r in table["rows"]} - {"mean"})
     doc.table(["Ablated head", *[short_name(c) for c in columns]], rows, caption=caption or (
         "Accuracy (%) with heads mean-ablated from the full model, one at a time and jointly; "
-        f"arrows give the change from no ablation. Avg. (non-HC) averages single ablations of {n_avg} heads outside the list."))
-    verdict = table.get("super_additivity") or {}
-    if verdict:
-        ood = [c for c in columns if c not in table.get("id_columns", [])]
+        f"arrows give the change from no ablation. Avg. (non-HC) averages single ablations of {n_avg} heads outside the list. "
+        + ("The joint row (A & B & C) ablates together the listed heads with the largest single drops on the "
+           "out-of-domain (non-entailment) columns, as the paper's Table 3 does; the 'all listed heads' row ablates every one. "
+           if any(r.get("kind") == "joint" for r in table["rows"]) else "")
+        + (f"Columns {', '.join(short_name(c) for c in entailed)} hold the same heuristics' entailment subcases, "
+           "where following the heuristic gives the right answer: read them beside the non-entailment columns to tell "
+           "'the ablated heads carry the heuristic' from 'the ablation pushes the model toward non-entailment' "
+           "(the latter raises the non-entailment columns and lowers these together). " if entailed else "")
+        + (f"Rows marked ({', '.join(controls)}) repeat an ablation with the outputs set to zero / taken from another "
+           "example of the batch instead of the mean." if controls else "")))
+    ood = [c for c in columns if c not in id_cols and not _is_entailed(c)]
+    for key, what in (("super_additivity", "the joint heads"), ("super_additivity_all", "all listed heads")):
+        verdict = table.get(key) or {}
+        if not verdict:
+            continue
         hits = [c for c in ood if verdict[c]["super_additive"]]
         doc.para(
-            f"Ablating the listed heads jointly is super-additive (it lowers accuracy by more than the single ablations together) on "
-            f"{len(hits)} of {len(ood)} out-of-domain columns"
+            f"Ablating {what} together is super-additive (it lowers accuracy by more than the single ablations of the "
+            f"same heads together) on {len(hits)} of {len(ood)} out-of-domain columns"
             + (f" ({', '.join(short_name(c) for c in hits)})" if hits else "") + "; joint vs summed single drops, in points: "
             + ", ".join(f"{short_name(c)} {pct(verdict[c]['joint_drop'])} vs {pct(verdict[c]['sum_single_drops'])}"
                         for c in ood) + "."
         )
+
+
+def identification_section(doc: MarkdownReport, identified: Mapping[str, Mapping[str, Sequence]]) -> dict[str, float]:
+    """Per sparsity: the share of gates still undecided at the end of pruning and the top-k / threshold Jaccard."""
+    rows, shares = [], {}
+    for label, r in identified.items():
+        pairs = [(u, g) for u, g in zip(r["undecided"], r["gates"]) if u is not None and g]
+        jac = [j for j in r["jaccard"] if j is not None]
+        if not pairs:
+            continue
+        share = sum(u for u, _ in pairs) / sum(g for _, g in pairs)
+        shares[label] = share
+        rows.append([label, ", ".join(str(u) for u, _ in pairs) + f" of {pairs[0][1]}", pct(share),
+                     f"{min(jac):.2f} to {max(jac):.2f}" if jac else "-"])
+    if rows:
+        doc.table(["Sparsity", "undecided gates per seed", "undecided (%)", "Jaccard top-k vs threshold"], rows, caption=(
+            "How firmly each run's subnetwork is identified: gates still undecided at the end of pruning "
+            "(0.05 < P(gate open) < 0.95), and the overlap of the two ways of reading a subnetwork off the gates "
+            "(top-k by log-alpha, the paper's threshold). Many undecided gates or a low Jaccard mean the core rests on "
+            "small log-alpha differences."))
+    return shares
 
 
 def attention_section(doc: MarkdownReport, attention: Mapping[str, Any], base: str | os.PathLike,

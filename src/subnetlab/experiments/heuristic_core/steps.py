@@ -92,29 +92,82 @@ def default_subcases(task: Task, id_splits: Sequence[str]) -> list[str] | None:
     return chosen or None
 
 
+def ablation_columns(scores: dict, id_splits: Sequence[str], subcases: Sequence[str] | None,
+                     entailed_splits: Sequence[str] = ()) -> dict[str, float]:
+    """The table's columns: ID, the chosen (non-entailment) subcases, then per entailed split one column per heuristic,
+    ``SPLIT:HEURISTIC``, the mean over that heuristic's entailment subcases."""
+    from subnetlab.experiments.heuristic_core.data import heuristic_of
+
+    columns = score_columns({k: v for k, v in scores.items() if k not in entailed_splits}, id_splits, subcases)
+    for split in entailed_splits:
+        by: dict[str, list[float]] = {}
+        for sub, acc in (scores[split].get("subcases") or {}).items():
+            by.setdefault(heuristic_of(sub), []).append(float(acc))
+        if not by:
+            raise SubnetlabError(f"split {split!r} has no HANS subcases to group by heuristic")
+        columns.update({f"{split}:{h}": sum(v) / len(v) for h, v in by.items()})
+    return columns
+
+
+def parse_joint(spec: str | int | Sequence[str] | None, num_layers: int, num_heads: int) -> int | list[tuple[int, int]] | None:
+    """``top-K`` (or an int K) -> K; ``none``/None/0 -> None; ``L0.H1,L2.H3`` or a list -> those heads."""
+    if spec is None or spec == 0 or spec == "none":
+        return None
+    if isinstance(spec, bool):
+        raise SubnetlabError(f"joint_heads {spec!r}: expected top-K, none or a list of heads", setting="joint_heads")
+    if isinstance(spec, int):
+        return spec
+    if isinstance(spec, str) and spec.startswith("top-"):
+        try:
+            k = int(spec[4:])
+        except ValueError:
+            k = 0
+        if k < 2:
+            raise SubnetlabError(f"joint_heads {spec!r}: expected top-K with K >= 2", setting="joint_heads")
+        return k
+    names = [x for x in spec.split(",")] if isinstance(spec, str) else list(spec)
+    return parse_heads(names, num_layers, num_heads)
+
+
 def ablation_step(loaded: Any, task: Task, heads: Sequence[tuple[int, int]], out: Path, *, config: dict,
                   means: Any, id_splits: Sequence[str], subcases: Sequence[str] | None, batch_size: int = 64,
                   max_length: int = 128, limit: int | None = None, non_listed: int | str | None = "all",
-                  seed: int = 0, joint: bool = True) -> dict:
-    """Table 3 for ``heads`` on the loaded model; ``config`` identifies the step for resuming."""
+                  seed: int = 0, joint: int | Sequence[tuple[int, int]] | None = 3, all_jointly: bool = True,
+                  controls: Sequence[str] = (), entailed_splits: Sequence[str] = ()) -> dict:
+    """Table 3 for ``heads`` on the loaded model; ``config`` identifies the step for resuming.
+
+    ``entailed_splits`` are evaluated too and reported as one column per heuristic (the heuristic-consistent
+    subcases), so the table shows whether an ablation removes the heuristic or only pushes the model toward
+    non-entailment; the joint heads are ranked on the other OOD columns."""
+    import torch
+
+    from subnetlab.intervene.resample import resampling
     from subnetlab.methods.evaluate import evaluate
 
     done = finished_metrics(out, config, redo_other=True)
     if done is not None:
         return done
-    restrict_subcases(task, id_splits, subcases)
+    restrict_subcases(task, [*id_splits, *entailed_splits], subcases)
     splits = list(task.eval_splits)
     tokenizer = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
 
     def evaluator() -> dict[str, float]:
         scores = evaluate(loaded.model, tokenizer, task, splits, batch_size, max_length, limit=limit)
-        return score_columns(scores, id_splits, subcases)
+        return ablation_columns(scores, id_splits, subcases, entailed_splits)
 
-    rows = 1 + len(heads) + (joint and len(heads) > 1) + (loaded.adapter.num_layers * loaded.adapter.num_heads - len(heads)
-                                                  if non_listed == "all" else int(non_listed or 0))
-    stage(f"ablation table: {len(heads)} heads, {rows} evaluations")
-    table = ablation_table(loaded.model, loaded.adapter, heads, evaluator, means, joint=joint,
-                           non_listed=non_listed, seed=seed, id_columns=id_splits)
+    def resample(ctl: Any) -> Any:
+        return resampling(loaded.model, loaded.adapter, ctl, generator, single=means)
+
+    generator = torch.Generator().manual_seed(seed)
+    n_heads = loaded.adapter.num_layers * loaded.adapter.num_heads
+    n_singles = n_heads - len(heads) if non_listed == "all" else int(non_listed or 0)
+    n_joint = int(joint is not None) + int(all_jointly and len(heads) > 1)
+    rows = 1 + n_singles + len(heads) + n_joint + len(controls) * (len(heads) + int(joint is not None))
+    stage(f"ablation table: {len(heads)} heads, about {rows} evaluations")
+    table = ablation_table(loaded.model, loaded.adapter, heads, evaluator, means, joint=joint, all_jointly=all_jointly,
+                           non_listed=non_listed, seed=seed, id_columns=id_splits, controls=controls,
+                           resample=resample,
+                           rank_columns=lambda c: c not in id_splits and not any(c.startswith(f"{e}:") for e in entailed_splits))
     metrics = table.to_dict()
     doc = MarkdownReport("Ablating heads")
     sections.ablation_section(doc, metrics)

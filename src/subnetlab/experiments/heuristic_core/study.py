@@ -82,36 +82,51 @@ def _finetune(study: dict, settings: dict, eval_data: list[str], out: Path) -> d
 
 def _prepare_data(study: dict, settings: dict, finetuned: dict, out: Path) -> dict:
     """Choose the OOD subcases; write ``ood`` (and ``real``) evaluation files holding just those."""
+    ood = study["ood"]
     if (out / "data.json").is_file():
-        return read_json(out / "data.json")
+        saved = read_json(out / "data.json")
+        if saved.get("rule") == ood.get("subcases") and saved.get("entailment_floor") == ood.get("entailment_floor", 0.5):
+            return saved
     from subnetlab.tasks.registry import load_file
 
-    ood = study["ood"]
     if ood["source"] == "synthetic":
         pool = data.synthetic_ood_examples(study.get("task_options") or {}, ood["per_subcase"])
     else:
         pool, _ = load_file(ood["format"], ood["path"], **({"not_equivalent_only": True} if ood.get("not_equivalent_only") else {}))
     files: dict[str, str] = {}
-    info: dict[str, Any] = {"rule": ood.get("subcases")}
+    entailed: dict[str, str] = {}  # the chosen heuristics' entailment subcases: the ablation table's other columns
+    info: dict[str, Any] = {"rule": ood.get("subcases"), "entailment_floor": ood.get("entailment_floor", 0.5)}
     if ood.get("subcases") is None:  # an OOD set without subcases (PAWS-QQP): one column
         subcases = None
         files["ood"] = f"paws-qqp={data.write_pairs_jsonl(out / 'ood.jsonl', pool)}"
         attention = pool[: settings["attention"]["examples"]]
     else:
         final = finetuned["final"].get(ood.get("choose_from", ""), {}).get("subcases")
-        subcases = data.choose_subcases(ood["subcases"], final, settings.get("n_ood_subcases", 4))
+        subcases = data.choose_subcases(ood["subcases"], final, settings.get("n_ood_subcases", 4),
+                                        entailment_floor=info["entailment_floor"])
         info["chosen_from"] = final
+        if final:
+            info["balanced"] = data.balanced_accuracies(final)
+        heuristics = list(dict.fromkeys(data.heuristic_of(s) for s in subcases))
+        consistent = [e for h in heuristics for e in data.entailment_subcases(h)]
+        info["entailment_subcases"] = consistent
         files["ood"] = f"hans={data.write_hans_tsv(out / 'ood.tsv', data.select(pool, subcases, ood['per_subcase']))}"
+        present = {ex.subcase for ex in pool}
+        if all(e in present for e in consistent):
+            rows = data.select(pool, consistent, ood["per_subcase"])
+            entailed["ood-entailed"] = f"hans={data.write_hans_tsv(out / 'ood_entailed.tsv', rows)}"
         real = _real_file(study)
         if real is not None:
             examples, _ = load_file("hans", real)
             rows = data.select(examples, subcases, study["real_ood"].get("per_subcase"))
             files["real"] = f"hans={data.write_hans_tsv(out / 'real.tsv', rows)}"
+            rows = data.select(examples, consistent, study["real_ood"].get("per_subcase"))
+            entailed["real-entailed"] = f"hans={data.write_hans_tsv(out / 'real_entailed.tsv', rows)}"
             pool = examples
         lexical = lambda ex: ex.heuristic == "lexical_overlap"  # noqa: E731
         attention = data.interleave(pool, lexical, settings["attention"]["examples"])
     data.write_pairs_jsonl(out / "attention.jsonl", attention)
-    info.update(subcases=subcases, files=files, attention=str(out / "attention.jsonl"))
+    info.update(subcases=subcases, files=files, entailed_files=entailed, attention=str(out / "attention.jsonl"))
     write_json(out / "data.json", info)
     return info
 
@@ -160,6 +175,23 @@ def seed_table(study: dict, settings: dict, prune_dir: Path, subcases: list[str]
     return {"model": model, "by_sparsity": by, "columns": list(model)}
 
 
+def identification(study: dict, settings: dict, prune_dir: Path) -> dict:
+    """Per sparsity and seed: gates still undecided at the end (0.05 < P(open) < 0.95) and the Jaccard of the
+    top-k and threshold selections; how firmly each run's subnetwork is identified."""
+    from subnetlab.runs.prune import run_dir_name
+
+    out: dict[str, dict[str, list]] = {}
+    for target in study["sparsities"]:
+        label = f"{100 * target:g}%"
+        for seed in settings["seeds"]:
+            sel = read_json(prune_dir / run_dir_name(target, seed, "linear") / "metrics.json")["selections"]
+            row = out.setdefault(label, {"undecided": [], "gates": [], "jaccard": []})
+            row["undecided"].append(sel.get("undecided_gates"))
+            row["gates"].append(sel.get("gates"))
+            row["jaccard"].append(sel.get("jaccard"))
+    return out
+
+
 def _heads_to_study(core: dict, k: int = 3) -> tuple[list[tuple[int, int]], str]:
     """The core, or (when it is empty) the ``k`` heads kept most often over both sparsities."""
     L, H = core["num_layers"], core["num_heads"]
@@ -170,21 +202,25 @@ def _heads_to_study(core: dict, k: int = 3) -> tuple[list[tuple[int, int]], str]
     return ranked[:k], f"top-{k} most frequent (the core is empty)"
 
 
-def _ablation(study: dict, settings: dict, base: dict, heads: list, pruning: dict, subcases: list[str], out: Path) -> dict:
+def _ablation(study: dict, settings: dict, base: dict, prepared: dict, heads: list, pruning: dict, subcases: list[str],
+              out: Path) -> dict:
     from subnetlab.methods.hard_concrete.ablation import mean_activations
     from subnetlab.methods.hard_concrete.data import PruningData
     from subnetlab.runs.prune_setup import load_pruning_model
     from subnetlab.tasks.spec import task_from_config
 
-    opts = settings["ablation"]
-    config = {"command": "ablate", "model": base["model"], "splits": base["splits"], "eval_data": base["eval_data"],
+    opts = dict(settings["ablation"])
+    entailed = prepared.get("entailed_files") or {}
+    splits = [*base["splits"], *entailed]
+    eval_data = [*base["eval_data"], *(f"{split}:{spec}" for split, spec in entailed.items())]
+    config = {"command": "ablate", "model": base["model"], "splits": splits, "eval_data": eval_data,
               "heads": [f"L{l}.H{h}" for l, h in heads], "subcases": subcases, **opts}
     done = finished_metrics(out, config, redo_other=True)
     if done is not None:
         return done
-    task = task_from_config(base)
+    task = task_from_config({**base, "eval_data": eval_data})
     for split in list(task.eval_splits):
-        if split not in base["splits"]:
+        if split not in splits:
             del task.eval_splits[split]
     loaded = load_pruning_model(base["model"], task)
     tok = loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
@@ -194,7 +230,11 @@ def _ablation(study: dict, settings: dict, base: dict, heads: list, pruning: dic
     stage(f"[{study['name']}] ablating {len(heads)} heads")
     return steps.ablation_step(loaded, task, heads, out, config=config, means=means, id_splits=ID_SPLITS,
                                subcases=subcases, batch_size=pruning["eval_batch_size"], max_length=pruning["max_length"],
-                               limit=opts.get("limit"), non_listed=opts.get("non_listed", "all"), seed=opts.get("seed", 0))
+                               limit=opts.get("limit"), non_listed=opts.get("non_listed", "all"), seed=opts.get("seed", 0),
+                               joint=steps.parse_joint(opts.get("joint_heads", "top-3"), loaded.adapter.num_layers,
+                                                       loaded.adapter.num_heads),
+                               all_jointly=opts.get("all_jointly", True), controls=opts.get("controls", ()),
+                               entailed_splits=list(entailed))
 
 
 def pick_checkpoints(found: list, count: int | None) -> list:
@@ -223,6 +263,10 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
             "eval_data": [e for e in base["eval_data"] if e.startswith("ood:")]}
     overrides = {**settings.get("prune", {}), **es.get("prune", {})}
     search = SearchSettings.from_dict(es.get("search"))  # absent (the presets): every level of every checkpoint
+    sides, aggregate = es.get("sides", "two"), es.get("aggregate", "seed-mean")
+    if search is not None and sides != "two":
+        raise SubnetlabError("effective_size: the level search stops on two-sided faithfulness; with sides=one "
+                             "run every level (drop 'search')", setting="effective_size")
     stage(f"[{study['name']}] effective size: {len(checkpoints)} checkpoints x {len(es['seeds'])} seeds x {len(levels)} levels"
           + (f" (search: {search.to_dict()})" if search else ""))
     dirs = None
@@ -236,7 +280,8 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
                             run=lambda jobs, where: run_jobs(jobs, backend=settings.get("backend", "local"),
                                                              n_jobs=settings.get("jobs"), sweep_dir=where))
     result = analyse_sweep(checkpoints, es["seeds"], levels, out, on=es["on"], faithfulness=es["faithfulness"],
-                           id_splits=ID_SPLITS, subcases=subcases, core=core, search=dirs)
+                           id_splits=ID_SPLITS, subcases=subcases, core=core, search=dirs, sides=sides,
+                           aggregate=aggregate)
     steps.effective_size_outputs(result, out, config=config)
     return result
 
@@ -284,11 +329,12 @@ def run_study(study: dict, settings: dict, out: Path) -> dict[str, Any]:
     core = t("core", steps.core_step, groups, out / "core")
     heads, which = _heads_to_study(core)
     table = seed_table(study, settings, out / "prune", subcases)
-    ablation = t("ablation", _ablation, study, settings, base, heads, pruning, subcases, out / "ablation")
+    identified = identification(study, settings, out / "prune")
+    ablation = t("ablation", _ablation, study, settings, base, prepared, heads, pruning, subcases, out / "ablation")
     es = t("effective_size", _effective_size, study, settings, base, out / "finetune", core["core"], subcases,
            out / "effective_size")
     attention = t("attention", _attention, study, settings, model, prepared, heads, out / "attention")
     stage(f"[{study['name']}] stage seconds: {t.seconds}")
     return {"finetune": finetuned, "data": prepared, "core": core, "heads_studied": which, "seeds_table": table,
-            "ablation": ablation, "effective_size": es, "attention": attention, "dir": str(out),
+            "identification": identified, "ablation": ablation, "effective_size": es, "attention": attention, "dir": str(out),
             "stage_seconds": t.seconds}

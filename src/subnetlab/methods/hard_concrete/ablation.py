@@ -20,8 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.intervene import ComponentValues, capture_activations, collect_means
+from subnetlab.intervene import ComponentValues, collect_means
 from subnetlab.intervene.gates import ComponentGates
+from subnetlab.intervene.resample import rolled_values
 from subnetlab.methods.hard_concrete.data import PruningData, to_device
 from subnetlab.runtime import model_device
 from subnetlab.models.adapters import Adapter
@@ -99,18 +100,7 @@ def ablation_values(kind: str, model: nn.Module, adapter: Adapter, data: Pruning
     raise SubnetlabError(f"ablation {kind!r}: expected mean, zero or resample")
 
 
-@torch.no_grad()
 def resample_values(model: nn.Module, adapter: Adapter, gates: ComponentGates, inputs: dict[str, Tensor],
                     generator: torch.Generator) -> ComponentValues:
     """Every component's output on the batch rolled by a random non-zero shift (ungated)."""
-    size = next(iter(inputs.values())).shape[0]
-    if size < 2:
-        raise SubnetlabError("resample ablation needs batches of at least 2 examples")
-    shift = int(torch.randint(1, size, (1,), generator=generator).item())
-    rolled = {k: v.roll(shift, dims=0) for k, v in inputs.items()}
-    was = gates.enabled
-    gates.enabled = False
-    try:
-        return capture_activations(model, adapter, rolled)
-    finally:
-        gates.enabled = was
+    return rolled_values(model, adapter, gates, inputs, generator)

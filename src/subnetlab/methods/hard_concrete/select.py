@@ -30,6 +30,8 @@ class Selection:
     heads: Tensor
     mlps: Tensor
     threshold: float | None = None
+    undecided: int | None = None  # prunable gates still undecided when it was chosen (``undecided_gates``)
+    gates: int | None = None  # prunable gates in all
 
     @property
     def sparsity(self) -> float:
@@ -68,6 +70,23 @@ def select_threshold(gates: HardConcreteGates, sparsity: float, stride: float = 
             best = sel
     assert best is not None
     return best
+
+
+UNDECIDED = (0.05, 0.95)
+
+
+def undecided_gates(gates: HardConcreteGates, bounds: tuple[float, float] = UNDECIDED) -> int:
+    """How many prunable gates are still undecided: ``low < P(z != 0) < high``.
+
+    A selection taken while many gates are undecided depends on small log-alpha
+    differences (top-k) or on where the threshold falls, so it is weakly
+    identified: the share of undecided gates says how much to trust one run's
+    subnetwork (the Jaccard of the two selections says it another way)."""
+    open_heads, open_mlps = gates.expected_l0()
+    probs = torch.cat([open_heads.detach().reshape(-1), open_mlps.detach().reshape(-1)]) if gates.prune_mlps \
+        else open_heads.detach().reshape(-1)
+    low, high = bounds
+    return int(((probs > low) & (probs < high)).sum())
 
 
 def select(gates: HardConcreteGates, sparsity: float, method: str) -> Selection:

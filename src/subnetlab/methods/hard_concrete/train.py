@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from subnetlab.methods.hard_concrete.checkpoint import CHECKPOINT, TrainingState
 from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.methods.hard_concrete.data import DataOrder, PruningData, to_device
 from subnetlab.methods.hard_concrete.objective import FullModelOutputs, Lagrangian, NonFiniteLoss, check_finite, kl_full_to_pruned
-from subnetlab.methods.hard_concrete.select import Selection, select_threshold, select_topk
+from subnetlab.methods.hard_concrete.select import Selection, select_threshold, select_topk, undecided_gates
 from subnetlab.models.adapters import Adapter
 from subnetlab.optim import lr_factor
 from subnetlab.runtime import model_device
@@ -77,7 +77,10 @@ class PruneResult:
 
 
 def selections(gates: HardConcreteGates, sparsity: float) -> dict[str, Selection]:
-    return {"topk": select_topk(gates, sparsity), "threshold": select_threshold(gates, sparsity)}
+    """Both selections at ``sparsity``, each recording how many gates were still undecided."""
+    counts = {"undecided": undecided_gates(gates), "gates": gates.num_gates}
+    return {"topk": replace(select_topk(gates, sparsity), **counts),
+            "threshold": replace(select_threshold(gates, sparsity), **counts)}
 
 
 class _Frozen:
@@ -99,13 +102,15 @@ class _Frozen:
         self.model.train(self.training)
 
 
-def _optimizer(gates: HardConcreteGates, lagrangian: Lagrangian, config: PruneConfig) -> torch.optim.Adam:
-    """Adam descending on log-alphas, Adam *maximising* over the lambdas (as the authors' code)."""
+def _optimizer(gates: HardConcreteGates, lagrangian: Lagrangian, config: PruneConfig) -> torch.optim.Optimizer:
+    """Adam(W) descending on log-alphas, *maximising* over the lambdas (as the authors' code); weight decay, when set,
+    on both groups as ``torch.optim.AdamW`` applies it there."""
     alphas = [p for p in gates.parameters() if p.requires_grad]
-    return torch.optim.Adam([
+    kind = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
+    return kind([
         {"params": alphas, "lr": config.lr},
         {"params": list(lagrangian.parameters()), "lr": config.lambda_lr, "maximize": True},
-    ], foreach=False)
+    ], weight_decay=config.weight_decay, foreach=False)
 
 
 class Pruner:
@@ -159,7 +164,7 @@ class Pruner:
         """Optimizer step ``step`` (0-based): accumulate ``accumulation`` micro-batches, update; (KL, Lagrangian)."""
         cfg, ctl, gates = self.config, self.gates_ctl, self.gates
         target = self.schedule.target(step)
-        factor = lr_factor(step, total=self.total, decay=cfg.lr_decay)
+        factor = lr_factor(step, total=self.total, warmup=cfg.lr_warmup_steps, decay=cfg.lr_decay)
         for group, base in zip(self.optimizer.param_groups, self.base_lrs):
             group["lr"] = base * factor
         self.optimizer.zero_grad(set_to_none=True)
