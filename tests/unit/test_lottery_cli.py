@@ -120,3 +120,20 @@ def test_patterns_counted_per_map_inside_the_pruned_model(tmp_path):
     assert kept.sum() == 6  # two kept heads x three maps
     share = patterns["shares"]["kept heads, raw"]
     assert [share[t] for t in patterns["type_order"]] == pytest.approx((kept / 6).tolist())
+
+
+def test_single_sentence_tasks_give_one_sentence_per_map(tmp_path):
+    from subnetlab.analysis.attention_types import head_types
+    from subnetlab.experiments.lottery.jobs import sentence_pairs
+    from subnetlab.models import build_model
+    from subnetlab.tasks.registry import get_task
+    from tests.conftest import tiny_config
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    (tmp_path / "dev.tsv").write_text("s\t1\t\tthe cat sat .\ns\t0\t*\tcat the sat .\n")
+    task = get_task("glue-cola", eval=str(tmp_path / "dev.tsv"))
+    pairs, source = sentence_pairs(task, "id", 5, "task", None)
+    assert pairs == [("the cat sat .", None), ("cat the sat .", None)] and "2 sentences" in source
+    m = build_model(tiny_config("bert"), head="base", seed=0, attn_implementation="eager")
+    ht = head_types(m.model, word_tokenizer(), pairs)
+    assert ht.counts["raw"].sum() == 2 * 2 * 4  # two maps per head

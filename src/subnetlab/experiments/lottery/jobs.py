@@ -14,7 +14,8 @@ def model_dir(finetune_dir: Path) -> Path:
     return finetune_dir / "run" / "model"
 
 
-def sentence_pairs(task: Task, split: str, n: int, source: str, shared_data: Path | None) -> tuple[list[tuple[str, str]], str]:
+def sentence_pairs(task: Task, split: str, n: int, source: str,
+                   shared_data: Path | None) -> tuple[list[tuple[str, str | None]], str]:
     """Pairs whose attention maps are classified, and a description of where they come from.
 
     ``source="mnli-shared"`` takes the first ``n`` rows of the real MNLI
@@ -32,13 +33,18 @@ def sentence_pairs(task: Task, split: str, n: int, source: str, shared_data: Pat
             return [(ex.text_a, ex.text_b or "") for ex in rows], f"the first {len(rows)} real MNLI dev-matched pairs ({path.name})"
     elif source not in ("task", "mnli-shared"):
         raise SubnetlabError(f"pattern_source {source!r}: expected task or mnli-shared")
-    rows = [ex for ex in task.examples(split) if ex.text_b is not None][:n]
+    examples = task.examples(split)
+    rows = [ex for ex in examples if ex.text_b is not None][:n]
+    if rows:
+        return [(ex.text_a, ex.text_b) for ex in rows], f"the first {len(rows)} pairs of the {split!r} split of {task.name}"
+    # single-sentence tasks (CoLA, SST-2): one sentence per map, as the paper's maps of those tasks
+    rows = [ex for ex in examples if ex.text_a][:n]
     if not rows:
-        raise SubnetlabError(f"split {split!r} of task {task.name} has no sentence pairs for attention maps")
-    return [(ex.text_a, ex.text_b) for ex in rows], f"the first {len(rows)} pairs of the {split!r} split of {task.name}"
+        raise SubnetlabError(f"split {split!r} of task {task.name} has no sentences for attention maps")
+    return [(ex.text_a, None) for ex in rows], f"the first {len(rows)} sentences of the {split!r} split of {task.name}"
 
 
-def pattern_types(model_path: str, pairs: list[tuple[str, str]], max_length: int, device: str = "cpu",
+def pattern_types(model_path: str, pairs: list[tuple[str, str | None]], max_length: int, device: str = "cpu",
                   gates: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Raw and normed pattern types of every head of the model at ``model_path`` (loaded with eager attention).
 
