@@ -78,3 +78,20 @@ def test_a_finetune_config_without_dtype_is_the_float32_run():
 
     assert "dtype" not in resolve_config(model="m").to_json()  # runs written before --dtype existed still resume
     assert resolve_config(model="m", dtype="bfloat16").to_json()["dtype"] == "bfloat16"
+
+
+def test_a_discovery_job_records_where_it_ran_and_resumes_elsewhere(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from subnetlab.executor import Job, execute
+    from subnetlab.runs.directory import check_config
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=23, n_embd=16, n_layer=1, n_head=2, n_positions=8)).save_pretrained(tmp_path / "lm")
+    config = {"model": str(tmp_path / "lm"), "task": "arith:ab", "task_options": {"n_train": 40, "n_eval": 10, "n_test": 10},
+              "seed": 0, "threads": 1, "device": "auto",
+              "cs": {"epochs": 1, "lr": 0.01, "batch_size": 20, "include": ["attention"], "keep": "last", "l0_lambda": 1e-7}}
+    execute(Job("subnetlab.runs.transfer:discover_job", config, tmp_path / "run"))
+    written = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert written["resolved_device"] == "cpu" and written["resolved_dtype"] == "float32"
+    assert check_config(tmp_path / "run", {**config, "device": "cuda"})  # the same run on a GPU machine

@@ -18,13 +18,14 @@ from typing import Any, ClassVar
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.runtime import resolve_device, torch_threads
+from subnetlab.runtime import describe_runtime, resolve_device, runtime_record, torch_threads
 from subnetlab.intervene import mask_weights
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification, kept_percentages
 from subnetlab.models import load_model
 from subnetlab.models.loading import LoadedModel
 from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.progress import stage
+from subnetlab.runs.directory import record_runtime
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
@@ -160,6 +161,8 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
     seed = int(job.seed)
     loaded, task = load_lm(job.model, job.task, {"seed": seed, **job.task_options})
     device = resolve_device(job.device or "cpu")
+    stage(describe_runtime(device))
+    record_runtime(out_dir, runtime_record(device))  # where it ran: not compared when the run resumes
     model, adapter = loaded.model.to(device), loaded.adapter
     splits = _splits(task, loaded.tokenizer if task.tokenizer is None else None, device)
     train, ev, test = splits["train"], splits["eval"], splits["test"]
@@ -232,6 +235,7 @@ def transfer_job(config: dict, out_dir: Path) -> dict:
 def _transfer(job: TransferJobConfig) -> dict:
     settings = job.settings
     device = resolve_device(job.device or "cpu")
+    stage(describe_runtime(device))
     trained = load_model(job.model, head="causal-lm")
     trained.model.to(device)
     sub = Subnetwork.load(job.subnetwork, trained.adapter) if job.subnetwork else None
