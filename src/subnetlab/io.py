@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 from fnmatch import fnmatch
 import tempfile
@@ -77,6 +78,9 @@ def _write_failed(path: Path, error: OSError) -> SubnetlabError:
     reason = os.strerror(error.errno) if error.errno else str(error)
     hint = "; free some space and rerun" if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
     return SubnetlabError(f"{path}: cannot write ({reason}){hint}; the previous file, if any, is unchanged")
+
+
+write_failed = _write_failed  # for writers outside this module: ``raise write_failed(path, error) from None``
 
 
 def fsync_directory(directory: str | os.PathLike) -> None:
@@ -145,6 +149,43 @@ def seal_directory(directory: str | os.PathLike) -> None:
     except OSError as e:
         raise _write_failed(root, e) from None
     fsync_directory(root)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory beside ``path`` for another library to fill (``save_pretrained``); on success
+    seal it (``seal_directory``) and put it in ``path``'s place, replacing a previous directory there.
+
+    A write that fails (``OSError``: no space, no permission) raises ``SubnetlabError``
+    naming ``path``; the temporary directory is removed and a previous ``path`` is
+    left as it was. (Between moving the previous directory aside and renaming the
+    new one in, a kill leaves the previous one as ``.NAME.old-PID.tmp``.)
+    """
+    final = Path(path)
+    tmp: Path | None = None
+    old: Path | None = None
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        os.chmod(tmp, default_mode(directory=True))  # mkdtemp makes 0700
+        yield tmp
+        seal_directory(tmp)
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{os.getpid()}.tmp")
+            os.replace(final, old)
+        os.replace(tmp, final)
+        tmp = None
+        fsync_directory(final.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+            old = None
+    except OSError as e:
+        raise _write_failed(final, e) from None
+    finally:
+        if old is not None and old.exists() and not final.exists():
+            os.replace(old, final)  # the new one never arrived: the previous one goes back
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

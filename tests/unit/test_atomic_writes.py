@@ -132,3 +132,111 @@ def test_a_run_directory_written_under_umask_022_is_readable_by_everyone(tmp_pat
     assert {"config.json", "metrics.json", "metrics.jsonl", "model/model.safetensors"} <= set(files)
     assert set(files.values()) == {"0o644"} and set(dirs.values()) == {"0o755"}, modes
     assert oct(_mode(out)) == "0o755"
+
+
+def test_a_directory_written_by_another_library_replaces_the_old_one_or_leaves_it(tmp_path, umask) -> None:
+    umask(0o022)
+    final = tmp_path / "model"
+    with io.atomic_directory(final) as tmp:
+        (tmp / "a.bin").write_bytes(b"first")
+        os.chmod(tmp / "a.bin", 0o600)  # as some writers make their files
+    assert sorted(p.name for p in final.iterdir()) == ["a.bin"] and _mode(final / "a.bin") == 0o644
+    assert _mode(final) == 0o755
+    with pytest.raises(SubnetlabError, match=r"model: cannot write \(No space left on device\)"):
+        with io.atomic_directory(final) as tmp:
+            (tmp / "b.bin").write_bytes(b"half")
+            _no_space()
+    assert sorted(p.name for p in final.iterdir()) == ["a.bin"] and (final / "a.bin").read_bytes() == b"first"
+    with io.atomic_directory(final) as tmp:
+        (tmp / "c.bin").write_bytes(b"second")
+    assert sorted(p.name for p in final.iterdir()) == ["c.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary or old copy left
+
+
+def _tiny_bert(where: Path) -> Path:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from subnetlab.tasks import NLI3
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    config = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                        max_position_embeddings=64, num_labels=3, id2label=dict(enumerate(NLI3)),
+                        label2id={k: i for i, k in enumerate(NLI3)})
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(where)
+    word_tokenizer().save_pretrained(where)
+    return where
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, list[str]]:
+    capsys.readouterr()  # what the set-up printed
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    return done.value.code or 0, capsys.readouterr().err.strip().splitlines()
+
+
+def test_finetune_whose_save_pretrained_hits_a_full_disk_ends_cleanly_and_resumes(tmp_path, monkeypatch, capsys) -> None:
+    """The second checkpoint's save_pretrained runs out of space: one error line, exit 2, the first checkpoint
+    complete and nothing half-written; the rerun resumes from it and finishes."""
+    from transformers import PreTrainedModel
+
+    model = _tiny_bert(tmp_path / "bert")
+    out = tmp_path / "ft"
+    argv = ["finetune", "--model", str(model), "--task", "nli-synthetic", "--task-option", "n_train=16",
+            "--task-option", "n_eval=8", "--task-option", "hans_per_subcase=1", "--max-steps", "3", "--batch-size", "8",
+            "--save-every", "1", "--eval-every", "1", "--device", "cpu", "--out", str(out)]
+    real = PreTrainedModel.save_pretrained
+    saves = []
+
+    def save_pretrained(self, directory, *args, **kwargs):
+        saves.append(directory)
+        if len(saves) == 2:
+            (Path(directory) / "model.safetensors").write_bytes(b"half a file")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, directory, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", save_pretrained)
+    code, err = _cli(argv, capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: ") and "step-2: cannot write (No space left on device)" in err[0], err
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-1"]  # complete, no temporary beside it
+    assert not (out / "metrics.json").exists()
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", real)
+    code, err = _cli(argv, capsys)
+    assert code == 0, err
+    assert io.read_json(out / "metrics.json")["steps"] == 3
+
+
+def test_export_whose_tokenizer_write_hits_a_full_disk_writes_nothing(tmp_path, monkeypatch, capsys) -> None:
+    from transformers import BertForSequenceClassification, PreTrainedTokenizerBase
+
+    from subnetlab.models import get_adapter
+    from subnetlab.subnetwork import Subnetwork
+
+    model = _tiny_bert(tmp_path / "bert")
+    adapter = get_adapter(BertForSequenceClassification.from_pretrained(model))
+    Subnetwork.structured(adapter, torch.tensor([[1.0, 0.0]])).save(tmp_path / "sub.safetensors")
+    monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", _no_space)
+    code, err = _cli(["export", "--model", str(model), "--subnetwork", str(tmp_path / "sub.safetensors"),
+                      "--ablation", "zero", "--out", str(tmp_path / "small")], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: ") and "small: cannot write (No space left on device)" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert", "sub.safetensors"]
+
+
+def test_a_restarted_run_removes_temporaries_and_puts_back_a_directory_caught_mid_swap(tmp_path) -> None:
+    from subnetlab.runs.directory import remove_temporaries
+
+    (tmp_path / ".metrics.json.a1b2.tmp").write_text("{")  # a killed file write
+    (tmp_path / ".model.x9.tmp").mkdir()  # a killed directory write, with a temporary inside
+    (tmp_path / ".model.x9.tmp" / ".weights.q.tmp").write_text("")
+    (tmp_path / "model").mkdir()
+    (tmp_path / ".model.old-77.tmp").mkdir()  # swapped out after the new one arrived: stale
+    (tmp_path / ".run.old-78.tmp").mkdir()  # swapped out, and the new one never arrived: the only copy
+    (tmp_path / ".run.old-78.tmp" / "a.bin").write_bytes(b"previous")
+    (tmp_path / "seed-0").mkdir()
+    (tmp_path / "seed-0" / ".history.json.zz.tmp").write_text("")
+    assert remove_temporaries(tmp_path) == 4
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "model", "run", "run/a.bin", "seed-0"]
+    assert (tmp_path / "run" / "a.bin").read_bytes() == b"previous"

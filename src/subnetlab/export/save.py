@@ -41,7 +41,8 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.export.slicing import Plan, apply_plan
-from subnetlab.io import default_mode, load_tensors, read_json, save_tensors, seal_directory, write_json, write_text
+from subnetlab.io import (default_mode, load_tensors, read_json, save_tensors, seal_directory, write_failed, write_json,
+                          write_text)
 from subnetlab.models.adapters import FAMILIES
 
 PRUNING_FILE = "subnetlab_pruning.json"
@@ -113,6 +114,8 @@ def write_directory(out: Path, model: nn.Module, record: dict[str, Any], tokeniz
         if out.exists():
             out.rmdir()  # empty (checked); a non-empty one would make rmdir fail rather than be overwritten
         os.replace(tmp, out)
+    except OSError as e:  # the tokenizer's or ONNX's writer on a full disk: an error naming the export
+        raise write_failed(out, e) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

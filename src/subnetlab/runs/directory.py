@@ -144,19 +144,33 @@ def plain(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def remove_temporaries(out: str | Path) -> int:
-    """Delete the temporary files an atomic write left behind when its process was killed; returns how many.
+    """Delete the temporaries an atomic write left behind when its process was killed; returns how many.
 
-    ``subnetlab.io`` writes ``.NAME.XXXX.tmp`` beside ``NAME`` and renames it into place;
-    a process killed between the two leaves the temporary (never a truncated ``NAME``).
-    Only the run's own writer calls this, at the start, so no live write is touched.
+    ``subnetlab.io`` writes ``.NAME.XXXX.tmp`` beside ``NAME`` (a file, or a directory
+    another library filled) and renames it into place; a process killed between the
+    two leaves the temporary (never a truncated ``NAME``). A directory being replaced
+    is first moved aside as ``.NAME.old-PID.tmp``: if the kill came before the new one
+    arrived, that previous directory is put back. Only the run's own writer calls
+    this, at the start, so no live write is touched.
     """
+    import re
+    import shutil
+
     removed = 0
     root = Path(out)
     if root.is_dir():
-        for path in root.rglob(".*.tmp"):
-            if path.is_file():
+        for path in sorted(root.rglob(".*.tmp"), key=lambda p: len(p.parts)):
+            if not path.exists() and not path.is_symlink():  # inside a temporary directory removed already
+                continue
+            if path.is_dir() and not path.is_symlink():
+                previous = re.fullmatch(r"\.(.+)\.old-\d+\.tmp", path.name)
+                if previous and not (path.parent / previous.group(1)).exists():
+                    os.replace(path, path.parent / previous.group(1))
+                    continue
+                shutil.rmtree(path, ignore_errors=True)
+            else:
                 path.unlink(missing_ok=True)
-                removed += 1
+            removed += 1
     return removed
 
 

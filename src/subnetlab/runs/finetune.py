@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import append_jsonl, read_json, write_json, write_text
+from subnetlab.io import append_jsonl, atomic_directory, read_json, write_json, write_text
 from subnetlab.methods.evaluate import evaluate
 from subnetlab.methods.model_fit import check_lengths_fit
 from subnetlab.methods.finetune.config import FinetuneConfig, check_warmup, total_steps
@@ -87,21 +87,14 @@ def _trim_log(path: Path, step: int) -> None:
 
 def _final_model(out: Path, checkpoint: Path) -> None:
     """``out/model``: the last checkpoint without its trainer files (weights hard-linked)."""
-    tmp = out / f".model.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    for f in checkpoint.iterdir():
-        if f.name in ("trainer_state.json", "optimizer.safetensors"):
-            continue
-        try:
-            os.link(f, tmp / f.name)
-        except OSError:
-            shutil.copy2(f, tmp / f.name)
-    final = out / "model"
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with atomic_directory(out / "model") as tmp:  # a full disk: an error, and no half-copied model
+        for f in checkpoint.iterdir():
+            if f.name in ("trainer_state.json", "optimizer.safetensors"):
+                continue
+            try:
+                os.link(f, tmp / f.name)
+            except OSError:
+                shutil.copy2(f, tmp / f.name)
 
 
 def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: int | None = None) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, mask_weights
-from subnetlab.io import save_tensors, seal_directory
+from subnetlab.io import atomic_directory, save_tensors
 from subnetlab.methods.evaluate import evaluate, label_permutation
 from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
@@ -243,10 +243,10 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
     stage(f"re-fine-tuning {cfg.model} with the {control} {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
     metrics = train_masked(model, loaded.adapter, loaded.tokenizer, task, sub, cfg)
     if job.save_model:
-        model.save_pretrained(str(out / "model"))
-        if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
-            loaded.tokenizer.save_pretrained(str(out / "model"))
-        seal_directory(out / "model")
+        with atomic_directory(out / "model") as tmp:  # a failed write leaves no half-written model
+            model.save_pretrained(str(tmp))
+            if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
+                loaded.tokenizer.save_pretrained(str(tmp))
     metrics["subnetwork"] = {"method": sub.method, "kind": sub.kind, "control": control, "sparsity": sub.sparsity,
                              "parameter_sparsity": sub.parameter_sparsity(loaded.adapter)}
     return metrics
