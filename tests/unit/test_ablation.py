@@ -210,3 +210,18 @@ def test_score_columns_and_short_names():
         score_columns(results, ["id"], ["sn_NP/S"])
     assert short_name("ln_preposition") == "Prep [LO]"
     assert short_name("hans/ln_subject/object_swap") == "hans: SO-Swap [LO]"
+
+
+def test_a_task_with_only_in_domain_rows_ranks_the_joint_heads_by_them(setup):
+    """A user's own data has one held-out split and no out-of-domain one: the top heads are ranked on it."""
+    loaded, tok, task, means = setup
+    model, adapter = loaded.model, loaded.adapter
+    listed = parse_heads(["L0.H1", "L1.H2", "L0.H3"], 2, 4)
+    id_only = lambda: score_columns(evaluate(model, tok, task, ["id"], batch_size=128), ["id"], [])  # noqa: E731
+    table = ablation_table(model, adapter, listed, id_only, means, joint=2, non_listed=None, id_columns=["id"])
+    assert table.columns == ["id"] and table.rank_columns == ["id"]
+    drops = {h: table.base["id"] - table.row(h).accuracy["id"] for h in ("L0.H1", "L1.H2", "L0.H3")}
+    top = sorted(drops, key=lambda h: -drops[h])[:2]
+    assert sorted(table.joint.heads) == sorted(top) or len({drops[h] for h in drops}) < 3  # ties: any order
+    with pytest.raises(SubnetlabError, match=r"rank_columns \[\]"):  # an explicit empty choice is still an error
+        ablation_table(model, adapter, listed, id_only, means, non_listed=None, id_columns=["id"], rank_columns=[])

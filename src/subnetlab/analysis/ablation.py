@@ -234,6 +234,8 @@ def ablation_table(
         ranking = [c for c in columns if rank_columns(c)]
     else:
         ranking = list(rank_columns) if rank_columns is not None else [c for c in columns if c not in id_columns]
+    if not ranking and (rank_columns is None or callable(rank_columns)):
+        ranking = columns  # no out-of-domain split (a user's own data has only its held-out rows): rank by those
     unknown = [c for c in ranking if c not in columns]
     if unknown or not ranking:
         raise SubnetlabError(f"rank_columns {ranking}: expected some of {columns}")

@@ -112,6 +112,10 @@ def prune(
                        levels=level_list, overrides=overrides)  # builds (so checks) every job's typed config
     check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
     load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task: refused here, not in a job
+    from subnetlab.progress import stage
+    from subnetlab.runtime import describe_runtime, resolve_device
+
+    stage(describe_runtime(resolve_device("cpu")) + " (hard-concrete pruning runs on the CPU)")
     report = executor.run(jobs, sweep_dir=out)
     summary = _summary(report)
     write_json(out / "summary.json", summary)
