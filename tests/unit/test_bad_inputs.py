@@ -89,6 +89,9 @@ def files(tmp_path_factory) -> dict[str, str]:
     shutil.copytree(root / "bert", step)
     (step / "trainer_state.json").write_text("{}")
     paths["ft"] = str(root / "ft")
+    (root / "empty.csv").write_text("")  # your own data: an empty file, and two labels for a 3-output head
+    (root / "two.csv").write_text("text,label\n" + "".join(f"the cat {i},{'ab'[i % 2]}\n" for i in range(20)))
+    paths.update(emptycsv=str(root / "empty.csv"), twocsv=str(root / "two.csv"))
     return paths
 
 
@@ -250,6 +253,18 @@ CASES: list[tuple[str, list[str], str]] = [
     ("effective-size-core-missing", [*EFFECTIVE, "--core", "{missing}"], "no such file"),
     ("export-subnetwork-nan", ["export", "--model", "{bert}", "--subnetwork", "{nan}"], "value(s) other than 0 and 1"),
     ("export-out-not-empty", ["export", "--model", "{bert}", "--subnetwork", "{sub}", "--out", "{full}"], "not an empty directory"),
+    # your own data and hardware (issue 20)
+    ("evaluate-float16-on-cpu", [*EVALUATE, "--device", "cpu", "--dtype", "float16"],
+     "--dtype float16: half-precision forward passes run on CUDA or Apple mps only"),
+    ("finetune-dtype-unknown", [*FINETUNE, "--dtype", "fp8"], "--dtype 'fp8' is not float32, bfloat16 or float16"),
+    ("prune-data-flag-on-builtin-task", [*PRUNE, "--text-column", "premise"], "--text-column: only for your own data"),
+    ("finetune-empty-data-file", ["finetune", "--model", "{bert}", "--task", "file:{emptycsv}", "--max-steps", "2"],
+     "empty.csv: empty file"),
+    ("evaluate-head-of-another-size", ["evaluate", "--model", "{bert}", "--task", "file:{twocsv}"],
+     "has a classification head with 3 outputs, but task file:two.csv has 2 labels (a, b)"),
+    ("prune-head-of-another-size", ["prune", "--model", "{bert}", "--task", "file:{twocsv}", "--sparsity", "0.5",
+                                    "--seeds", "0", "--preset", "demo", "--set", "batch_size=4"],
+     "has a classification head with 3 outputs, but task file:two.csv has 2 labels (a, b)"),
 ]
 
 
