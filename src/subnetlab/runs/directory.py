@@ -20,7 +20,7 @@ mean-activation cache) is stored relative to the run directory
 (``run_relative``; jobs read it back with ``resolve_run_path``), and input files
 outside it (model directories, data files) are stored absolute
 (``absolute_inputs``). Configurations are compared by meaning, not spelling
-(``same_config``): the same command with ``--out`` spelled relative or absolute,
+(``same_config``): the same command with its output directory spelled relative or absolute,
 or a sweep directory copied elsewhere, is recognised as the same run.
 """
 
