@@ -24,12 +24,24 @@ def reproduce(
     preset: str = typer.Option("demo", "--preset", help="demo (a 2-core CPU) or paper (the paper's setting)."),
     out: Path = typer.Option(..., "--out", help="Run directory; a rerun resumes."),
     set_: list[str] = typer.Option([], "--set", help="Override one preset setting, KEY=VALUE (repeatable)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved configuration of every step as JSON; "
+                                 "run nothing, write nothing."),
 ) -> None:
     """Run one paper's study end to end and write DIR/report.md."""
     from subnetlab.experiments import get_reproduction, settings_for
 
     module = get_reproduction(name)
-    report = module.run(settings_for(module, preset, _parse_overrides(set_)), out)
+    settings = settings_for(module, preset, _parse_overrides(set_))
+    if dry_run:
+        import json
+
+        plan = getattr(module, "plan", None)
+        resolved = plan(settings, out) if plan is not None else {
+            "reproduction": module.NAME, "preset": preset, "out": str(out), "settings": settings,
+            "note": "this reproduction resolves each step's configuration from these settings when it runs"}
+        print(json.dumps(resolved, indent=2, default=str))
+        return
+    report = module.run(settings, out)
     print(f"report: {report}")
 
 
