@@ -229,3 +229,16 @@ def test_unreadable_results_are_not_measurable(tmp_path, bad):
     _write(out / "metrics.json", bad)
     rows = hc.findings(out, tmp_path)
     assert {r.verdict for r in rows} == {v.NOT_MEASURABLE}
+
+
+def test_print_table_on_a_terminal_and_off(capsys):
+    rows = [v.Finding("P", "claim one", "fig", "run", v.SHOWN, "rule", "a/report.md#x"),
+            v.Finding("P", "claim two", "fig", "run", v.NOT_MEASURABLE, "why", "a/report.md")]
+    from subnetlab.experiments.demo.findings import print_table
+
+    print_table(rows, interactive=False)
+    out = capsys.readouterr().out
+    assert "[SHOWN] P: claim one" in out and "[NOT MEASURABLE AT THIS SCALE] P: claim two" in out
+    print_table(rows, interactive=True)
+    out = capsys.readouterr().out
+    assert "Findings of the demo" in out and "claim two" in out and "not measurable" in out

@@ -57,12 +57,31 @@ def render(rows: Sequence[Finding]) -> str:
 
 
 def render_plain(rows: Sequence[Finding]) -> str:
-    """The table for a terminal: one block per claim (Markdown tables this wide wrap badly)."""
+    """The table as text: one block per claim (Markdown tables this wide wrap badly)."""
     out = []
     for r in rows:
         out.append(f"[{r.verdict.upper()}] {r.paper}: {r.claim}\n    paper: {r.paper_figure}\n"
                    f"    this run: {r.this_run}\n    rule: {r.rule}\n    see: {r.link}")
     return "\n".join(out)
+
+
+def print_table(rows: Sequence[Finding], interactive: bool) -> None:
+    """On a terminal a Rich table that wraps its cells; otherwise the text blocks of ``render_plain``."""
+    if not interactive:
+        print(render_plain(rows), flush=True)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Findings of the demo", show_lines=True)
+    for name, ratio in (("paper", 1), ("claim", 3), ("paper's figure", 3), ("this run", 4), ("verdict", 1),
+                        ("see", 2)):
+        table.add_column(name, ratio=ratio, overflow="fold")
+    style = {SHOWN: "bold green", NOT_SHOWN: "red", NOT_MEASURABLE: "yellow"}
+    for r in rows:
+        table.add_row(r.paper, r.claim, r.paper_figure, r.this_run, f"[{style.get(r.verdict, '')}]{r.verdict}[/]",
+                      r.link)
+    Console().print(table)
 
 
 def write_findings(out: Path, demos: Sequence[str]) -> tuple[Path, list[Finding]]:
@@ -74,4 +93,4 @@ def write_findings(out: Path, demos: Sequence[str]) -> tuple[Path, list[Finding]
     return out / "findings.md", rows
 
 
-__all__ = ["MODULES", "collect", "render", "render_plain", "write_findings"]
+__all__ = ["MODULES", "collect", "print_table", "render", "render_plain", "write_findings"]

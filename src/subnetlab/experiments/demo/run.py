@@ -107,7 +107,7 @@ def run_demo(
     ``get_reproduction`` and ``calibrate`` default to the real ones (tests pass fakes).
     """
     from subnetlab.experiments import get_reproduction as real_get, settings_for
-    from subnetlab.experiments.demo.findings import render_plain, write_findings
+    from subnetlab.experiments.demo.findings import print_table, write_findings
 
     get = get_reproduction or real_get
     if calibrate is None:
@@ -142,7 +142,12 @@ def run_demo(
     record.update(stages=plan.table(), wall_seconds=round(clock() - started, 1), reports=reports)
     write_json(out / "demo-timings.json", record)
     path, rows = write_findings(out, demos)
-    echo(render_plain(rows))
+    if echo is print:
+        print_table(rows, interactive=board.interactive)
+    else:
+        from subnetlab.experiments.demo.findings import render_plain
+
+        echo(render_plain(rows))
     echo(f"findings: {path}")
     return {"reports": reports, "findings": str(path), "timings": record}
 
