@@ -62,6 +62,12 @@ def test_demo_writes_a_complete_report(demo):
     assert core["n_a"] == 2 and core["n_b"] == 2 and nli["core"] == core["core"]
     assert len(nli["subcases"]) == 4 and isinstance(nli["alike_id_spread_ood"], bool)
     assert (demo / "nli" / "data" / "real.tsv").is_file() == (SHARED_DATA / "hans").is_dir()
+    # the ablation table: entailment columns of the chosen heuristics beside the non-entailment subcases, control rows
+    abl = read_json(demo / "nli" / "ablation" / "metrics.json")
+    assert any(c.startswith("ood-entailed:") for c in abl["columns"])
+    assert {("single", "zero"), ("single", "resample")} <= {(r["kind"], r["replacement"]) for r in abl["rows"]}
+    assert "Entailed [" in text and "undecided gates per seed" in text
+    assert all(u is not None for u in nli["undecided_share"].values()) and nli["undecided_share"]
     for rel in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):  # every linked figure exists
         assert (demo / rel).is_file(), rel
 
