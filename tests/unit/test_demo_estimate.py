@@ -37,6 +37,7 @@ def _hc() -> dict:
     s["n_ood_subcases"] = 4
     s["prune_preset"] = "demo"
     s["prune_steps_scale"] = None
+    s["prune_hold_steps"] = None
     s["prune"] = {"eval_limit": None, "train_limit": 800, "means_examples": 128}
     s["ablation"] = {"non_listed": 6}
     s["effective_size"] = {"seeds": [0, 1], "levels": "0.1,0.3,0.5", "checkpoints": 3,
@@ -61,6 +62,14 @@ def test_heuristic_core_work_by_hand():
         "minilm_gate_step": 3 * 2 * 85,
         "minilm_eval_example": 3 * (2 * 3 + 1) * (300 + 160) + 3 * (800 + 128)}
     assert stages["nli/attention"].work == {"minilm_eval_example": 60}
+
+
+def test_heuristic_core_hold_steps_count():
+    """``prune_hold_steps`` 125: totals 260 + 125 and 340 + 125 per seed."""
+    s = _hc()
+    s["prune_hold_steps"] = 125
+    stages = {x.key: x for x in heuristic_core_stages(s, real_hans=True)}
+    assert stages["nli/prune"].work["minilm_gate_step"] == 3 * (385 + 465)
 
 
 def test_heuristic_core_without_real_hans_evaluates_less():

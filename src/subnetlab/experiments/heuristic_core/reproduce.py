@@ -72,11 +72,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_ood_subcases": 4,
         "seeds": [0, 1, 2, 3],
         "prune_preset": "demo",
-        "prune_steps_scale": None,  # the demo pruning preset's own steps: fewer leave subnetworks unfaithful in-domain
+        "prune_steps_scale": None,  # the demo pruning preset's own warm-up: fewer steps leave subnetworks unfaithful in-domain
+        # Gates decided by the end: with the demo preset's lr 0.1 and 25-step hold, 67 of 78 gates were still undecided
+        # (0.05 < P(open) < 0.95) at 50% (seed 0; 485 steps at lr 0.1: 60 of 78); lr 0.3 decides them (10 of 78) but
+        # needs a longer hold to stay faithful (285 steps: ID 63%; 385 steps, a 125-step hold: ID 97%, 6 of 78
+        # undecided); the sampled-sparsity Lagrangian at lr 0.1 gave ID 33%. Measured with `subnetlab prune --preset
+        # demo --sparsity 0.5 --seeds 0 --splits id --set lr=... --set total_steps=...` on the demo's fine-tuned model.
+        "prune_hold_steps": 125,
         # means over one batch of 128 training examples (one ~20-token batch is ~2,500 tokens)
-        "prune": {"eval_limit": None, "train_limit": 800, "means_examples": 128, "eval_batch_size": 128},
+        "prune": {"eval_limit": None, "train_limit": 800, "means_examples": 128, "eval_batch_size": 128, "lr": 0.3},
         "effective_size": {"seeds": [0, 1], "levels": "0.1:0.7:0.2", "checkpoints": 3, "on": ["id", "ood", "mixed"],
-                           "faithfulness": 0.03, "prune": {"ramp_steps": 15, "hold_steps": 10, "first_ramp_steps": 25}},
+                           "faithfulness": 0.03,
+                           "prune": {"ramp_steps": 15, "hold_steps": 10, "first_ramp_steps": 25, "lr": 0.1}},
         "ablation": {"non_listed": 24, "joint_heads": "top-3", "all_jointly": True, "controls": ["zero", "resample"],
                      "seed": 0, "limit": None},
         "attention": {"examples": 60, "maps": 1, "max_length": 64},
@@ -114,6 +121,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "seeds": list(range(12)),
         "prune_preset": "paper",
         "prune_steps_scale": None,
+        "prune_hold_steps": None,  # the paper's rule: 6 x sp steps at the target
         "prune": {},
         "effective_size": _PAPER_ES,
         "ablation": {"non_listed": "all", "joint_heads": "top-3", "all_jointly": True, "controls": ["zero", "resample"],

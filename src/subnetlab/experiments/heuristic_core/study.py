@@ -138,14 +138,20 @@ def _base_config(study: dict, model: str, prepared: dict) -> dict:
 
 
 def _scaled_steps(settings: dict, target: float) -> dict[str, int]:
-    """``prune_steps_scale`` shrinks the preset's step rule (warm-up and total) for a small CPU budget."""
+    """The pruning runs' step counts when the study changes the preset's step rule: ``prune_steps_scale`` shrinks
+    warm-up and total for a small CPU budget; ``prune_hold_steps`` sets how long the target is held after the
+    warm-up (total = warm-up + hold). Empty when neither is set."""
     from subnetlab.methods.hard_concrete.config import STEP_RULES
 
-    scale = settings.get("prune_steps_scale")
-    if scale is None:
+    scale, hold = settings.get("prune_steps_scale"), settings.get("prune_hold_steps")
+    if scale is None and hold is None:
         return {}
     warmup, total = STEP_RULES[settings["prune_preset"]](target)
-    return {"warmup_steps": max(1, round(warmup * scale)), "total_steps": max(2, round(total * scale))}
+    if scale is not None:
+        warmup, total = max(1, round(warmup * scale)), max(2, round(total * scale))
+    if hold is not None:
+        total = warmup + int(hold)
+    return {"warmup_steps": warmup, "total_steps": total}
 
 
 def _prune(study: dict, settings: dict, base: dict, out: Path) -> dict:
