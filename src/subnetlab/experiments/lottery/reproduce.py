@@ -36,7 +36,7 @@ subnetlab's earlier choice stays available by name:
   subnetwork's count in every matrix (earlier).
 * ``criterion="sensitivity-per-batch"`` with ``importance_batch_size=64``:
   ``|d(batch-mean loss)/d gate|`` per batch of 64 (``compute_heads_mlps_importance``,
-  ``find_masks.sh --batch_size 64``). ``"sensitivity"``: per example,
+  the batch size 64 of ``find_masks.sh``). ``"sensitivity"``: per example,
   ``E_x |dL(x)/d gate|`` (Michel et al.'s eq. 2 as written; earlier).
 * ``bad_fill="random"``: when the good s-subnetwork keeps more components than
   it removed, the bad one is filled with a random sample of good components
