@@ -64,6 +64,14 @@ def test_heuristic_core_work_by_hand():
     assert stages["nli/attention"].work == {"minilm_eval_example": 60}
 
 
+def test_heuristic_core_ablation_rows_with_controls():
+    """None + 24 sampled others + 3 singles + joint + all jointly, and 2 controls x (3 singles + joint)."""
+    s = _hc()
+    s["ablation"] = {"non_listed": 24, "joint_heads": "top-3", "all_jointly": True, "controls": ["zero", "resample"]}
+    stages = {x.key: x for x in heuristic_core_stages(s, real_hans=False)}
+    assert stages["nli/ablation"].work == {"minilm_eval_example": (1 + 24 + 3 + 1 + 1 + 2 * 4) * (300 + 160)}
+
+
 def test_heuristic_core_hold_steps_count():
     """``prune_hold_steps`` 125: totals 260 + 125 and 340 + 125 per seed."""
     s = _hc()

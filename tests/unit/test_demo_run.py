@@ -92,8 +92,10 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     measured = {r["stage"]: r["measured_seconds"] for r in timings["stages"]}
     assert measured == {"nli/finetune": 31.0, "nli/prune": 300.0, "nli/ablation": 20.0, "nli/effective_size": 100.0,
                         "nli/attention": 5.0, "L2/base": 20.0, "L2/discover": 40.0, "transfer": 200.0}
-    predicted = {r["stage"]: r["predicted_seconds"] for r in timings["stages"]}
-    assert predicted["nli/prune"] == pytest.approx(0.1 * 2640 + 0.001 * (9 * 460 + 928), abs=0.1)
+    # predicted = work x the fake rates (the work itself is checked by hand in test_demo_estimate.py)
+    for r in timings["stages"]:
+        assert r["predicted_seconds"] == pytest.approx(
+            sum(RATES[u] * n for u, n in r["work"].items()) / r["parallel"], abs=0.06)
     assert timings["wall_seconds"] == pytest.approx(716.0)
     assert timings["calibration"]["rates"] == RATES
     # the studies wrote no results: every claim is "not measurable", none crashes

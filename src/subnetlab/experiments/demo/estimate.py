@@ -103,11 +103,15 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         out.append(Stage(demo, f"{name}/prune", f"{name}: pruning {runs} subnetworks", {
             "minilm_gate_step": gate_steps, "minilm_eval_example": (runs + 1) * eval_rows + once},
             match=f"[{name}] pruning", family="minilm"))
-        # ablation table: no ablation, each listed head, the listed heads jointly, the non-listed heads sampled
+        # ablation table (steps.ablation_step): no ablation, the non-listed heads sampled, each listed head, the
+        # joint row, every listed head jointly; each control replacement repeats the single and joint rows
         ab = settings.get("ablation") or {}
         others = ab.get("non_listed", 0)
-        others = 72 - ABLATED_HEADS_GUESS if others == "all" else int(others)  # MiniLM: 6 x 12 heads
-        rows = 1 + ABLATED_HEADS_GUESS + 1 + others
+        others = 72 - ABLATED_HEADS_GUESS if others == "all" else int(others or 0)  # MiniLM: 6 x 12 heads
+        joint = 1 if ab.get("joint_heads", True) is not None else 0
+        every = 1 if ab.get("all_jointly", False) else 0
+        controls = len(ab.get("controls") or ())
+        rows = 1 + others + ABLATED_HEADS_GUESS + joint + every + controls * (ABLATED_HEADS_GUESS + joint)
         out.append(Stage(demo, f"{name}/ablation", f"{name}: ablating the core", {
             "minilm_eval_example": rows * eval_rows}, match=f"[{name}] ablating", family="minilm"))
         # effective size: one staircase per checkpoint and seed, evaluated (ID + OOD) at every level
