@@ -45,8 +45,9 @@ from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
 from subnetlab.progress import stage
-from subnetlab.runs.job_config import JobConfig
-from subnetlab.runtime import resolve_device
+from subnetlab.runs.directory import record_runtime
+from subnetlab.runs.job_config import JobConfig, optional
+from subnetlab.runtime import DTYPE_NAMES, autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.glue.task import metric_value, task_metric
@@ -82,8 +83,11 @@ class LotteryPruneJobConfig(JobConfig):
     importance_batch_size: int | None = None
     device: str = "cpu"
     seed: int | None = None
+    dtype: str | None = optional()  # forward passes: None (float32), bfloat16 or float16 autocast
 
     def __post_init__(self) -> None:
+        if self.dtype is not None and self.dtype not in DTYPE_NAMES:
+            raise SubnetlabError(f"dtype {self.dtype!r}: expected {', '.join(DTYPE_NAMES)}", setting="dtype")
         for key in ("model", "task", "method"):
             if not getattr(self, key):
                 raise SubnetlabError(f"{key} is required (a pruning config needs model, task and method)", setting=key)
@@ -177,6 +181,9 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
     task.examples(split)  # unknown split -> error naming it
     loaded = model_for_task(job.model, task, seed=0)
     device = resolve_device(job.device)
+    dtype = resolve_dtype(job.dtype, device)
+    stage(describe_runtime(device, dtype))
+    record_runtime(out, runtime_record(device, dtype))  # where it ran: not compared when the run resumes
     model, tokenizer, adapter = loaded.model.to(device), loaded.tokenizer, loaded.adapter
     model.eval()
     bs, max_len, limit = int(job.batch_size), int(job.max_length), job.eval_limit
@@ -184,7 +191,8 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
     metric_name = task_metric(task) if job.stop_metric == "task" else "accuracy"
 
     def dev_metric() -> float:
-        score = evaluate(model, tokenizer, task, [split], batch_size=2 * bs, max_length=max_len, limit=limit)[split]
+        with autocast(device, dtype):
+            score = evaluate(model, tokenizer, task, [split], batch_size=2 * bs, max_length=max_len, limit=limit)[split]
         return metric_value(task, score) if job.stop_metric == "task" else float(score["accuracy"])
 
     full = dev_metric()
@@ -197,10 +205,11 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
         batches = [{k: v.to(device) for k, v in b.items()} for b in
                    task.batches(tokenizer, split, int(job.importance_batch_size or bs), max_length=max_len,
                                 limit=job.importance_limit or limit)]
-        result = importance_prune(model, adapter, batches, dev_metric, loss_fn=_loss_fn(task, model),
-                                  criterion=job.criterion, head_fraction=float(job.fraction),
-                                  threshold=float(job.threshold), refine=bool(job.refine),
-                                  max_steps=job.max_steps, full_metric=full, seed=job.seed)
+        with autocast(device, dtype):  # the importance scores' forward passes too
+            result = importance_prune(model, adapter, batches, dev_metric, loss_fn=_loss_fn(task, model),
+                                      criterion=job.criterion, head_fraction=float(job.fraction),
+                                      threshold=float(job.threshold), refine=bool(job.refine),
+                                      max_steps=job.max_steps, full_metric=full, seed=job.seed)
         h, m = result.importance
         save_tensors(out / "importance.safetensors", {"heads": h, "mlps": m}, {"criterion": str(job.criterion)})
     pruned_metric = {}
@@ -237,11 +246,16 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
     task = finetune_task(cfg)
     loaded = model_for_task(cfg.model, task, seed=cfg.seed)
     sub = Subnetwork.load(job.subnetwork, adapter=loaded.adapter)
-    model = loaded.model.to(resolve_device(cfg.device))
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    stage(describe_runtime(device, dtype))
+    record_runtime(out, runtime_record(device, dtype))  # where it ran: not compared when the run resumes
+    model = loaded.model.to(device)
     sub.save(out / "subnetwork.safetensors")
     control = sub.extra.get("control", "good")
     stage(f"re-fine-tuning {cfg.model} with the {control} {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
-    metrics = train_masked(model, loaded.adapter, loaded.tokenizer, task, sub, cfg)
+    with autocast(device, dtype):  # as fine-tuning: forward passes in the run's precision, weights float32
+        metrics = train_masked(model, loaded.adapter, loaded.tokenizer, task, sub, cfg)
     if job.save_model:
         with atomic_directory(out / "model") as tmp:  # a failed write leaves no half-written model
             model.save_pretrained(str(tmp))

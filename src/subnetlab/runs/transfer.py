@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.runtime import describe_runtime, resolve_device, runtime_record, torch_threads
+from subnetlab.runtime import (DTYPE_NAMES, autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record,
+                               torch_threads)
 from subnetlab.intervene import mask_weights
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification, kept_percentages
 from subnetlab.models import load_model
@@ -38,10 +39,28 @@ from subnetlab.transfer.stacked import train_stacked
 from subnetlab.transfer.train import ACCURACIES, LOSSES, TrainSettings, accuracy, check_choice, task_loss, train_model
 
 ARITH_SPECIALS = 3  # <sep>, <pad>, <unk> after the numbers (subnetlab.tasks.arithmetic)
+TEST_FRACTION = 0.1  # your own data: the share of its rows held out as the test split discovery and transfer report
+
+
+def own_data(task_name: str) -> bool:
+    """True for the user's own data (``file:PATH``, ``hub:NAME``), which has no test split of its own."""
+    return task_name.startswith(("file:", "hub:"))
+
+
+def lm_task_options(task_name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with what discovery and transfer need of the task: your own data gets a ``test`` split
+    carved from its training rows (``test_fraction``, said so when the task is built)."""
+    out = dict(options)
+    if own_data(task_name):
+        out.setdefault("test_fraction", TEST_FRACTION)
+    return out
 
 
 def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[LoadedModel, Task]:
-    """The causal LM at ``path`` and its task; an arithmetic task's range follows the model's vocabulary."""
+    """The causal LM at ``path`` and its task; an arithmetic task's range follows the model's vocabulary.
+
+    Your own data is checked whole here (every split tokenizes to prompts of one length, as tensor
+    training needs), so a job does not find out later."""
     loaded = load_model(path, head="causal-lm")
     options = dict(task_options)
     if task_name.startswith("arith:"):
@@ -49,6 +68,12 @@ def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[Lo
         options.setdefault("max_number", vocab - ARITH_SPECIALS)
     task = TaskSpec(task_name, options).build()
     check_model_fits_task(loaded.model, task.tokenizer or loaded.tokenizer, task, path)
+    if own_data(task_name) and task.kind == "lm":
+        missing = [s for s in ("train", "eval", "test") if s not in task.split_names]
+        if missing:
+            raise SubnetlabError(f"task {task.name}: no {', '.join(missing)} split (discovery and transfer train on "
+                                 "train, choose on eval and report test)", setting="task_options")
+        _splits(task, task.tokenizer or loaded.tokenizer)
     loaded.model.eval()
     return loaded, task
 
@@ -66,6 +91,12 @@ def _splits(task: Task, tokenizer: Any = None, device: torch.device | None = Non
     return {k: v.to(device) for k, v in splits.items()} if device is not None else splits
 
 
+def check_dtype_name(name: str | None) -> None:
+    """A job's ``dtype`` names one of ``runtime.DTYPE_NAMES`` (whether the device can run it is checked there)."""
+    if name is not None and name not in DTYPE_NAMES:
+        raise SubnetlabError(f"dtype {name!r}: expected {', '.join(DTYPE_NAMES)}", setting="dtype")
+
+
 @dataclass(frozen=True)
 class DiscoverJobConfig(JobConfig):
     """``discover_job``'s config: the trained LM, the subtask, one continuous-sparsification setting."""
@@ -80,9 +111,11 @@ class DiscoverJobConfig(JobConfig):
     device: str | None = None
     loss: str | None = optional()  # "last-token" (none) or "sequence" (the released math/ablate.py)
     accuracy: str | None = optional()  # "answers" (none) or "vocabulary" (the released math/ablate.py)
+    dtype: str | None = optional()  # forward passes: None (float32), bfloat16 or float16 autocast
 
     def __post_init__(self) -> None:
         require_positive("discovery", "threads", self.threads, allow_none=True)
+        check_dtype_name(self.dtype)
         self.strategy  # checks the continuous-sparsification settings
         check_choice(self.loss_name, LOSSES, "loss")
         check_choice(self.accuracy_over, ACCURACIES, "accuracy")
@@ -121,9 +154,11 @@ class TransferJobConfig(JobConfig):
     device: str | None = None
     layers: int | None = optional()
     init_std: float | None = optional()  # fresh masked matrices from N(0, std^2) (transfer.build_transfer_model)
+    dtype: str | None = optional()  # forward passes: None (float32), bfloat16 or float16 autocast
 
     def __post_init__(self) -> None:
         require_positive("transfer", "stack", self.stack)
+        check_dtype_name(self.dtype)
         if self.init_std is not None and not self.init_std > 0:
             raise SubnetlabError(f"init_std {self.init_std!r}: expected a positive standard deviation",
                                  setting="init_std")
@@ -161,8 +196,9 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
     seed = int(job.seed)
     loaded, task = load_lm(job.model, job.task, {"seed": seed, **job.task_options})
     device = resolve_device(job.device or "cpu")
-    stage(describe_runtime(device))
-    record_runtime(out_dir, runtime_record(device))  # where it ran: not compared when the run resumes
+    dtype = resolve_dtype(job.dtype, device)
+    stage(describe_runtime(device, dtype))
+    record_runtime(out_dir, runtime_record(device, dtype))  # where it ran: not compared when the run resumes
     model, adapter = loaded.model.to(device), loaded.adapter
     splits = _splits(task, loaded.tokenizer if task.tokenizer is None else None, device)
     train, ev, test = splits["train"], splits["eval"], splits["test"]
@@ -171,18 +207,19 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
     stage(f"discovery on {task.name}: lambda={strategy.l0_lambda:g}, {strategy.epochs} epochs of {len(train)} rows")
     started, cpu_started = time.perf_counter(), time.process_time()
     over = job.accuracy_over
-    full_acc = accuracy(model, test, over=over)
-    found = strategy.fit(
-        model, adapter,
-        batches=lambda epoch: [(train.input_ids[r], train.targets[r]) for r in train.batches(strategy.batch_size, g)],
-        loss_fn=lambda m, b: task_loss(m, b[0], b[1], job.loss_name),
-        evaluate=lambda m: accuracy(m, ev, over=over),
-        seed=seed,
-    )
+    with autocast(device, dtype):  # forward passes in the run's precision; the masks and weights stay float32
+        full_acc = accuracy(model, test, over=over)
+        found = strategy.fit(
+            model, adapter,
+            batches=lambda epoch: [(train.input_ids[r], train.targets[r]) for r in train.batches(strategy.batch_size, g)],
+            loss_fn=lambda m, b: task_loss(m, b[0], b[1], job.loss_name),
+            evaluate=lambda m: accuracy(m, ev, over=over),
+            seed=seed,
+        )
     sub = Subnetwork.from_weight_masks(
         adapter, found.masks, method="continuous-sparsification", seed=seed, ablation="zero",
         extra={"l0_lambda": repr(strategy.l0_lambda), "task": task.name, "epoch": str(found.epoch)})
-    with mask_weights(model, {n: m.to(device, torch.float32) for n, m in sub.weights.items()}):
+    with mask_weights(model, {n: m.to(device, torch.float32) for n, m in sub.weights.items()}), autocast(device, dtype):
         test_acc = accuracy(model, test, over=over)
     sub.save(out_dir / "subnetwork.safetensors")
     kept = kept_percentages(sub.weights, adapter)
@@ -229,29 +266,35 @@ def transfer_job(config: dict, out_dir: Path) -> dict:
     _quiet_hub()
     job = TransferJobConfig.from_dict(config)
     with torch_threads(job.threads):
-        return _transfer(job)
+        return _transfer(job, Path(out_dir))
 
 
-def _transfer(job: TransferJobConfig) -> dict:
+def _transfer(job: TransferJobConfig, out_dir: Path) -> dict:
     settings = job.settings
     device = resolve_device(job.device or "cpu")
-    stage(describe_runtime(device))
+    dtype = resolve_dtype(job.dtype, device)
+    stage(describe_runtime(device, dtype))
+    record_runtime(out_dir, runtime_record(device, dtype))  # where it ran: not compared when the run resumes
     trained = load_model(job.model, head="causal-lm")
     trained.model.to(device)
     sub = Subnetwork.load(job.subnetwork, trained.adapter) if job.subnetwork else None
     task_options = dict(job.task_options)
-    if job.task.startswith("arith:"):
+    arithmetic = job.task.startswith("arith:")
+    if arithmetic:
         task_options.setdefault("max_number", int(trained.model.config.vocab_size) - ARITH_SPECIALS)
     prepared = []
     for run in job.runs:
         condition, size, seed = run["condition"], int(run["size"]), int(run["seed"])
         get_condition(condition, has_subnetwork=sub is not None)
-        task = TaskSpec(job.task, {"ambiguous": True, "n_disambiguation": size, "seed": seed, **task_options}).build()
+        ambiguity = {"ambiguous": True, "n_disambiguation": size} if arithmetic else {}  # other tasks: their own rows
+        task = TaskSpec(job.task, {**ambiguity, "seed": seed, **task_options}).build()
         tm = build_transfer_model(trained.model, condition, seed=seed, subnetwork=_subnetwork_for(condition, sub, seed),
                                   reinit=job.reinit, freeze=bool(job.freeze),
                                   adapter=trained.adapter, init_std=job.init_std)
-        prepared.append({"run": run, "tm": tm, "splits": _splits(task, device=device), "seed": seed})
-    results = _train_all(prepared, settings, int(job.stack))
+        tokenizer = trained.tokenizer if task.tokenizer is None else None  # your own data: the model's tokenizer
+        prepared.append({"run": run, "tm": tm, "splits": _splits(task, tokenizer, device), "seed": seed})
+    with autocast(device, dtype):
+        results = _train_all(prepared, settings, int(job.stack))
     runs = []
     for item, res in zip(prepared, results):
         runs.append({**item["run"], "test_accuracy": res.test_accuracy, "eval_accuracy": res.eval_accuracy,

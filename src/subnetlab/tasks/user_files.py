@@ -16,7 +16,9 @@ optionally a second one for sentence pairs, and either
 Held-out data comes from ``eval_file``, or from ``eval_split`` (a split of a hub
 dataset or of a ``save_to_disk`` folder holding several); without either,
 ``eval_fraction`` of the training rows (drawn with ``seed``) are held out as
-split ``eval``, and the task's options say so. A source with splits trains on
+split ``eval``, and the task's options say so. ``test_fraction`` (discovery and
+transfer, which report a test split) holds out a further share of the training
+rows as split ``test`` the same way. A source with splits trains on
 ``train_split`` (``train``). The result is an ordinary ``Task``, so every method
 takes it. ``docs/your-own-model.md`` walks through the commands.
 
@@ -235,7 +237,7 @@ def _prompts(source: _Source, text: str, pair: str | None, answer: str,
 def make_file_task(path: str, text_column: str = "text", text_pair_column: str | None = None,
                    label_column: str = "label", answer_column: str | None = None, eval_file: str | None = None,
                    eval_split: str | None = None, train_split: str = "train", eval_fraction: float = 0.1,
-                   seed: int = 0) -> Task:
+                   test_fraction: float | None = None, seed: int = 0) -> Task:
     """A classification (or, with ``answer_column``, language-model) task from the user's own data (module doc)."""
     if eval_file is not None and eval_split is not None:
         raise SubnetlabError(f"eval_split {eval_split!r} and eval_file {eval_file}: give one source of held-out rows",
@@ -276,9 +278,25 @@ def make_file_task(path: str, text_column: str = "text", text_pair_column: str |
         held = [examples[i] for i in sorted(order[:n_eval])]
         train = [examples[i] for i in sorted(order[n_eval:])]
         options["eval_from_train"] = {"fraction": eval_fraction, "rows": n_eval}
-    task = Task(name, kind, labels, train, {"eval": held}, options=options)
+    splits = {"eval": held}
+    if test_fraction is not None:
+        train, splits["test"] = _hold_out(train, test_fraction, seed + 1, train_source.where, "test")
+        options["test_from_train"] = {"fraction": test_fraction, "rows": len(splits["test"])}
+    task = Task(name, kind, labels, train, splits, options=options)
     _announce(task)
     return task
+
+
+def _hold_out(rows: list[Example], fraction: Any, seed: int, where: str, split: str) -> tuple[list[Example], list[Example]]:
+    """``rows`` less a share ``fraction`` of them drawn with ``seed``, and that share (both in file order)."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
+        raise SubnetlabError(f"{split}_fraction {fraction!r} is outside (0, 1)", setting="task_options")
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    n = max(1, round(fraction * len(rows)))
+    if n >= len(rows):
+        raise SubnetlabError(f"{where}: {len(rows)} training rows are too few to hold out a {split} split",
+                             setting="task")
+    return [rows[i] for i in sorted(order[n:])], [rows[i] for i in sorted(order[:n])]
 
 
 _announced: set[str] = set()
@@ -302,8 +320,11 @@ def describe(task: Task) -> str:
     source = (f"{held['rows']} rows ({held['fraction']:.0%}) held out of the training data with seed "
               f"{task.options.get('seed')}" if held else
               f"{len(task.eval_splits['eval'])} rows from {task.options.get('eval_file') or task.options.get('eval_split')}")
+    test = task.options.get("test_from_train")
+    tested = (f"; test split 'test': {test['rows']} rows ({test['fraction']:.0%}) held out of the training data with "
+              f"seed {task.options.get('seed')}" if test else "")
     return (f"task {task.name}: {task.kind}, {len(task.labels)} {what} ({shown}); {len(task.train)} training rows; "
-            f"evaluation split 'eval': {source}")
+            f"evaluation split 'eval': {source}{tested}")
 
 
 __all__ = ["HUB_PREFIX", "describe", "make_file_task", "parse_hub_name"]

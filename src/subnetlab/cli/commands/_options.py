@@ -65,6 +65,41 @@ def data_option(setting: str) -> Any:
     return typer.Option(None, flag, help=text)
 
 
+DATA_PANEL = "Your own data"
+
+
+def data_flag_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add every flag of ``DATA_FLAGS`` to a Typer command that takes ``data_flags: dict``.
+
+    The command receives the flags given as ``data_flags`` (setting -> value, None when not given), ready
+    for ``with_data_options(task, options, **data_flags)``. Applied under ``executor_options`` where a
+    command has both.
+    """
+    from typing import Annotated, Optional
+
+    import typer
+
+    signature = inspect.signature(command, eval_str=True)
+    if "data_flags" not in signature.parameters:
+        raise TypeError(f"{command.__name__} must take a parameter 'data_flags: dict'")
+    kept = [p for name, p in signature.parameters.items() if name != "data_flags"]
+    added = [inspect.Parameter(setting, inspect.Parameter.KEYWORD_ONLY, default=None,
+                               annotation=Annotated[Optional[str], typer.Option(flag, help=text, rich_help_panel=DATA_PANEL)])
+             for setting, (flag, text) in DATA_FLAGS.items()]
+    positional = [p for p in kept if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword = [p for p in kept if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        flags = {setting: kwargs.pop(setting, None) for setting in DATA_FLAGS}
+        return command(*args, data_flags=flags, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=positional + added + keyword)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in positional + added + keyword
+                               if p.annotation is not inspect.Parameter.empty}
+    return wrapper
+
+
 DEVICE_HELP = "auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."
 DTYPE_HELP = ("Precision of forward passes: float32, or bfloat16 / float16 autocast (float16 on CUDA or mps only; "
               "bfloat16 also on the CPU) [float32].")

@@ -9,6 +9,7 @@ import typer
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
 from subnetlab.executor import ExecutorOptions, Job
 
 PAPER = dict(epochs=50, lr=1e-3, batch_size=500, samples=50_000, lambdas="1e-7,5e-7,1e-8")
@@ -26,7 +27,8 @@ def parse_floats(text: str, name: str) -> list[float]:
 
 def discover(
     model: str = typer.Option(..., "--model", help="The trained model's directory (a Hugging Face causal LM)."),
-    task: str = typer.Option(..., "--task", help="The subtask, e.g. arith:ab."),
+    task: str = typer.Option(..., "--task", help="The subtask, e.g. arith:ab, or your own data with "
+                             "--answer-column: file:PATH or hub:NAME[:CONFIG] (a test split is held out of its rows)."),
     out: Path = typer.Option(..., "--out", help="Run directory: subnetwork.safetensors, metrics.json; a rerun resumes."),
     lambdas: str = typer.Option(PAPER["lambdas"], "--lambdas", help="L0 penalties to sweep; --select picks the subnetwork."),
     epochs: int = typer.Option(PAPER["epochs"], "--epochs", help="Epochs of mask training (beta reaches beta_final at the end)."),
@@ -51,8 +53,10 @@ def discover(
                                  "vocabulary (vocabulary: the released code)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data and its order."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = dtype_option(),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. max_number=100."),
+    data_flags: dict = None,
     executor: ExecutorOptions = None,
 ) -> None:
     """Train a continuous-sparsification mask over MODEL's frozen attention and MLP weights on TASK.
@@ -63,14 +67,20 @@ def discover(
     from subnetlab.io import write_json
     from subnetlab.runs.directory import claim
     from subnetlab.methods.continuous_sparsification import ContinuousSparsification, Selection
-    from subnetlab.runs.transfer import load_lm, select_best
-    from subnetlab.runtime import resolve_device
+    from subnetlab.cli.commands._options import with_data_options
+    from subnetlab.progress import stage
+    from subnetlab.runs.directory import record_runtime
+    from subnetlab.runs.transfer import lm_task_options, load_lm, select_best
+    from subnetlab.runtime import describe_runtime, dtype_name, resolve_device, resolve_dtype, runtime_record
 
-    options = parse_task_options(task_option, None, "train")
+    options = lm_task_options(task, with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags))
     if samples is not None and task.startswith("arith:"):
         options.setdefault("n_train", samples)
     values = parse_floats(lambdas, "--lambdas")
-    resolve_device(device)
+    where = resolve_device(device)
+    forward = resolve_dtype(dtype, where)  # float16 on the CPU: refused here
+    precision = dtype_name(forward)
+    stage(describe_runtime(where, forward))
     parts = tuple(p.strip() for p in include.split(",") if p.strip())
     cs = dict(epochs=epochs, lr=lr, batch_size=batch_size, include=list(parts), keep=keep, beta_final=beta_final, init=init)
     ContinuousSparsification(**{**cs, "include": parts})  # validate before any job starts
@@ -80,15 +90,19 @@ def discover(
     from subnetlab.runs.transfer import DiscoverJobConfig
 
     scoring = {k: v for k, v in (("loss", loss), ("accuracy", accuracy)) if v != {"loss": "last-token", "accuracy": "answers"}[k]}
+    if precision != "float32":
+        scoring["dtype"] = precision  # part of the run: float32 runs keep their earlier configs
     for lam in values:  # every job's typed config, checked before any model is loaded or job started
         DiscoverJobConfig.from_dict({"model": str(model), "task": task, "task_options": options, "seed": seed,
                                      "threads": threads, "device": device, "cs": {**cs, "l0_lambda": lam}, **scoring})
     loaded, built = load_lm(model, task, {"seed": seed, **options})  # a wrong model or task fails here
     if built.kind != "lm":
-        raise SubnetlabError(f"task {task}: discovery runs on language-model tasks (e.g. arith:ab)")
+        raise SubnetlabError(f"task {task}: discovery runs on language-model tasks (e.g. arith:ab, or your own data "
+                             "with --answer-column)")
     config = {"command": "discover", "model": str(model), "task": task, "task_options": options, "cs": cs,
               "lambdas": values, "seed": seed, **scoring}  # the selection is not part of it: a rerun may choose differently
     claim(out, config, what="discovery run")
+    record_runtime(out, runtime_record(where, forward))  # not compared when the run resumes
     jobs = [Job("subnetlab.runs.transfer:discover_job",
                 {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads, "device": device,
                  "cs": {**cs, "l0_lambda": lam}, **scoring}, out / f"lambda_{lam:g}") for lam in values]
@@ -115,4 +129,4 @@ def discover(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("discover")(executor_options(discover))
+    app.command("discover")(executor_options(data_flag_options(discover)))

@@ -8,12 +8,14 @@ from typing import Optional
 import typer
 
 from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.cli.commands._options import data_flag_options
 from subnetlab.executor import ExecutorOptions
 
 
 def effective_size(
     checkpoints: Path = typer.Option(..., "--checkpoints", help="A `subnetlab finetune` run directory (its checkpoints/step-N)."),
-    task: str = typer.Option(..., "--task", help="Task name (the fine-tuning task, e.g. nli-synthetic)."),
+    task: str = typer.Option(..., "--task", help="Task name (the fine-tuning task, e.g. nli-synthetic, or your own "
+                             "data: file:PATH, hub:NAME[:CONFIG])."),
     out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs."),
     seeds: int = typer.Option(3, "--seeds", help="Pruning seeds per checkpoint (0..N-1)."),
     faithfulness: float = typer.Option(0.03, "--faithfulness", help="Largest accuracy gap to the model (0.03 = 3 points)."),
@@ -32,6 +34,7 @@ def effective_size(
     warm_start: bool = typer.Option(False, "--warm-start/--no-warm-start", help="Start each checkpoint two levels below "
                                     "the previous one's effective size, walking down only if that level is unfaithful "
                                     "(checkpoints then run one at a time)."),
+    data_flags: dict = None,
     executor: ExecutorOptions = None,
 ) -> None:
     """Per checkpoint: the smallest subnetwork (at the levels' resolution) within --faithfulness of the
@@ -62,7 +65,7 @@ def effective_size(
     overrides = _parse_pairs(set_, "--set")
     check_overrides(overrides, preset, level_list)
     found = find_checkpoints(checkpoints, every)
-    t = task_from_flags(task, None, eval_data, task_option)
+    t = task_from_flags(task, None, eval_data, task_option, **data_flags)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
@@ -79,7 +82,10 @@ def effective_size(
                                  f"{', '.join(ood) or '(none)'}" + (f"; they have {', '.join(sorted(known))}" if known
                                                                       else "; they have no subcases (use all)"))
     core_heads = read_json(core / "metrics.json").get("core") if core is not None else None
-    base = {"task": task, "task_options": parse_task_options(task_option, None, "eval"), "eval_data": list(eval_data), "splits": None}
+    from subnetlab.cli.commands._options import with_data_options
+
+    options = with_data_options(task, parse_task_options(task_option, None, "eval"), **data_flags)
+    base = {"task": task, "task_options": options, "eval_data": list(eval_data), "splits": None}
     search = SearchSettings(early_stop=early_stop, warm_start=warm_start) if early_stop or warm_start else None
     dirs = None
     if search is None:
@@ -92,6 +98,7 @@ def effective_size(
     result = analyse_sweep(found, list(range(seeds)), level_list, out, on=choices, faithfulness=faithfulness,
                            id_splits=id_split, subcases=chosen, core=core_heads, search=dirs)
     effective_size_outputs(result, out, config={"command": "effective-size", "checkpoints": str(checkpoints), "task": task,
+                                                "task_options": options,
                                                 "seeds": seeds, "levels": level_list, "on": choices, "preset": preset,
                                                 **({"search": search.to_dict()} if search else {})})
     print((out / "report.md").read_text(encoding="utf-8"))
@@ -113,4 +120,4 @@ def check_overrides(overrides: dict, preset: str, levels: list[float]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("effective-size")(executor_options(effective_size))
+    app.command("effective-size")(executor_options(data_flag_options(effective_size)))

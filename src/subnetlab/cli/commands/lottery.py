@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import typer
 
+from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
+
 
 def run_one(fn: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
     """Run job ``fn`` into ``out`` here and now, or return its metrics if it already finished."""
@@ -33,7 +35,8 @@ def run_one(fn: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
 
 def lottery_prune(
     model: str = typer.Option(..., "--model", help="The fine-tuned checkpoint (a model directory)."),
-    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, ..."),
+    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, ..., file:PATH (your own data), "
+                             "hub:NAME[:CONFIG]."),
     method: str = typer.Option(..., "--method", help="magnitude (weights) or importance (heads and MLPs)."),
     out: Path = typer.Option(..., "--out", help="Run directory; a finished run is skipped."),
     data: Optional[str] = typer.Option(None, "--data", help="Development file for file-based tasks (mnli, qqp, ...)."),
@@ -55,17 +58,21 @@ def lottery_prune(
     bad_fill: str = typer.Option("least-important", "--bad-fill", help="Importance bad control, too few removed: least-important or random (the authors)."),
     refine: bool = typer.Option(True, "--refine/--no-refine", help="Importance: continue with heads alone, then MLPs alone."),
     control_seed: int = typer.Option(0, "--control-seed", help="Seed of the random and bad controls."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = dtype_option(),
+    data_flags: dict = None,
 ) -> None:
     """Prune a fine-tuned model and write subnetwork.safetensors plus random.safetensors and bad.safetensors."""
+    from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.runs.lottery import prune_config
 
     config = prune_config(
-        model=model, task=task, method=method, task_options=parse_task_options(task_option, data, "eval"),
+        model=model, task=task, method=method,
+        task_options=with_data_options(task, parse_task_options(task_option, data, "eval"), **data_flags),
         eval_data=list(eval_data), split=split, eval_limit=eval_limit, importance_limit=importance_limit,
         batch_size=batch_size, max_length=max_length, threshold=threshold, fraction=fraction, max_steps=max_steps,
-        criterion=criterion, refine=refine, control_seed=control_seed, device=device,
+        criterion=criterion, refine=refine, control_seed=control_seed, device=device, dtype=forward_dtype(dtype, device),
         importance_batch_size=importance_batch_size, stop_metric=stop_metric, control_scope=control_scope,
         bad_fill=bad_fill,
     )
@@ -78,7 +85,8 @@ def lottery_prune(
 def lottery_retrain(
     model: str = typer.Option(..., "--model", help="The PRE-TRAINED model (alias, directory or hub id)."),
     subnetwork: Path = typer.Option(..., "--subnetwork", help="Subnetwork file (from lottery-prune) to keep fixed."),
-    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, ..."),
+    task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, ..., file:PATH (your own data), "
+                             "hub:NAME[:CONFIG]."),
     out: Path = typer.Option(..., "--out", help="Run directory; a finished run is skipped."),
     data: Optional[str] = typer.Option(None, "--data", help="Training file for file-based tasks."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable)."),
@@ -93,10 +101,13 @@ def lottery_retrain(
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens per example [128]."),
     eval_limit: Optional[int] = typer.Option(None, "--eval-limit", help="Examples per evaluation split (default: all)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the new classifier, dropout and data order [0]."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = dtype_option(),
     save_model: bool = typer.Option(True, "--save-model/--no-save-model", help="Write the trained weights to DIR/model."),
+    data_flags: dict = None,
 ) -> None:
     """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
+    from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.errors import SubnetlabError
     from subnetlab.methods.finetune.config import resolve_config
@@ -104,11 +115,13 @@ def lottery_retrain(
     if not subnetwork.is_file():
         raise SubnetlabError(f"{subnetwork}: no such subnetwork file")
     cfg = resolve_config(
-        preset, model=model, task=task, task_options=parse_task_options(task_option, data, "train"),
+        preset, model=model, task=task,
+        task_options=with_data_options(task, parse_task_options(task_option, data, "train"), **data_flags),
         eval_data=list(eval_data), lr=lr, batch_size=batch_size, epochs=epochs, max_steps=max_steps,
         warmup_ratio=warmup_ratio, weight_decay=weight_decay, max_length=max_length, eval_limit=eval_limit,
-        seed=seed, device=device,
+        seed=seed, device=device, dtype=dtype,
     )
+    forward_dtype(cfg.dtype, cfg.device)  # float16 on the CPU: refused before the job
     config = {"finetune": cfg.to_json(), "subnetwork": str(subnetwork.resolve()), "save_model": save_model}
     metrics = run_one("subnetlab.runs.lottery:retrain_job", config, out)
     sub = metrics["subnetwork"]
@@ -138,7 +151,8 @@ def lottery_stability(
 
 def lottery_patterns(
     model: str = typer.Option(..., "--model", help="Model whose heads are typed (alias, directory or hub id)."),
-    task: str = typer.Option(..., "--task", help="Task whose sentence pairs give the attention maps."),
+    task: str = typer.Option(..., "--task", help="Task whose sentence pairs give the attention maps (file:PATH: your own "
+                             "data)."),
     out: Path = typer.Option(..., "--out", help="Writes patterns.json (and patterns.png with --subnetwork) here."),
     data: Optional[str] = typer.Option(None, "--data", help="Development file for file-based tasks."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
@@ -148,7 +162,8 @@ def lottery_patterns(
     counting: str = typer.Option("per-map", "--counting", help="per-map: share of maps (the paper); per-head: one label per head."),
     pruned: bool = typer.Option(False, "--pruned/--full", help="With --subnetwork: read its heads' maps in the model pruned to it."),
     max_length: int = typer.Option(128, "--max-length", help="Tokens per pair."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    data_flags: dict = None,
 ) -> None:
     """Kovaleva pattern type of every head, from raw and from normed (Kobayashi) attention."""
     from subnetlab.analysis.attention_types import TYPES, HeadTypes
@@ -171,10 +186,14 @@ def lottery_patterns(
             raise SubnetlabError(f"{subnetwork}: pattern shares need a structured (heads) subnetwork")
     elif pruned:
         raise SubnetlabError("--pruned needs --subnetwork (the heads to prune to)")
-    task_obj = TaskSpec(task, parse_task_options(task_option, data, "eval")).build()
+    from subnetlab.cli.commands._options import with_data_options
+
+    options = with_data_options(task, parse_task_options(task_option, data, "eval"), **data_flags)
+    task_obj = TaskSpec(task, options).build()
     split = split or next(iter(task_obj.eval_splits))
     chosen, source = sentence_pairs(task_obj, split, pairs, "task", None)
-    result = {"source": source, "model": model, **pattern_types(model, chosen, max_length, device)}
+    result = {"source": source, "model": model, "task": task, "task_options": options,
+              **pattern_types(model, chosen, max_length, device)}
     types = HeadTypes.from_dict(result)
     shares = {f"all heads, {k}": types.shares(k, counting=counting) for k in ("raw", "normed")}
     if sub is not None:
@@ -189,8 +208,17 @@ def lottery_patterns(
         print(f"{group}: " + ", ".join(f"{t} {100 * share[t]:.0f}%" for t in TYPES))
 
 
+def forward_dtype(dtype: Optional[str], device: str) -> Optional[str]:
+    """The job's ``dtype`` setting: None for float32 (a float32 run keeps its earlier config), else the name;
+    float16 on the CPU is refused here, before any work (the job says the device and precision it runs on)."""
+    from subnetlab.runtime import dtype_name, resolve_device, resolve_dtype
+
+    chosen = dtype_name(resolve_dtype(dtype, resolve_device(device)))
+    return None if chosen == "float32" else chosen
+
+
 def register(app: typer.Typer) -> None:
-    app.command("lottery-prune")(lottery_prune)
-    app.command("lottery-retrain")(lottery_retrain)
+    app.command("lottery-prune")(data_flag_options(lottery_prune))
+    app.command("lottery-retrain")(data_flag_options(lottery_retrain))
     app.command("lottery-stability")(lottery_stability)
-    app.command("lottery-patterns")(lottery_patterns)
+    app.command("lottery-patterns")(data_flag_options(lottery_patterns))

@@ -9,6 +9,7 @@ import typer
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
 from subnetlab.executor import ExecutorOptions, Job
 
 PAPER_SIZES = [0, 10, 16, 25, 40, 64, 100, 160, 250, 400, 640, 1000, 1600, 2500, 4000, 6400, 10000]
@@ -30,11 +31,14 @@ def parse_conditions(text: str) -> list[str]:
 
 def transfer(
     model: str = typer.Option(..., "--model", help="The trained model's directory (where the subnetwork was found)."),
-    task: str = typer.Option(..., "--task", help="The new task, e.g. arith:a^2+ab (ambiguous set plus N disambiguation rows)."),
+    task: str = typer.Option(..., "--task", help="The new task, e.g. arith:a^2+ab (ambiguous set plus N disambiguation "
+                             "rows), or your own data with --answer-column: file:PATH or hub:NAME[:CONFIG] (its own "
+                             "training rows; a test split is held out of them)."),
     out: Path = typer.Option(..., "--out", help="Sweep directory: one run directory per condition, size and seed; a rerun resumes."),
     condition: str = typer.Option("subnetwork", "--condition", help="subnetwork, random-matched, random-released, complement-matched, empty-mask, scratch, full, embeddings (comma-separated)."),
     subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="Subnetwork file from `subnetlab discover` (masked conditions)."),
-    disambiguation: str = typer.Option("0,100,1000", "--disambiguation", help="Numbers of disambiguation rows, e.g. 0,10,100 or 'paper'."),
+    disambiguation: Optional[str] = typer.Option(None, "--disambiguation", help="Numbers of disambiguation rows of an "
+                                                 "arithmetic task, e.g. 0,10,100 or 'paper' [0,100,1000]."),
     seeds: str = typer.Option("0", "--seeds", help="Seeds (data, initialisation, controls): 0-4 or 0,2."),
     epochs: int = typer.Option(100, "--epochs", help="Training epochs; the model best on evaluation is kept."),
     lr: float = typer.Option(2e-4, "--lr", help="AdamW learning rate."),
@@ -52,8 +56,10 @@ def transfer(
                                              "the released code); default: the model's own initialisation."),
     stack: int = typer.Option(1, "--stack", help="Train up to K runs of one job together (torch.func); pays off on GPUs and tiny batches."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = dtype_option(),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_eval=1000."),
+    data_flags: dict = None,
     executor: ExecutorOptions = None,
 ) -> None:
     """Transfer SUBNETWORK from MODEL into fresh models and train them on TASK, for every condition,
@@ -65,18 +71,26 @@ def transfer(
     from subnetlab.experiments.subtask_induction.report import summarise
     from subnetlab.subnetwork import Subnetwork
     from subnetlab.transfer import CONDITIONS, TrainSettings, check_reinit
-    from subnetlab.runs.transfer import TransferJobConfig, load_lm
-    from subnetlab.runtime import resolve_device
+    from subnetlab.cli.commands._options import with_data_options
+    from subnetlab.progress import stage
+    from subnetlab.runs.transfer import TransferJobConfig, lm_task_options, load_lm, own_data
+    from subnetlab.runtime import describe_runtime, dtype_name, resolve_device, resolve_dtype
 
     conditions = parse_conditions(condition)
-    sizes, seed_list = parse_sizes(disambiguation), parse_int_list(seeds)
+    if own_data(task) and disambiguation is not None:
+        raise SubnetlabError(f"--disambiguation: task {task} trains on its own rows; disambiguation rows exist only "
+                             "for arithmetic tasks (arith:*)")
+    sizes = [0] if own_data(task) else parse_sizes(disambiguation or "0,100,1000")
+    seed_list = parse_int_list(seeds)
     check_reinit(reinit)
-    resolve_device(device)
+    where = resolve_device(device)
+    forward = resolve_dtype(dtype, where)  # float16 on the CPU: refused here
+    stage(describe_runtime(where, forward))
     if stack < 1 or threads < 1:
         raise SubnetlabError("--stack and --threads must be at least 1")
     train = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, eval_every=eval_every, loss=loss,
                           accuracy=accuracy, ties=ties).config()
-    options = parse_task_options(task_option, None, "train")
+    options = lm_task_options(task, with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags))
     needs_sub = [c for c in conditions if CONDITIONS[c].needs_subnetwork]
     if needs_sub and subnetwork is None:
         raise SubnetlabError(f"--condition {needs_sub[0]} needs --subnetwork FILE")
@@ -93,12 +107,16 @@ def transfer(
                           "stack": stack, "threads": threads, "device": device}
                 if init_std is not None:
                     config["init_std"] = init_std
+                if dtype_name(forward) != "float32":
+                    config["dtype"] = dtype_name(forward)  # part of the run: float32 runs keep their earlier configs
                 TransferJobConfig.from_dict(config)  # every job's typed config, before any model is loaded
                 name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
                 jobs.append(Job("subnetlab.runs.transfer:transfer_job", config, out / c / name))
-    loaded, built = load_lm(model, task, {"ambiguous": True, "n_disambiguation": max(sizes), **options})
+    arithmetic = {} if own_data(task) else {"ambiguous": True, "n_disambiguation": max(sizes)}
+    loaded, built = load_lm(model, task, {**arithmetic, "seed": seed_list[0], **options})
     if built.kind != "lm":
-        raise SubnetlabError(f"task {task}: transfer training runs on language-model tasks (e.g. arith:a^2+ab)")
+        raise SubnetlabError(f"task {task}: transfer training runs on language-model tasks (e.g. arith:a^2+ab, or "
+                             "your own data with --answer-column)")
     if subnetwork is not None:
         Subnetwork.load(subnetwork, loaded.adapter)  # wrong file or model: fail before any job
     report = executor.run(jobs, sweep_dir=out)
@@ -119,4 +137,4 @@ def transfer(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("transfer")(executor_options(transfer))
+    app.command("transfer")(executor_options(data_flag_options(transfer)))
