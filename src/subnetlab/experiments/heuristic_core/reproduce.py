@@ -187,6 +187,35 @@ def plan(settings: dict, out: Path) -> dict[str, Any]:
             "backend": settings.get("backend"), "steps": steps}
 
 
+def check_settings(settings: dict) -> None:
+    """Every setting that can be checked without data or training, before the study writes anything: seeds,
+    sparsities, the effective-size search, and every step's resolved configuration (``plan``)."""
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.experiments.heuristic_core.effective_size import SearchSettings
+
+    from subnetlab.methods.hard_concrete.config import PRESETS as PRUNE_PRESETS
+
+    if not settings.get("studies"):
+        raise SubnetlabError("studies: at least one study is needed", setting="studies")
+    if settings.get("prune_preset") not in PRUNE_PRESETS:
+        raise SubnetlabError(f"prune_preset {settings.get('prune_preset')!r}: expected one of {', '.join(PRUNE_PRESETS)}",
+                             setting="prune_preset")
+    if not list(settings.get("seeds") or []):
+        raise SubnetlabError("seeds: at least one pruning seed is needed", setting="seeds")
+    es = settings["effective_size"]
+    if not list(es.get("seeds") or []):
+        raise SubnetlabError("effective_size: at least one seed is needed", setting="effective_size")
+    if SearchSettings.from_dict(es.get("search")) is not None and es.get("sides", "two") != "two":
+        raise SubnetlabError("effective_size: the level search stops on two-sided faithfulness; with sides=one "
+                             "run every level (drop 'search')", setting="effective_size")
+    for study in settings["studies"]:
+        bad = [s for s in study.get("sparsities") or [] if not 0.0 < float(s) < 1.0]
+        if bad or not study.get("sparsities"):
+            raise SubnetlabError(f"study {study.get('name')!r}: sparsities {study.get('sparsities')} must be one or "
+                                 "more targets in (0, 1)", setting="studies")
+    plan(settings, Path("."))  # builds every step's configuration: its own checks run here
+
+
 def run(settings: dict, out: Path) -> Path:
     """Run every study of ``settings`` into ``out`` and write ``out/report.md``; returns its path."""
     import copy
@@ -196,6 +225,7 @@ def run(settings: dict, out: Path) -> Path:
 
     out = Path(out)
     settings = _resolve_auto_paths(copy.deepcopy(settings))
+    check_settings(settings)  # before config.json: a refused setting leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)
     if (out / "config.json").is_file():
         previous = read_json(out / "config.json")

@@ -179,6 +179,34 @@ def _run(jobs: list[Job], settings: dict[str, Any], sweep_dir: Path, what: str) 
                              f"(see {sweep_dir / 'sweep.json'}; rerun to retry)")
 
 
+def prune_job_config(settings: dict[str, Any], task: str, method: str, seed: int, model: str) -> dict[str, Any]:
+    """The config of one pruning job (``runs.lottery.prune_job``): ``method`` on the model fine-tuned with ``seed``."""
+    return {"model": model, "task": task, "method": method,
+            "task_options": task_options(settings, task),
+            "eval_data": list(settings["eval_data"].get(task, [])), "split": settings["split"],
+            "eval_limit": settings["eval_limit"], "importance_limit": settings["importance_limit"],
+            "batch_size": settings["batch_size"], "max_length": settings["max_length"],
+            "threshold": settings["threshold"], "fraction": settings["fraction"],
+            "criterion": settings["criterion"], "refine": settings["refine"],
+            "max_steps": settings["prune_max_steps"],
+            "stop_metric": settings.get("stop_metric", "accuracy"),
+            "control_scope": settings.get("control_scope", "per-matrix"),
+            "bad_fill": settings.get("bad_fill", "least-important"),
+            "importance_batch_size": settings.get("importance_batch_size"),
+            "control_seed": seed, "device": settings["device"], "seed": seed}
+
+
+def _check_jobs(settings: dict[str, Any]) -> None:
+    """Every task's fine-tuning recipe and pruning config, typed and validated before anything is written."""
+    from subnetlab.runs.lottery import LotteryPruneJobConfig
+
+    seed = list(settings["seeds"])[0]
+    for task in settings["tasks"]:
+        finetune_config(settings, task, seed)
+        for method in METHODS:
+            LotteryPruneJobConfig.from_dict(prune_job_config(settings, task, method, seed, settings["model"]))
+
+
 def _task_stage(settings: dict[str, Any], task: str, tdir: Path) -> dict[str, Any]:
     """Fine-tune, prune and re-fine-tune for one task; return the measured numbers."""
     seeds = list(settings["seeds"])
@@ -192,19 +220,7 @@ def _task_stage(settings: dict[str, Any], task: str, tdir: Path) -> dict[str, An
     for method, method_seeds in (("importance", seeds), ("magnitude", list(settings["magnitude_seeds"]))):
         for s in method_seeds:
             prune_dirs[(method, s)] = d = tdir / "prune" / f"{method}-seed{s}"
-            config = {"model": str(ft[s] / "run" / "model"), "task": task, "method": method,
-                      "task_options": task_options(settings, task),
-                      "eval_data": list(settings["eval_data"].get(task, [])), "split": settings["split"],
-                      "eval_limit": settings["eval_limit"], "importance_limit": settings["importance_limit"],
-                      "batch_size": settings["batch_size"], "max_length": settings["max_length"],
-                      "threshold": settings["threshold"], "fraction": settings["fraction"],
-                      "criterion": settings["criterion"], "refine": settings["refine"],
-                      "max_steps": settings["prune_max_steps"],
-                      "stop_metric": settings.get("stop_metric", "accuracy"),
-                      "control_scope": settings.get("control_scope", "per-matrix"),
-                      "bad_fill": settings.get("bad_fill", "least-important"),
-                      "importance_batch_size": settings.get("importance_batch_size"),
-                      "control_seed": s, "device": settings["device"], "seed": s}
+            config = prune_job_config(settings, task, method, s, str(ft[s] / "run" / "model"))
             jobs.append(Job("subnetlab.runs.lottery:prune_job", config, d))
     stage(f"{task}: pruning ({len(jobs)} jobs)")
     _run(jobs, settings, tdir / "prune", "pruning")
@@ -286,6 +302,7 @@ def run(settings: dict[str, Any], out: Path) -> Path:
     from subnetlab.experiments.lottery.report import write_report
 
     _check(settings)
+    _check_jobs(settings)  # before config.json: a refused setting leaves nothing behind
     out = Path(out)
     claim(out, settings, what="study configuration")
     started = time.time()

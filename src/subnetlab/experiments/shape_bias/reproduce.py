@@ -130,6 +130,19 @@ def _check(settings: dict[str, Any]) -> None:
             raise SubnetlabError(f"{family}.discovery.keep {keep!r}: choose from {', '.join(KEEP)}", setting=family)
     if settings["data"] not in ("generated", "imagenet16"):
         raise SubnetlabError(f"data: {settings['data']!r} is not 'generated' or 'imagenet16'")
+    seed = settings.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SubnetlabError(f"seed {seed!r}: expected a non-negative integer", setting="seed")
+    if settings["data"] == "generated":  # the benchmark's design and split sizes, before anything is generated
+        from subnetlab.experiments.shape_bias.data import GENERATED
+        from subnetlab.tasks.images.shapes import ShapeTextureConfig
+
+        ShapeTextureConfig(num_classes=int(settings["num_classes"]), image_size=int(settings["image_size"]))
+        sizes = settings.get("sizes") or {}
+        for name in GENERATED:
+            if name not in sizes or isinstance(sizes[name], bool) or not isinstance(sizes[name], int) or sizes[name] < 1:
+                raise SubnetlabError(f"sizes.{name} {sizes.get(name)!r}: expected a positive number of images",
+                                     setting="sizes")
     if settings["data"] == "imagenet16":
         for key in ("imagenet_train", "imagenet_val", "cue_conflict"):
             if not settings.get(key) or not Path(str(settings[key])).expanduser().is_dir():

@@ -155,6 +155,69 @@ def check_choices(settings: dict) -> None:
                              setting="transfer_init_std")
 
 
+def check_sizes(settings: dict) -> None:
+    """The arithmetic tasks' sizes (base, subtask, transfer with the largest disambiguation set), checked as the
+    task generator checks them, without generating any rows."""
+    n, p = int(settings["max_number"]), int(settings["modulus"])
+    if n < 2:
+        raise SubnetlabError(f"max_number {n} must be at least 2", setting="max_number")
+    if not 2 <= p <= n:
+        raise SubnetlabError(f"modulus {p} must be in [2, max_number={n}]", setting="modulus")
+    n_eval, n_test = int(settings["n_eval"]), int(settings["n_test"])
+    if min(n_eval, n_test) < 1:
+        raise SubnetlabError(f"n_eval={n_eval}, n_test={n_test} must be at least 1", setting="n_eval")
+    for key in ("base_train", "cs_samples"):
+        rows = int(settings[key])
+        if rows < n:
+            raise SubnetlabError(f"{key}={rows} must be at least max_number={n} so that every number token appears",
+                                 setting=key)
+        if rows + n_eval + n_test > n * n:
+            raise SubnetlabError(f"{key} + n_eval + n_test = {rows + n_eval + n_test} exceeds the {n * n} distinct "
+                                 f"pairs of max_number={n}", setting=key)
+    sizes = [int(x) for x in settings["sizes"]]
+    if not sizes or min(sizes) < 0:
+        raise SubnetlabError(f"sizes {sizes}: expected one or more disambiguation sizes >= 0", setting="sizes")
+    if n_eval + n_test + max(sizes) > n * (n - 1):
+        raise SubnetlabError(f"n_eval + n_test + the largest size = {n_eval + n_test + max(sizes)} exceed the "
+                             f"{n * (n - 1)} pairs with a != b of max_number={n}", setting="sizes")
+    for key in ("layers", "seeds", "lambdas"):
+        if not list(settings[key]):
+            raise SubnetlabError(f"{key}: at least one value is needed", setting=key)
+    if any(int(x) < 1 for x in settings["layers"]):
+        raise SubnetlabError(f"layers {list(settings['layers'])}: every depth must be at least 1", setting="layers")
+    if any(float(x) <= 0 for x in settings["lambdas"]):
+        raise SubnetlabError(f"lambdas {list(settings['lambdas'])}: every L0 weight must be positive", setting="lambdas")
+
+
+def check_settings(settings: dict) -> None:
+    """Every setting that can be checked without training, before the study writes anything."""
+    from subnetlab.methods.finetune.config import resolve_config
+
+    check_conditions(settings["conditions"], setting="conditions")
+    check_reinit(settings["reinit"])
+    if settings.get("secondary_conditions"):
+        check_conditions(settings["secondary_conditions"], setting="secondary_conditions")
+    if settings.get("secondary_reinit"):
+        check_reinit(settings["secondary_reinit"])
+    selection_of(settings)  # a bad rule fails before any training
+    check_choices(settings)
+    check_sizes(settings)
+    for key in ("base_lr", "cs_lr", "transfer_lr"):
+        if float(settings[key]) <= 0:
+            raise SubnetlabError(f"{key} {settings[key]}: must be positive", setting=key)
+    for key in ("base_batch", "cs_batch", "transfer_batch", "base_epochs", "cs_epochs"):
+        if float(settings[key]) < 1:
+            raise SubnetlabError(f"{key} {settings[key]}: must be at least 1", setting=key)
+    resolve_config(preset="subtask-induction", model=f"gpt2-arith:{int(settings['layers'][0])}",
+                   task=f"arith:{settings['base_op']}", lr=settings["base_lr"], batch_size=settings["base_batch"],
+                   epochs=float(settings["base_epochs"]), scheduler=settings["base_scheduler"], seed=settings["seed"],
+                   eval_at_start=False, device=settings["device"], eval_every=10**9, save_every=10**9)
+    from subnetlab.tasks.arithmetic import parse_operation
+
+    for key in ("base_op", "sub_op", "target_op"):
+        parse_operation(settings[key])
+
+
 def schedule(settings: dict, size: int) -> tuple[int, int]:
     """``(epochs, eval_every)`` of a transfer run on ``max_number + size`` rows.
 
@@ -273,15 +336,8 @@ def run(settings: dict, out: Path) -> Path:
     from subnetlab.experiments.subtask_induction.report import write_report
 
     out = Path(out)
+    check_settings(settings)  # before config.json: a refused setting leaves nothing behind
     claim(out, settings, what="study configuration")
-    check_conditions(settings["conditions"], setting="conditions")
-    check_reinit(settings["reinit"])
-    if settings.get("secondary_conditions"):
-        check_conditions(settings["secondary_conditions"], setting="secondary_conditions")
-    if settings.get("secondary_reinit"):
-        check_reinit(settings["secondary_reinit"])
-    selection_of(settings)  # a bad rule fails before any training
-    check_choices(settings)
     discovered: dict[int, dict] = {}
     transfer: list[Job] = []
     for layers in settings["layers"]:
@@ -298,5 +354,5 @@ def run(settings: dict, out: Path) -> Path:
     return write_report(out, settings, bases, discovered, runs)
 
 
-__all__ = ["FIGURE_CONDITIONS", "NAME", "PAPER_SIZES", "PRESETS", "SECONDARY_CONDITIONS", "check_choices", "run", "schedule",
+__all__ = ["FIGURE_CONDITIONS", "NAME", "PAPER_SIZES", "PRESETS", "SECONDARY_CONDITIONS", "check_choices", "check_settings", "check_sizes", "run", "schedule",
            "selection_of", "variant_label"]
