@@ -95,3 +95,121 @@ def test_a_discovery_job_records_where_it_ran_and_resumes_elsewhere(tmp_path):
     written = json.loads((tmp_path / "run" / "config.json").read_text())
     assert written["resolved_device"] == "cpu" and written["resolved_dtype"] == "float32"
     assert check_config(tmp_path / "run", {**config, "device": "cuda"})  # the same run on a GPU machine
+
+
+def _recording(monkeypatch, module, name: str, seen: list) -> None:
+    """Replace ``module.name`` by a wrapper that notes whether CPU autocast, and which dtype, is on at each call."""
+    original = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    root = tmp_path_factory.mktemp("lm")
+    tok = AutoTokenizer.from_pretrained(resolve("minilm"))
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=16,
+                               bos_token_id=0, eos_token_id=0)).save_pretrained(root / "lm")
+    tok.save_pretrained(root / "lm")
+    words = ["one", "two", "three", "four", "five"]
+    (root / "sums.csv").write_text("question,reply\n" + "".join(
+        f"{a} plus {b},{words[(i + j) % 5]}\n" for i, a in enumerate(words) for j, b in enumerate(words)))
+    return root
+
+
+def test_discover_and_transfer_run_their_forward_passes_in_the_dtype_and_record_it(tiny_lm, tmp_path, capsys, monkeypatch):
+    import subnetlab.runs.transfer as jobs
+
+    seen: list = []
+    _recording(monkeypatch, jobs, "accuracy", seen)
+    common = ["--model", str(tiny_lm / "lm"), "--task", f"file:{tiny_lm / 'sums.csv'}", "--text-column", "question",
+              "--answer-column", "reply"]
+    code, err = _cli(capsys, "discover", *common, "--lambdas", "1e-7", "--epochs", "1", "--batch-size", "8",
+                     "--dtype", "bfloat16", "--out", str(tmp_path / "d"))
+    assert code == 0 and err.splitlines()[0].endswith("device cpu, dtype bfloat16 (autocast)"), err
+    assert seen and set(seen) == {torch.bfloat16}  # full model, every evaluation and the test score, all under autocast
+    for where in (tmp_path / "d", tmp_path / "d" / "lambda_1e-07"):
+        config = json.loads((where / "config.json").read_text())
+        assert (config["dtype"], config["resolved_device"], config["resolved_dtype"]) == ("bfloat16", "cpu", "bfloat16")
+    code, err = _cli(capsys, "discover", *common, "--lambdas", "1e-7", "--epochs", "1", "--batch-size", "8",
+                     "--dtype", "bfloat16", "--device", "cpu", "--out", str(tmp_path / "d"))
+    assert code == 0 and "1 already done" in err  # the device named otherwise: the same run
+
+    seen.clear()
+    _recording(monkeypatch, jobs, "train_model", seen)
+    code, err = _cli(capsys, "transfer", *common, "--condition", "scratch", "--epochs", "1", "--batch-size", "8",
+                     "--dtype", "bfloat16", "--out", str(tmp_path / "t"))
+    assert code == 0 and seen == [torch.bfloat16], err
+    config = json.loads((tmp_path / "t" / "scratch" / "n0_s0" / "config.json").read_text())
+    assert (config["dtype"], config["resolved_device"], config["resolved_dtype"]) == ("bfloat16", "cpu", "bfloat16")
+    seen.clear()
+    code, err = _cli(capsys, "transfer", *common, "--condition", "scratch", "--epochs", "1", "--batch-size", "8",
+                     "--out", str(tmp_path / "t32"))
+    assert code == 0 and None in seen and torch.bfloat16 not in seen  # float32: no autocast
+    config = json.loads((tmp_path / "t32" / "scratch" / "n0_s0" / "config.json").read_text())
+    assert "dtype" not in config and config["resolved_dtype"] == "float32"  # float32 configs are as before
+
+    for command in (["discover"], ["transfer", "--condition", "scratch"]):
+        code, err = _cli(capsys, command[0], *common, *command[1:], "--dtype", "float16", "--out", str(tmp_path / "f16"))
+        assert code == 2 and err.strip().splitlines()[-1].startswith("error: --dtype float16: half-precision forward "
+                                                                     "passes run on CUDA or Apple mps only"), err
+        assert not (tmp_path / "f16").exists()
+
+
+def test_lottery_prune_and_retrain_autocast_record_and_resume(data_and_model, tmp_path, capsys, monkeypatch):
+    import subnetlab.runs.lottery as jobs
+
+    root = data_and_model
+    seen: list = []
+    _recording(monkeypatch, jobs, "evaluate", seen)
+    prune = ["lottery-prune", "--model", str(root / "m"), "--task", f"file:{root / 'd.csv'}", "--method", "magnitude",
+             "--max-steps", "2", "--max-length", "16", "--out", str(tmp_path / "lp")]
+    code, err = _cli(capsys, *prune, "--dtype", "bfloat16")
+    assert code == 0 and "device cpu, dtype bfloat16 (autocast)" in err, err
+    assert seen and set(seen) == {torch.bfloat16}  # the full model, every step and both controls
+    config = json.loads((tmp_path / "lp" / "config.json").read_text())
+    assert (config["dtype"], config["device"], config["resolved_device"], config["resolved_dtype"]) == (
+        "bfloat16", "auto", "cpu", "bfloat16")
+    code, err = _cli(capsys, *prune, "--dtype", "bfloat16", "--device", "cpu")
+    assert code == 0 and "already finished" in err
+    code, err = _cli(capsys, *prune)  # float32 is another run
+    assert code == 2 and "dtype" in err.strip().splitlines()[-1]
+
+    seen.clear()
+    _recording(monkeypatch, jobs, "train_masked", seen)
+    retrain = ["lottery-retrain", "--model", str(root / "m"), "--subnetwork", str(tmp_path / "lp" / "subnetwork.safetensors"),
+               "--task", f"file:{root / 'd.csv'}", "--max-steps", "2", "--batch-size", "4", "--max-length", "16",
+               "--no-save-model"]
+    code, err = _cli(capsys, *retrain, "--dtype", "bfloat16", "--out", str(tmp_path / "lr"))
+    assert code == 0 and seen == [torch.bfloat16], err
+    config = json.loads((tmp_path / "lr" / "config.json").read_text())
+    assert config["finetune"]["dtype"] == "bfloat16" and config["resolved_dtype"] == "bfloat16"
+    code, err = _cli(capsys, *prune[:-1], str(tmp_path / "f16"), "--dtype", "float16")
+    assert code == 2 and "error: --dtype float16: half-precision forward passes run on CUDA" in err
+    code, err = _cli(capsys, *retrain, "--dtype", "float16", "--out", str(tmp_path / "f16"))
+    assert code == 2 and "error: --dtype float16 has no loss scaling" in err
+    assert not (tmp_path / "f16").exists()
+
+
+def test_the_lottery_dtype_follows_the_device_auto_picks(monkeypatch):
+    from subnetlab.cli.commands.lottery import forward_dtype
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.runs.transfer import check_dtype_name
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert forward_dtype("float16", "auto") == "float16"  # a GPU machine: half precision allowed
+    assert forward_dtype("float32", "auto") is None and forward_dtype(None, "auto") is None  # float32: the earlier config
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("subnetlab.runtime._mps_available", lambda: False)
+    with pytest.raises(SubnetlabError, match="dtype float16: half-precision"):
+        forward_dtype("float16", "auto")  # auto is the CPU here
+    assert forward_dtype("bfloat16", "auto") == "bfloat16"
+    with pytest.raises(SubnetlabError, match="dtype 'half': expected float32, bfloat16, float16"):
+        check_dtype_name("half")  # a job config naming no known precision
