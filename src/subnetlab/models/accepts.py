@@ -31,6 +31,9 @@ _TEXT = ("encoder", "decoder")
 _TEXT_NOTE = ("classification tasks need a classifier head of one output per label (fine-tune first); "
               "language-model tasks (arith:*, an answer column) need a causal language model")
 
+_LM_NOTE = ("language-model tasks: arithmetic (arith:*), or your own data in the answer form (an answer column; "
+            "a test split, which it reports, is held out of the training rows)")
+
 COMMAND_MODELS: dict[str, Accepts] = {
     "inspect": Accepts(("encoder", "decoder", "vision"), components=False),
     "finetune": Accepts(_TEXT, note="a classification task gets a new classifier head when the model has none "
@@ -42,8 +45,8 @@ COMMAND_MODELS: dict[str, Accepts] = {
     "ablate": Accepts(_TEXT, note=_TEXT_NOTE),
     "attention": Accepts(_TEXT),
     "export": Accepts(("encoder", "decoder", "vision")),
-    "discover": Accepts(("decoder",), note="arithmetic tasks (arith:*), which have the test split it reports"),
-    "transfer": Accepts(("decoder",), note="arithmetic tasks (arith:*), which have the test split it reports"),
+    "discover": Accepts(("decoder",), note=_LM_NOTE),
+    "transfer": Accepts(("decoder",), note=_LM_NOTE),
     "lottery-prune": Accepts(_TEXT, note=_TEXT_NOTE),
     "lottery-retrain": Accepts(_TEXT, note=_TEXT_NOTE),
     "lottery-stability": Accepts(_TEXT, note=_TEXT_NOTE),
