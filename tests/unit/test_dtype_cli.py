@@ -213,3 +213,34 @@ def test_the_lottery_dtype_follows_the_device_auto_picks(monkeypatch):
     assert forward_dtype("bfloat16", "auto") == "bfloat16"
     with pytest.raises(SubnetlabError, match="dtype 'half': expected float32, bfloat16, float16"):
         check_dtype_name("half")  # a job config naming no known precision
+
+
+def _fake_gpu(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Fake GPU")
+
+
+def test_on_a_gpu_float16_is_refused_where_gradients_are_trained(data_and_model, tiny_lm, tmp_path, capsys, monkeypatch):
+    """A monkeypatched CUDA machine: auto picks it, float16 passes the device check, and the commands that
+    train (discover, transfer, importance pruning, re-fine-tuning) refuse it for want of loss scaling."""
+    _fake_gpu(monkeypatch)
+    lm = ["--model", str(tiny_lm / "lm"), "--task", f"file:{tiny_lm / 'sums.csv'}", "--text-column", "question",
+          "--answer-column", "reply", "--dtype", "float16", "--out", str(tmp_path / "o")]
+    for command, what in ((["discover"], "discovery"), (["transfer", "--condition", "scratch"], "transfer training")):
+        code, err = _cli(capsys, *command, *lm)
+        assert code == 2 and "device cuda:0 (Fake GPU), dtype float16 (autocast)" in err, err
+        assert err.strip().splitlines()[-1].startswith(f"error: --dtype float16 has no loss scaling in {what}"), err
+    bert = ["--model", str(data_and_model / "m"), "--task", f"file:{data_and_model / 'd.csv'}", "--dtype", "float16",
+            "--out", str(tmp_path / "o")]
+    code, err = _cli(capsys, "lottery-prune", *bert, "--method", "importance")
+    assert code == 2 and "error: --dtype float16 has no loss scaling in importance pruning" in err, err
+    code, err = _cli(capsys, "lottery-retrain", *bert, "--subnetwork", str(data_and_model / "d.csv"))
+    assert code == 2 and "error: --dtype float16 has no loss scaling in fine-tuning" in err, err  # before the file is read
+    assert not (tmp_path / "o").exists()
+
+    from subnetlab.runs.lottery import prune_config
+
+    config = prune_config(model="m", task="nli-synthetic", method="magnitude", dtype="float16")
+    assert config["dtype"] == "float16"  # magnitude pruning only scores forward passes: half precision is fine

@@ -88,6 +88,9 @@ class LotteryPruneJobConfig(JobConfig):
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in DTYPE_NAMES:
             raise SubnetlabError(f"dtype {self.dtype!r}: expected {', '.join(DTYPE_NAMES)}", setting="dtype")
+        if self.dtype == "float16" and self.method == "importance":
+            raise SubnetlabError("dtype float16 has no loss scaling in importance pruning (its scores are gradients, "
+                                 "which would underflow); use bfloat16 or float32", setting="dtype")
         for key in ("model", "task", "method"):
             if not getattr(self, key):
                 raise SubnetlabError(f"{key} is required (a pruning config needs model, task and method)", setting=key)

@@ -91,10 +91,14 @@ def _splits(task: Task, tokenizer: Any = None, device: torch.device | None = Non
     return {k: v.to(device) for k, v in splits.items()} if device is not None else splits
 
 
-def check_dtype_name(name: str | None) -> None:
-    """A job's ``dtype`` names one of ``runtime.DTYPE_NAMES`` (whether the device can run it is checked there)."""
+def check_dtype_name(name: str | None, training: str | None = None) -> None:
+    """A job's ``dtype`` names one of ``runtime.DTYPE_NAMES`` (whether the device can run it is checked there);
+    a job that trains (``training`` says what) refuses float16, which would need loss scaling."""
     if name is not None and name not in DTYPE_NAMES:
         raise SubnetlabError(f"dtype {name!r}: expected {', '.join(DTYPE_NAMES)}", setting="dtype")
+    if name == "float16" and training:
+        raise SubnetlabError(f"dtype float16 has no loss scaling in {training} (gradients would underflow); use bfloat16 "
+                             "or float32", setting="dtype")
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ class DiscoverJobConfig(JobConfig):
 
     def __post_init__(self) -> None:
         require_positive("discovery", "threads", self.threads, allow_none=True)
-        check_dtype_name(self.dtype)
+        check_dtype_name(self.dtype, "discovery (the mask logits are trained)")
         self.strategy  # checks the continuous-sparsification settings
         check_choice(self.loss_name, LOSSES, "loss")
         check_choice(self.accuracy_over, ACCURACIES, "accuracy")
@@ -158,7 +162,7 @@ class TransferJobConfig(JobConfig):
 
     def __post_init__(self) -> None:
         require_positive("transfer", "stack", self.stack)
-        check_dtype_name(self.dtype)
+        check_dtype_name(self.dtype, "transfer training")
         if self.init_std is not None and not self.init_std > 0:
             raise SubnetlabError(f"init_std {self.init_std!r}: expected a positive standard deviation",
                                  setting="init_std")
