@@ -283,6 +283,16 @@ CASES: list[tuple[str, list[str], str]] = [
     ("prune-head-of-another-size", ["prune", "--model", "{bert}", "--task", "file:{twocsv}", "--sparsity", "0.5",
                                     "--seeds", "0", "--preset", "demo", "--set", "batch_size=4"],
      "has a classification head with 3 outputs, but task file:two.csv has 2 labels (a, b)"),
+    ("discover-float16-on-cpu", [*DISCOVER, "--device", "cpu", "--dtype", "float16"],
+     "--dtype float16: half-precision forward passes run on CUDA or Apple mps only"),
+    ("transfer-float16-on-cpu", [*TRANSFER, "--condition", "scratch", "--device", "cpu", "--dtype", "float16"],
+     "--dtype float16: half-precision forward passes run on CUDA or Apple mps only"),
+    ("lottery-prune-float16-on-cpu", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--device",
+                                      "cpu", "--dtype", "float16"], "--dtype float16: half-precision forward passes"),
+    ("discover-data-flag-on-builtin-task", [*DISCOVER, "--answer-column", "answer"], "--answer-column: only for your own data"),
+    ("transfer-disambiguation-on-own-data", ["transfer", "--model", "{gpt2}", "--task", "file:{twocsv}", "--answer-column",
+                                             "label", "--condition", "scratch", "--disambiguation", "0,10"],
+     "--disambiguation: task file:"),
 ]
 
 
