@@ -131,3 +131,83 @@ def test_prune_with_out_relative_then_absolute_then_copied_reuses_the_runs(model
     assert statuses(copy)["sparsity-0.50/seed-0"] == "done"
     assert list((copy / "cache").glob("means-*.safetensors"))
     assert saved(copy / "sparsity-0.50" / "seed-0" / "subnetwork.safetensors") == subnetwork
+
+
+# --- the other commands: a run directory copied elsewhere, rerun from another working directory with the model
+# spelled relative to it, is recognised as the same run (its input files are stored absolute) ---------------------
+
+NLI_SMALL = ["--task", "nli-synthetic", "--task-option", "n_train=24", "--task-option", "n_eval=8",
+             "--task-option", "hans_per_subcase=1"]
+
+
+def cli(*args: str | Path) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([str(a) for a in args])
+    assert done.value.code in (0, None)
+
+
+def copied_and_rerun(tmp_path: Path, monkeypatch, model: Path, command: list[str], run_name: str, *,
+                     summary: bool = False) -> tuple[Path, Path]:
+    """Run ``command`` from ``A`` with ``--model m`` (a link to ``model``), copy its run directory to ``B``, rerun it
+    there from ``B`` with ``--model ../A/m``: no finished run is redone (``summary``: the command's own
+    ``metrics.json`` summarises its jobs and is rewritten). Returns (original, copy)."""
+    (tmp_path / "A").mkdir()
+    (tmp_path / "B").mkdir()
+    os.symlink(model, tmp_path / "A" / "m")
+    monkeypatch.chdir(tmp_path / "A")
+    cli(*command, "--model", "m", "--out", run_name)
+    original = tmp_path / "A" / run_name
+    copy = tmp_path / "B" / run_name
+    shutil.copytree(original, copy)  # keeps the files' times
+    finished = {p: p.stat().st_mtime_ns for p in copy.rglob("metrics.json") if not (summary and p.parent == copy)}
+    monkeypatch.chdir(tmp_path / "B")
+    cli(*command, "--model", "../A/m", "--out", run_name)
+    assert finished and {p: p.stat().st_mtime_ns for p in finished} == finished  # nothing redone
+    return original, copy
+
+
+def test_finetune_copied_and_rerun_elsewhere_with_a_relative_model_is_the_same_finished_run(
+        model_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    command = ["finetune", *NLI_SMALL, "--max-steps", "2", "--batch-size", "8", "--max-length", "24",
+               "--eval-limit", "8", "--device", "cpu"]
+    original, copy = copied_and_rerun(tmp_path, monkeypatch, model_dir, command, "ft")
+    assert read_json(original / "config.json")["finetune"]["model"] == str(tmp_path / "A" / "m")
+    assert read_json(copy / "metrics.json") == read_json(original / "metrics.json")
+    # a model at another path is still another run
+    shutil.copytree(model_dir, tmp_path / "B" / "other")
+    with pytest.raises(SystemExit) as refused:
+        main([*command, "--model", "other", "--out", "ft"])
+    assert refused.value.code == 2
+    assert "holds a fine-tuning run with a different configuration (model)" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory) -> Path:
+    from transformers import GPT2LMHeadModel
+
+    from subnetlab.methods.finetune.model import arithmetic_gpt2_config
+
+    torch.manual_seed(0)
+    where = tmp_path_factory.mktemp("gpt2") / "model"
+    GPT2LMHeadModel(arithmetic_gpt2_config(2, 23, 21)).save_pretrained(where)
+    return where
+
+
+def test_discover_copied_and_rerun_elsewhere_with_a_relative_model_skips_its_runs(gpt2_dir: Path, tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    command = ["discover", "--task", "arith:ab", "--samples", "40", "--task-option", "n_eval=10",
+               "--task-option", "n_test=10", "--epochs", "1", "--lambdas", "1e-6", "--batch-size", "20",
+               "--device", "cpu"]
+    original, copy = copied_and_rerun(tmp_path, monkeypatch, gpt2_dir, command, "cs", summary=True)
+    assert read_json(original / "config.json")["model"] == str(tmp_path / "A" / "m")
+    assert set(statuses(original).values()) == {"done"} and set(statuses(copy).values()) == {"skipped"}
+    assert saved(copy / "lambda_1e-06" / "subnetwork.safetensors") == saved(original / "lambda_1e-06" / "subnetwork.safetensors")
+
+
+def test_lottery_prune_copied_and_rerun_elsewhere_with_a_relative_model_is_the_same_finished_run(
+        model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    command = ["lottery-prune", *NLI_SMALL, "--method", "magnitude", "--batch-size", "8", "--max-length", "24",
+               "--max-steps", "1", "--device", "cpu"]
+    original, copy = copied_and_rerun(tmp_path, monkeypatch, model_dir, command, "lt")
+    assert read_json(original / "config.json")["model"] == str(tmp_path / "A" / "m")
+    assert saved(copy / "subnetwork.safetensors") == saved(original / "subnetwork.safetensors")

@@ -180,7 +180,8 @@ def is_finished(out: str | Path) -> bool:
 
 
 RUN_RELATIVE_KEYS = frozenset({"cache_dir"})  # created by the command inside its output: relative to the run dir
-INPUT_PATH_KEYS = frozenset({"model", "subnetwork", "means", "ablation", "checkpoints", "data"})  # user files
+INPUT_PATH_KEYS = frozenset({"model", "subnetwork", "means", "ablation", "checkpoints", "data", "runs"})  # user files
+NESTED_INPUT_KEYS = frozenset({"finetune"})  # settings of a nested command (lottery-retrain's fine-tuning recipe)
 
 
 def run_relative(path: str | os.PathLike, run_dir: str | os.PathLike) -> str:
@@ -199,6 +200,12 @@ def _absolute_if_local(value: str) -> str:
     return os.path.abspath(value) if value and os.path.exists(value) and not os.path.isabs(value) else value
 
 
+def absolute_input(value: str | os.PathLike) -> str:
+    """One input path as a job's config stores it: absolute when it names a local file or directory, else as given
+    (an alias such as ``minilm`` or a hub id)."""
+    return _absolute_if_local(os.fspath(value))
+
+
 def _eval_entry_path(entry: str) -> tuple[str, str] | None:
     """``[SPLIT:]FORMAT=FILE`` as (prefix up to ``=``, FILE), or None without one."""
     head, sep, tail = entry.rpartition("=")
@@ -206,15 +213,20 @@ def _eval_entry_path(entry: str) -> tuple[str, str] | None:
 
 
 def absolute_inputs(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` whose local input files are absolute: ``model``, ``task`` ``file:PATH``, ``eval_data`` FILEs.
+    """A copy of ``config`` whose local input files are absolute: ``model``, ``task`` ``file:PATH``, ``eval_data`` FILEs,
+    the other ``INPUT_PATH_KEYS`` (a path or a list of paths), also inside ``NESTED_INPUT_KEYS`` (``finetune: {model: ...}``).
 
     Names that are not local paths (aliases, hub ids, builtin tasks) stay as given,
     so the stored config means the same thing from any working directory or copy.
     """
     out = dict(config)
-    for key in INPUT_PATH_KEYS & set(out):
-        if isinstance(out[key], str):
-            out[key] = _absolute_if_local(out[key])
+    for key, value in out.items():
+        if key in INPUT_PATH_KEYS and isinstance(value, str):
+            out[key] = _absolute_if_local(value)
+        elif key in INPUT_PATH_KEYS and isinstance(value, (list, tuple)):
+            out[key] = [_absolute_if_local(v) if isinstance(v, str) else v for v in value]
+        elif key in NESTED_INPUT_KEYS and isinstance(value, Mapping):
+            out[key] = absolute_inputs(value)
     task = out.get("task")
     if isinstance(task, str) and task.startswith("file:"):
         out["task"] = "file:" + _absolute_if_local(task[len("file:"):])
@@ -320,6 +332,6 @@ def claim(out: str | Path, config: Mapping[str, Any], what: str = "config") -> P
     return out
 
 
-__all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "absolute_inputs", "check_config", "check_writable", "claim",
+__all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "absolute_input", "absolute_inputs", "check_config", "check_writable", "claim",
            "differing_keys", "finished_metrics", "is_finished", "lock", "plain", "resolve_run_path", "run_entries",
            "record_runtime", "run_relative", "same_config"]

@@ -60,11 +60,13 @@ class EvaluateJobConfig:
                 raise SubnetlabError(f"{name} {path}: no such file", setting=name)
 
     def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
-        """The run's ``config.json``."""
-        return {"command": "evaluate", "model": self.model, "task": task_options, "eval_data": list(self.eval_data),
+        """The run's ``config.json`` (local input files absolute: ``runs.directory.absolute_inputs``)."""
+        from subnetlab.runs.directory import absolute_inputs
+
+        return absolute_inputs({"command": "evaluate", "model": self.model, "task": task_options, "eval_data": list(self.eval_data),
                 "splits": list(self.splits) if self.splits else None, "subnetwork": self.subnetwork,
                 "ablation": self.ablation, "means": self.means, "batch_size": self.batch_size,
-                "max_length": self.max_length, "limit": self.limit, "device": self.device, "dtype": self.dtype}
+                "max_length": self.max_length, "limit": self.limit, "device": self.device, "dtype": self.dtype})
 
 
 def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from subnetlab.methods.finetune.state import (
 )
 from subnetlab.optim import lr_scheduler
 from subnetlab.progress import stage, track
-from subnetlab.runs.directory import run_entries
+from subnetlab.runs.directory import absolute_inputs, differing_keys, run_entries, same_config
 from subnetlab.runtime import autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec
@@ -57,14 +58,20 @@ def finetune_task(cfg: FinetuneConfig) -> Task:
     return task
 
 
+def _absolute_inputs(cfg: FinetuneConfig) -> FinetuneConfig:
+    """``cfg`` with its local input files (model directory, ``file:`` task, ``eval_data`` files) absolute."""
+    paths = absolute_inputs({"model": cfg.model, "task": cfg.task, "eval_data": list(cfg.eval_data)})
+    return replace(cfg, model=paths["model"], task=paths["task"], eval_data=paths["eval_data"])
+
+
 def _check_run_dir(out: Path, cfg: FinetuneConfig) -> bool:
     """True when ``out`` already holds this finished run; error if it holds another run."""
     cfg_path = out / "config.json"
     if cfg_path.is_file():
         previous = {k: v for k, v in (read_json(cfg_path).get("finetune") or {}).items() if k != "device"}
         wanted = {k: v for k, v in cfg.to_json().items() if k != "device"}  # where it ran is not what it computes
-        if previous != wanted:
-            diff = sorted(k for k in set(wanted) | set(previous) if previous.get(k) != wanted.get(k))
+        if not same_config(previous, wanted, out):  # by meaning: a model path in any spelling is the same model
+            diff = differing_keys(previous, wanted, out)
             raise SubnetlabError(
                 f"{out} holds a fine-tuning run with a different configuration ({', '.join(diff) or 'format'}); "
                 "run it again with the same configuration to resume it, or choose another output directory",
@@ -104,6 +111,7 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     as if the process had been killed there.
     """
     out = Path(out_dir)
+    cfg = _absolute_inputs(cfg)  # stored absolute: the run directory means the same from any working directory
     if _check_run_dir(out, cfg):
         stage(f"{out}: already finished")
         return read_json(out / "metrics.json")

@@ -64,11 +64,14 @@ def ablate(
     source = "train" if t.train else id_split[0]
     tokenizer = loaded.tokenizer if loaded.tokenizer is not None else t.tokenizer
     means = mean_activations(loaded.model, a, PruningData.from_task(t, tokenizer, source, max_length), means_examples, batch_size)
+    from subnetlab.runs.directory import absolute_inputs
+
     config = {"command": "ablate", "model": model, "task": t.options, "eval_data": eval_data, "heads": heads,
               "listed": [f"L{l}.H{h}" for l, h in listed], "joint_heads": joint_heads,
               "all_jointly": all_jointly, "controls": chosen_controls, "id_splits": id_split, "subcases": chosen,
               "non_listed": non_listed, "means": {"split": source, "examples": means_examples},
               "batch_size": batch_size, "max_length": max_length, "limit": limit, "seed": seed}
+    config = absolute_inputs(config)  # input files absolute: the same run from any working directory
     ablation_step(loaded, t, listed, out, joint=joint, all_jointly=all_jointly, controls=chosen_controls, config=config, means=means, id_splits=id_split,
                             subcases=chosen, batch_size=batch_size, max_length=max_length, limit=limit,
                             non_listed=parse_non_listed(non_listed), seed=seed)

@@ -18,7 +18,9 @@ def core(
     from subnetlab.experiments.heuristic_core.steps import core_step
     from subnetlab.report.markdown import num
 
-    metrics = core_step([*runs, *(more or [])], out)
+    from subnetlab.runs.directory import absolute_input
+
+    metrics = core_step([Path(absolute_input(r)) for r in (*runs, *(more or []))], out)  # the same from any directory
     la, lb = metrics["labels"]
     print(f"{metrics['n_a']} subnetworks at {la}, {metrics['n_b']} at {lb}")
     print(f"core ({metrics['core_size']} heads): {', '.join(metrics['core']) or 'none'}")

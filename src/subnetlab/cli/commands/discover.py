@@ -87,7 +87,10 @@ def discover(
     chooser = Selection(selection, selection_tolerance, selection_lambda)
     if chooser.rule == "lambda" and not any(abs(v - selection_lambda) <= 1e-9 * abs(v) for v in values):
         raise SubnetlabError(f"selection_lambda {selection_lambda:g} is not among the lambdas to run", setting="selection_lambda")
+    from subnetlab.runs.directory import absolute_input
     from subnetlab.runs.transfer import DiscoverJobConfig
+
+    model = absolute_input(model)  # stored absolute: the run means the same from any working directory
 
     scoring = {k: v for k, v in (("loss", loss), ("accuracy", accuracy)) if v != {"loss": "last-token", "accuracy": "answers"}[k]}
     if precision != "float32":
