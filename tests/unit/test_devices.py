@@ -81,3 +81,40 @@ def test_discovery_and_transfer_run_on_the_device(device):
     tm = build_transfer_model(model, "scratch", seed=0)
     result = train_model(tm.model.to(device), split, split, split, TrainSettings(epochs=2, lr=5e-3, batch_size=12), seed=0)
     assert 0.0 <= result.test_accuracy <= 1.0 and result.sequences == 2 * 48
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A tiny BERT classifier saved with MiniLM's tokenizer: what `subnetlab prune` loads."""
+    from transformers import AutoTokenizer
+
+    from subnetlab.models import build_model, resolve
+    from tests.conftest import tiny_config
+
+    tok = AutoTokenizer.from_pretrained(resolve("minilm"))
+    config = tiny_config("bert", layers=2, heads=4, hidden=32)
+    config.vocab_size = len(tok)
+    loaded = build_model(config, head="classification", seed=0)
+    where = tmp_path_factory.mktemp("ckpt") / "model"
+    loaded.model.save_pretrained(where)
+    tok.save_pretrained(where)
+    return where
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_prune_job_runs_on_the_device_it_names(device, tiny_checkpoint, tmp_path):
+    """`prune --device` reaches the job: the job on ``device`` keeps the same subnetwork as on the CPU (the gate
+    noise comes from a CPU generator) and scores it alike; the device is recorded but is not the run's identity."""
+    from subnetlab.runs.prune import prune_job
+    from subnetlab.runs.prune_setup import PruneJobConfig
+    from subnetlab.methods.hard_concrete.config import preset_config
+
+    prune = preset_config("demo", 0.5, seed=0, warmup_steps=8, total_steps=12, train_limit=32, means_examples=32,
+                          eval_limit=16, batch_size=8, checkpoint_every=4).to_dict()
+    base = {"model": str(tiny_checkpoint), "task": "nli-synthetic",
+            "task_options": {"n_train": 32, "n_eval": 16, "hans_per_subcase": 1}, "splits": ["id"], "prune": prune}
+    cpu = prune_job({**base, "device": "cpu"}, tmp_path / "cpu")
+    there = prune_job({**base, "device": device}, tmp_path / device)
+    assert PruneJobConfig.from_dict({**base, "device": device}).device == device
+    assert there["selections"]["topk"]["kept"] == cpu["selections"]["topk"]["kept"]
+    assert abs(there["eval"]["id"]["accuracy"] - cpu["eval"]["id"]["accuracy"]) <= 1 / 16

@@ -24,12 +24,13 @@ def test_linear_sweep_is_the_full_model_then_one_run_per_target_and_seed(tmp_pat
         "full-model", "sparsity-0.50/seed-0", "sparsity-0.50/seed-3", "sparsity-0.70/seed-0", "sparsity-0.70/seed-3"]
     run = jobs[3].config
     by_hand = {**BASE, "cache_dir": "../../cache", "preset": "demo",  # relative to the run directory: portable
-               "prune": preset_config("demo", 0.7, seed=0).to_dict()}
+               "prune": preset_config("demo", 0.7, seed=0).to_dict(), "device": "auto"}
     assert run == by_hand
     assert PruneJobConfig.from_dict(run).to_dict() == run  # config.json round-trips through the typed config
+    assert PruneJobConfig.from_dict({**run, "device": "cpu"}).device == "cpu"
     cfg = preset_config("demo", 0.5, seed=0)
     assert jobs[0].config == {**BASE, "eval": {"batch_size": cfg.eval_batch_size, "max_length": cfg.max_length,
-                                               "limit": cfg.eval_limit}}
+                                               "limit": cfg.eval_limit}, "device": "auto"}
     assert jobs[0].name == "full-model"
 
 

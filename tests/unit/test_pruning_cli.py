@@ -43,6 +43,7 @@ def bert_dir(tmp_path: Path) -> Path:
     (["--sparsity", "0.5", "--set", "nonsense=1"], "unknown pruning setting(s) nonsense"),
     (["--sparsity", "0.5", "--ablation", "gaussian"], "ablation 'gaussian'"),
     (["--sparsity", "0.5", "--splits", "id,nope"], "has no evaluation split 'nope' (it has: id, hans-synthetic)"),
+    (["--sparsity", "0.5", "--device", "tpu"], "--device 'tpu': expected auto, cpu, cuda, cuda:N or mps"),
 ])
 def test_bad_values(args, message, bert_dir: Path, tmp_path: Path, capsys) -> None:
     code, err = run_cli(["--model", str(bert_dir), *TASK, "--out", str(tmp_path / "out"), *args], capsys)

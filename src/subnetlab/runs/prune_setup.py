@@ -28,6 +28,7 @@ from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
 from subnetlab.tasks.base import Task
 from subnetlab.runs.job_config import JobConfig, require_positive
+from subnetlab.runtime import resolve_device
 from subnetlab.tasks.spec import TaskSpec, eval_splits
 
 
@@ -40,8 +41,11 @@ class ModelAndTask(JobConfig):
     task_options: dict[str, Any] = field(default_factory=dict)
     eval_data: list[str] = field(default_factory=list)
     splits: list[str] | None = None
+    device: str = "auto"  # where the model runs (``runtime.resolve_device``); not part of a run's identity
 
     def __post_init__(self) -> None:
+        if not isinstance(self.device, str) or not self.device:
+            raise SubnetlabError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}", setting="device")
         if not isinstance(self.model, str) or not self.model:
             raise SubnetlabError(f"model: expected a model name or directory, got {self.model!r}", setting="model")
         if self.splits is not None and (isinstance(self.splits, str) or not all(isinstance(s, str) for s in self.splits)):
@@ -227,6 +231,7 @@ class PruningSetup:
         if not task.train:
             raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")
         loaded = load_pruning_model(job.model, task)
+        loaded.model.to(resolve_device(job.device))  # gates, data, teacher and means follow the model's device
         tokenizer = task_tokenizer(loaded, task)
         check_lengths_fit(loaded.model, tokenizer, task, prune.max_length, job.model, ["train", *splits])
         data = PruningData.from_task(task, tokenizer, "train", prune.max_length, prune.train_limit)

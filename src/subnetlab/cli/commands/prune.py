@@ -79,6 +79,8 @@ def prune(
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split [SPLIT:]FORMAT=FILE (repeatable)."),
     splits: Optional[str] = typer.Option(None, "--splits", help="Evaluation splits to score, comma-separated (default: all)."),
     set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE, e.g. total_steps=500 (repeatable)."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA, else mps, else the CPU), cpu, cuda, cuda:N or mps; "
+                               "with --gpus-per-job each job gets its own GPU."),
     executor: ExecutorOptions = None,
 ) -> None:
     """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds."""
@@ -89,6 +91,9 @@ def prune(
     from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model
     from subnetlab.tasks.spec import eval_splits, task_from_config
 
+    from subnetlab.runtime import describe_runtime, resolve_device
+
+    runs_on = resolve_device(device)  # an unknown or absent device is refused before anything loads
     if schedule not in ("linear", "staircase"):
         raise SubnetlabError(f"--schedule {schedule!r}: expected linear or staircase")
     given = [*sparsity, *(more or [])]
@@ -103,7 +108,7 @@ def prune(
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
     task_options = with_data_options(task, _parse_pairs(task_option, "--task-option"), text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, answer_column=answer_column, eval_file=eval_file, eval_split=eval_split)
     base = {"model": model, "task": task, "task_options": task_options,
-            "eval_data": list(eval_data), "splits": split_list}
+            "eval_data": list(eval_data), "splits": split_list, "device": device}
     check_checkpoint(model)  # a bad checkpoint, task option or split fails before any job starts
     built = task_from_config(base)
     eval_splits(built, split_list)
@@ -113,9 +118,8 @@ def prune(
     check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
     load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task: refused here, not in a job
     from subnetlab.progress import stage
-    from subnetlab.runtime import describe_runtime, resolve_device
 
-    stage(describe_runtime(resolve_device("cpu")) + " (hard-concrete pruning runs on the CPU)")
+    stage(describe_runtime(runs_on))
     report = executor.run(jobs, sweep_dir=out)
     summary = _summary(report)
     write_json(out / "summary.json", summary)

@@ -60,7 +60,7 @@ as at the paper's low N (with ``max_number`` 100 a number appears in about
 2N/100 disambiguation rows, so N = 100 is about the paper's N = 1,000), at
 least ``transfer_min_steps`` optimiser steps per run and 3 seeds. The sizes
 are 10, 100 and 300: a sweep over 10 / 30 / 100 / 300 (3 seeds, reinit=masked,
-``--set 'sizes=[10, 30, 100, 300]'``) found the subnetwork ahead of scratch and
+setting ``sizes=[10, 30, 100, 300]``) found the subnetwork ahead of scratch and
 of every random control by more than the seed spread only at N = 300 (82.2 +-
 2.5% against 72.3 / 74.1 / 72.1 / 52.4), and within the spread at N <= 100,
 so the demo keeps one low N, the paper's N of about 1,000, and the size where

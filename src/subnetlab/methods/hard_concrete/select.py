@@ -60,7 +60,7 @@ def select_threshold(gates: HardConcreteGates, sparsity: float, stride: float = 
 
     Ties go to the smaller threshold. The grid is ``0, stride, ..., 1``.
     """
-    det_heads, det_mlps = gates.deterministic()
+    det_heads, det_mlps = (g.detach().cpu() for g in gates.deterministic())  # selections live on the CPU
     steps = int(round(1.0 / stride))
     best: Selection | None = None
     for i in range(steps + 1):
