@@ -94,11 +94,12 @@ def test_subtask_induction_work_by_hand():
     assert stages["L2/discover"].work["gpt2_mask_row"] == 3 * 5000 * 30
     assert stages["L2/discover"].parallel == 2
     # 7 figure conditions + 2 secondary, 3 seeds; rows = 100 + N per epoch, epochs raised to >= 500 steps of 64:
-    # N=10: 110 rows, 2 steps/epoch, 250 epochs; N=30: 130 rows, 3 steps, 167 epochs; N=100: 200 rows, 4 steps, 125
+    # N=10: 110 rows, 2 steps/epoch, 250 epochs; N=100: 200 rows, 4 steps, 125; N=300: 400 rows, 7 steps, 80 (the
+    # preset's 80 epochs already give 560 steps)
     runs = 9 * 3
-    assert stages["transfer"].work["gpt2_train_row"] == runs * (250 * 110 + 167 * 130 + 125 * 200)
-    # about 25 evaluations per run of 500 rows (every 10, 6, 5 epochs) and one test pass of 500 rows
-    assert stages["transfer"].work["gpt2_eval_row"] == runs * ((25 + 28 + 25) * 500 + 3 * 500)
+    assert stages["transfer"].work["gpt2_train_row"] == runs * (250 * 110 + 125 * 200 + 80 * 400)
+    # about 25 evaluations per run of 500 rows (every 10, 5, 3 epochs: 25, 25, 27) and one test pass of 500 rows
+    assert stages["transfer"].work["gpt2_eval_row"] == runs * ((25 + 25 + 27) * 500 + 3 * 500)
     assert stages["transfer"].parallel == 2
     one_core = {s.key: s for s in subtask_induction_stages(SI["demo"], cores=1)}
     assert one_core["transfer"].parallel == 1
