@@ -26,12 +26,26 @@ def _without_invocation_time(report: str) -> str:
     return "\n".join(line for line in report.splitlines() if "this invocation took" not in line)
 
 
-def test_lottery_demo_smallest_end_to_end(tmp_path):
+def smallest() -> dict:
+    return settings_for(get_reproduction("lottery"), "demo", {k: v for k, v in SMALLEST.items()})
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One uninterrupted smallest run (one thread), shared by the tests below: (out, report text)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("lottery") / "lottery"
+    try:
+        yield out, get_reproduction("lottery").run(smallest(), out).read_text()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_lottery_demo_smallest_end_to_end(demo, tmp_path):
     module = get_reproduction("lottery")
-    settings = settings_for(module, "demo", {k: v for k, v in SMALLEST.items()})
-    out = tmp_path / "lottery"
-    report = module.run(settings, out)
-    text = report.read_text()
+    settings = smallest()
+    out, text = demo
     for heading in ("pruning and re-fine-tuning", "stability across fine-tuning seeds", "attention pattern types"):
         assert heading in text
     for fig in ("tickets", "pruning", "survival", "patterns"):
@@ -65,3 +79,23 @@ def test_lottery_demo_smallest_end_to_end(tmp_path):
     used = Subnetwork.load(tmp_path / "rt" / "subnetwork.safetensors")
     assert all(torch.equal(used.weights[n], Subnetwork.load(task / "prune" / "magnitude-seed0" / "bad.safetensors").weights[n])
                for n in used.weights)
+
+
+def test_demo_killed_mid_pruning_resumes_to_the_same_results(demo, tmp_path):
+    """SIGKILLed once the second s-pruning run has written its subnetwork (its controls and metrics not yet; the
+    fine-tuning runs and the first pruning run are done), then rerun: every tensor and JSON result equals the
+    uninterrupted run's."""
+    from tests.kill_helpers import assert_same_results, run_study_killed
+
+    resumed = tmp_path / "lottery"
+    prune = resumed / "nli-synthetic" / "prune"
+    run_study_killed("lottery", smallest(), resumed, "nli-synthetic/prune/importance-seed1/subnetwork.safetensors")
+    assert (prune / "importance-seed0" / "metrics.json").is_file()
+    assert not (prune / "importance-seed1" / "metrics.json").exists() and not (resumed / "metrics.json").exists()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        get_reproduction("lottery").run(smallest(), resumed)
+    finally:
+        torch.set_num_threads(threads)
+    assert assert_same_results(demo[0], resumed) >= 20

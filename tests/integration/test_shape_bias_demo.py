@@ -33,11 +33,17 @@ def _smallest() -> dict:
     return settings
 
 
-def test_demo_smallest_runs_reports_and_resumes(tmp_path):
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One uninterrupted smallest run, shared by the tests below: (out, report text)."""
+    out = tmp_path_factory.mktemp("shape-bias")
+    return out, get_reproduction("shape-bias").run(_smallest(), out).read_text()
+
+
+def test_demo_smallest_runs_reports_and_resumes(demo):
     module = get_reproduction("shape-bias")
     settings = _smallest()
-    report = module.run(settings, tmp_path)
-    text = report.read_text()
+    tmp_path, text = demo
     assert "## Table 1 analogue" in text and "## Table 2 analogue" in text and "training_curves.png" in text
     assert (tmp_path / "training_curves.png").is_file() and (tmp_path / "examples.png").is_file()
     assert "## Notes: the paper's text, the authors' released vision code" in text and "`vision/vision_ablate.py`" in text
@@ -75,6 +81,19 @@ def test_demo_smallest_runs_reports_and_resumes(tmp_path):
     changed["resnet"]["lr"] = 0.5
     with pytest.raises(SubnetlabError, match="other settings"):
         module.run(changed, tmp_path)
+
+
+def test_demo_killed_after_discovery_resumes_to_the_same_results(demo, tmp_path):
+    """SIGKILLed once ResNet's subnetwork is written (its discovery summary not yet: the rerun loads the trained base
+    model from its file and discovers again), then rerun: every tensor and JSON result equals the uninterrupted
+    run's (``timing``: this invocation's seconds)."""
+    from tests.kill_helpers import assert_same_results, run_study_killed
+
+    resumed = tmp_path / "sb"
+    run_study_killed("shape-bias", _smallest(), resumed, "resnet/subnetwork.safetensors")
+    assert not (resumed / "resnet" / "discovery.json").exists() and not (resumed / "metrics.json").exists()
+    get_reproduction("shape-bias").run(_smallest(), resumed)
+    assert assert_same_results(demo[0], resumed, ignore_keys={"timing"}) >= 20
 
 
 def test_released_vision_code_choices_run_end_to_end(tmp_path):

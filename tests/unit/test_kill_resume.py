@@ -5,19 +5,14 @@ fields and the ``resumed_from`` record. The killed run is a real subprocess; the
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 
 from subnetlab.cli import main
-from subnetlab.io import KILL_AFTER_WRITE
+from tests.kill_helpers import assert_same_results, run_killed
 
-TIMING = {"elapsed", "resumed_from"}  # and every key naming seconds
 NLI = ["--task", "nli-synthetic", "--task-option", "n_train=24", "--task-option", "n_eval=8",
        "--task-option", "hans_per_subcase=1"]
 
@@ -31,53 +26,6 @@ def run_here(args: list[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(args)
     assert done.value.code in (0, None)
-
-
-def run_killed(args: list[str], kill_after: str) -> subprocess.CompletedProcess:
-    """The command in a subprocess that SIGKILLs itself right after the write ``kill_after`` names."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path),
-               **{KILL_AFTER_WRITE: kill_after})
-    proc = subprocess.run([sys.executable, "-m", "subnetlab.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == -9, f"not killed at {kill_after} (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return proc
-
-
-def _plain(value, roots: list[str]):
-    """JSON with timing fields dropped and the run directory's own path replaced by OUT."""
-    if isinstance(value, dict):
-        return {k: _plain(v, roots) for k, v in value.items() if k not in TIMING and "seconds" not in k}
-    if isinstance(value, list):
-        return [_plain(v, roots) for v in value]
-    if isinstance(value, str):
-        for root in roots:
-            value = value.replace(root, "OUT")
-    return value
-
-
-def results(out: Path) -> dict[str, object]:
-    """Every JSON and safetensors result under ``out`` (tensors as bytes: compared bit for bit)."""
-    roots = [str(out.resolve()), str(out)]
-    found: dict[str, object] = {}
-    for path in sorted(out.rglob("*")):
-        rel = path.relative_to(out).as_posix()
-        if path.name == "sweep.json" or path.name.startswith("."):  # the executor's log of this invocation
-            continue
-        if path.suffix == ".json":
-            found[rel] = _plain(json.loads(path.read_text()), roots)
-        elif path.suffix == ".safetensors":
-            with safe_open(str(path), "pt") as f:
-                found[rel] = ({k: (str(f.get_tensor(k).dtype), f.get_tensor(k).numpy().tobytes()) for k in f.keys()},
-                              _plain(f.metadata() or {}, roots))
-    return found
-
-
-def assert_same_results(whole: Path, resumed: Path) -> int:
-    a, b = results(whole), results(resumed)
-    assert sorted(a) == sorted(b)
-    for name in a:
-        assert a[name] == b[name], f"{name} differs after kill and resume"
-    return len(a)
 
 
 def kill_and_resume(args: list[str], tmp_path: Path, kill_after: str, *, unfinished: str = "metrics.json") -> int:

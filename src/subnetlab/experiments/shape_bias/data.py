@@ -81,7 +81,9 @@ def demo_data(settings: dict[str, Any], root: Path) -> dict[str, ImageSource]:
     for name, data in splits.items():
         data.name = name
         data.save(files[name])
-    return dict(splits)
+    # what a rerun reads back (pixels stored as uint8: mean-pooled pixels are rounded to 1/255), so that a run and a
+    # run resumed after a kill train on the same pixels
+    return {n: ImageSet.load(f) for n, f in files.items()}
 
 
 def _balanced(labels: torch.Tensor, per_class: int, generator: torch.Generator, exclude: torch.Tensor | None = None
