@@ -120,3 +120,23 @@ def test_analysis_commands_on_the_demo_outputs(demo, tmp_path, capsys):
     capsys.readouterr()
     assert cli("ablate", "--model", model, "--task", "nli-synthetic", "--heads", "L99.H0", "--out", tmp_path / "x") == 2
     assert "L99.H0" in capsys.readouterr().err
+
+
+def test_demo_killed_mid_pruning_resumes_to_the_same_results(demo, tmp_path):
+    """SIGKILLed at the second pruning run's first checkpoint (seed 1 at 50%; fine-tuning, the data and seed 0 are
+    done), then rerun: every tensor and JSON result equals the uninterrupted run's (``demo``)."""
+    from tests.kill_helpers import assert_same_results, run_study_killed
+
+    resumed = tmp_path / "hc"
+    run_study_killed("heuristic-core", smallest_demo(), resumed, "nli/prune/sparsity-0.50/seed-1/checkpoint.json")
+    assert (resumed / "nli" / "prune" / "sparsity-0.50" / "seed-0" / "metrics.json").is_file()
+    assert not (resumed / "nli" / "prune" / "sparsity-0.50" / "seed-1" / "metrics.json").exists()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        get_reproduction("heuristic-core").run(smallest_demo(), resumed)
+    finally:
+        torch.set_num_threads(threads)
+    assert read_json(resumed / "nli" / "prune" / "sparsity-0.50" / "seed-1" / "metrics.json")["resumed_from"] == 4
+    # timings.json: one record per invocation of the study
+    assert assert_same_results(demo, resumed, skip_files={"timings.json"}) >= 30
