@@ -87,11 +87,21 @@ def bert_dir(tmp_path_factory) -> Path:
     return where
 
 
-@pytest.mark.parametrize("method", ["importance", "magnitude"])
-def test_lottery_prune_killed_mid_run_resumes_to_the_same_results(method, bert_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("method, kill_after, replayed", [
+    ("importance", "subnetwork.safetensors", None), ("magnitude", "subnetwork.safetensors", None),
+    ("importance", "evaluations.json#3", 3), ("magnitude", "evaluations.json#2", 2)])
+def test_lottery_prune_killed_mid_run_resumes_to_the_same_results(method, kill_after, replayed, bert_dir: Path,
+                                                                  tmp_path: Path) -> None:
+    """Killed after the subnetwork (before its controls), or inside the pruning loop right after an evaluation (the
+    full model's, then each step's): the rerun replays the recorded evaluations (``resumed_from``) and ends with
+    the uninterrupted run's files."""
     args = ["lottery-prune", "--model", str(bert_dir), *NLI, "--method", method, "--batch-size", "8",
             "--max-length", "32", "--threshold", "0.5", "--fraction", "0.25", "--max-steps", "3", "--device", "cpu"]
-    assert kill_and_resume(args, tmp_path, "subnetwork.safetensors") >= 4
+    assert kill_and_resume(args, tmp_path, kill_after) >= 5
+    whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    resumed = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
+    assert whole["resumed_from"] == 0 and resumed["resumed_from"] == (replayed or 1 + len(whole["steps"]))
+    assert len(whole["steps"]) >= 2  # the kill inside the loop fell between two pruning steps
 
 
 # --- effective-size: staircases with training checkpoints; killed after the second checkpoint written -------------
@@ -146,3 +156,20 @@ def test_reproduce_subtask_induction_demo_killed_after_discovery_resumes_to_the_
     args = ["reproduce", "subtask-induction", "--preset", "demo",
             *[x for k, v in TINY_STUDY.items() for x in ("--set", f"{k}={v}")]]
     assert kill_and_resume(args, tmp_path, "*/discover/*/subnetwork.safetensors") >= 12
+
+
+def test_evaluation_journal_replays_what_it_recorded_then_measures(tmp_path: Path) -> None:
+    from subnetlab.runs.lottery import EvaluationJournal
+
+    calls: list[int] = []
+
+    def measure() -> float:
+        calls.append(1)
+        return 0.1 * len(calls)
+
+    first = EvaluationJournal(tmp_path / "evaluations.json", measure)
+    assert [first(), first()] == [0.1, 0.2] and first.replayed == 0
+    again = EvaluationJournal(tmp_path / "evaluations.json", measure)  # a rerun: the same calls in the same order
+    assert [again(), again()] == [0.1, 0.2] and again.replayed == 2 and len(calls) == 2  # nothing measured twice
+    assert again() == 0.1 * 3 and len(calls) == 3
+    assert json.loads((tmp_path / "evaluations.json").read_text()) == {"values": [0.1, 0.2, 0.1 * 3]}

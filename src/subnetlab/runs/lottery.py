@@ -12,7 +12,9 @@ MCC for CoLA, Pearson/Spearman mean for STS-B ..., see ``tasks.glue``), prunes w
   ``methods.lottery.controls``), drawn with ``control_seed``, weight-level
   ones over ``control_scope`` (global or per-matrix), structured bad ones
   filled by ``bad_fill`` (random or least-important);
-* ``importance.safetensors`` (s-pruning): the last importance scores.
+* ``importance.safetensors`` (s-pruning): the last importance scores;
+* ``evaluations.json``: every development metric measured so far, in order (the resume point inside the
+  pruning loop: a rerun after a kill replays these instead of measuring them again, see ``EvaluationJournal``).
 
 It returns the metrics (pruning history, full and pruned metric, sparsity, and
 the controls' metric when applied to the fine-tuned model without re-fine-tuning);
@@ -33,7 +35,7 @@ import torch.nn.functional as F
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, mask_weights
-from subnetlab.io import atomic_directory, save_tensors
+from subnetlab.io import atomic_directory, read_json, save_tensors, write_json
 from subnetlab.methods.evaluate import evaluate, label_permutation
 from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
@@ -172,6 +174,35 @@ def applied(model: torch.nn.Module, adapter, subnetwork: Subnetwork):
     return mask_weights(model, {n: m.to(adapter.parameter(n).device) for n, m in subnetwork.weights.items()})
 
 
+EVALUATIONS_FILE = "evaluations.json"
+
+
+class EvaluationJournal:
+    """The development metrics a pruning run has measured, in the order it asked for them (``evaluations.json``).
+
+    Pruning is deterministic: a rerun asks for the same evaluations in the same order. Each call returns the
+    recorded value of that call when there is one (a run resumed after a kill skips the evaluations it already
+    paid for), else measures it and records it before returning it (written atomically after every evaluation,
+    so a kill loses at most the evaluation under way). ``replayed`` counts the calls answered from the record.
+    """
+
+    def __init__(self, path: Path, measure: Any) -> None:
+        self.path, self.measure = path, measure
+        self.values: list[float] = list(read_json(path)["values"]) if path.is_file() else []
+        self.calls = self.replayed = 0
+
+    def __call__(self) -> float:
+        if self.calls < len(self.values):
+            value = float(self.values[self.calls])
+            self.replayed += 1
+        else:
+            value = float(self.measure())
+            self.values.append(value)
+            write_json(self.path, {"values": self.values})
+        self.calls += 1
+        return value
+
+
 def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
     """Prune ``config['model']`` on ``config['task']`` (see the module doc)."""
     job = LotteryPruneJobConfig.from_dict(config)
@@ -198,10 +229,13 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
             score = evaluate(model, tokenizer, task, [split], batch_size=2 * bs, max_length=max_len, limit=limit)[split]
         return metric_value(task, score) if job.stop_metric == "task" else float(score["accuracy"])
 
-    full = dev_metric()
+    journal = EvaluationJournal(out / EVALUATIONS_FILE, dev_metric)  # the same metric, replayed on a rerun
+    if journal.values:
+        stage(f"resuming: {len(journal.values)} development evaluation(s) recorded by an earlier attempt")
+    full = journal()
     stage(f"full model: {split} {metric_name} {full:.4f}; pruning by {job.method}")
     if job.method == "magnitude":
-        result = magnitude_prune(adapter, dev_metric, fraction=float(job.fraction),
+        result = magnitude_prune(adapter, journal, fraction=float(job.fraction),
                                  max_steps=int(job.max_steps or 10), threshold=float(job.threshold),
                                  full_metric=full, seed=job.seed)
     else:
@@ -209,7 +243,7 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
                    task.batches(tokenizer, split, int(job.importance_batch_size or bs), max_length=max_len,
                                 limit=job.importance_limit or limit)]
         with autocast(device, dtype):  # the importance scores' forward passes too
-            result = importance_prune(model, adapter, batches, dev_metric, loss_fn=_loss_fn(task, model),
+            result = importance_prune(model, adapter, batches, journal, loss_fn=_loss_fn(task, model),
                                       criterion=job.criterion, head_fraction=float(job.fraction),
                                       threshold=float(job.threshold), refine=bool(job.refine),
                                       max_steps=job.max_steps, full_metric=full, seed=job.seed)
@@ -222,11 +256,12 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
         sub.save(out / ("subnetwork.safetensors" if name == "good" else f"{name}.safetensors"))
         if name != "good":  # the controls applied to the fine-tuned model, before any re-fine-tuning
             with applied(model, adapter, sub):
-                pruned_metric[name] = dev_metric()
+                pruned_metric[name] = journal()
     good = result.subnetwork
     metrics = {**result.summary(), "method": job.method, "split": split, "kind": good.kind, "metric_name": metric_name,
                "parameter_sparsity": good.parameter_sparsity(adapter), "kept": good.count(),
-               "controls_metric": pruned_metric, "wall_seconds": time.time() - started}
+               "controls_metric": pruned_metric, "wall_seconds": time.time() - started,
+               "resumed_from": journal.replayed}
     if good.kind == "structured":
         metrics["kept_components"] = good.kept_names()
         metrics["heads_kept"], metrics["mlps_kept"] = int(good.heads.sum()), int(good.mlps.sum())
