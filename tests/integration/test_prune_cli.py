@@ -62,7 +62,8 @@ def test_linear_sweep_layout_summary_and_skip(checkpoint: Path, tmp_path: Path, 
             assert (run / name).is_file(), name
         metrics = read_json(run / "metrics.json")
         assert metrics["sparsity"] == 0.5 and metrics["seed"] == seed and metrics["selection"] == "topk"
-        assert set(metrics["selections"]) == {"topk", "threshold", "jaccard"}
+        assert set(metrics["selections"]) == {"topk", "threshold", "jaccard", "undecided_gates", "gates"}
+        assert 0 <= metrics["selections"]["undecided_gates"] <= metrics["selections"]["gates"]
         assert set(metrics["eval"]) == {"id", "hans-synthetic"} and "subcases" in metrics["eval"]["hans-synthetic"]
         sub = Subnetwork.load(run / "subnetwork.safetensors", adapter=adapter)
         assert sub.seed == seed and sub.target_sparsity == 0.5 and sub.method == "hard-concrete"

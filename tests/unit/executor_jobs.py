@@ -1,7 +1,7 @@
 """Job functions for the executor tests, importable by worker processes and Ray tasks.
 
 One function, ``draw``, whose behaviour the config selects: it logs each call
-(so tests can count attempts), may sleep, raise, kill its own process once or
+(so tests can count attempts), may sleep or wait for a file, raise, kill its own process once or
 always, or raise KeyboardInterrupt once, and otherwise returns metrics computed
 from a generator seeded by ``config["seed"]``.
 """
@@ -38,6 +38,10 @@ def draw(config: dict, out_dir: Path) -> dict:
     marker = out_dir / "once.marker"
     if config.get("sleep"):
         time.sleep(config["sleep"])
+    if config.get("wait_for"):  # hold the job until the test creates this file (at most a minute)
+        deadline = time.monotonic() + 60
+        while not Path(config["wait_for"]).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
     if config.get("fail"):
         raise ValueError(f"seed {config['seed']} fails on purpose")
     if config.get("die") == "always" or (config.get("die") == "once" and not marker.exists()):

@@ -96,7 +96,8 @@ def test_an_interrupted_local_sweep_resumes_only_the_missing_jobs(tmp_path: Path
 
 def test_an_interrupted_process_sweep_resumes_only_the_missing_jobs(tmp_path: Path) -> None:
     """Ctrl-C on a real `processes` sweep: workers stop, nothing half-written, rerun finishes the rest."""
-    configs = [dict(c, sleep=0.3) for c in GRID[:3]]
+    go = tmp_path / "go"  # the jobs after the first wait for it, so Ctrl-C lands mid-sweep however slow the machine
+    configs = [dict(GRID[0], sleep=0.3), *(dict(c, wait_for=str(go)) for c in GRID[1:3])]
     jobs = grid_jobs(tmp_path, configs)
     driver = textwrap.dedent(f"""
         from pathlib import Path
@@ -118,6 +119,7 @@ def test_an_interrupted_process_sweep_resumes_only_the_missing_jobs(tmp_path: Pa
     for path in tmp_path.rglob("*.json"):  # killed workers may leave temporaries, never a truncated result
         read_json(path)
     before = [calls(j.out_dir) for j in jobs]
+    go.touch()
     report = run_jobs(jobs, backend="processes", n_jobs=2)
     assert not [p for j in jobs for p in j.out_dir.rglob("*.tmp")]  # the rerun removed them
     assert report.ok
