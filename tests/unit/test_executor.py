@@ -99,7 +99,13 @@ def test_an_interrupted_process_sweep_resumes_only_the_missing_jobs(tmp_path: Pa
     go = tmp_path / "go"  # the jobs after the first wait for it, so Ctrl-C lands mid-sweep however slow the machine
     configs = [dict(GRID[0], sleep=0.3), *(dict(c, wait_for=str(go)) for c in GRID[1:3])]
     jobs = grid_jobs(tmp_path, configs)
+    # A terminal's Ctrl-C whatever the runner's own SIGINT disposition: an ignored SIGINT is inherited through exec
+    # (an earlier test of the same run, or a background shell, can leave it so), and the sweep would then finish, or
+    # wait, as if nothing had been pressed (checked: with SIGINT ignored in the runner, the driver without this line
+    # times out).
     driver = textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from pathlib import Path
         from subnetlab.executor import Job, run_jobs
         jobs = [Job({FN!r}, c, Path({str(tmp_path)!r}) / f"seed{{c['seed']}}_n{{c['n']}}") for c in {configs!r}]
