@@ -51,3 +51,22 @@ def test_calibrate_only_the_demos_asked_for():
     cal = calibrate({"subtask-induction": _tiny()})
     assert set(cal.rates) == {"gpt2_eval_row", "gpt2_mask_row", "gpt2_train_row"}
     assert cal.seconds > 0 and "gpt2_seconds" in cal.details
+
+
+def test_minilm_rates_time_one_thread_jobs_when_the_sweeps_run_in_processes():
+    """The Heuristic Core demo's sweeps run as one-thread jobs: calibration times those units too (MiniLM, a few
+    steps), and only then; the threads are restored afterwards."""
+    import torch
+
+    from subnetlab.experiments.demo.calibrate import minilm_rates
+    from subnetlab.experiments.heuristic_core.reproduce import PRESETS as HC
+
+    hc = copy.deepcopy(HC["demo"])
+    hc["studies"][0]["task_options"] = {**hc["studies"][0]["task_options"], "n_train": 64}
+    threads = torch.get_num_threads()
+    rates = minilm_rates(hc, steps=1)
+    assert set(rates) == {"minilm_gate_step", "minilm_finetune_step", "minilm_eval_example", "minilm_job_gate_step",
+                          "minilm_job_eval_example"} <= set(UNITS)
+    assert all(r > 0 for r in rates.values()) and torch.get_num_threads() == threads
+    hc["backend"] = "local"
+    assert set(minilm_rates(hc, steps=1)) == {"minilm_gate_step", "minilm_finetune_step", "minilm_eval_example"}

@@ -8,6 +8,7 @@ import pytest
 
 from subnetlab.experiments.demo.estimate import (
     ABLATED_HEADS_GUESS,
+    ENTAILMENT_SUBCASES,
     HANS_SUBCASES,
     Plan,
     Stage,
@@ -47,20 +48,44 @@ def _hc() -> dict:
 
 
 def test_heuristic_core_work_by_hand():
-    stages = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=True)}
+    """The demo's sweeps run as one-thread jobs two at a time: pruning and effective size count job units."""
+    stages = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=True, cores=2)}
     assert list(stages) == ["nli/finetune", "nli/prune", "nli/ablation", "nli/effective_size", "nli/attention"]
     # fine-tuning: 100 steps; evaluations at 0, 50, 100 of ID 300 + synthetic HANS 30 x 10 + real HANS 30 x 10
     assert stages["nli/finetune"].work == {"minilm_finetune_step": 100,
                                            "minilm_eval_example": 3 * (300 + 10 * HANS_SUBCASES + 10 * HANS_SUBCASES)}
     # demo steps: 50% -> warm-up 60 + 4 x 50 = 260, total 260 + 25 = 285; 70% -> 340 + 35 = 375; 3 seeds each
     eval_rows = 300 + 4 * 40 + 4 * 40
-    assert stages["nli/prune"].work == {"minilm_gate_step": 3 * (285 + 375),
-                                        "minilm_eval_example": (6 + 1) * eval_rows + 800 + 128}
-    assert stages["nli/ablation"].work == {"minilm_eval_example": (1 + ABLATED_HEADS_GUESS + 1 + 6) * eval_rows}
+    assert stages["nli/prune"].work == {"minilm_job_gate_step": 3 * (285 + 375),
+                                        "minilm_job_eval_example": (6 + 1) * eval_rows + 800 + 128}
+    assert stages["nli/prune"].parallel == 2
+    # every ablation row also reads 3 heuristics x 5 entailment subcases x 40 rows, synthetic and real
+    entailed = 3 * ENTAILMENT_SUBCASES * (40 + 40)
+    assert stages["nli/ablation"].work == {"minilm_eval_example": (1 + ABLATED_HEADS_GUESS + 1 + 6) * (eval_rows + entailed)}
+    assert stages["nli/ablation"].parallel == 1
     # staircase of 3 levels: first ramp 25 + hold 10 + 2 x (ramp 15 + hold 10) = 85 steps, per checkpoint and seed
     assert stages["nli/effective_size"].work == {
-        "minilm_gate_step": 3 * 2 * 85,
-        "minilm_eval_example": 3 * (2 * 3 + 1) * (300 + 160) + 3 * (800 + 128)}
+        "minilm_job_gate_step": 3 * 2 * 85,
+        "minilm_job_eval_example": 3 * (2 * 3 + 1) * (300 + 160) + 3 * (800 + 128)}
+    assert stages["nli/effective_size"].parallel == 2
+
+
+def test_heuristic_core_in_process_counts_in_process_units():
+    s = _hc()
+    s["backend"], s["jobs"] = "local", None
+    stages = {x.key: x for x in heuristic_core_stages(s, real_hans=False, cores=2)}
+    assert set(stages["nli/prune"].work) == {"minilm_gate_step", "minilm_eval_example"}
+    assert stages["nli/prune"].parallel == stages["nli/effective_size"].parallel == 1
+
+
+def test_entailed_rows_per_subcase_count():
+    """``entailed_per_subcase`` 16 (the demo's) replaces ``per_subcase`` for the entailment columns only."""
+    s = _hc()
+    s["studies"][0]["ood"]["entailed_per_subcase"] = 16
+    s["studies"][0]["real_ood"]["entailed_per_subcase"] = 16
+    stages = {x.key: x for x in heuristic_core_stages(s, real_hans=True, cores=2)}
+    rows = 1 + ABLATED_HEADS_GUESS + 1 + 6
+    assert stages["nli/ablation"].work == {"minilm_eval_example": rows * (300 + 4 * 40 + 4 * 40 + 3 * 5 * (16 + 16))}
     assert stages["nli/attention"].work == {"minilm_eval_example": 60}
 
 
@@ -69,7 +94,8 @@ def test_heuristic_core_ablation_rows_with_controls():
     s = _hc()
     s["ablation"] = {"non_listed": 24, "joint_heads": "top-3", "all_jointly": True, "controls": ["zero", "resample"]}
     stages = {x.key: x for x in heuristic_core_stages(s, real_hans=False)}
-    assert stages["nli/ablation"].work == {"minilm_eval_example": (1 + 24 + 3 + 1 + 1 + 2 * 4) * (300 + 160)}
+    assert stages["nli/ablation"].work == {
+        "minilm_eval_example": (1 + 24 + 3 + 1 + 1 + 2 * 4) * (300 + 160 + 3 * ENTAILMENT_SUBCASES * 40)}
 
 
 def test_heuristic_core_hold_steps_count():
@@ -77,13 +103,13 @@ def test_heuristic_core_hold_steps_count():
     s = _hc()
     s["prune_hold_steps"] = 125
     stages = {x.key: x for x in heuristic_core_stages(s, real_hans=True)}
-    assert stages["nli/prune"].work["minilm_gate_step"] == 3 * (385 + 465)
+    assert stages["nli/prune"].work["minilm_job_gate_step"] == 3 * (385 + 465)
 
 
 def test_heuristic_core_without_real_hans_evaluates_less():
     with_real = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=True)}
     without = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=False)}
-    assert without["nli/prune"].work["minilm_eval_example"] == 7 * (300 + 160) + 928
+    assert without["nli/prune"].work["minilm_job_eval_example"] == 7 * (300 + 160) + 928
     assert without["nli/finetune"].work["minilm_eval_example"] < with_real["nli/finetune"].work["minilm_eval_example"]
 
 
@@ -93,10 +119,10 @@ def test_subtask_induction_work_by_hand():
     assert stages["L2/base"].work["gpt2_train_row"] == 5000 * 30
     assert stages["L2/discover"].work["gpt2_mask_row"] == 3 * 5000 * 30
     assert stages["L2/discover"].parallel == 2
-    # 7 figure conditions + 2 secondary, 3 seeds; rows = 100 + N per epoch, epochs raised to >= 500 steps of 64:
+    # 5 conditions (Figure 3's controls), no secondary table, 3 seeds; rows = 100 + N per epoch, epochs raised to >= 500 steps of 64:
     # N=10: 110 rows, 2 steps/epoch, 250 epochs; N=100: 200 rows, 4 steps, 125; N=300: 400 rows, 7 steps, 80 (the
     # preset's 80 epochs already give 560 steps)
-    runs = 9 * 3
+    runs = 5 * 3
     assert stages["transfer"].work["gpt2_train_row"] == runs * (250 * 110 + 125 * 200 + 80 * 400)
     # about 25 evaluations per run of 500 rows (every 10, 5, 3 epochs: 25, 25, 27) and one test pass of 500 rows
     assert stages["transfer"].work["gpt2_eval_row"] == runs * ((25 + 25 + 27) * 500 + 3 * 500)

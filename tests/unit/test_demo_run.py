@@ -32,6 +32,7 @@ def loud(monkeypatch):
 
 
 RATES = {"minilm_gate_step": 0.1, "minilm_finetune_step": 0.2, "minilm_eval_example": 0.001,
+         "minilm_job_gate_step": 0.15, "minilm_job_eval_example": 0.0015,
          "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5}
 
 
@@ -62,7 +63,7 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
             ("attention patterns of 72 heads over 60 sentence pairs", 5.0)], clock, log),
         "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [
             ("base model: 2-layer GPT-2 on a+ab mod 7", 20.0), ("sweep: 3 jobs, 0 already done, running 3", 40.0),
-            ("transfer: 81 runs", 200.0)], clock, log),
+            ("transfer: 45 runs", 200.0)], clock, log),
     }
     calibrated = []
 

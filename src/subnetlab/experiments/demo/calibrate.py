@@ -63,6 +63,7 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
     from subnetlab.methods.hard_concrete.train import Pruner
     from subnetlab.methods.finetune.model import model_for_task
     from subnetlab.optim import make_optimizer
+    from subnetlab.runtime import torch_threads
     from subnetlab.tasks.spec import TaskSpec
 
     _quiet_transformers()
@@ -84,8 +85,17 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
     t0 = clock()
     pruner = Pruner(model, adapter, data, config, means).__enter__()  # the teacher: one forward over every row
     eval_rate = (clock() - t0) / rows
+    jobs: dict[str, float] = {}
     try:
         gate = _median_time(pruner.step, steps, clock, budget=2.0)
+        if hc.get("backend", "local") != "local":  # sweep jobs run with one thread each (executor cpus_per_job)
+            with torch_threads(1):
+                teacher = pruner.teacher
+                teacher._table = None  # the same forward pass again, at one thread
+                t0 = clock()
+                teacher.prepare()
+                jobs["minilm_job_eval_example"] = (clock() - t0) / rows
+                jobs["minilm_job_gate_step"] = _median_time(pruner.step, steps, clock, budget=2.0)
     finally:
         pruner.__exit__()
     model.train()
@@ -100,7 +110,7 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
 
     finetune = _median_time(ft_step, max(2, steps - 1), clock, budget=2.0)
     model.eval()
-    return {"minilm_gate_step": gate, "minilm_finetune_step": finetune, "minilm_eval_example": eval_rate}
+    return {"minilm_gate_step": gate, "minilm_finetune_step": finetune, "minilm_eval_example": eval_rate, **jobs}
 
 
 def gpt2_rates(si: Mapping[str, Any], batches: int = 4, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:

@@ -26,11 +26,14 @@ UNITS = {
     "minilm_finetune_step": "one fine-tuning optimiser step of MiniLM (demo batch and length)",
     "minilm_gate_step": "one hard-concrete optimiser step on MiniLM (demo pruning batch and length)",
     "minilm_eval_example": "MiniLM's forward pass over one evaluation example",
+    "minilm_job_gate_step": "a hard-concrete step inside a sweep job (the job's threads: one)",
+    "minilm_job_eval_example": "an evaluation example inside a sweep job (the job's threads: one)",
     "gpt2_train_row": "one training row of the arithmetic GPT-2 (forward, backward, AdamW), one thread",
     "gpt2_mask_row": "one row of weight-mask training on the arithmetic GPT-2, one thread",
     "gpt2_eval_row": "the arithmetic GPT-2's forward pass over one evaluation row, one thread",
 }
 HANS_SUBCASES = 30  # HANS (and the synthetic HANS-style generator) has 30 subcases
+ENTAILMENT_SUBCASES = 5  # per heuristic (HANS: 5 entailment and 5 non-entailment subcases per heuristic)
 ABLATED_HEADS_GUESS = 3  # heads in the core (or the top-3 when it is empty): unknown before pruning
 
 
@@ -60,13 +63,31 @@ def _levels(text: Any) -> list[float]:
     return list(parse_levels(text)) if isinstance(text, str) else [float(x) for x in text]
 
 
-def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: str = "heuristic-core") -> list[Stage]:
+def sweep_workers(settings: Mapping[str, Any], cores: int | None = None) -> int:
+    """Jobs a study's sweeps run at once: 1 in-process (``backend="local"``), else ``jobs`` capped by the cores
+    (one thread per job: the ``threads`` setting, 1 when absent)."""
+    import os
+
+    if settings.get("backend", "local") == "local":
+        return 1
+    cores = cores or os.cpu_count() or 1
+    return max(1, min(int(settings.get("jobs") or cores), cores // max(1, int(settings.get("threads") or 1))))
+
+
+def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: str = "heuristic-core",
+                          cores: int | None = None) -> list[Stage]:
     """The Heuristic Core study's stages, counted from its settings (``experiments/heuristic_core``).
 
-    ``real_hans``: whether the real HANS file is present (it adds a column to every evaluation).
+    ``real_hans``: whether the real HANS file is present (it adds a column to every evaluation). Pruning and
+    effective size run as sweep jobs: with the ``processes`` backend they count in ``minilm_job_*`` units (one
+    thread) and share the machine ``sweep_workers`` ways; fine-tuning and the ablation table run in-process.
     """
     from subnetlab.methods.hard_concrete.config import PRESETS as PRUNE_PRESETS, STEP_RULES, preset_config
 
+    workers = sweep_workers(settings, cores)
+    in_process = settings.get("backend", "local") == "local"
+    gate_unit, job_eval = (("minilm_gate_step", "minilm_eval_example") if in_process
+                           else ("minilm_job_gate_step", "minilm_job_eval_example"))
     out: list[Stage] = []
     ft = dict(settings["finetune"])
     preset = settings["prune_preset"]
@@ -101,8 +122,8 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         runs = len(settings["seeds"]) * len(study["sparsities"])
         once = int(prune.get("train_limit") or 0) + int(prune.get("means_examples") or 0)
         out.append(Stage(demo, f"{name}/prune", f"{name}: pruning {runs} subnetworks", {
-            "minilm_gate_step": gate_steps, "minilm_eval_example": (runs + 1) * eval_rows + once},
-            match=f"[{name}] pruning", family="minilm"))
+            gate_unit: gate_steps, job_eval: (runs + 1) * eval_rows + once},
+            match=f"[{name}] pruning", parallel=workers, family="minilm"))
         # ablation table (steps.ablation_step): no ablation, the non-listed heads sampled, each listed head, the
         # joint row, every listed head jointly; each control replacement repeats the single and joint rows
         ab = settings.get("ablation") or {}
@@ -112,8 +133,13 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         every = 1 if ab.get("all_jointly", False) else 0
         controls = len(ab.get("controls") or ())
         rows = 1 + others + ABLATED_HEADS_GUESS + joint + every + controls * (ABLATED_HEADS_GUESS + joint)
+        # every evaluation also reads the chosen heuristics' entailment subcases (``study._entailed_rows``)
+        heuristics = min(int(settings.get("n_ood_subcases", 4)), 3)  # at most the three HANS heuristics
+        entailed = heuristics * ENTAILMENT_SUBCASES * (
+            int(ood.get("entailed_per_subcase", ood.get("per_subcase")) or 0)
+            + (int(real.get("entailed_per_subcase", real.get("per_subcase")) or 0) if real_hans else 0))
         out.append(Stage(demo, f"{name}/ablation", f"{name}: ablating the core", {
-            "minilm_eval_example": rows * eval_rows}, match=f"[{name}] ablating", family="minilm"))
+            "minilm_eval_example": rows * (eval_rows + entailed)}, match=f"[{name}] ablating", family="minilm"))
         # effective size: one staircase per checkpoint and seed, evaluated (ID + OOD) at every level
         es = settings["effective_size"]
         levels = _levels(es["levels"])
@@ -124,9 +150,9 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         n_ckpt = int(es.get("checkpoints") or max(1, steps // max(1, int(ft.get("save_every") or steps or 1))))
         n_seeds = len(es["seeds"])
         out.append(Stage(demo, f"{name}/effective_size", f"{name}: effective size over training", {
-            "minilm_gate_step": n_ckpt * n_seeds * per_run,
-            "minilm_eval_example": n_ckpt * (n_seeds * len(levels) + 1) * (id_rows + ood_rows) + n_ckpt * once},
-            match=f"[{name}] effective size", family="minilm"))
+            gate_unit: n_ckpt * n_seeds * per_run,
+            job_eval: n_ckpt * (n_seeds * len(levels) + 1) * (id_rows + ood_rows) + n_ckpt * once},
+            match=f"[{name}] effective size", parallel=workers, family="minilm"))
         att = settings.get("attention") or {}
         out.append(Stage(demo, f"{name}/attention", f"{name}: attention patterns", {
             "minilm_eval_example": int(att.get("examples") or 0)}, match="attention patterns of", family="minilm"))
@@ -136,13 +162,9 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
 def subtask_induction_stages(settings: Mapping[str, Any], demo: str = "subtask-induction",
                              cores: int | None = None) -> list[Stage]:
     """The Subtask Induction study's stages (``experiments/subtask_induction``), per model depth."""
-    import os
-
     from subnetlab.experiments.subtask_induction.reproduce import schedule
 
-    cores = cores or os.cpu_count() or 1
-    local = settings.get("backend", "local") == "local"
-    jobs = 1 if local else max(1, min(int(settings.get("jobs") or 1), cores // max(1, int(settings.get("threads") or 1))))
+    jobs = sweep_workers(settings, cores)
     out: list[Stage] = []
     n_eval = int(settings["n_eval"])
     variants = len(settings["conditions"])

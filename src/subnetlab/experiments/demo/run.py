@@ -27,6 +27,7 @@ RATE_WORDS = {
     "minilm_gate_step": ("a pruning step", 1.0, "s"),
     "minilm_finetune_step": ("a fine-tuning step", 1.0, "s"),
     "minilm_eval_example": ("an evaluation example", 1000.0, "ms"),
+    "minilm_job_gate_step": ("a one-thread pruning step", 1.0, "s"),
     "gpt2_mask_row": ("a weight-mask row", 1000.0, "ms"),
     "gpt2_train_row": ("a transfer row", 1000.0, "ms"),
 }
@@ -48,7 +49,7 @@ def plan_stages(settings: Mapping[str, Mapping[str, Any]], out: Path, cores: int
         if (Path(out) / name / "metrics.json").is_file() or name not in STAGE_BUILDERS:
             continue
         if name == "heuristic-core":
-            stages += STAGE_BUILDERS[name](s, _real_hans())
+            stages += STAGE_BUILDERS[name](s, _real_hans(), cores=cores)
         else:
             stages += STAGE_BUILDERS[name](s, cores=cores)
     return stages

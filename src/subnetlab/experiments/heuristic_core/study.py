@@ -80,12 +80,26 @@ def _finetune(study: dict, settings: dict, eval_data: list[str], out: Path) -> d
     return finetune(cfg, out)
 
 
+def _entailed_rows(study: dict) -> dict[str, int | None]:
+    """Rows per entailment subcase for the ablation table's entailment columns, per source (``ood``, ``real``).
+
+    ``entailed_per_subcase`` under ``ood`` / ``real_ood``; absent, the source's ``per_subcase``. The chosen
+    heuristics have 15 entailment subcases against 4 non-entailment ones, so at the same rows per subcase the
+    entailment columns would be two thirds of every ablation evaluation; the demo reads fewer of them (each
+    column still averages one heuristic's 5 subcases).
+    """
+    ood, real = study.get("ood") or {}, study.get("real_ood") or {}
+    return {"ood": ood.get("entailed_per_subcase", ood.get("per_subcase")),
+            "real": real.get("entailed_per_subcase", real.get("per_subcase"))}
+
+
 def _prepare_data(study: dict, settings: dict, finetuned: dict, out: Path) -> dict:
     """Choose the OOD subcases; write ``ood`` (and ``real``) evaluation files holding just those."""
     ood = study["ood"]
     if (out / "data.json").is_file():
         saved = read_json(out / "data.json")
-        if saved.get("rule") == ood.get("subcases") and saved.get("entailment_floor") == ood.get("entailment_floor", 0.5):
+        if (saved.get("rule") == ood.get("subcases") and saved.get("entailment_floor") == ood.get("entailment_floor", 0.5)
+                and saved.get("entailed_per_subcase") == _entailed_rows(study)):
             return saved
     from subnetlab.tasks.registry import load_file
 
@@ -95,7 +109,8 @@ def _prepare_data(study: dict, settings: dict, finetuned: dict, out: Path) -> di
         pool, _ = load_file(ood["format"], ood["path"], **({"not_equivalent_only": True} if ood.get("not_equivalent_only") else {}))
     files: dict[str, str] = {}
     entailed: dict[str, str] = {}  # the chosen heuristics' entailment subcases: the ablation table's other columns
-    info: dict[str, Any] = {"rule": ood.get("subcases"), "entailment_floor": ood.get("entailment_floor", 0.5)}
+    info: dict[str, Any] = {"rule": ood.get("subcases"), "entailment_floor": ood.get("entailment_floor", 0.5),
+                            "entailed_per_subcase": _entailed_rows(study)}
     if ood.get("subcases") is None:  # an OOD set without subcases (PAWS-QQP): one column
         subcases = None
         files["ood"] = f"paws-qqp={data.write_pairs_jsonl(out / 'ood.jsonl', pool)}"
@@ -113,14 +128,14 @@ def _prepare_data(study: dict, settings: dict, finetuned: dict, out: Path) -> di
         files["ood"] = f"hans={data.write_hans_tsv(out / 'ood.tsv', data.select(pool, subcases, ood['per_subcase']))}"
         present = {ex.subcase for ex in pool}
         if all(e in present for e in consistent):
-            rows = data.select(pool, consistent, ood["per_subcase"])
+            rows = data.select(pool, consistent, _entailed_rows(study)["ood"])
             entailed["ood-entailed"] = f"hans={data.write_hans_tsv(out / 'ood_entailed.tsv', rows)}"
         real = _real_file(study)
         if real is not None:
             examples, _ = load_file("hans", real)
             rows = data.select(examples, subcases, study["real_ood"].get("per_subcase"))
             files["real"] = f"hans={data.write_hans_tsv(out / 'real.tsv', rows)}"
-            rows = data.select(examples, consistent, study["real_ood"].get("per_subcase"))
+            rows = data.select(examples, consistent, _entailed_rows(study)["real"])
             entailed["real-entailed"] = f"hans={data.write_hans_tsv(out / 'real_entailed.tsv', rows)}"
             pool = examples
         lexical = lambda ex: ex.heuristic == "lexical_overlap"  # noqa: E731

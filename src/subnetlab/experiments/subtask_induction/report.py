@@ -338,11 +338,12 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
         ["transferring the subnetwork is at least as good as transferring the whole model",
          f"mean over sizes: subnetwork {pct(summary.get('subnetwork', {}).get('mean_over_sizes'))}%, "
          f"full {pct(summary.get('full', {}).get('mean_over_sizes'))}%"],
+    ] + ([
         ["(not in the paper) how much do the copied embeddings, norms, biases and head carry alone?",
          f"mean over sizes: empty-mask {pct(summary.get('empty-mask', {}).get('mean_over_sizes'))}%, scratch "
          f"{pct(summary.get('scratch', {}).get('mean_over_sizes'))}%, subnetwork "
          f"{pct(summary.get('subnetwork', {}).get('mean_over_sizes'))}%"],
-    ], caption=f"Claims quoted from section 4.3 and Table 3; the right column is measured here (reinit `{main}`).")
+    ] if "empty-mask" in summary else []), caption=f"Claims quoted from section 4.3 and Table 3; the right column is measured here (reinit `{main}`).")
 
     doc.section("Notes: where the paper's text and the authors' released code differ")
     doc.bullets(code_notes(settings))
