@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from subnetlab.cli.commands._options import data_option
+from subnetlab.cli.commands._options import data_flag_options
 
 def ablate(
     model: str = typer.Option(..., "--model", help="Fine-tuned model directory (e.g. runs/ft/model)."),
@@ -22,12 +22,7 @@ def ablate(
     data: Optional[str] = typer.Option(None, "--data", help="Evaluation file for file-based tasks."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, [SPLIT:]FORMAT=FILE (repeatable)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
-    text_column: Optional[str] = data_option("text_column"),
-    text_pair_column: Optional[str] = data_option("text_pair_column"),
-    label_column: Optional[str] = data_option("label_column"),
-    answer_column: Optional[str] = data_option("answer_column"),
-    eval_file: Optional[str] = data_option("eval_file"),
-    eval_split: Optional[str] = data_option("eval_split"),
+    data_flags: dict = None,
     id_split: list[str] = typer.Option(["id"], "--id-split", help="In-domain split(s); the others are out-of-domain."),
     subcases: Optional[str] = typer.Option(None, "--subcases", help="OOD subcases to tabulate (comma list, or all) [the paper's four when present]."),
     non_listed: str = typer.Option("all", "--non-listed", help="Heads behind Avg. (non-HC): all, none, or N drawn at random."),
@@ -47,8 +42,7 @@ def ablate(
     from subnetlab.errors import SubnetlabError
     from subnetlab.runs.prune_setup import load_pruning_model
 
-    t = task_from_flags(task, data, eval_data, task_option, text_column=text_column, text_pair_column=text_pair_column,
-                        label_column=label_column, answer_column=answer_column, eval_file=eval_file, eval_split=eval_split)
+    t = task_from_flags(task, data, eval_data, task_option, **data_flags)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
@@ -79,4 +73,4 @@ def ablate(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("ablate")(ablate)
+    app.command("ablate")(data_flag_options(ablate))

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import DEVICE_HELP, data_option, dtype_option, with_data_options
+from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option, with_data_options
 
 
 def _table(split: str, score: dict[str, Any]) -> Any:
@@ -40,12 +40,7 @@ def evaluate(
     data: Optional[str] = typer.Option(None, "--data", help="Evaluation file for file-based tasks (hans, mnli, ...)."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. perturbed=all."),
-    text_column: Optional[str] = data_option("text_column"),
-    text_pair_column: Optional[str] = data_option("text_pair_column"),
-    label_column: Optional[str] = data_option("label_column"),
-    answer_column: Optional[str] = data_option("answer_column"),
-    eval_file: Optional[str] = data_option("eval_file"),
-    eval_split: Optional[str] = data_option("eval_split"),
+    data_flags: dict = None,
     split: list[str] = typer.Option([], "--split", help="Evaluate only these splits (repeatable; default all)."),
     subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="A subnetwork .safetensors file: evaluate the gated model."),
     ablation: Optional[str] = typer.Option(None, "--ablation", help="zero or mean (default: the subnetwork's own)."),
@@ -66,7 +61,7 @@ def evaluate(
 
     job = EvaluateJobConfig(
         model=model, task=TaskSpec(task, with_data_options(task, parse_task_options(task_option, data, "eval"),
-                                                           text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, answer_column=answer_column, eval_file=eval_file, eval_split=eval_split),
+                                                           **data_flags),
                                    tuple(eval_data)),
         splits=tuple(split) or None, subnetwork=str(subnetwork) if subnetwork else None, ablation=ablation,
         means=str(means) if means else None, means_examples=means_examples, batch_size=batch_size,
@@ -79,4 +74,4 @@ def evaluate(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("evaluate")(evaluate)
+    app.command("evaluate")(data_flag_options(evaluate))

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import data_option, dtype_option, with_data_options
+from subnetlab.cli.commands._options import data_flag_options, dtype_option, with_data_options
 from subnetlab.errors import SubnetlabError
 
 
@@ -39,12 +39,7 @@ def finetune(
     data: Optional[str] = typer.Option(None, "--data", help="Training file for file-based tasks (mnli, qqp, ...)."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable), e.g. hans=hans.tsv."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_train=5000."),
-    text_column: Optional[str] = data_option("text_column"),
-    text_pair_column: Optional[str] = data_option("text_pair_column"),
-    label_column: Optional[str] = data_option("label_column"),
-    answer_column: Optional[str] = data_option("answer_column"),
-    eval_file: Optional[str] = data_option("eval_file"),
-    eval_split: Optional[str] = data_option("eval_split"),
+    data_flags: dict = None,
     preset: Optional[str] = typer.Option(None, "--preset", help="heuristic-core (bert-base-cased, lr 2e-5, batch 32, len 128, 5 epochs) or subtask-induction."),
     lr: Optional[float] = typer.Option(None, "--lr", help="Peak learning rate [2e-5]."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Examples per step [32]."),
@@ -71,7 +66,7 @@ def finetune(
 
     cfg = resolve_config(
         preset, model=model, task=task,
-        task_options=with_data_options(task, parse_task_options(task_option, data, "train"), text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, answer_column=answer_column, eval_file=eval_file, eval_split=eval_split),
+        task_options=with_data_options(task, parse_task_options(task_option, data, "train"), **data_flags),
         eval_data=list(eval_data), lr=lr, batch_size=batch_size, epochs=epochs, max_steps=max_steps,
         warmup_steps=warmup_steps, warmup_ratio=warmup_ratio, weight_decay=weight_decay, scheduler=scheduler,
         grad_clip=grad_clip, max_length=max_length, save_every=save_every, eval_every=eval_every,
@@ -84,4 +79,4 @@ def finetune(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("finetune")(finetune)
+    app.command("finetune")(data_flag_options(finetune))

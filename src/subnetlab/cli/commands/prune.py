@@ -19,7 +19,7 @@ import typer
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import data_option, with_data_options
+from subnetlab.cli.commands._options import data_flag_options, with_data_options
 from subnetlab.executor import ExecutorOptions
 
 
@@ -70,12 +70,7 @@ def prune(
     ablation: Optional[str] = typer.Option(None, "--ablation", help="mean (default), zero or resample."),
     selection: Optional[str] = typer.Option(None, "--selection", help="topk (default) or threshold (the paper's)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE, e.g. train=FILE (repeatable)."),
-    text_column: Optional[str] = data_option("text_column"),
-    text_pair_column: Optional[str] = data_option("text_pair_column"),
-    label_column: Optional[str] = data_option("label_column"),
-    answer_column: Optional[str] = data_option("answer_column"),
-    eval_file: Optional[str] = data_option("eval_file"),
-    eval_split: Optional[str] = data_option("eval_split"),
+    data_flags: dict = None,
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split [SPLIT:]FORMAT=FILE (repeatable)."),
     splits: Optional[str] = typer.Option(None, "--splits", help="Evaluation splits to score, comma-separated (default: all)."),
     set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE, e.g. total_steps=500 (repeatable)."),
@@ -106,7 +101,7 @@ def prune(
         overrides["selection"] = selection
     level_list = parse_levels(levels) if schedule == "staircase" else ()
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
-    task_options = with_data_options(task, _parse_pairs(task_option, "--task-option"), text_column=text_column, text_pair_column=text_pair_column, label_column=label_column, answer_column=answer_column, eval_file=eval_file, eval_split=eval_split)
+    task_options = with_data_options(task, _parse_pairs(task_option, "--task-option"), **data_flags)
     base = {"model": model, "task": task, "task_options": task_options,
             "eval_data": list(eval_data), "splits": split_list, "device": device}
     check_checkpoint(model)  # a bad checkpoint, task option or split fails before any job starts
@@ -153,4 +148,4 @@ def _summary(report) -> dict:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("prune")(executor_options(prune))
+    app.command("prune")(executor_options(data_flag_options(prune)))
