@@ -15,9 +15,9 @@ full model's; OOD accuracy is the mean over every subcase of the OOD split).
 It also checks the early stop's assumption on every curve measured at all 14
 levels: after two unfaithful levels in a row, does accuracy come back within
 the threshold? With ``--checkpoints`` it then runs `subnetlab effective-size`
-over the fine-tuning run's checkpoints (``--every``) twice, the whole staircase
-and ``--early-stop --warm-start``, and compares steps and effective sizes per
-checkpoint. Goal: at least 10x fewer steps than independent runs, effective
+over the fine-tuning run's checkpoints (``--every``) three times, the whole
+staircase, ``--early-stop --warm-start`` and the same with ``--warm-gates``, and
+compares steps and effective sizes per checkpoint. Goal: at least 10x fewer steps than independent runs, effective
 sizes within one 5% level.
 
 On a slow machine ``--linear-levels 0.4:0.7:0.05`` runs only the independent
@@ -184,45 +184,56 @@ def over_training(args, seeds: list[int]) -> None:
         common += ["--task-option", opt]
     for pair in args.set:
         common += ["--set", pair]
-    walls = {"whole staircase": run(common + ["--out", str(args.out / "curve-staircase")]),
-             "search": run(common + ["--early-stop", "--warm-start", "--out", str(args.out / "curve-search")])}
+    searches = {"search": ["--early-stop", "--warm-start"],
+                "search, warm gates": ["--early-stop", "--warm-start", "--warm-gates"]}
+    walls = {"whole staircase": run(common + ["--out", str(args.out / "curve-staircase")])}
+    for name, flags in searches.items():
+        walls[name] = run(common + flags + ["--out", str(args.out / curve_dir(name))])
     old = read_json(args.out / "curve-staircase" / "metrics.json")["checkpoints"]
-    new = read_json(args.out / "curve-search" / "metrics.json")["checkpoints"]
     levels = parse_levels(LEVELS)
     per_ckpt = linear_steps("demo", levels)
     n_stairs = preset_config("demo", 0.7, schedule="staircase", levels=levels).make_schedule().total_steps
-    print(f"\nover training ({args.checkpoints}, every {args.every}-th checkpoint, seeds {seeds}): "
-          "whole staircase vs search with early stop and warm start")
-    print(f"  {'step':>6} {'ES id old/new':>14} {'ES ood old/new':>15} {'levels searched':>32} {'steps/seed':>10}")
-    total = 0
-    for a, b in zip(old, new):
-        es_a, es_b = a["effective_size"], b["effective_size"]
-        measured = b["search"]["levels_measured"]
-        total += b["search"]["steps_per_seed"]
-        ok = all(abs(es_a[on]["sparsity"] - es_b[on]["sparsity"]) <= 0.05 + 1e-9 for on in ON)
-        print(f"  {a['step']:>6} {es_a['id']['sparsity']:>6.2f}/{es_b['id']['sparsity']:<7.2f} "
-              f"{es_a['ood']['sparsity']:>6.2f}/{es_b['ood']['sparsity']:<8.2f} "
-              f"{', '.join(f'{x:.2f}' for x in measured):>32} {b['search']['steps_per_seed']:>10,}"
-              f"{'' if ok else '   NOT within one level'}")
-    k = len(new)
-    print(f"  steps per seed over {k} checkpoints: independent runs {k * per_ckpt:,} (schedule), whole staircase "
-          f"{k * n_stairs:,} ({k * per_ckpt / (k * n_stairs):.2f}x fewer), search {total:,} "
-          f"({k * per_ckpt / total:.2f}x fewer than independent, {k * n_stairs / total:.2f}x fewer than the staircase)")
-    print(f"  wall: whole staircase {walls['whole staircase']:.0f} s, search {walls['search']:.0f} s "
-          f"({walls['whole staircase'] / walls['search']:.2f}x)")
-    paper = sum(paper_stage_steps(args.out / "curve-search" / f"step-{row['step']}" / name)
-                for row in new for name in row["search"]["stages"])
     per_paper, stairs_paper = step_counts("paper")
-    print(f"  the same stages on the paper preset's schedule: {paper:,} steps per seed against {k * per_paper:,} "
-          f"independent ({k * per_paper / paper:.2f}x fewer) and {k * stairs_paper:,} whole staircase "
-          f"({k * stairs_paper / paper:.2f}x fewer)")
+    k = len(old)
+    print(f"\nover training ({args.checkpoints}, every {args.every}-th checkpoint, seeds {seeds}): whole staircase "
+          f"{k * n_stairs:,} steps per seed, {walls['whole staircase']:.0f} s; independent runs {k * per_ckpt:,} "
+          "(schedule)")
+    for name in searches:
+        new = read_json(args.out / curve_dir(name) / "metrics.json")["checkpoints"]
+        print(f"  {name} (early stop, warm start{', warm gates' if 'gates' in name else ''}) against the whole staircase:")
+        print(f"  {'step':>6} {'ES id old/new':>14} {'ES ood old/new':>15} {'levels searched':>32} {'steps/seed':>10}")
+        total = 0
+        for a, b in zip(old, new):
+            es_a, es_b = a["effective_size"], b["effective_size"]
+            measured = b["search"]["levels_measured"]
+            total += b["search"]["steps_per_seed"]
+            ok = all(abs(es_a[on]["sparsity"] - es_b[on]["sparsity"]) <= 0.05 + 1e-9 for on in ON)
+            print(f"  {a['step']:>6} {es_a['id']['sparsity']:>6.2f}/{es_b['id']['sparsity']:<7.2f} "
+                  f"{es_a['ood']['sparsity']:>6.2f}/{es_b['ood']['sparsity']:<8.2f} "
+                  f"{', '.join(f'{x:.2f}' for x in measured):>32} {b['search']['steps_per_seed']:>10,}"
+                  f"{'' if ok else '   NOT within one level'}")
+        print(f"  steps per seed over {k} checkpoints: {total:,}: {k * per_ckpt / total:.2f}x fewer than independent "
+              f"runs, {k * n_stairs / total:.2f}x fewer than the whole staircase; wall {walls[name]:.0f} s "
+              f"({walls['whole staircase'] / walls[name]:.2f}x faster than the whole staircase)")
+        paper = sum(paper_stage_steps(args.out / curve_dir(name) / f"step-{row['step']}" / stage)
+                    for row in new for stage in row["search"]["stages"])
+        print(f"  the same stages on the paper preset's schedule: {paper:,} steps per seed against {k * per_paper:,} "
+              f"independent ({k * per_paper / paper:.2f}x fewer) and {k * stairs_paper:,} whole staircase "
+              f"({k * stairs_paper / paper:.2f}x fewer)")
+
+
+def curve_dir(name: str) -> str:
+    return "curve-" + name.replace(", ", "-").replace(" ", "-")
 
 
 def paper_stage_steps(stage_dir: Path) -> int:
-    """Steps one seed would run in this stage (its start level up to where it stopped) with the paper preset."""
+    """Steps one seed would run in this stage (its start level up to where it stopped) with the paper preset
+    (a warm-gated stage has no first ramp there either)."""
     measured = sorted(float(e["level"]) for e in read_json(stage_dir / "metrics.json")["levels"].values())
-    planned = [float(x) for x in read_json(stage_dir / "config.json")["prune"]["levels"]]
-    ends = preset_config("paper", max(planned), schedule="staircase", levels=planned).make_schedule().level_ends()
+    config = read_json(stage_dir / "config.json")
+    planned = [float(x) for x in config["prune"]["levels"]]
+    warm = {"first_ramp_steps": 0} if config.get("init_gates") else {}
+    ends = preset_config("paper", max(planned), schedule="staircase", levels=planned, **warm).make_schedule().level_ends()
     return max(step for step, level in ends.items() if level <= measured[-1] + 1e-9)
 
 

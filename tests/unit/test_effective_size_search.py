@@ -14,7 +14,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 from subnetlab.analysis.effective_size import level_grid
 from subnetlab.errors import SubnetlabError
 from subnetlab.experiments.heuristic_core.effective_size import SearchSettings, _stage_means, search_sweep
-from subnetlab.io import read_json, write_json
+from subnetlab.io import load_tensors, read_json, save_tensors, write_json
 from subnetlab.methods.hard_concrete.checkpoint import load_checkpoint
 from subnetlab.methods.hard_concrete.objective import full_model_table
 from subnetlab.methods.hard_concrete.train import Pruner
@@ -241,6 +241,7 @@ def test_the_command_searches_with_its_flags_and_reports_the_levels_it_measured(
 
     flags = setting_flags(typer.main.get_command(app).commands["effective-size"])
     assert flags["early_stop"] == "--early-stop" and flags["warm_start"] == "--warm-start"
+    assert flags["warm_gates"] == "--warm-gates"
     run = tmp_path / "ft"
     for step in (10, 20):
         shutil.copytree(model_dir, run / "checkpoints" / f"step-{step}")
@@ -254,7 +255,7 @@ def test_the_command_searches_with_its_flags_and_reports_the_levels_it_measured(
     assert done.value.code in (0, None)
     result = read_json(tmp_path / "es" / "metrics.json")
     assert read_json(tmp_path / "es" / "config.json")["search"] == {"early_stop": True, "warm_start": True,
-                                                                    "consecutive": 2, "below": 2}
+                                                                    "consecutive": 2, "below": 2, "warm_gates": False}
     for row in result["checkpoints"]:
         measured = row["search"]["levels_measured"]
         for on in ("id", "ood"):
@@ -265,3 +266,89 @@ def test_the_command_searches_with_its_flags_and_reports_the_levels_it_measured(
             assert (tmp_path / "es" / f"step-{row['step']}" / stage_name / "metrics.json").is_file()
     assert "Levels searched rather than all pruned" in (tmp_path / "es" / "report.md").read_text()
     assert not (tmp_path / "es" / "step-10" / "staircase").exists()
+
+
+# -- warm gates: a checkpoint's stage starts from the previous checkpoint's gates --------------------------------
+
+def test_a_warm_gated_stage_starts_from_the_saved_gates_without_a_first_ramp(model_dir: Path, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    seeds = [0, 1]
+    first = search_stage_job(base(model_dir), tmp_path / "ck1", levels=LEVELS[:2], seeds=seeds, preset="demo",
+                             overrides=SMALL, stop=stop(consecutive=0), cache_dir=tmp_path / "cache1")
+    search_job(first.config, first.out_dir)
+    for seed in seeds:  # every level keeps each seed's log-alphas at the end of its hold: those of the checkpoint
+        saved = load_tensors(prune_search.gates_at(first.out_dir, seed, 0.2))
+        assert torch.equal(saved["log_alpha_heads"], load_checkpoint(first.out_dir / f"seed-{seed}").tensors["log_alpha_heads"])
+    warm = search_stage_job(base(model_dir), tmp_path / "ck2", levels=LEVELS[1:3], seeds=seeds, preset="demo",
+                            overrides=SMALL, stop=stop(consecutive=0), cache_dir=tmp_path / "cache2",
+                            init=(first.out_dir, 0.2))
+    assert warm.config["prune"]["first_ramp_steps"] == 0 and warm.config["init_level"] == 0.2
+    assert warm.config["init_gates"] == "../../ck1/search-from-0.10"  # stored run-relative
+    real, given = prune_search.prune, {}
+
+    def recording(*args, start_gates=None, **kwargs):
+        given.setdefault(kwargs["cfg"].seed if "cfg" in kwargs else args[3].seed, start_gates)
+        return real(*args, start_gates=start_gates, **kwargs)
+
+    monkeypatch.setattr(prune_search, "prune", recording)
+    metrics = search_job(warm.config, warm.out_dir)
+    assert metrics["steps_per_seed"] == 2 + 3 + 2  # the first level's hold at once, then a ramp and a hold
+    for seed in seeds:
+        source = load_tensors(prune_search.gates_at(first.out_dir, seed, 0.2))
+        assert all(torch.equal(given[seed][k], source[k]) for k in source)
+    # prune itself: a run starting at step 0 takes the gates; one resumed from its checkpoint ignores them
+    job = SearchJobConfig.from_dict({**warm.config, "init_gates": str(first.out_dir)}).seed_job(0)
+    setup = PruningSetup.from_job(job)
+    start = load_tensors(prune_search.gates_at(first.out_dir, 0, 0.2))
+    result = real(setup.loaded.model, setup.loaded.adapter, setup.data, job.settings, ablation=setup.ablation,
+                  run_dir=tmp_path / "direct", stop_at=0, start_gates=start)
+    assert torch.equal(result.gates.log_alpha_heads.detach(), start["log_alpha_heads"])
+    resumed = real(setup.loaded.model, setup.loaded.adapter, setup.data, job.settings, ablation=setup.ablation,
+                   run_dir=warm.out_dir / "seed-0", stop_at=2, start_gates={k: v + 5 for k, v in start.items()})
+    assert resumed.resumed_from == 7 and not torch.equal(resumed.gates.log_alpha_heads.detach(), start["log_alpha_heads"] + 5)
+    # a missing source is refused before any training, naming the file
+    gone = search_stage_job(base(model_dir), tmp_path / "ck3", levels=LEVELS[1:3], seeds=[0, 5], preset="demo",
+                            overrides=SMALL, stop=stop(), cache_dir=tmp_path / "cache3", init=(first.out_dir, 0.2))
+    with pytest.raises(SubnetlabError, match="seed-5") as refused:
+        search_job(gone.config, gone.out_dir)
+    assert refused.value.setting == "init_gates" and not (gone.out_dir / "seed-0").exists()
+    with pytest.raises(SubnetlabError) as refused:
+        SearchJobConfig.from_dict({**warm.config, "init_level": None})
+    assert refused.value.setting == "init_gates"
+
+
+def test_warm_gates_come_from_the_previous_checkpoint_at_or_below_the_start(tmp_path: Path) -> None:
+    checkpoints = [(step, tmp_path / "ck" / str(step)) for step in ANSWERS]
+    calls: list = []
+    base_ = {"task": "nli-synthetic", "task_options": {"n_train": 48, "n_eval": 12, "hans_per_subcase": 1},
+             "eval_data": [], "splits": None}
+    stub, seen = stub_runner(calls), {}
+
+    def with_gates(jobs, where):  # the stub's stages also save gates at every level they measure
+        report = stub(jobs, where)
+        for job in jobs:
+            if job.fn == SEARCH_JOB:
+                seen[job.out_dir] = job.config
+                for entry in read_json(job.out_dir / "metrics.json")["levels"].values():
+                    save_tensors(prune_search.gates_at(job.out_dir, 0, entry["level"]), {"x": torch.zeros(1)})
+        return report
+
+    dirs = search_sweep(checkpoints, base_, [0], level_grid(), "demo", {}, tmp_path / "out",
+                        search=SearchSettings(early_stop=True, warm_start=True, warm_gates=True), run=with_gates,
+                        on=("id", "ood"), subcases=None)
+    configs = {step: [seen[d] for d in ds] for step, ds in dirs.items()}
+    assert "init_gates" not in configs[40][0] or configs[40][0]["init_gates"] is None  # the first checkpoint: cold
+    assert configs[40][0]["prune"]["first_ramp_steps"] == SMALL_DEMO_FIRST_RAMP
+    # 80 starts at 0.40 (two below 0.50), from checkpoint 40's gates at 0.40 (it climbed 0.05 .. 0.60)
+    assert configs[80][0]["init_level"] == 0.4 and configs[80][0]["prune"]["first_ramp_steps"] == 0
+    assert configs[80][0]["init_gates"].endswith("step-40/search-from-0.05")
+    # 120 starts at 0.50 (from 80's gates at 0.50); its walk-down stages start cold, with a first ramp
+    assert configs[120][0]["init_level"] == 0.5
+    assert all(c.get("init_gates") is None and c["prune"]["first_ramp_steps"] == SMALL_DEMO_FIRST_RAMP
+               for c in configs[120][1:])
+    with pytest.raises(SubnetlabError) as refused:
+        SearchSettings(warm_gates=True)
+    assert refused.value.setting == "warm_gates"
+
+
+SMALL_DEMO_FIRST_RAMP = 60  # the demo preset's first ramp (the stub sweep runs the preset unchanged)

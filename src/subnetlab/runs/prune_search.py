@@ -20,7 +20,14 @@ the level the uninterrupted staircase (the ``staircase`` path of
 
     <dir>/config.json, metrics.json            (metrics: per level the seed-mean ID / OOD accuracy, where it stopped)
     <dir>/seed-<s>/checkpoint.*, history.json
-    <dir>/seed-<s>/levels/<level>/{subnetwork.safetensors, subnetwork-threshold.safetensors, metrics.json}
+    <dir>/seed-<s>/levels/<level>/{subnetwork.safetensors, subnetwork-threshold.safetensors, metrics.json,
+                                   gates.safetensors}   (the log-alphas at the end of the level's hold)
+
+With ``init_gates`` (a stage directory of an earlier checkpoint) and
+``init_level``, each seed starts from that stage's gates of the same seed at that
+level (``train.prune(start_gates=...)``) instead of from ``init_log_alpha``;
+the caller then drops the first ramp (``first_ramp_steps=0``): the gates are
+already near the level, and the stage holds it before climbing.
 
 The full model's accuracy the rule compares with comes in the config
 (``stop.model``), measured once per checkpoint by ``runs.prune.full_model_job``.
@@ -38,7 +45,7 @@ from typing import Any
 from subnetlab.analysis.effective_size import StopRule, id_ood_accuracy
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
-from subnetlab.io import read_json, write_json
+from subnetlab.io import load_tensors, read_json, save_tensors, write_json
 from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
 from subnetlab.methods.hard_concrete.objective import full_model_table
 from subnetlab.methods.hard_concrete.select import Selection
@@ -50,6 +57,7 @@ from subnetlab.runs.prune import level_name, write_selections
 from subnetlab.runs.prune_setup import ModelAndTask, PruneJobConfig, PruningSetup
 
 SEARCH_JOB = "subnetlab.runs.prune_search:search_job"
+GATES = "gates.safetensors"  # a level's log-alphas, per seed: where a later checkpoint's warm gates come from
 
 
 def stage_dir_name(first_level: float) -> str:
@@ -99,9 +107,14 @@ class SearchJobConfig(ModelAndTask):
     prune: dict[str, Any] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)
     stop: dict[str, Any] = field(default_factory=dict)
+    init_gates: str | None = None  # a stage directory whose seeds' gates at ``init_level`` start this stage
+    init_level: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if (self.init_gates is None) != (self.init_level is None):
+            raise SubnetlabError("init_gates and init_level come together (a stage directory and a level in it)",
+                                 setting="init_gates")
         if not self.seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in self.seeds):
             raise SubnetlabError(f"seeds: expected a non-empty list of seeds, got {self.seeds!r}", setting="seeds")
         if len(set(self.seeds)) != len(self.seeds):
@@ -128,25 +141,45 @@ class SearchJobConfig(ModelAndTask):
 
 def search_stage_job(base: Mapping[str, Any], out: Path, *, levels: Sequence[float], seeds: Sequence[int], preset: str,
                      overrides: Mapping[str, Any], stop: Mapping[str, Any], cache_dir: Path,
-                     name: str | None = None) -> Job:
-    """One stage of a checkpoint's search: all ``seeds`` up a staircase over ``levels``, in ``out/search-from-<first>``."""
+                     name: str | None = None, init: tuple[Path, float] | None = None) -> Job:
+    """One stage of a checkpoint's search: all ``seeds`` up a staircase over ``levels``, in ``out/search-from-<first>``.
+
+    ``init``: (an earlier stage directory, a level it measured): the seeds start from those gates and the
+    staircase has no first ramp (``first_ramp_steps=0``: the first level's hold starts at once).
+    """
     if not levels:
         raise SubnetlabError("levels: a search stage needs at least one level", setting="levels")
     if not seeds:
         raise SubnetlabError("seeds: at least one seed", setting="seeds")
+    overrides = {**overrides, "first_ramp_steps": 0} if init is not None else dict(overrides)
     cfg = preset_config(preset, max(levels), seed=seeds[0], schedule="staircase", levels=tuple(levels), **overrides)
     common = ModelAndTask.from_dict(absolute_inputs(base))  # input files stored absolute, the cache run-relative
     run_dir = out / stage_dir_name(min(levels))
+    warm = {} if init is None else {"init_gates": run_relative(init[0], run_dir), "init_level": float(init[1])}
     job = SearchJobConfig(**common.to_dict(), cache_dir=run_relative(cache_dir, run_dir), preset=preset,
-                          prune=cfg.to_dict(), seeds=list(seeds), stop=StopSettings.from_dict(stop).to_dict())
+                          prune=cfg.to_dict(), seeds=list(seeds), stop=StopSettings.from_dict(stop).to_dict(), **warm)
     return Job(SEARCH_JOB, job.to_dict(), run_dir, name=name)
+
+
+def gates_at(stage_dir: Path, seed: int, level: float) -> Path:
+    """Where a search stage keeps ``seed``'s log-alphas at the end of ``level``."""
+    return Path(stage_dir) / f"seed-{seed}" / "levels" / level_name(level) / GATES
 
 
 def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Executor job: every seed up the staircase level by level; stop when the rule says so."""
     out_dir = Path(out_dir)
-    job = SearchJobConfig.from_dict({**config, "cache_dir": resolve_run_path(config.get("cache_dir"), out_dir)})
+    job = SearchJobConfig.from_dict({**config, "cache_dir": resolve_run_path(config.get("cache_dir"), out_dir),
+                                     "init_gates": resolve_run_path(config.get("init_gates"), out_dir)})
     cfg0, stop = job.settings, job.stop_settings
+    start_gates: dict[int, dict[str, Any]] = {}
+    if job.init_gates is not None:  # checked before any training: every seed's file must be there
+        for seed in job.seeds:
+            path = gates_at(Path(job.init_gates), seed, float(job.init_level))
+            if not path.is_file():
+                raise SubnetlabError(f"{path}: no gates to start seed {seed} from (init_gates, init_level)",
+                                     setting="init_gates")
+            start_gates[seed] = load_tensors(path)
     rule, model_acc = stop.rule, stop.model_accuracy
     seed_jobs = {seed: job.seed_job(seed) for seed in job.seeds}
     setup = PruningSetup.from_job(seed_jobs[job.seeds[0]])  # seed-independent: model, data, means (cached)
@@ -182,7 +215,11 @@ def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                                                     "step": step})
 
             result = prune(setup.loaded.model, setup.loaded.adapter, setup.data, cfg, ablation=setup.ablation,
-                           run_dir=run_dir, on_level=on_level, teacher=table, stop_at=end)
+                           run_dir=run_dir, on_level=on_level, teacher=table, stop_at=end,
+                           start_gates=start_gates.get(seed))
+            if result.resumed_from <= end and not (where / GATES).is_file():  # the gates now are those at ``end``
+                save_tensors(where / GATES, {"log_alpha_heads": result.gates.log_alpha_heads.detach().cpu(),
+                                             "log_alpha_mlps": result.gates.log_alpha_mlps.detach().cpu()})
             train_seconds += result.seconds
             histories[seed] = result.history
             per_seed[str(seed)] = list(id_ood_accuracy(read_json(where / "metrics.json")["eval"], stop.id_splits,
@@ -210,4 +247,5 @@ def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
             "train_seconds": round(train_seconds, 3), "teacher_seconds": round(teacher_seconds, 3)}
 
 
-__all__ = ["SEARCH_JOB", "SearchJobConfig", "StopSettings", "search_job", "search_stage_job", "stage_dir_name"]
+__all__ = ["GATES", "SEARCH_JOB", "SearchJobConfig", "StopSettings", "gates_at", "search_job", "search_stage_job",
+           "stage_dir_name"]

@@ -34,6 +34,9 @@ def effective_size(
     warm_start: bool = typer.Option(False, "--warm-start/--no-warm-start", help="Start each checkpoint two levels below "
                                     "the previous one's effective size, walking down only if that level is unfaithful "
                                     "(checkpoints then run one at a time)."),
+    warm_gates: bool = typer.Option(False, "--warm-gates/--no-warm-gates", help="With --warm-start: each checkpoint's "
+                                    "gates start from the previous checkpoint's at the nearest measured level, with no "
+                                    "first ramp (its subnetworks then inherit from the earlier checkpoint's)."),
     data_flags: dict = None,
     executor: ExecutorOptions = None,
 ) -> None:
@@ -86,7 +89,8 @@ def effective_size(
 
     options = with_data_options(task, parse_task_options(task_option, None, "eval"), **data_flags)
     base = {"task": task, "task_options": options, "eval_data": list(eval_data), "splits": None}
-    search = SearchSettings(early_stop=early_stop, warm_start=warm_start) if early_stop or warm_start else None
+    search = (SearchSettings(early_stop=early_stop, warm_start=warm_start, warm_gates=warm_gates)
+              if early_stop or warm_start or warm_gates else None)
     dirs = None
     if search is None:
         jobs = sweep_jobs(found, base, list(range(seeds)), level_list, preset, overrides, out)

@@ -27,6 +27,14 @@ that default:
   parallel; and a checkpoint whose effective size jumped *up* by more than
   the levels it climbs is still found (it climbs until the stop), but one
   whose answer dropped costs a walk-down stage (another first ramp).
+* warm gates (with the warm start): each checkpoint's first stage starts every
+  seed from that seed's gates of the previous checkpoint at the measured level
+  nearest its start (at or below it when there is one) and skips the first ramp,
+  holding the start level before it climbs. The first ramp is most of a
+  staircase's cost on the paper's schedule (6,500 of 9,400 steps). The price:
+  a checkpoint's subnetworks then inherit from the earlier checkpoint's (the
+  hold re-fits them to this checkpoint's model), so compare the heads before
+  the OOD rise with the final core on a sweep without warm gates.
 
 The search writes ``OUT/step-<n>/search-from-<level>/`` (one per stage) instead
 of ``staircase/``; ``analyse_sweep`` reads whichever it is told to.
@@ -55,7 +63,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.io import read_json
 from subnetlab.runs.prune import level_name, prune_sweep
-from subnetlab.runs.prune_search import search_stage_job, stage_dir_name
+from subnetlab.runs.prune_search import gates_at, search_stage_job, stage_dir_name
 from subnetlab.subnetwork import Subnetwork
 
 
@@ -109,18 +117,24 @@ class SearchSettings:
     seed): the default, and the reference. ``early_stop``: stop a checkpoint's
     staircase after ``consecutive`` unfaithful levels in a row on every chosen
     data; ``warm_start``: start each checkpoint ``below`` levels under the
-    previous one's effective size (checkpoints then run one after another).
+    previous one's effective size (checkpoints then run one after another);
+    ``warm_gates`` (needs ``warm_start``): start its gates from the previous
+    checkpoint's, without a first ramp.
     """
 
     early_stop: bool = True
     warm_start: bool = False
     consecutive: int = 2
     below: int = 2
+    warm_gates: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("early_stop", "warm_start"):
+        for name in ("early_stop", "warm_start", "warm_gates"):
             if not isinstance(getattr(self, name), bool):
                 raise SubnetlabError(f"{name} {getattr(self, name)!r}: expected true or false", setting=name)
+        if self.warm_gates and not self.warm_start:
+            raise SubnetlabError("warm_gates: needs warm_start (the gates come from the previous checkpoint)",
+                                 setting="warm_gates")
         for name, low in (("consecutive", 1), ("below", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -169,14 +183,14 @@ def search_sweep(checkpoints: Sequence[tuple[int, Path]], base: dict[str, Any], 
               for step in steps}
     paths = dict(checkpoints)
 
-    def stage_job(step: int, first: int, top: int) -> Job:
+    def stage_job(step: int, first: int, top: int, init: tuple[Path, float] | None = None) -> Job:
         stop = {"model": {"id": models[step][0], "ood": models[step][1]}, "on": list(rule.on),
                 "faithfulness": rule.faithfulness, "consecutive": rule.consecutive, "id_splits": list(id_splits),
                 "subcases": list(subcases) if subcases else None}
         where = out / f"step-{step}"
         return search_stage_job({**base, "model": str(paths[step])}, where, levels=levels[first:top], seeds=seeds,
                                 preset=preset, overrides=overrides, stop=stop, cache_dir=where / "cache",
-                                name=f"step-{step}/{stage_dir_name(levels[first])}")
+                                name=f"step-{step}/{stage_dir_name(levels[first])}", init=init)
 
     stages: dict[int, list[Job]] = {}
     if not search.warm_start:
@@ -184,22 +198,42 @@ def search_sweep(checkpoints: Sequence[tuple[int, Path]], base: dict[str, Any], 
         check_sweep(run([j for js in stages.values() for j in js], out))
     else:
         previous: float | None = None
+        before: list[Path] = []  # the previous checkpoint's stage directories
         for step in steps:
             first = warm_start_index(levels, previous, search.below) if previous is not None else 0
             top = len(levels)
             stages[step] = []
+            init = gate_source(before, levels[first], seeds) if search.warm_gates else None
             while True:
-                stages[step].append(stage_job(step, first, top))
+                stages[step].append(stage_job(step, first, top, init))
+                init = None  # a walk-down stage starts cold, below what the warm gates gave
                 check_sweep(run(stages[step], out / f"step-{step}"))  # the earlier stages are skipped
                 done = read_json(stages[step][-1].out_dir / "metrics.json")
                 if first == 0 or not done["first_level_unfaithful_on"]:
                     break
                 top, first = first, max(0, first - max(1, search.below))  # walk down below this stage's start
-            measured = _stage_means([j.out_dir for j in stages[step]])
+            before = [j.out_dir for j in stages[step]]
+            measured = _stage_means(before)
             previous = min(effective_size({lvl: [acc[c]] for lvl, acc in measured.items()},
                                           data_accuracy(*models[step], c), faithfulness).sparsity for c in rule.on)
     check_sweep(run([*fulls.values(), *(j for js in stages.values() for j in js)], out))  # sweep.json lists them all
     return {step: [j.out_dir for j in js] for step, js in stages.items()}
+
+
+def gate_source(stage_dirs: Sequence[Path], level: float, seeds: Sequence[int]) -> tuple[Path, float] | None:
+    """The (stage directory, level) whose saved gates start a warm-gated stage at ``level``: the highest level
+    at or below it that every seed's gates were saved at, else the lowest saved; None when none was saved."""
+    found: dict[float, Path] = {}
+    for where in stage_dirs:
+        for entry in read_json(where / "metrics.json")["levels"].values():
+            lvl = float(entry["level"])
+            if all(gates_at(where, seed, lvl).is_file() for seed in seeds):
+                found.setdefault(lvl, where)
+    if not found:
+        return None
+    below = [lvl for lvl in found if lvl <= level + 1e-9]
+    pick = max(below) if below else min(found)
+    return found[pick], pick
 
 
 def _stage_means(stage_dirs: Sequence[Path]) -> dict[float, dict[str, float]]:

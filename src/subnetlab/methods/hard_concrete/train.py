@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -192,6 +192,22 @@ class Pruner:
         return kl_sum / cfg.accumulation, lag_sum / cfg.accumulation
 
     # -- checkpoints ----------------------------------------------------------------------------
+    def gate_tensors(self) -> dict[str, torch.Tensor]:
+        """The gates' log-alphas (``start_gates`` of a later run takes them)."""
+        return {"log_alpha_heads": self.gates.log_alpha_heads.detach().cpu().clone(),
+                "log_alpha_mlps": self.gates.log_alpha_mlps.detach().cpu().clone()}
+
+    def start_gates(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Start from given log-alphas (another run's ``gate_tensors``) instead of ``init_log_alpha``."""
+        for name in ("log_alpha_heads", "log_alpha_mlps"):
+            mine = getattr(self.gates, name)
+            given = tensors.get(name)
+            if given is None or tuple(given.shape) != tuple(mine.shape):
+                raise SubnetlabError(f"starting gates: {name} of shape "
+                                     f"{None if given is None else tuple(given.shape)}, this model's is {tuple(mine.shape)}")
+            with torch.no_grad():
+                mine.copy_(given.to(mine.device, mine.dtype))
+
     def save(self, run_dir: Path, step: int) -> None:
         g, lag = self.gates, self.lagrangian
         tensors = {
@@ -235,6 +251,7 @@ def prune(
     on_step: StepCallback | None = None,
     teacher: torch.Tensor | None = None,
     stop_at: int | None = None,
+    start_gates: Mapping[str, torch.Tensor] | None = None,
 ) -> PruneResult:
     """Train hard-concrete gates on the frozen ``model`` to ``config.sparsity`` and select the subnetwork.
 
@@ -244,13 +261,17 @@ def prune(
     the run naming the step; the last checkpoint written stays as it was.
     ``teacher``: the full model's table (``objective.full_model_table``) when
     several runs share it. ``stop_at``: return after that step, checkpointed
-    (needs ``run_dir``); a run already past it returns at once.
+    (needs ``run_dir``); a run already past it returns at once. ``start_gates``:
+    log-alphas to start from (``Pruner.gate_tensors`` of another run) when the run
+    starts at step 0; a run resumed from its checkpoint ignores them.
     """
     if stop_at is not None and run_dir is None:
         raise SubnetlabError("pruning in parts (stop_at) needs a run directory to continue from")
     pruner = Pruner(model, adapter, data, config, ablation, teacher)
     run_dir = Path(run_dir) if run_dir is not None else None
     start = pruner.restore(run_dir) if run_dir is not None else 0
+    if start == 0 and start_gates is not None:
+        pruner.start_gates(start_gates)
     if start and stop_at is None:  # a part of a run in parts resumes by design
         stage(f"resuming pruning at step {start} of {pruner.total}")
     end = pruner.total if stop_at is None else min(int(stop_at), pruner.total)
