@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.intervene.weight_masks import mask_modules
+from subnetlab.intervene.weight_masks import mask_modules, mask_weights
 from subnetlab.methods.continuous_sparsification import (
     SELECTION_RULES,
     ContinuousMask,
@@ -80,6 +80,45 @@ def test_l0_penalty_and_its_gradient_match_the_formula():
         for s, grad in zip(m.s.detach().reshape(-1), m.s.grad.reshape(-1)):
             sig = _sigmoid(2.5 * float(s))
             assert float(grad) == pytest.approx(5e-3 * 2.5 * sig * (1 - sig), rel=1e-5)
+
+
+def test_the_step_reuses_the_forward_soft_mask_for_l0_with_the_same_loss_and_gradients():
+    """``step`` sums the soft masks its forward computed (``l0(reuse=True)``) instead of computing them again:
+    the same penalty, and the same gradients as the separate computation up to float rounding."""
+    loaded = tiny_model("gpt2", seed=1)
+    model, adapter = loaded.model.eval(), loaded.adapter
+    for p in model.parameters():
+        p.requires_grad_(False)
+    cs = ContinuousSparsification(l0_lambda=1e-3)
+    masks = cs.create_masks(adapter)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in masks.values():
+            m.s.copy_(torch.randn(m.s.shape, generator=g))
+            m.beta.fill_(3.0)
+    x = _data(16, 0)
+
+    def grads(reuse: bool):
+        for m in masks.values():
+            m.s.grad, m.last_soft = None, None
+        with mask_weights(model, dict(masks)):
+            for m in masks.values():
+                m.train()
+            loss = loss_on(last_logits(model, x.input_ids), x.targets)
+            pen = cs.penalty(masks, reuse=reuse)
+            (loss + pen).backward()
+        return float(pen.detach()), {n: m.s.grad.clone() for n, m in masks.items()}
+
+    pen_reused, reused = grads(True)
+    assert all(m.last_soft is not None for m in masks.values())  # every mask was reached by the forward
+    pen_fresh, fresh = grads(False)
+    assert pen_reused == pen_fresh
+    for name in masks:
+        assert torch.allclose(reused[name], fresh[name], rtol=1e-5, atol=1e-9)
+    opt = cs.optimizer(masks)
+    with mask_weights(model, dict(masks)):
+        cs.step(model, masks, opt, lambda m, b: loss_on(last_logits(m, b.input_ids), b.targets), x)
+    assert all(m.last_soft is None for m in masks.values())  # nothing keeps a spent graph
 
 
 def test_masks_created_eagerly_over_attention_and_mlp_matrices_only():

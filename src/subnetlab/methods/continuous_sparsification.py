@@ -64,6 +64,7 @@ class ContinuousMask(nn.Module):
         super().__init__()
         self.s = nn.Parameter(torch.full(tuple(shape), float(init), device=device))
         self.register_buffer("beta", torch.tensor(float(beta), device=device))
+        self.last_soft: Tensor | None = None  # the soft mask of the latest training forward (``l0(reuse=True)``)
 
     def soft(self) -> Tensor:
         return torch.sigmoid(self.beta * self.s)
@@ -72,10 +73,20 @@ class ContinuousMask(nn.Module):
         return (self.s > 0).to(self.s.dtype)
 
     def forward(self) -> Tensor:
-        return self.soft() if self.training else self.hard()
+        if not self.training:
+            return self.hard()
+        self.last_soft = self.soft()
+        return self.last_soft
 
-    def l0(self) -> Tensor:
-        """The relaxed L0 norm ``sum(sigmoid(beta * s))`` (differentiable)."""
+    def l0(self, reuse: bool = False) -> Tensor:
+        """The relaxed L0 norm ``sum(sigmoid(beta * s))`` (differentiable).
+
+        ``reuse``: sum the soft mask the forward pass just computed (same values, same graph) instead of
+        computing it again; the training step does, after its forward, saving one sigmoid and its backward
+        per masked matrix (NeuroSurgeon computes the mask twice).
+        """
+        if reuse and self.last_soft is not None:
+            return self.last_soft.sum()
         return self.soft().sum()
 
 
@@ -155,9 +166,9 @@ class ContinuousSparsification:
     def beta(self, epoch: int) -> float:
         return beta_at(epoch, self.epochs, self.beta_final, self.beta_start)
 
-    def penalty(self, masks: dict[str, ContinuousMask]) -> Tensor:
-        """``lambda * sum over masks of sum(sigmoid(beta * s))``."""
-        return self.l0_lambda * sum(m.l0() for m in masks.values())
+    def penalty(self, masks: dict[str, ContinuousMask], reuse: bool = False) -> Tensor:
+        """``lambda * sum over masks of sum(sigmoid(beta * s))`` (``reuse``: from this step's forward)."""
+        return self.l0_lambda * sum(m.l0(reuse) for m in masks.values())
 
     def optimizer(self, masks: dict[str, ContinuousMask]) -> torch.optim.Optimizer:
         """AdamW over the mask scores (weight decay 0.01 is torch's AdamW default, which they have always had)."""
@@ -167,11 +178,15 @@ class ContinuousSparsification:
              loss_fn: Callable[[nn.Module, Any], Tensor], batch: Any) -> tuple[Tensor, Tensor]:
         """One training step (``model`` already masked by ``masks``): task loss plus the L0 term, backward,
         optimiser step. Returns the detached task loss and penalty."""
+        for m in masks.values():  # a mask the forward does not reach recomputes its soft mask below
+            m.last_soft = None
         task_loss = loss_fn(model, batch)
-        pen = self.penalty(masks)
+        pen = self.penalty(masks, reuse=True)
         opt.zero_grad(set_to_none=True)
         (task_loss + pen).backward()
         opt.step()
+        for m in masks.values():
+            m.last_soft = None  # its graph is spent; nothing may reuse it
         return task_loss.detach(), pen.detach()
 
     # -- the loop ---------------------------------------------------------------------
