@@ -19,11 +19,15 @@ steps:
   package is not installed (``pip install 'subnetlab[bench]'``);
 * ``plain``: the unmasked model, every weight trainable, AdamW on all of them.
 
-Steps of the three kinds alternate so that machine noise hits all alike; the
-table shows the median milliseconds per step and the ratios. Goal: subnetlab
-<= NeuroSurgeon at both depths.
+Blocks of ``--block`` steps of each kind alternate, the first kind rotating
+each round, so that machine noise hits all alike while each block runs as a
+training loop does, one step of the same model after another; the table shows
+the median over blocks of the milliseconds per step, and the ratios. (Single
+steps alternating between three models measure a cold-cache step: there the
+three are within a few percent of each other and the order decides.) Goal:
+subnetlab <= NeuroSurgeon at both depths.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_weight_masks.py [--batch 500] [--steps 20] [--layers 4 12]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_weight_masks.py [--batch 500] [--steps 40] [--block 5] [--layers 4 12]
 """
 
 from __future__ import annotations
@@ -126,6 +130,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--block", type=int, default=5,
+                        help="steps of one kind timed back to back (a training loop's steps follow each other)")
     parser.add_argument("--layers", type=int, nargs="+", default=[4, 12])
     parser.add_argument("--l0-lambda", type=float, default=1e-7)
     args = parser.parse_args()
@@ -133,7 +139,7 @@ def main() -> None:
     if not have_ns:
         print("NeuroSurgeon is not installed: its column is skipped (pip install 'subnetlab[bench]')")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {args.batch}, "
-          f"{args.steps} timed steps after {args.warmup} warm-up")
+          f"{args.steps} timed steps of each kind in blocks of {args.block}, after {args.warmup} warm-up")
     rows = []
     for layers in args.layers:
         x = batch(args.batch, layers)
@@ -143,13 +149,17 @@ def main() -> None:
         if have_ns:
             steppers["NeuroSurgeon"], n_ns = neurosurgeon_stepper(copy.deepcopy(base), x, args.l0_lambda)
             assert n_ns == n_sub, f"NeuroSurgeon masks {n_ns} values, subnetlab {n_sub}"
-        times: dict[str, list[float]] = {k: [] for k in steppers}
-        for i in range(args.warmup + args.steps):
-            for name, step in steppers.items():
-                started = time.perf_counter()
+        for step in steppers.values():
+            for _ in range(args.warmup):
                 step()
-                if i >= args.warmup:
-                    times[name].append(time.perf_counter() - started)
+        times: dict[str, list[float]] = {k: [] for k in steppers}
+        names = list(steppers)
+        for r in range(max(1, args.steps // args.block)):
+            for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
+                started = time.perf_counter()
+                for _ in range(args.block):
+                    steppers[name]()
+                times[name].append((time.perf_counter() - started) / args.block)
         med = {k: 1000 * statistics.median(v) for k, v in times.items()}
         rows.append((layers, n_sub, med))
     header = f"{'layers':>6} {'masked':>10} {'plain ms':>9} {'subnetlab ms':>13} {'NeuroSurgeon ms':>16} " \
