@@ -49,7 +49,7 @@ from subnetlab.io import load_tensors, read_json, save_tensors, write_json
 from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
 from subnetlab.methods.hard_concrete.objective import full_model_table
 from subnetlab.methods.hard_concrete.select import Selection
-from subnetlab.methods.hard_concrete.train import prune
+from subnetlab.methods.hard_concrete.train import gate_tensors, prune
 from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.job_config import JobConfig
@@ -218,8 +218,7 @@ def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                            run_dir=run_dir, on_level=on_level, teacher=table, stop_at=end,
                            start_gates=start_gates.get(seed))
             if result.resumed_from <= end and not (where / GATES).is_file():  # the gates now are those at ``end``
-                save_tensors(where / GATES, {"log_alpha_heads": result.gates.log_alpha_heads.detach().cpu(),
-                                             "log_alpha_mlps": result.gates.log_alpha_mlps.detach().cpu()})
+                save_tensors(where / GATES, gate_tensors(result.gates))
             train_seconds += result.seconds
             histories[seed] = result.history
             per_seed[str(seed)] = list(id_ood_accuracy(read_json(where / "metrics.json")["eval"], stop.id_splits,

@@ -83,6 +83,12 @@ def selections(gates: HardConcreteGates, sparsity: float) -> dict[str, Selection
             "threshold": replace(select_threshold(gates, sparsity), **counts)}
 
 
+def gate_tensors(gates: HardConcreteGates) -> dict[str, torch.Tensor]:
+    """The gates' log-alphas, as a later run's ``start_gates`` takes them."""
+    return {"log_alpha_heads": gates.log_alpha_heads.detach().cpu().clone(),
+            "log_alpha_mlps": gates.log_alpha_mlps.detach().cpu().clone()}
+
+
 class _Frozen:
     """Freeze the model's parameters and put it in eval mode; restore both on exit."""
 
@@ -192,11 +198,6 @@ class Pruner:
         return kl_sum / cfg.accumulation, lag_sum / cfg.accumulation
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def gate_tensors(self) -> dict[str, torch.Tensor]:
-        """The gates' log-alphas (``start_gates`` of a later run takes them)."""
-        return {"log_alpha_heads": self.gates.log_alpha_heads.detach().cpu().clone(),
-                "log_alpha_mlps": self.gates.log_alpha_mlps.detach().cpu().clone()}
-
     def start_gates(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Start from given log-alphas (another run's ``gate_tensors``) instead of ``init_log_alpha``."""
         for name in ("log_alpha_heads", "log_alpha_mlps"):
@@ -262,7 +263,7 @@ def prune(
     ``teacher``: the full model's table (``objective.full_model_table``) when
     several runs share it. ``stop_at``: return after that step, checkpointed
     (needs ``run_dir``); a run already past it returns at once. ``start_gates``:
-    log-alphas to start from (``Pruner.gate_tensors`` of another run) when the run
+    log-alphas to start from (``gate_tensors`` of another run) when the run
     starts at step 0; a run resumed from its checkpoint ignores them.
     """
     if stop_at is not None and run_dir is None:
