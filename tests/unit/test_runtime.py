@@ -66,6 +66,26 @@ def test_no_decay_1d_groups_matrices_apart_from_biases_and_norms():
     assert [p.shape for p in plain["params"]] == [torch.Size([4]), torch.Size([4])] and plain["weight_decay"] == 0.0
 
 
+def test_fused_adamw_is_the_same_update_and_only_for_float32_cpu_or_cuda_tensors():
+    g = torch.Generator().manual_seed(0)
+    start = [torch.randn(5, 7, generator=g), torch.randn(11, generator=g)]
+    grads = [[torch.randn(t.shape, generator=g) for t in start] for _ in range(4)]
+    results = []
+    for fused in (False, True):
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        opt = optim.make_optimizer(params, "adamw", lr=0.1, weight_decay=0.01, fused=fused)
+        assert bool(opt.defaults.get("fused")) is fused
+        for step in grads:
+            for p, grad in zip(params, step):
+                p.grad = grad.clone()
+            opt.step()
+        results.append([p.detach() for p in params])
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+    half = [torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))]
+    assert not optim.make_optimizer(half, "adamw", lr=0.1, fused=True).defaults.get("fused")
+
+
 def test_dtypes_resolve_per_device_and_float16_is_refused_on_the_cpu():
     assert runtime.resolve_dtype(None) == torch.float32 and runtime.resolve_dtype("BFloat16", "cpu") == torch.bfloat16
     assert runtime.resolve_dtype("float16", torch.device("cuda")) == torch.float16  # a name check: no CUDA needed
