@@ -281,13 +281,17 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
     doc.table(["model layers", "layer", "params kept %"], layer_rows, caption="Kept parameters per layer.")
 
     doc.section("Transfer (Figure 3)")
-    doc.figure(figure, "Test accuracy after transfer against the number of disambiguation samples (solid: reinit "
-               f"`{main}`; dashed: reinit `{secondary}`); a `subnetwork` line above `scratch`, the random controls and "
-               "`empty-mask` at small N is the inductive bias the paper reports.", base=out)
+    empty = "empty-mask" in summary
+    dashed = f"; dashed: reinit `{secondary}`" if second_labels else ""
+    doc.figure(figure, f"Test accuracy after transfer against the number of disambiguation samples (solid: reinit "
+               f"`{main}`{dashed}); a `subnetwork` line above `scratch`"
+               + (", the random controls and `empty-mask`" if empty else " and the random controls")
+               + " at small N is the inductive bias the paper reports.", base=out)
     doc.table(["condition", *[f"N={s}" for s in sizes]], [[c, *_cells(summary, c, sizes)] for c in main_labels],
               caption=f"Main table, reinit `{main}`: mean ± s.d. test accuracy (%) over {len(settings['seeds'])} seeds "
                       f"(and depths) per number of disambiguation samples. `random-matched` keeps k weights per matrix "
-                      f"(the text), `random-released` n - k (the released code), `empty-mask` transfers no matrix weight.")
+                      f"(the text), `random-released` n - k (the released code)"
+                      + (", `empty-mask` transfers no matrix weight." if empty else "."))
     if second_labels:
         reference = [c for c in ("scratch", "full") if c in summary]
         doc.table(["condition", *[f"N={s}" for s in sizes]],
