@@ -17,6 +17,9 @@ TINY = {  # the demo preset shrunk to seconds: numbers 0..19, a few rows, 2 epoc
     "lambdas": "[1.0e-7]", "sizes": "[0, 10]", "seeds": "[0]", "transfer_epochs": "2", "transfer_min_steps": "0",
     "backend": "local",
     "n_eval": "40", "n_test": "40",
+    # every condition and the secondary table (the demo itself runs Figure 3's controls only)
+    "conditions": "[subnetwork, random-matched, random-released, complement-matched, empty-mask, scratch, full]",
+    "secondary_reinit": "all",
 }
 
 
