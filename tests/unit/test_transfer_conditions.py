@@ -49,7 +49,10 @@ def test_the_table_keeps_names_and_order_and_everything_derives_from_it() -> Non
     for preset in subtask_induction.PRESETS.values():
         check_conditions(preset["conditions"])
         check_conditions(preset["secondary_conditions"])
-        assert preset["reinit"] == "masked" and preset["secondary_reinit"] == "all"  # the released code's reinit leads
+        assert preset["reinit"] == "masked"  # the released code's reinit leads
+    assert subtask_induction.PRESETS["paper"]["secondary_reinit"] == "all"  # the text's, as a second table
+    assert subtask_induction.PRESETS["demo"]["secondary_reinit"] is None  # one setting away in the demo
+    assert set(subtask_induction.DEMO_CONDITIONS) <= set(subtask_induction.FIGURE_CONDITIONS)
     assert shape_bias_steps.CONDITIONS == tuple(SHAPE_BIAS)
     for table in (CONDITIONS, SHAPE_BIAS_CONDITIONS):
         for name, condition in table.items():
