@@ -86,8 +86,8 @@ def _entailed_rows(study: dict) -> dict[str, int | None]:
     ``entailed_per_subcase`` under ``ood`` / ``real_ood``; absent, the source's ``per_subcase``. The chosen
     heuristics have 15 entailment subcases against 4 non-entailment ones, so at the same rows per subcase the
     entailment columns would be two thirds of every ablation evaluation; the demo reads 10 rows of each (a
-    column averages one heuristic's 5 subcases, 50 rows), which took its ablation table from about 340 s to
-    under 200 s on 2 cores.
+    column averages one heuristic's 5 subcases, 50 rows): its ablation table took 225 s at 16 rows and 169 s
+    at 10 in ``make demo`` on 2 cores.
     """
     ood, real = study.get("ood") or {}, study.get("real_ood") or {}
     return {"ood": ood.get("entailed_per_subcase", ood.get("per_subcase")),
