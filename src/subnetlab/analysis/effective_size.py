@@ -121,10 +121,8 @@ def per_seed_effective_size(
     if len(counts) != 1:
         raise SubnetlabError(f"per-seed effective size needs every level measured for the same seeds (got {sorted(counts)})")
     n = counts.pop()
-    sparsities = []
-    for i in range(n):
-        faithful = [lvl for lvl, accs in accuracies.items() if is_faithful(accs[i], model_accuracy, faithfulness, sides)]
-        sparsities.append(max(faithful, default=0.0))
+    sparsities = [effective_size({lvl: [accs[i]] for lvl, accs in accuracies.items()}, model_accuracy, faithfulness,
+                                 sides).sparsity for i in range(n)]  # each seed on its own: a mean of one
     sizes = [round(1.0 - s, 6) for s in sparsities]
     return {"sizes": sizes, "sparsities": sparsities, "mean_size": sum(sizes) / n}
 
