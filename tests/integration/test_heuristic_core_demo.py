@@ -8,11 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 from subnetlab.cli import main
 from subnetlab.experiments import get_reproduction, settings_for
 from subnetlab.io import read_json
+from subnetlab.runtime import torch_threads
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.integration
@@ -44,14 +44,10 @@ def smallest_demo() -> dict:
 def demo(tmp_path_factory) -> Path:
     """One smallest demo run, shared by the tests below (one thread: ~20-token inputs gain little
     from a second one, and lose much on a busy CI machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("heuristic-core") / "hc"
-    try:
+    with torch_threads(1):
         get_reproduction("heuristic-core").run(smallest_demo(), out)
         yield out
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_demo_writes_a_complete_report(demo):
@@ -78,12 +74,8 @@ def test_demo_writes_a_complete_report(demo):
 def test_rerun_resumes_without_recomputing(demo):
     text = (demo / "report.md").read_text(encoding="utf-8")
     stamps = {p: p.stat().st_mtime_ns for p in demo.rglob("metrics.json") if p.parent != demo}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         again = get_reproduction("heuristic-core").run(smallest_demo(), demo).read_text(encoding="utf-8")
-    finally:
-        torch.set_num_threads(threads)
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
     strip = lambda t: re.sub(r"wall time: .* on this machine", "", t)  # noqa: E731
     assert strip(again) == strip(text)
@@ -134,12 +126,8 @@ def test_demo_killed_mid_pruning_resumes_to_the_same_results(demo, tmp_path):
     run_study_killed("heuristic-core", smallest_demo(), resumed, "nli/prune/sparsity-0.50/seed-1/checkpoint.json")
     assert (resumed / "nli" / "prune" / "sparsity-0.50" / "seed-0" / "metrics.json").is_file()
     assert not (resumed / "nli" / "prune" / "sparsity-0.50" / "seed-1" / "metrics.json").exists()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         get_reproduction("heuristic-core").run(smallest_demo(), resumed)
-    finally:
-        torch.set_num_threads(threads)
     assert read_json(resumed / "nli" / "prune" / "sparsity-0.50" / "seed-1" / "metrics.json")["resumed_from"] == 4
     # timings.json: one record per invocation of the study
     assert assert_same_results(demo, resumed, skip_files={"timings.json"}) >= 30

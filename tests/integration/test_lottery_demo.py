@@ -10,6 +10,7 @@ import torch
 
 from subnetlab.experiments import get_reproduction, settings_for
 from subnetlab.io import read_json
+from subnetlab.runtime import torch_threads
 from subnetlab.subnetwork import Subnetwork
 
 pytestmark = pytest.mark.integration
@@ -33,13 +34,9 @@ def smallest() -> dict:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """One uninterrupted smallest run (one thread), shared by the tests below: (out, report text)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("lottery") / "lottery"
-    try:
+    with torch_threads(1):
         yield out, get_reproduction("lottery").run(smallest(), out).read_text()
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_lottery_demo_smallest_end_to_end(demo, tmp_path):
@@ -92,10 +89,6 @@ def test_demo_killed_mid_pruning_resumes_to_the_same_results(demo, tmp_path):
     run_study_killed("lottery", smallest(), resumed, "nli-synthetic/prune/importance-seed1/subnetwork.safetensors")
     assert (prune / "importance-seed0" / "metrics.json").is_file()
     assert not (prune / "importance-seed1" / "metrics.json").exists() and not (resumed / "metrics.json").exists()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         get_reproduction("lottery").run(smallest(), resumed)
-    finally:
-        torch.set_num_threads(threads)
     assert assert_same_results(demo[0], resumed) >= 20
