@@ -60,6 +60,7 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
     from subnetlab.methods.finetune.step import train_step
     from subnetlab.methods.hard_concrete.config import preset_config
     from subnetlab.methods.hard_concrete.data import PruningData
+    from subnetlab.methods.hard_concrete.objective import full_model_table
     from subnetlab.methods.hard_concrete.train import Pruner
     from subnetlab.methods.finetune.model import model_for_task
     from subnetlab.optim import make_optimizer
@@ -86,18 +87,19 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
     pruner = Pruner(model, adapter, data, config, means).__enter__()  # the teacher: one forward over every row
     eval_rate = (clock() - t0) / rows
     jobs: dict[str, float] = {}
+    in_jobs = hc.get("backend", "local") != "local"  # sweep jobs run with one thread each (executor cpus_per_job)
     try:
         gate = _median_time(pruner.step, steps, clock, budget=2.0)
-        if hc.get("backend", "local") != "local":  # sweep jobs run with one thread each (executor cpus_per_job)
+        if in_jobs:
             with torch_threads(1):
-                teacher = pruner.teacher
-                teacher._table = None  # the same forward pass again, at one thread
-                t0 = clock()
-                teacher.prepare()
-                jobs["minilm_job_eval_example"] = (clock() - t0) / rows
                 jobs["minilm_job_gate_step"] = _median_time(pruner.step, steps, clock, budget=2.0)
     finally:
         pruner.__exit__()
+    if in_jobs:  # the same forward pass over every row, at one thread
+        with torch_threads(1):
+            t0 = clock()
+            full_model_table(model, adapter, data, config.eval_batch_size)
+            jobs["minilm_job_eval_example"] = (clock() - t0) / rows
     model.train()
     opt = make_optimizer(model, "adamw", lr=float(ft.get("lr", 5e-5)), weight_decay=0.01, no_decay_1d=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
