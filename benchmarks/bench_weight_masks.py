@@ -110,6 +110,25 @@ def neurosurgeon_stepper(model: nn.Module, x: torch.Tensor, l0_lambda: float):
     return step, sum(p.numel() for p in params)
 
 
+def optimizer_ms(model: nn.Module, steps: int, fused: bool) -> float:
+    """Median ms of one AdamW step over mask scores shaped like ``model``'s masked matrices (random gradients),
+    with ``make_optimizer``'s fused kernel or without it: the part of a mask step the kernel changes."""
+    from subnetlab.optim import make_optimizer
+
+    g = torch.Generator().manual_seed(0)
+    scores = [nn.Parameter(torch.full(model.get_parameter(n).shape, -0.1)) for n in get_adapter(model).weight_matrices()]
+    for p in scores:
+        p.grad = torch.randn(p.shape, generator=g)
+    opt = make_optimizer(scores, "adamw", lr=1e-3, weight_decay=0.01, fused=fused)
+    opt.step()
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        opt.step()
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
 def plain_stepper(model: nn.Module, x: torch.Tensor):
     model.train()
     for p in model.parameters():
@@ -161,6 +180,7 @@ def main() -> None:
                     steppers[name]()
                 times[name].append((time.perf_counter() - started) / args.block)
         med = {k: 1000 * statistics.median(v) for k, v in times.items()}
+        med["adamw"], med["adamw fused"] = (optimizer_ms(base, args.steps, fused) for fused in (False, True))
         rows.append((layers, n_sub, med))
     header = f"{'layers':>6} {'masked':>10} {'plain ms':>9} {'subnetlab ms':>13} {'NeuroSurgeon ms':>16} " \
              f"{'subnetlab/plain':>16} {'subnetlab/NS':>13}"
@@ -171,6 +191,10 @@ def main() -> None:
         ratio_cell = f"{med['subnetlab'] / ns:.2f}" if ns else "-"
         print(f"{layers:>6} {n:>10,} {med['plain']:>9.1f} {med['subnetlab']:>13.1f} {ns_cell:>16} "
               f"{med['subnetlab'] / med['plain']:>16.2f} {ratio_cell:>13}")
+    print("AdamW step over the mask scores alone (ms; subnetlab uses the fused kernel):")
+    for layers, _, med in rows:
+        print(f"{layers:>6} layers: unfused {med['adamw']:.1f}, fused {med['adamw fused']:.1f} "
+              f"({med['adamw'] / med['adamw fused']:.1f}x)")
 
 if __name__ == "__main__":
     main()

@@ -70,7 +70,7 @@ CPU-seconds on the shared 2-core machine, and 81 runs would need about 23
 CPU-minutes. For the same reason (``make demo`` within 20 minutes) the demo runs
 Figure 3's controls only: ``subnetwork``, ``random-matched``, ``random-released``,
 ``scratch`` and ``full`` (45 runs); ``complement-matched``, ``empty-mask`` and the
-secondary ``reinit="all"`` table (36 more runs, 4 of the demo's 11 minutes) are
+secondary ``reinit="all"`` table (36 more transfer runs, against the demo's 45) are
 in the paper preset and one setting away.
 """
 
@@ -98,7 +98,7 @@ FIGURE_CONDITIONS = [name for name in CONDITIONS if name != "embeddings"]
 # the demo's: Figure 3's three controls (scratch, a random subnetwork, the whole model) with both readings of
 # "random" (k weights per matrix, the text; n - k, the released code). ``complement-matched`` (appendix B.2),
 # ``empty-mask`` (subnetlab's) and the secondary reinit="all" table are in the paper preset and one setting away
-# in the demo (conditions=[...], secondary_reinit=all); at 9 runs per condition they took 4 of its 11 minutes
+# in the demo (conditions=[...], secondary_reinit=all); at 9 runs per condition they made 36 of its 81 transfer runs
 DEMO_CONDITIONS = ["subnetwork", "random-matched", "random-released", "scratch", "full"]
 # run once more under ``secondary_reinit``: the conditions whose starting model depends on reinit
 SECONDARY_CONDITIONS = ["subnetwork", "random-matched", "random-released"]
