@@ -44,8 +44,8 @@ def make_optimizer(
     ``no_decay_1d`` splits a module's trainable parameters into a decayed group
     (matrices) and an undecayed one (biases, LayerNorm weights), in parameter order.
     ``fused``: torch's fused Adam(W) kernel where every parameter is a float32 CPU or CUDA tensor
-    (else the default): the same update in one pass over each tensor (4x faster on 2.4M mask scores, one CPU
-    thread), equal to the unfused one up to float rounding.
+    (else the default): the same update in one pass over each tensor, equal to the unfused one up to float
+    rounding (``benchmarks/bench_weight_masks.py`` prints both on the mask scores).
     """
     if name not in OPTIMIZERS:
         raise SubnetlabError(f"optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
