@@ -157,7 +157,7 @@ def test_directory_records_the_plan_and_loads_as_base_model_too(tmp_path, one_th
     m = tiny_model("bert", layers=3)
     sub = _subnetwork(m.adapter)
     result = export_subnetwork(m, sub, tmp_path / "small", _means(m, "bert"), source="tiny-bert")
-    assert {p.name for p in (tmp_path / "small").iterdir()} == {"config.json", "model.safetensors", PRUNING_FILE}
+    assert {p.name for p in (tmp_path / "small").iterdir()} == {"config.json", "subnetlab_model.safetensors", "README.md", PRUNING_FILE}
     assert [p.name for p in tmp_path.iterdir()] == ["small"]  # no temporary directory left behind
     plan = read_plan(tmp_path / "small")
     assert [len(layer.heads) for layer in plan.layers] == [1, 0, 3] and [l.mlp for l in plan.layers] == [True, False, True]

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.export.folding import check_values, head_biases, mlp_constants
-from subnetlab.export.save import FORMAT, PRUNING_FILE, write_directory
+from subnetlab.export.save import FORMAT, PRUNING_FILE, head_for, write_directory
 from subnetlab.export.slicing import LayerPlan, Plan, apply_plan
 from subnetlab.intervene.activations import ComponentValues
 from subnetlab.models.adapters import Adapter, head_name, mlp_name
@@ -33,9 +33,6 @@ from subnetlab.subnetwork.subnetwork import Subnetwork
 
 ZERO = "zero"
 
-# the model class a source was saved as -> the subnetlab head that rebuilds it
-HEAD_SUFFIXES = (("ForSequenceClassification", "classification"), ("ForCausalLM", "causal-lm"),
-                 ("LMHeadModel", "causal-lm"), ("ForImageClassification", "image-classification"))
 
 
 @dataclass(frozen=True)
@@ -75,15 +72,6 @@ class ExportResult:
     parameters: dict[str, int]
     notes: list[str]
     onnx: Path | None = None
-
-
-def head_for(model_class_names: list[str] | None) -> str:
-    """The ``load_model`` head that rebuilds a model saved as one of ``model_class_names``."""
-    for name in model_class_names or []:
-        for suffix, head in HEAD_SUFFIXES:
-            if name.endswith(suffix):
-                return head
-    return "base"
 
 
 def check_out(out: str | Path) -> Path:
@@ -284,9 +272,7 @@ def _ablation_for(settings: ExportSettings, subnetwork: Subnetwork) -> Component
 
 def export_files(settings: ExportSettings) -> ExportResult:
     """Export by names: check the output directory, the subnetwork and the ablation values, then the model."""
-    from transformers import AutoConfig
-
-    from subnetlab.models.loading import load_model, resolve
+    from subnetlab.models.loading import load_model, read_config, resolve
 
     out = check_out(settings.out)
     try:
@@ -298,7 +284,7 @@ def export_files(settings: ExportSettings) -> ExportResult:
     source = Path(resolve(settings.model)).expanduser()
     if (source / "config.json").is_file():
         try:
-            head = head_for(AutoConfig.from_pretrained(str(source)).architectures)
+            head = head_for(read_config(str(source)).architectures)
         except (OSError, ValueError):
             pass  # load_model names the fault
     loaded = load_model(settings.model, head=head)

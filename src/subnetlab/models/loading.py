@@ -84,6 +84,27 @@ def has_tokenizer_files(directory: Path) -> bool:
     return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
+def is_exported_directory(directory: Path) -> bool:
+    """Whether ``directory`` was written by ``subnetlab export`` (it has a pruning record)."""
+    return (directory / "subnetlab_pruning.json").is_file()
+
+
+def read_config(name_or_path: str) -> PretrainedConfig:
+    """A model's config: a local directory's or a hub id's, an exported directory's with its source's type.
+
+    An exported directory's ``config.json`` carries a ``model_type`` that only
+    subnetlab reads (so plain transformers refuses the directory);
+    ``subnetlab.export.save`` restores the source's. Raises ``OSError`` or
+    ``ValueError`` (``SubnetlabError``) as ``AutoConfig`` does.
+    """
+    local = Path(name_or_path).expanduser()
+    if local.is_dir() and is_exported_directory(local):
+        from subnetlab.export.save import exported_config
+
+        return exported_config(local)
+    return AutoConfig.from_pretrained(name_or_path)
+
+
 def load_model(
     name_or_path: str,
     head: Head = "base",
@@ -103,14 +124,14 @@ def load_model(
     if not local.exists() and (source.startswith((".", "/", "~")) or source.count("/") > 1):
         raise SubnetlabError(f"{name_or_path}: no such model directory")
     try:
-        config = AutoConfig.from_pretrained(str(local) if local.exists() else source)
+        config = read_config(str(local) if local.exists() else source)
     except (OSError, ValueError) as e:
         raise SubnetlabError(f"{name_or_path}: cannot load a model config ({str(e).splitlines()[0]})") from None
     if num_labels is not None and num_labels != getattr(config, "num_labels", None):
         config.num_labels = num_labels
     source = str(local) if local.exists() else source
     try:
-        if local.exists() and (local / "subnetlab_pruning.json").is_file():
+        if local.exists() and is_exported_directory(local):
             model = _load_exported(local, HEADS[head], config, attn_implementation, **kwargs)
         else:
             model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation, **kwargs)
@@ -123,7 +144,7 @@ def load_model(
     tokenizer = None
     if not local.exists() or has_tokenizer_files(local):
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source)
+            tokenizer = AutoTokenizer.from_pretrained(source, config=config)  # an export's config.json is not AutoConfig's
         except (OSError, ValueError, TypeError):
             tokenizer = None  # image models and task-specific tokenizers
     return LoadedModel(model, tokenizer, adapter, name_or_path)

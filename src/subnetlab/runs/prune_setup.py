@@ -110,6 +110,10 @@ def check_weight_files(source: Path) -> None:
     """A local checkpoint has weights, and a single ``model.safetensors`` has a readable header (not the data)."""
     from safetensors import SafetensorError, safe_open
 
+    from subnetlab.models.loading import is_exported_directory
+
+    if is_exported_directory(source):
+        return  # its weights have their own name; loading it checks them against its pruning record
     if not any((source / name).is_file() for name in WEIGHT_FILES):
         raise SubnetlabError(f"{source}: no weights (model.safetensors or pytorch_model.bin) beside config.json",
                              setting="model")
@@ -127,9 +131,8 @@ def check_checkpoint(name: str) -> None:
     """Cheap check before a sweep starts: a local checkpoint must be a supported architecture."""
     from pathlib import Path
 
-    from transformers import AutoConfig
-
     from subnetlab.models import FAMILIES, resolve
+    from subnetlab.models.loading import read_config
 
     source = Path(resolve(name)).expanduser()
     if not source.exists():
@@ -139,7 +142,7 @@ def check_checkpoint(name: str) -> None:
     if not (source / "config.json").is_file():
         raise SubnetlabError(f"{name}: not a Hugging Face model directory (no config.json)")
     try:
-        model_type = AutoConfig.from_pretrained(str(source)).model_type
+        model_type = read_config(str(source)).model_type
     except (OSError, ValueError, KeyError) as e:
         raise SubnetlabError(f"{source / 'config.json'}: cannot read the model config ({str(e).splitlines()[0]})") from None
     supported = sorted(t for spec in FAMILIES.values() if spec.has_components for t in spec.model_types)
@@ -154,11 +157,11 @@ def check_sweep_inputs(name: str, task: Task, jobs: list[PruneJobConfig]) -> Non
     weights, and every ``max_length`` must fit the model's positions (read from the
     checkpoint's config and tokenizer, not its weights).
     """
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from subnetlab.methods.model_fit import check_lengths_fit, position_limit
     from subnetlab.models import resolve
-    from subnetlab.models.loading import has_tokenizer_files
+    from subnetlab.models.loading import has_tokenizer_files, read_config
 
     if not task.train:
         raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)",
@@ -175,7 +178,7 @@ def check_sweep_inputs(name: str, task: Task, jobs: list[PruneJobConfig]) -> Non
         return  # a hub id: the jobs check it once loaded
     check_weight_files(source)
     try:
-        config = AutoConfig.from_pretrained(str(source))
+        config = read_config(str(source))
     except (OSError, ValueError, KeyError):
         return  # check_checkpoint reports an unreadable config
     limit = position_limit(config)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoConfig, GPT2Config
+from transformers import GPT2Config
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.methods.model_fit import check_model_fits_task, new_head_notice
 from subnetlab.models import LoadedModel, build_model, load_model, resolve
+from subnetlab.models.loading import read_config
 from subnetlab.progress import stage
 from subnetlab.tasks.base import Task
 
@@ -44,7 +45,7 @@ def _head_notice(spec: str, task: Task) -> str | None:
     if not (local / "config.json").is_file():
         return None
     try:
-        config = AutoConfig.from_pretrained(str(local))
+        config = read_config(str(local))
     except (OSError, ValueError):
         return None  # load_model reports unreadable configs
     return new_head_notice(config, task, spec)
