@@ -1,7 +1,13 @@
 """Progress reporting: a Rich bar on a terminal, one line per stage otherwise.
 
 Library code calls ``stage("pruning seed 0")`` and ``track(iterable, ...)``;
-it never prints by itself when stderr is not a terminal except the stage line.
+when stderr is not a terminal it prints nothing but stage lines: ``track``'s
+own, off a terminal, are one line per tenth of a loop that runs long (a line
+at most every ``LINE_SECONDS``), with the steps done and the time left, so a
+ten-minute fine-tuning in a log is never silent and a short evaluation loop
+adds no line. ``warning`` prints the one ``warning:`` line of a condition the
+user should know before a long run spends its time (a library message, in
+setting names).
 
 A long run made of several studies (``subnetlab demo``) shows one ``Board``:
 on a terminal a Rich display whose estimate of the time left is recomputed at
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -51,14 +58,45 @@ def listen(callback: Callable[[str], None]) -> Iterator[None]:
         _listeners.remove(callback)
 
 
-def track(iterable: Iterable[T], total: int | None = None, description: str = "") -> Iterator[T]:
-    """Iterate with a progress bar on a terminal; silently otherwise."""
-    if _quiet or not _interactive():
+LINE_SECONDS = 30.0  # off a terminal, a loop's progress lines are at least this far apart
+
+
+def warning(message: str) -> None:
+    """One ``warning: MESSAGE`` line on stderr (printed even when stage lines are quiet)."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def track(iterable: Iterable[T], total: int | None = None, description: str = "",
+          clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
+    """Iterate with a progress bar (and the time left) on a terminal; otherwise a stage line per tenth of a long loop.
+
+    ``clock`` is the time source of the lines' spacing and estimate (tests pass their own).
+    """
+    if _quiet:
         yield from iterable
+        return
+    if not _interactive():
+        yield from _lines(iterable, total, description, clock)
         return
     from rich.progress import track as rich_track
 
     yield from rich_track(iterable, total=total, description=description, console=None, transient=True)
+
+
+def _lines(iterable: Iterable[T], total: int | None, description: str, clock: Callable[[], float]) -> Iterator[T]:
+    """``iterable``, with a stage line when a new tenth of ``total`` is done and ``LINE_SECONDS`` have passed."""
+    start = last = clock()
+    tenth = 0
+    for done, item in enumerate(iterable, 1):
+        yield item
+        if not total or done >= total:
+            continue
+        now = clock()
+        if done * 10 // total <= tenth or now - last < LINE_SECONDS:
+            continue
+        tenth, last = done * 10 // total, now
+        left = (now - start) / done * (total - done)
+        stage(f"{description or 'working'}: {done}/{total} ({100 * done // total}%), {duration(left)}")
 
 
 @dataclass

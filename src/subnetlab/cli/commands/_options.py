@@ -18,6 +18,11 @@ SETTING_PARAMETERS = {
     "n_jobs": "jobs",  # run_jobs(n_jobs=...) is --jobs
 }
 
+# --preset of the commands that prune with hard-concrete gates (methods/hard_concrete/config.py's PRESETS)
+PRUNE_PRESET_HELP = ("paper (Appendix B: 9,300 steps x 4 batches of 32 per run; hours per run for BERT-base on a "
+                     "CPU), demo (the demo reproduction's: MiniLM on a 2-core CPU) or quick (your own small model "
+                     "on a CPU: 225-275 steps of 16 rows per run, minutes per sweep).")
+
 
 def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
     """Parse ``0-11``, ``0,3,5`` or ``0-2,7`` into a sorted list of distinct ints."""

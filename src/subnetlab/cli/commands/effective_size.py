@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import data_flag_options
+from subnetlab.cli.commands._options import PRUNE_PRESET_HELP, data_flag_options
 from subnetlab.executor import ExecutorOptions
 
 
@@ -22,7 +22,7 @@ def effective_size(
     on: str = typer.Option("ood", "--on", help="Evaluation data: id, ood or mixed (comma list for several; the first picks the heads)."),
     levels: str = typer.Option("0.05:0.70:0.05", "--levels", help="Sparsity levels: start:stop:step or a list."),
     every: int = typer.Option(1, "--every", help="Use every N-th checkpoint (the last is always used)."),
-    preset: str = typer.Option("paper", "--preset", help="Pruning preset: paper or demo."),
+    preset: str = typer.Option("paper", "--preset", help="Pruning preset: " + PRUNE_PRESET_HELP),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split [SPLIT:]FORMAT=FILE (repeatable)."),
     id_split: list[str] = typer.Option(["id"], "--id-split", help="In-domain split(s); the others are out-of-domain."),

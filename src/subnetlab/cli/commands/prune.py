@@ -19,7 +19,7 @@ import typer
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import data_flag_options, with_data_options
+from subnetlab.cli.commands._options import PRUNE_PRESET_HELP, data_flag_options, with_data_options
 from subnetlab.executor import ExecutorOptions
 
 
@@ -64,7 +64,7 @@ def prune(
     more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="Further targets (--sparsity 0.5 0.7)."),
     seeds: str = typer.Option("0-11", "--seeds", help="Seeds: 0-11, 0,3,5 or 0-2,7."),
     out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs and resumes killed ones."),
-    preset: str = typer.Option("paper", "--preset", help="paper (Appendix B's numbers) or demo (a 2-core CPU)."),
+    preset: str = typer.Option("paper", "--preset", help=PRUNE_PRESET_HELP),
     schedule: str = typer.Option("linear", "--schedule", help="linear (the paper's, one run per target) or staircase."),
     levels: str = typer.Option("0.05:0.70:0.05", "--levels", help="Staircase levels: start:stop:step or a list."),
     ablation: Optional[str] = typer.Option(None, "--ablation", help="mean (default), zero or resample."),
