@@ -2,10 +2,10 @@
 
 Library code calls ``stage("pruning seed 0")`` and ``track(iterable, ...)``;
 when stderr is not a terminal it prints nothing but stage lines: ``track``'s
-own, off a terminal, are one line per tenth of a loop that runs long (a line
-at most every ``LINE_SECONDS``), with the steps done and the time left, so a
-ten-minute fine-tuning in a log is never silent and a short evaluation loop
-adds no line. ``warning`` prints the one ``warning:`` line of a condition the
+own, off a terminal, are a first line ``LINE_SECONDS`` into a loop, then one
+per tenth of it (or every ten ``LINE_SECONDS`` when a tenth takes longer),
+with the steps done and the time left, so a ten-minute fine-tuning in a log
+is never silent and a short evaluation loop adds no line. ``warning`` prints the one ``warning:`` line of a condition the
 user should know before a long run spends its time (a library message, in
 setting names).
 
@@ -68,7 +68,7 @@ def warning(message: str) -> None:
 
 def track(iterable: Iterable[T], total: int | None = None, description: str = "",
           clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
-    """Iterate with a progress bar (and the time left) on a terminal; otherwise a stage line per tenth of a long loop.
+    """Iterate with a progress bar (and the time left) on a terminal; otherwise stage lines over a long loop.
 
     ``clock`` is the time source of the lines' spacing and estimate (tests pass their own).
     """
@@ -84,17 +84,18 @@ def track(iterable: Iterable[T], total: int | None = None, description: str = ""
 
 
 def _lines(iterable: Iterable[T], total: int | None, description: str, clock: Callable[[], float]) -> Iterator[T]:
-    """``iterable``, with a stage line when a new tenth of ``total`` is done and ``LINE_SECONDS`` have passed."""
+    """``iterable``, with a stage line (steps done, time left) ``LINE_SECONDS`` after it starts, then whenever a
+    new tenth of ``total`` is done, or ten times ``LINE_SECONDS`` passed without one (a tenth of hours)."""
     start = last = clock()
-    tenth = 0
+    tenth, printed = 0, False
     for done, item in enumerate(iterable, 1):
         yield item
         if not total or done >= total:
             continue
         now = clock()
-        if done * 10 // total <= tenth or now - last < LINE_SECONDS:
+        if now - last < LINE_SECONDS or (printed and done * 10 // total <= tenth and now - last < 10 * LINE_SECONDS):
             continue
-        tenth, last = done * 10 // total, now
+        tenth, last, printed = done * 10 // total, now, True
         left = (now - start) / done * (total - done)
         stage(f"{description or 'working'}: {done}/{total} ({100 * done // total}%), {duration(left)}")
 

@@ -31,7 +31,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.optim import make_optimizer
 from subnetlab.intervene import mask_weights
 from subnetlab.models.adapters import Adapter
-from subnetlab.progress import stage
+from subnetlab.progress import stage, track
 
 T = TypeVar("T")
 
@@ -242,7 +242,8 @@ class ContinuousSparsification:
         opt = self.optimizer(masks)
         try:
             with mask_weights(model, dict(masks)):
-                for epoch in range(self.epochs):
+                for epoch in track(range(self.epochs), total=self.epochs,
+                                   description=f"discovery lambda={self.l0_lambda:g}"):
                     beta = self.beta(epoch)
                     model.eval()  # the frozen model: dropout off (NeuroSurgeon's CircuitModel)
                     for m in masks.values():  # after model.eval(): the masks are submodules, and train

@@ -29,6 +29,7 @@ from torch.nn.utils import parametrize
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.optim import make_optimizer
+from subnetlab.progress import track
 from subnetlab.intervene import MaskedWeight
 from subnetlab.transfer.build import TransferModel, fresh_copy
 from subnetlab.transfer.data import LMSplit
@@ -134,7 +135,7 @@ def train_stacked(
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seeds[0]))
-        for epoch in range(settings.epochs):
+        for epoch in track(range(settings.epochs), total=settings.epochs, description="transfer training"):
             base.train()
             orders = [t.batches(settings.batch_size, g) for t, g in zip(trains, gens)]
             totals = torch.zeros(k)

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.optim import make_optimizer
+from subnetlab.progress import track
 from subnetlab.transfer.data import LMSplit
 
 
@@ -182,7 +183,7 @@ def train_model(
     acc = float("nan")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        for epoch in range(settings.epochs):
+        for epoch in track(range(settings.epochs), total=settings.epochs, description="transfer training"):
             model.train()
             total, steps = 0.0, 0
             for rows in train.batches(settings.batch_size, g):
