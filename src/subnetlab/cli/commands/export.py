@@ -27,7 +27,8 @@ def export(
     p = result.parameters
     heads = [len(layer.heads) for layer in result.plan.layers]
     mlps = sum(layer.mlp for layer in result.plan.layers)
-    print(f"written: {result.directory}")
+    print(f"written: {result.directory} (load it with subnetlab.load_model; plain transformers from_pretrained "
+          "refuses it: its per-layer shapes are not a transformers config)")
     print(f"parameters: {p['before']:,} -> {p['after']:,} ({p['after'] / p['before'] - 1:+.1%}); "
           f"removed heads {p['removed_heads']:,}, MLPs {p['removed_mlps']:,}; "
           f"kept shared key/value {p['kept_shared_kv']:,}; added biases {p['added_biases']:,}")
