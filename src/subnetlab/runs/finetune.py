@@ -133,10 +133,10 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     stage(describe_runtime(device, dtype))
     resume = latest_resumable(out)
     loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
-    fresh = None if resume else fresh_model_warning(loaded.model, cfg.lr, cfg.model)
-    if fresh is not None:
-        warning(fresh)
     check_lengths_fit(loaded.model, loaded.tokenizer, task, cfg.max_length, cfg.model)
+    fresh = None if resume else fresh_model_warning(loaded.model, cfg.lr, cfg.model)
+    if fresh is not None:  # after every check of the input: bad input stays one error line
+        warning(fresh)
     out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
     write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options,
                                      **runtime_record(device, dtype)})
