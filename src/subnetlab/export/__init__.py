@@ -11,7 +11,8 @@
 
 ``slicing.py`` removes heads and MLPs (per family, from the adapter's table),
 ``folding.py`` folds ablation values into biases, ``save.py`` writes and reads
-the directory (``model.safetensors``, ``config.json``, ``subnetlab_pruning.json``).
+the directory (``subnetlab_model.safetensors``, ``config.json``, ``subnetlab_pruning.json``),
+which plain transformers ``from_pretrained`` refuses (``save.py`` says why).
 """
 
 from subnetlab.export.api import (
