@@ -278,11 +278,16 @@ def head_types(
 
     from subnetlab.analysis.attention_norms import normed_attention
     from subnetlab.intervene import apply_gates
+    from subnetlab.methods.model_fit import family_kind
     from subnetlab.models.adapters import get_adapter
 
     if not pairs:
         raise SubnetlabError("attention pattern types need at least one sentence pair")
     adapter = get_adapter(model)
+    if family_kind(model) != "encoder":  # the types are defined on [CLS] A [SEP] B [SEP] maps of a bidirectional encoder
+        raise SubnetlabError(f"attention pattern types (Kovaleva et al.) are defined for encoder models such as BERT and "
+                             f"RoBERTa, whose maps span both sentences and their [CLS] / [SEP] tokens; this model is "
+                             f"{adapter.family}", setting="model")
     device = next(model.parameters()).device
     raw_sum = normed_sum = None
     L, H = adapter.num_layers, adapter.num_heads

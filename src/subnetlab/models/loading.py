@@ -84,6 +84,29 @@ def has_tokenizer_files(directory: Path) -> bool:
     return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def refuse_pickled_weights(directory: Path, name: str) -> None:
+    """Refuse a local model directory whose weights exist only as a pickle (``pytorch_model.bin``).
+
+    Unpickling can run any code the file names, so subnetlab never does it: it loads
+    ``.safetensors`` only (``use_safetensors=True``). A directory with both is loaded from
+    its safetensors; one with a pickle alone gets the one-line conversion to run in a
+    Python the user trusts.
+    """
+    if any((directory / f).is_file() for f in SAFE_WEIGHTS):
+        return
+    pickled = [f for f in PICKLED_WEIGHTS if (directory / f).is_file()]
+    if pickled:
+        raise SubnetlabError(
+            f"{name}: the weights are only in {pickled[0]}, a pickle, which subnetlab never loads (unpickling can run "
+            "code); if you trust the file, convert it once in Python: AutoModel.from_pretrained(DIR)"
+            ".save_pretrained(DIR, safe_serialization=True) (or the model's own class), then use DIR again",
+            setting="model")
+
+
 def load_model(
     name_or_path: str,
     head: Head = "base",
@@ -109,11 +132,14 @@ def load_model(
     if num_labels is not None and num_labels != getattr(config, "num_labels", None):
         config.num_labels = num_labels
     source = str(local) if local.exists() else source
+    if local.exists():
+        refuse_pickled_weights(local, name_or_path)
     try:
         if local.exists() and (local / "subnetlab_pruning.json").is_file():
             model = _load_exported(local, HEADS[head], config, attn_implementation, **kwargs)
         else:
-            model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation, **kwargs)
+            model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation,
+                                                use_safetensors=True, **kwargs)
     except SubnetlabError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:  # missing or damaged weights

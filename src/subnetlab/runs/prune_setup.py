@@ -26,6 +26,7 @@ from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.methods.hard_concrete.data import PruningData
 from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
+from subnetlab.models.loading import refuse_pickled_weights
 from subnetlab.tasks.base import Task
 from subnetlab.runs.job_config import JobConfig, require_positive
 from subnetlab.runtime import resolve_device
@@ -113,6 +114,7 @@ def check_weight_files(source: Path) -> None:
     if not any((source / name).is_file() for name in WEIGHT_FILES):
         raise SubnetlabError(f"{source}: no weights (model.safetensors or pytorch_model.bin) beside config.json",
                              setting="model")
+    refuse_pickled_weights(source, str(source))
     single = source / "model.safetensors"
     if single.is_file():
         try:

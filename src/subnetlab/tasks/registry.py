@@ -108,8 +108,8 @@ def _eval_dict(eval: PathLike | dict[str, PathLike] | None, default_split: str) 
 def _file_task(name: str, fmt: str, labels: list[str], train: PathLike | None, eval: Any, default_split: str, **options: Any) -> Task:
     splits = _eval_dict(eval, default_split)
     if train is None and not splits:
-        raise SubnetlabError(f"task {name} reads files: pass train=FILE and/or eval=FILE (task options)",
-                             setting="task_options")
+        raise SubnetlabError(f"task {name} reads its examples from data files and was given none (its options "
+                             "train=FILE and eval=FILE name them)", setting="task_data")
     train_examples = load_file(fmt, train, **options)[0] if train is not None else []
     eval_splits = {split: load_file(fmt, path, **options)[0] for split, path in splits.items()}
     recorded = dict(options, train=str(train) if train else None, eval={k: str(v) for k, v in splits.items()})

@@ -28,6 +28,10 @@ line 1; JSON lines: the line; other sources: the row from 1) and the column.
 
 from __future__ import annotations
 
+import csv
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +90,57 @@ def _read(path: Path) -> Any:
             raise SubnetlabError(f"{path}: unknown data format {path.suffix!r} (known: {', '.join(SUFFIX_BUILDERS)})",
                                  setting="task")
         extra = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-        return datasets.load_dataset(builder, data_files=str(path), split="train", **extra)
+        with _quiet_datasets():
+            return datasets.load_dataset(builder, data_files=str(path), split="train", **extra)
     except SubnetlabError:
         raise
     except Exception as e:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...)
         if "corresponds to no data" in str(e):
             raise SubnetlabError(f"{path}: no rows (a header only?)", setting="task") from None
+        fault = _csv_fault(path, "\t" if path.suffix.lower() == ".tsv" else ",") if builder == "csv" else None
+        if fault is not None:
+            raise SubnetlabError(f"{path}{fault}", setting="task") from None
         raise SubnetlabError(f"{path}: cannot read the data ({_first_line(e)})", setting="task") from None
+
+
+@contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """Silence ``datasets``' own log while it reads a user's file: a failure is reported once, by ``_read``.
+
+    Its CSV reader logs pandas' ``Failed to read file ... ParserError`` before raising an
+    error that has lost the row; the message subnetlab prints names the line instead.
+    """
+    import datasets
+
+    level = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(level)
+
+
+def _csv_fault(path: Path, delimiter: str) -> str | None:
+    """``":LINE: what is wrong"`` (to follow the path) for the first malformed row of a CSV / TSV file, or None if Python's reader finds none.
+
+    Read only after ``datasets`` refused the file, to say where: the line is the one where
+    the faulty row starts (the header is line 1), so an unterminated quote names the line
+    that opens it, not the end of the file where the reader gives up.
+    """
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f, delimiter=delimiter, strict=True)
+            while True:
+                start = reader.line_num + 1
+                try:
+                    next(reader)
+                except StopIteration:
+                    return None
+                except csv.Error as e:
+                    cause = "unterminated quoted field" if "unexpected end of data" in str(e) else str(e)
+                    return f":{start}: {cause}"
+    except UnicodeDecodeError as e:
+        return f": not UTF-8 text (byte {e.start}: {e.reason})"
 
 
 class _Source:

@@ -13,8 +13,10 @@ from subnetlab.errors import SubnetlabError
 
 # library setting name -> the command parameter that sets it, where the two names differ
 # (every other setting is set by the parameter of its own name: "batch_size" by --batch-size)
-SETTING_PARAMETERS = {
+# (a tuple: the first parameter the command has)
+SETTING_PARAMETERS: dict[str, str | tuple[str, ...]] = {
     "task_options": "task_option",  # the task's options, given one --task-option KEY=VALUE at a time
+    "task_data": ("data", "task_option"),  # a file task's data: --data where the command has it
     "n_jobs": "jobs",  # run_jobs(n_jobs=...) is --jobs
 }
 
@@ -182,9 +184,10 @@ def setting_flags(command: Any) -> dict[str, str]:
         longs = [opt for opt in param.opts if opt.startswith("--")]
         if param.param_type_name == "option" and longs and param.name:
             flags[param.name] = longs[0]
-    for setting, parameter in SETTING_PARAMETERS.items():
-        if parameter in flags:
-            flags.setdefault(setting, flags[parameter])
+    for setting, parameters in SETTING_PARAMETERS.items():
+        found = [p for p in ((parameters,) if isinstance(parameters, str) else parameters) if p in flags]
+        if found:
+            flags.setdefault(setting, flags[found[0]])
     return flags
 
 
