@@ -177,6 +177,35 @@ def _load_exported(directory: Path, model_class: Any, config: PretrainedConfig, 
     return load_exported(directory, model_class, config, attn_implementation, None if dtype == "auto" else dtype)
 
 
+def config_adapter(name_or_path: str) -> Adapter | None:
+    """The adapter of a local model built from its ``config.json`` alone, on PyTorch's meta device.
+
+    No weights are read and no memory is filled, so a subnetwork or means file can be
+    checked against the model (``Subnetwork.check``) before a command writes anything.
+    A decoder gets its causal-LM class and any other model its classifier: the head does
+    not change where the heads and MLPs live. None for a hub id, an exported directory
+    (its layers are sliced) or a config that cannot be read (loading the model names the fault).
+    """
+    import torch
+
+    from subnetlab.models.adapters import FAMILIES
+
+    local = Path(resolve(name_or_path)).expanduser()
+    if not (local / "config.json").is_file() or (local / "subnetlab_pruning.json").is_file():
+        return None
+    try:
+        config = AutoConfig.from_pretrained(str(local))
+    except (OSError, ValueError, KeyError):
+        return None
+    kind = next((s.kind for s in FAMILIES.values() if config.model_type in s.model_types), None)
+    if kind is None:
+        return None
+    head = {"decoder": "causal-lm", "vision": "image-classification"}.get(kind, "classification")
+    with torch.device("meta"):
+        model = HEADS[head].from_config(config)
+    return get_adapter(model)
+
+
 def build_model(
     config: PretrainedConfig,
     head: Head = "base",

@@ -137,6 +137,26 @@ class RetrainJobConfig(JobConfig):
         return FinetuneConfig.from_json(self.finetune)
 
 
+def check_retrain_subnetwork(model: str, path: str | os.PathLike) -> Subnetwork:
+    """The mask file of a re-fine-tuning run, checked before its run directory is written.
+
+    It must be a readable subnetwork file of 0/1 masks, found on the model's architecture
+    (compared with an adapter built from the model's config alone, without its weights).
+    """
+    from subnetlab.models.loading import config_adapter
+
+    if not Path(path).is_file():
+        raise SubnetlabError(f"{path}: no such subnetwork file", setting="subnetwork")
+    try:
+        sub = Subnetwork.load(path)
+        adapter = config_adapter(model)
+        if adapter is not None:
+            sub.check(adapter)
+    except SubnetlabError as e:
+        raise SubnetlabError(f"subnetwork: {e}", setting="subnetwork") from None
+    return sub
+
+
 @dataclass(frozen=True)
 class FinetuneJobConfig(JobConfig):
     """``finetune_job``'s config: the fine-tuning settings."""

@@ -114,6 +114,40 @@ def dtype_option() -> Any:
     return typer.Option(None, "--dtype", help=DTYPE_HELP)
 
 
+def check_max_length_option(model: str, max_length: int | None, parameter: str = "max_length") -> None:
+    """A ``--max-length`` typed on the command line must fit the model's positions; checked before any work.
+
+    Read from a local model's ``config.json`` (no weights loaded). Only a value the user
+    gave is checked this way: a default longer than a small model's positions (128 on a
+    16-position arithmetic GPT-2) is refused only when some input is that long, as before.
+    A hub id is checked once the command has loaded it.
+    """
+    import click
+    from click.core import ParameterSource
+
+    context = click.get_current_context(silent=True)
+    given = context is not None and context.get_parameter_source(parameter) in (ParameterSource.COMMANDLINE,
+                                                                                ParameterSource.ENVIRONMENT)
+    if max_length is None or not given:
+        return
+    from subnetlab.methods.model_fit import check_max_length
+    from subnetlab.models import resolve
+
+    try:
+        source = Path(resolve(model)).expanduser()
+    except SubnetlabError:
+        return  # the command names the missing alias's package
+    if not (source / "config.json").is_file():
+        return
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(source))
+    except (OSError, ValueError, KeyError):
+        return  # loading the model names the fault
+    check_max_length(config, max_length, model)
+
+
 def with_data_options(task: str, options: dict[str, Any], **given: Any) -> dict[str, Any]:
     """``options`` (from --task-option) with the data flags given added; a flag and a --task-option that
     disagree, or a data flag on a task that is not your own data, are refused."""

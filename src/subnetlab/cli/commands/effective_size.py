@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import data_flag_options
+from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options
 from subnetlab.executor import ExecutorOptions
 
 
@@ -37,6 +37,7 @@ def effective_size(
     warm_gates: bool = typer.Option(False, "--warm-gates/--no-warm-gates", help="With --warm-start: each checkpoint's "
                                     "gates start from the previous checkpoint's at the nearest measured level, with no "
                                     "first ramp (its subnetworks then inherit from the earlier checkpoint's)."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     data_flags: dict = None,
     executor: ExecutorOptions = None,
 ) -> None:
@@ -53,7 +54,9 @@ def effective_size(
     from subnetlab.experiments.heuristic_core.steps import default_subcases, effective_size_outputs
     from subnetlab.io import read_json
     from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.runtime import resolve_device
 
+    resolve_device(device)  # an unknown or absent device is refused before anything loads
     choices = [c.strip() for c in on.split(",") if c.strip()]
     bad = [c for c in choices if c not in ON_CHOICES]
     if bad or not choices:
@@ -88,7 +91,7 @@ def effective_size(
     from subnetlab.cli.commands._options import with_data_options
 
     options = with_data_options(task, parse_task_options(task_option, None, "eval"), **data_flags)
-    base = {"task": task, "task_options": options, "eval_data": list(eval_data), "splits": None}
+    base = {"task": task, "task_options": options, "eval_data": list(eval_data), "splits": None, "device": device}
     search = (SearchSettings(early_stop=early_stop, warm_start=warm_start, warm_gates=warm_gates)
               if early_stop or warm_start or warm_gates else None)
     dirs = None

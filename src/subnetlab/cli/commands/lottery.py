@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
+from subnetlab.cli.commands._options import DEVICE_HELP, check_max_length_option, data_flag_options, dtype_option
 
 
 def run_one(fn: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -77,6 +77,7 @@ def lottery_prune(
         importance_batch_size=importance_batch_size, stop_metric=stop_metric, control_scope=control_scope,
         bad_fill=bad_fill,
     )
+    check_max_length_option(model, max_length)
     metrics = run_one("subnetlab.runs.lottery:prune_job", config, out)
     print(f"full model ({metrics.get('metric_name', 'accuracy')}): {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
           f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")
@@ -110,11 +111,11 @@ def lottery_retrain(
     """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.errors import SubnetlabError
     from subnetlab.methods.finetune.config import resolve_config
+    from subnetlab.runs.lottery import check_retrain_subnetwork
 
-    if not subnetwork.is_file():
-        raise SubnetlabError(f"{subnetwork}: no such subnetwork file")
+    check_retrain_subnetwork(model, subnetwork)  # readable and of this architecture, before --out is written
+    check_max_length_option(model, max_length)
     cfg = resolve_config(
         preset, model=model, task=task,
         task_options=with_data_options(task, parse_task_options(task_option, data, "train"), **data_flags),
@@ -180,6 +181,7 @@ def lottery_patterns(
 
     if counting not in COUNTINGS:
         raise SubnetlabError(f"--counting {counting!r}: choose one of {', '.join(COUNTINGS)}")
+    check_max_length_option(model, max_length)
     sub = None
     if subnetwork is not None:
         sub = Subnetwork.load(subnetwork)
