@@ -141,8 +141,8 @@ class Subnetwork:
     def check(self, adapter: Adapter) -> None:
         """Refuse a model whose architecture or masked parameter shapes differ."""
         if self.architecture and self.architecture != adapter.family:  # before the names: they are another family's
-            raise SubnetlabError(f"subnetwork was found on a {self.architecture} model, and this model is a "
-                                 f"{adapter.family} model: it was found on a different architecture")
+            raise SubnetlabError(f"subnetwork was found on a different architecture: a {self.architecture} model, "
+                                 f"and this model is a {adapter.family} model")
         names = None if self.kind == "structured" else sorted(self.weights)
         try:
             expected = adapter.fingerprint(names)

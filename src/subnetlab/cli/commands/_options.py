@@ -122,10 +122,10 @@ def check_max_length_option(model: str, max_length: int | None, parameter: str =
     16-position arithmetic GPT-2) is refused only when some input is that long, as before.
     A hub id is checked once the command has loaded it.
     """
-    import click
-    from click.core import ParameterSource
+    from typer._click.core import ParameterSource  # typer 0.2x vendors click: its context, not click's
+    from typer._click.globals import get_current_context
 
-    context = click.get_current_context(silent=True)
+    context = get_current_context(silent=True)
     given = context is not None and context.get_parameter_source(parameter) in (ParameterSource.COMMANDLINE,
                                                                                 ParameterSource.ENVIRONMENT)
     if max_length is None or not given:
