@@ -1,11 +1,13 @@
 """Paper reproductions, one module each, run by `subnetlab reproduce NAME` with a preset (demo or paper).
 
 A reproduction module defines ``NAME`` (the CLI name), ``PRESETS`` (preset name
--> dict of settings, JSON-serialisable; a ``--set`` value must have the type of
-the preset's value, or of another preset's where this one holds None, or the type
-the optional ``SETTING_TYPES`` declares for settings every preset leaves None) and ``run(settings: dict, out: Path) ->
+-> dict of settings, JSON-serialisable) and ``run(settings: dict, out: Path) ->
 Path`` which writes the run directory (``config.json``, ``metrics.json``,
 ``report.md`` and artefacts) and returns the report's path. Reruns resume.
+
+An overriding value must have the type of the preset's value, or of another
+preset's where this one holds None, or the type the module's optional
+``SETTING_TYPES`` declares for settings that every preset leaves None.
 """
 
 from __future__ import annotations

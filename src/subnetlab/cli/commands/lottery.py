@@ -114,8 +114,6 @@ def lottery_retrain(
     from subnetlab.methods.finetune.config import resolve_config
     from subnetlab.runs.lottery import check_retrain_subnetwork
 
-    check_retrain_subnetwork(model, subnetwork)  # readable and of this architecture, before --out is written
-    check_max_length_option(model, max_length)
     cfg = resolve_config(
         preset, model=model, task=task,
         task_options=with_data_options(task, parse_task_options(task_option, data, "train"), **data_flags),
@@ -124,6 +122,8 @@ def lottery_retrain(
         seed=seed, device=device, dtype=dtype,
     )
     forward_dtype(cfg.dtype, cfg.device)  # float16 on the CPU: refused before the job
+    check_retrain_subnetwork(model, subnetwork)  # readable and of this architecture, before --out is written
+    check_max_length_option(model, max_length)
     config = {"finetune": cfg.to_json(), "subnetwork": str(subnetwork.resolve()), "save_model": save_model}
     metrics = run_one("subnetlab.runs.lottery:retrain_job", config, out)
     sub = metrics["subnetwork"]
