@@ -269,9 +269,9 @@ def check_types_defined(model: torch.nn.Module) -> None:
 
     if family_kind(model) != "encoder":
         model_type = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-        raise SubnetlabError(f"attention pattern types (Kovaleva et al.) are defined for encoder models such as BERT and "
-                             f"RoBERTa, whose maps span both sentences and their [CLS] / [SEP] tokens; this model is "
-                             f"{model_type}", setting="model")
+        raise SubnetlabError(f"attention pattern types (Kovaleva et al.) are defined for encoder models such as BERT "
+                             "and RoBERTa, whose maps span both sentences and their [CLS] / [SEP] tokens; this model "
+                             f"is {model_type}", setting="model")
 
 
 def head_types(
@@ -329,5 +329,5 @@ def head_types(
     return HeadTypes(raw_sum / n, normed_sum / n, n, thresholds, counts, measured)
 
 
-__all__ = ["COUNTINGS", "TYPES", "FEATURES", "Thresholds", "HeadTypes", "map_features", "classify_features", "classify_map", "check_types_defined",
-           "head_types", "vertical_keys", "row_normalize", "attention_maps"]
+__all__ = ["COUNTINGS", "TYPES", "FEATURES", "Thresholds", "HeadTypes", "map_features", "classify_features", "classify_map",
+           "check_types_defined", "head_types", "vertical_keys", "row_normalize", "attention_maps"]

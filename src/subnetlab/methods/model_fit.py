@@ -190,5 +190,5 @@ def check_lengths_fit(model: Any, tokenizer: Any, task: Task, max_length: int, m
                 setting="max_length")
 
 
-__all__ = ["check_head_fits_task", "check_lengths_fit", "check_max_length", "check_model_fits_task", "family_kind", "head_fits", "head_outputs",
-           "new_head_notice", "position_limit", "vocabulary_size"]
+__all__ = ["check_head_fits_task", "check_lengths_fit", "check_max_length", "check_model_fits_task", "family_kind",
+           "head_fits", "head_outputs", "new_head_notice", "position_limit", "vocabulary_size"]

@@ -107,9 +107,6 @@ def refuse_pickled_weights(directory: Path, name: str) -> None:
             setting="model")
 
 
-EXPORT_RECORD = "subnetlab_pruning.json"  # written by subnetlab.export (its PRUNING_FILE)
-
-
 def refuse_exported(name_or_path: str, purpose: str) -> None:
     """Refuse a model written by ``subnetlab export`` where the full model it came from is needed.
 
@@ -117,17 +114,16 @@ def refuse_exported(name_or_path: str, purpose: str) -> None:
     config says), so it can be evaluated and used, but not gated, pruned or exported
     again: the gates and slices are sized from the config. The message names the source.
     """
-    local = Path(resolve(name_or_path)).expanduser()
-    record_path = local / EXPORT_RECORD
-    if not record_path.is_file():
-        return
-    import json
+    from subnetlab.export.save import PRUNING_FILE, is_exported, read_record  # only exported directories need it
 
+    local = Path(resolve(name_or_path)).expanduser()
+    if not is_exported(local):
+        return
     try:
-        source = json.loads(record_path.read_text(encoding="utf-8")).get("source", {}).get("model")
-    except (OSError, ValueError, AttributeError):
+        source = read_record(local).get("source", {}).get("model")
+    except (SubnetlabError, AttributeError):
         source = None
-    raise SubnetlabError(f"{name_or_path} is a model exported by subnetlab ({EXPORT_RECORD}): its layers keep only a "
+    raise SubnetlabError(f"{name_or_path} is a model exported by subnetlab ({PRUNING_FILE}): its layers keep only a "
                          f"subnetwork's heads and MLPs; {purpose} needs the full model it came from"
                          + (f" ({source})" if source else ""), setting="model")
 
@@ -160,7 +156,7 @@ def load_model(
     if local.exists():
         refuse_pickled_weights(local, name_or_path)
     try:
-        if local.exists() and (local / EXPORT_RECORD).is_file():
+        if local.exists() and (local / "subnetlab_pruning.json").is_file():
             model = _load_exported(local, HEADS[head], config, attn_implementation, **kwargs)
         else:
             model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation,
@@ -213,10 +209,11 @@ def config_adapter(name_or_path: str) -> Adapter | None:
     """
     import torch
 
+    from subnetlab.export.save import is_exported
     from subnetlab.models.adapters import FAMILIES
 
     local = Path(resolve(name_or_path)).expanduser()
-    if not (local / "config.json").is_file() or (local / EXPORT_RECORD).is_file():
+    if not (local / "config.json").is_file() or is_exported(local):
         return None
     try:
         config = AutoConfig.from_pretrained(str(local))

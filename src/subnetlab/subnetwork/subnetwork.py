@@ -235,7 +235,8 @@ def _target_sparsity(path: str | Path, text: str | None) -> float | None:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 <= value <= 1):
-        raise SubnetlabError(f"{path}: metadata target_sparsity={text!r} is not a number in [0, 1]; the file is damaged")
+        raise SubnetlabError(f"{path}: metadata target_sparsity={text!r} is not a number in [0, 1]; "
+                             "the file is damaged")
     return value
 
 

@@ -121,7 +121,8 @@ def _quiet_datasets() -> Iterator[None]:
 
 
 def _csv_fault(path: Path, delimiter: str) -> str | None:
-    """``":LINE: what is wrong"`` (to follow the path) for the first malformed row of a CSV / TSV file, or None if Python's reader finds none.
+    """``":LINE: what is wrong"`` (to follow the path) for the first malformed row of a CSV / TSV file; None when
+    Python's reader finds none.
 
     Read only after ``datasets`` refused the file, to say where: the line is the one where
     the faulty row starts (the header is line 1), so an unterminated quote names the line
