@@ -102,8 +102,9 @@ def files(tmp_path_factory) -> dict[str, str]:
     for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
         if (root / "bert" / name).is_file():
             shutil.copy(root / "bert" / name, pickled / name)
-    (pickled / "pytorch_model.bin").write_bytes(b"cposix\nsystem\n(S'echo unpickled > /dev/null'\ntR.")
-    paths["pickled"] = str(pickled)
+    command = f"touch {root / 'unpickled'}".encode()  # what the pickle runs if anything ever unpickles it
+    (pickled / "pytorch_model.bin").write_bytes(b"cposix\nsystem\n(S'" + command + b"'\ntR.")
+    paths["pickled"], paths["unpickled"] = str(pickled), str(root / "unpickled")
     from subnetlab.export import export_subnetwork
     from subnetlab.models import load_model
 
@@ -411,6 +412,19 @@ def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert fragment in lines[0], lines[0]
     assert {p: _listing(p) for p in before} == before, "the command wrote under --out"
+
+
+def test_pickled_weights_are_refused_without_being_unpickled(files, tmp_path, capsys) -> None:
+    """Neither the refusal nor loading a directory that holds both formats runs the pickle's command."""
+    from subnetlab.models import load_model
+
+    line = _one_error_line(["inspect", "--model", files["pickled"]], capsys)
+    assert "the weights are only in pytorch_model.bin" in line, line
+    both = tmp_path / "both"
+    shutil.copytree(files["bert"], both)
+    shutil.copy(Path(files["pickled"]) / "pytorch_model.bin", both / "pytorch_model.bin")
+    assert load_model(str(both), head="classification").adapter.num_layers == 2  # from model.safetensors
+    assert not Path(files["unpickled"]).exists()
 
 
 def test_the_table_covers_every_command_and_enough_cases() -> None:
