@@ -74,11 +74,14 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
     from subnetlab.methods.evaluate import evaluate, subnetwork_context
     from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
     from subnetlab.models import load_model
+    from subnetlab.models.loading import refuse_exported
     from subnetlab.progress import stage
     from subnetlab.runtime import autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 
     device = resolve_device(job.device)
     dtype = resolve_dtype(job.dtype, device)
+    if job.subnetwork is not None:
+        refuse_exported(job.model, "applying a subnetwork")  # its gates are sized for the full model
     stage(describe_runtime(device, dtype))
     task = job.task.build()
     loaded = load_model(job.model, head="causal-lm" if task.kind == "lm" else "classification")

@@ -46,6 +46,7 @@ from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
+from subnetlab.models.loading import refuse_exported
 from subnetlab.progress import stage
 from subnetlab.runs.directory import record_runtime
 from subnetlab.runs.job_config import JobConfig, optional
@@ -117,8 +118,13 @@ class LotteryPruneJobConfig(JobConfig):
 
 
 def prune_config(**given: Any) -> dict[str, Any]:
-    """A complete, validated pruning config as ``config.json`` holds it (None means: the default)."""
-    return LotteryPruneJobConfig.from_dict({k: v for k, v in given.items() if v is not None}).to_dict()
+    """A complete, validated pruning config as ``config.json`` holds it (None means: the default).
+
+    An exported (sliced) model is refused here, before the run directory is written.
+    """
+    config = LotteryPruneJobConfig.from_dict({k: v for k, v in given.items() if v is not None}).to_dict()
+    refuse_exported(config["model"], "lottery pruning")
+    return config
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,7 @@ def check_retrain_subnetwork(model: str, path: str | os.PathLike) -> Subnetwork:
     """
     from subnetlab.models.loading import config_adapter
 
+    refuse_exported(model, "re-fine-tuning with a subnetwork's masks")
     if not Path(path).is_file():
         raise SubnetlabError(f"{path}: no such subnetwork file", setting="subnetwork")
     try:
