@@ -503,7 +503,7 @@ def test_export_on_a_full_disk_is_one_error_line_and_leaves_nothing(files, tmp_p
     out = tmp_path / "small"
     line = _one_error_line(["export", "--model", files["bert"], "--subnetwork", files["sub"], "--ablation", "zero",
                             "--out", str(out)], capsys)
-    assert "cannot write (No space left on device); free some space and rerun" in line, line
+    assert f"{out}/model.safetensors: cannot write (No space left on device); free some space and rerun" in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no --out, no temporary beside it
 
 

@@ -151,6 +151,8 @@ def write_directory(out: Path, model: nn.Module, record: dict[str, Any], tokeniz
         os.replace(tmp, out)
     except WRITE_ERRORS as e:  # a writer (tokenizer, ONNX, safetensors) on a full disk: an error naming the export
         raise write_failed(out, e) from None
+    except SubnetlabError as e:  # subnetlab's own atomic writes name the temporary directory, which goes away
+        raise SubnetlabError(str(e).replace(str(tmp), str(out)), setting=e.setting) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
