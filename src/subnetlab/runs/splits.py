@@ -23,7 +23,7 @@ from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec
-from subnetlab.tasks.splits import SETTINGS, SplitManifest, content_hash
+from subnetlab.tasks.splits import DEFAULTS, SETTINGS, SplitManifest, content_hash
 
 SPLITS_FILE = "splits.json"
 OWN_DATA = ("file:", "hub:")
@@ -99,9 +99,10 @@ def inherit_split_settings(task: str, options: Mapping[str, Any], earlier: list[
             continue
         digest = digest or content_hash(Path(path).expanduser())
         if run.manifest.sha256 == digest:
-            for key in SETTINGS:
-                if key not in out and run.manifest.settings.get(key) is not None:
-                    out[key] = run.manifest.settings[key]
+            for key in SETTINGS:  # only what differs from the default: configs stay as the user wrote them
+                value = run.manifest.settings.get(key)
+                if key not in out and value is not None and value != DEFAULTS[key]:
+                    out[key] = value
     return out
 
 

@@ -7,10 +7,11 @@ row that an earlier command on the same data trained on. The split is a function
 three split settings only: ``eval_fraction`` and ``test_fraction`` (shares of all the rows) and
 ``split_seed``. A command's own seed varies training order and initialisation, never the split.
 
-Without a held-out source, one permutation drawn from ``split_seed`` gives the evaluation rows (its first
-``round(eval_fraction * N)``), then the test rows (the next ``round(test_fraction * N)``), and the rest
-train. With a held-out source (a file or a split of held-out rows) all of it is the evaluation split and
-the test rows are still drawn from the training rows. ``test_fraction`` 0 carves no test split.
+One permutation of the ``N`` rows drawn from ``split_seed`` gives the test rows (its first
+``round(test_fraction * N)``, at least one), then the evaluation rows (the next ``round(eval_fraction * N)``),
+and the rest train. With a held-out source (a file, or a split of held-out rows) all of that source is the
+evaluation split and the same test rows are still held out of the training rows. ``test_fraction`` 0
+carves no test split.
 
 ``SplitManifest`` records the outcome (row indices, counted from 0 in the order of the data); runs save
 it as ``splits.json`` next to their config, and a later command given a run's model compares against it
@@ -88,8 +89,9 @@ class SplitManifest:
         order = torch.randperm(rows, generator=torch.Generator().manual_seed(split_seed)).tolist()
         settings = {"eval_fraction": None if eval_source is not None else eval_fraction,
                     "test_fraction": test_fraction, "split_seed": split_seed}
-        return cls(data, sha256, rows, settings, tuple(sorted(order[n_eval + n_test:])), tuple(sorted(order[:n_eval])),
-                   tuple(sorted(order[n_eval:n_eval + n_test])), eval_source)
+        test, held = order[:n_test], order[n_test:n_test + n_eval]  # test first: the same rows with or without a held-out file
+        return cls(data, sha256, rows, settings, tuple(sorted(order[n_test + n_eval:])), tuple(sorted(held)),
+                   tuple(sorted(test)), eval_source)
 
     @property
     def held_out(self) -> frozenset[int]:
