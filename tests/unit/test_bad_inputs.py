@@ -293,6 +293,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("transfer-disambiguation-on-own-data", ["transfer", "--model", "{gpt2}", "--task", "file:{twocsv}", "--answer-column",
                                              "label", "--condition", "scratch", "--disambiguation", "0,10"],
      "--disambiguation: task file:"),
+    # one split per data file (issue 26)
+    ("evaluate-test-fraction-out-of-range", ["evaluate", "--model", "{bert}", "--task", "file:{twocsv}", "--task-option",
+                                             "test_fraction=1.5"], "--task-option: test_fraction 1.5 is outside [0, 1)"),
+    ("evaluate-split-seed-not-integer", ["evaluate", "--model", "{bert}", "--task", "file:{twocsv}", "--task-option",
+                                         "split_seed=abc"], "split_seed"),
 ]
 
 
