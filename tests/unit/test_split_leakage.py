@@ -123,6 +123,15 @@ def test_a_split_that_puts_fine_tuning_rows_into_evaluation_is_refused(tiny, tmp
     assert f"were training rows of fine-tuning run {tmp_path / 'ft'}" in err and "split_seed=0" in err
     assert not (tmp_path / "disc").exists()
 
+    moved = ["--task-option", "split_seed=1"]
+    for command in (["prune", "--model", tmp_path / "ft" / "model", "--sparsity", "0.5", "--seeds", "0"],
+                    ["ablate", "--model", tmp_path / "ft" / "model", "--heads", "L0.H0", "--id-split", "eval"],
+                    ["effective-size", "--checkpoints", tmp_path / "ft", "--id-split", "eval", "--on", "id"],
+                    ["lottery-prune", "--model", tmp_path / "ft" / "model", "--method", "importance"]):
+        code, err = _cli(capsys, *command, *_task(data)[:-2], *moved, "--out", tmp_path / "o")
+        assert code == 2 and "were training rows of fine-tuning run" in _error(err), (command[0], err)
+        assert not (tmp_path / "o").exists()
+
     other = _jsonl(tmp_path / "other.jsonl", [(q.replace("plus", "minus"), a) for q, a in ROWS[:60]] + ROWS[:20])
     code, err = _cli(capsys, "evaluate", "--model", tmp_path / "ft" / "model", *_task(other), "--out", tmp_path / "ev")
     assert code == 2 and f"{other}: " in _error(err) and "were training rows of fine-tuning run" in err

@@ -155,6 +155,13 @@ def check_held_out(task: Task, earlier: list[EarlierRun]) -> None:
               f"{run.what} {run.run}")
 
 
+def held_out_options(model: str | Path | None, task: str, options: Mapping[str, Any],
+                     subnetwork: str | Path | None = None) -> dict[str, Any]:
+    """``options`` with the split settings of the runs that made ``model`` / ``subnetwork`` on the same data file
+    where not given (``inherit_split_settings``); for a command that puts them into its jobs' configs."""
+    return inherit_split_settings(task, options, earlier_runs(model, subnetwork))
+
+
 def held_out_task(spec: TaskSpec, model: str | Path | None = None, subnetwork: str | Path | None = None) -> Task:
     """``spec``'s task built with the split settings of the runs that made ``model`` / ``subnetwork`` on the same
     data (unless given), and refused if its held-out rows were their training rows."""
@@ -165,5 +172,5 @@ def held_out_task(spec: TaskSpec, model: str | Path | None = None, subnetwork: s
     return task
 
 
-__all__ = ["EarlierRun", "SPLITS_FILE", "check_held_out", "earlier_runs", "held_out_task", "inherit_split_settings",
-           "save_splits"]
+__all__ = ["EarlierRun", "SPLITS_FILE", "check_held_out", "earlier_runs", "held_out_options", "held_out_task",
+           "inherit_split_settings", "save_splits"]

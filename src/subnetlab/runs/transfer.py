@@ -28,7 +28,7 @@ from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.progress import stage
 from subnetlab.runs.directory import record_runtime
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
-from subnetlab.runs.splits import check_held_out, earlier_runs, inherit_split_settings, save_splits
+from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options, save_splits
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec
@@ -51,9 +51,7 @@ def lm_task_options(model: str, task_name: str, options: dict[str, Any], subnetw
     """``options`` with, for your own data, the split settings of the runs that made ``model`` (fine-tuning) and
     ``subnetwork`` (discovery) on the same data where not given, so discovery and transfer hold out the rows
     those runs held out (``runs.splits``)."""
-    if not own_data(task_name):
-        return dict(options)
-    return inherit_split_settings(task_name, options, earlier_runs(model, subnetwork))
+    return held_out_options(model, task_name, options, subnetwork) if own_data(task_name) else dict(options)
 
 
 def task_options_for(task_name: str, options: dict[str, Any], seed: int) -> dict[str, Any]:

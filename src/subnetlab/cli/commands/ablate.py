@@ -42,7 +42,7 @@ def ablate(
     from subnetlab.errors import SubnetlabError
     from subnetlab.runs.prune_setup import load_pruning_model
 
-    t = task_from_flags(task, data, eval_data, task_option, **data_flags)
+    t = task_from_flags(task, data, eval_data, task_option, model=model, **data_flags)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
