@@ -385,6 +385,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("ablate-device", ["ablate", "--model", "{bert}", *NLI, "--heads", "L0.H0", "--device", "tpu"], "'tpu'"),
     ("attention-device", ["attention", "--model", "{bert}", "--data", "task:nli-synthetic", "--device", "tpu"], "'tpu'"),
     ("effective-size-device", [*EFFECTIVE, "--device", "tpu"], "'tpu'"),
+    # one split per data file (issue 26)
+    ("evaluate-test-fraction-out-of-range", ["evaluate", "--model", "{bert}", "--task", "file:{twocsv}", "--task-option",
+                                             "test_fraction=1.5"], "--task-option: test_fraction 1.5 is outside [0, 1)"),
+    ("evaluate-split-seed-not-integer", ["evaluate", "--model", "{bert}", "--task", "file:{twocsv}", "--task-option",
+                                         "split_seed=abc"], "split_seed"),
 ]
 
 

@@ -41,6 +41,7 @@ from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
 from subnetlab.methods.finetune.state import OPTIMIZER_FILE, checkpoint_dirs
 from subnetlab.runs.finetune import finetune_task, finetune
+from subnetlab.runs.splits import save_splits
 from subnetlab.methods.lottery.retrain import train_masked
 from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
@@ -317,6 +318,7 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
     record_runtime(out, runtime_record(device, dtype))  # where it ran: not compared when the run resumes
     model = loaded.model.to(device)
     sub.save(out / "subnetwork.safetensors")
+    save_splits(out, task)  # your own data: the rows it trains on, which later commands never evaluate on
     control = sub.extra.get("control", "good")
     stage(f"re-fine-tuning {cfg.model} with the {control} {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
     with autocast(device, dtype):  # as fine-tuning: forward passes in the run's precision, weights float32

@@ -47,7 +47,7 @@ def ablate(
 
     runs_on = resolve_device(device)  # an unknown or absent device is refused before anything loads
     check_max_length_option(model, max_length)
-    t = task_from_flags(task, data, eval_data, task_option, **data_flags)
+    t = task_from_flags(task, data, eval_data, task_option, model=model, **data_flags)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")

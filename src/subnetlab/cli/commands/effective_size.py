@@ -71,7 +71,7 @@ def effective_size(
     overrides = _parse_pairs(set_, "--set")
     check_overrides(overrides, preset, level_list)
     found = find_checkpoints(checkpoints, every)
-    t = task_from_flags(task, None, eval_data, task_option, **data_flags)
+    t = task_from_flags(task, None, eval_data, task_option, model=str(checkpoints), **data_flags)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
@@ -89,8 +89,10 @@ def effective_size(
                                                                       else "; they have no subcases (use all)"))
     core_heads = read_json(core / "metrics.json").get("core") if core is not None else None
     from subnetlab.cli.commands._options import with_data_options
+    from subnetlab.runs.splits import held_out_options
 
     options = with_data_options(task, parse_task_options(task_option, None, "eval"), **data_flags)
+    options = held_out_options(str(checkpoints), task, options)  # your own data: the split of the fine-tuning run
     base = {"task": task, "task_options": options, "eval_data": list(eval_data), "splits": None, "device": device}
     search = (SearchSettings(early_stop=early_stop, warm_start=warm_start, warm_gates=warm_gates)
               if early_stop or warm_start or warm_gates else None)

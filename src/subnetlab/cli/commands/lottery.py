@@ -67,10 +67,16 @@ def lottery_prune(
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.runs.lottery import prune_config
+    from subnetlab.runs.splits import held_out_options, held_out_task
+    from subnetlab.tasks.spec import TaskSpec
 
+    options = held_out_options(model, task, with_data_options(task, parse_task_options(task_option, data, "eval"),
+                                                              **data_flags))  # your own data: its fine-tuning's split
+    if task.startswith(("file:", "hub:")):
+        held_out_task(TaskSpec(task, options, tuple(eval_data)), model)  # its training rows are never evaluation rows
     config = prune_config(
         model=model, task=task, method=method,
-        task_options=with_data_options(task, parse_task_options(task_option, data, "eval"), **data_flags),
+        task_options=options,
         eval_data=list(eval_data), split=split, eval_limit=eval_limit, importance_limit=importance_limit,
         batch_size=batch_size, max_length=max_length, threshold=threshold, fraction=fraction, max_steps=max_steps,
         criterion=criterion, refine=refine, control_seed=control_seed, device=device, dtype=forward_dtype(dtype, device),
