@@ -89,7 +89,7 @@ def test_the_pages_classifier_commands_run_verbatim(tmp_path, family):
     log = _run_blocks(tmp_path, blocks)
     runs = tmp_path / "runs"
     metrics = json.loads((runs / "ft" / "metrics.json").read_text())
-    assert set(metrics["final"]) == {"eval"} and metrics["train_examples"] == 54  # 6 of 60 rows held out
+    assert set(metrics["final"]) == {"eval", "test"} and metrics["train_examples"] == 48  # 6 + 6 of 60 rows held out
     assert metrics["final"]["eval"]["accuracy"] == 1.0  # --lr 1e-3 trains the never-trained model
     assert "warning:" not in log  # a training rate: no warning
     assert "[subnetlab] step 100/500: train loss" in log  # a line per evaluation
@@ -114,7 +114,7 @@ def test_the_pages_causal_lm_commands_run_verbatim(tmp_path):
     _run_blocks(tmp_path, blocks)
     runs = tmp_path / "runs"
     metrics = json.loads((runs / "ft-lm" / "metrics.json").read_text())
-    assert metrics["train_examples"] == 43 and metrics["final"]["eval"]["n"] == 5  # 10% of 48 held out
+    assert metrics["train_examples"] == 38 and metrics["final"]["eval"]["n"] == 5  # 10% + 10% of 48 held out
     run = json.loads((runs / "p50-lm" / "sparsity-0.50" / "seed-3" / "metrics.json").read_text())
     assert run["target_sparsity"] == 0.5 and run["steps"] == 225
     assert (runs / "disc" / "subnetwork.safetensors").is_file()

@@ -272,9 +272,10 @@ def _ablation_for(settings: ExportSettings, subnetwork: Subnetwork) -> Component
 
 def export_files(settings: ExportSettings) -> ExportResult:
     """Export by names: check the output directory, the subnetwork and the ablation values, then the model."""
-    from subnetlab.models.loading import load_model, read_config, resolve
+    from subnetlab.models.loading import load_model, read_config, refuse_exported, resolve
 
     out = check_out(settings.out)
+    refuse_exported(settings.model, "export")
     try:
         subnetwork = Subnetwork.load(settings.subnetwork)
     except SubnetlabError as e:
