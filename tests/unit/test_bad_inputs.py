@@ -508,7 +508,7 @@ def test_export_on_a_full_disk_is_one_error_line_and_leaves_nothing(files, tmp_p
     out = tmp_path / "small"
     line = _one_error_line(["export", "--model", files["bert"], "--subnetwork", files["sub"], "--ablation", "zero",
                             "--out", str(out)], capsys)
-    assert f"{out}/model.safetensors: cannot write (No space left on device); free some space and rerun" in line, line
+    assert f"{out}/subnetlab_model.safetensors: cannot write (No space left on device); free some space and rerun" in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no --out, no temporary beside it
 
 
@@ -530,4 +530,4 @@ def test_export_killed_mid_write_leaves_a_temporary_that_the_rerun_removes(files
         main(args)
     assert done.value.code in (0, None), capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, out.name])
-    assert (out / "subnetlab_pruning.json").is_file() and (out / "model.safetensors").is_file()
+    assert (out / "subnetlab_pruning.json").is_file() and (out / "subnetlab_model.safetensors").is_file()
