@@ -4,7 +4,7 @@ One function, ``apply_plan``, turns a model of the source's shape into the
 exported shape. It runs twice in an export's life: on the source model (with
 the folded biases, ``folding.py``), and on a freshly built model when
 ``subnetlab.load_model`` reads an exported directory back (shapes only; the
-weights then come from ``model.safetensors``). So the saved weights and the
+weights then come from ``subnetlab_model.safetensors``). So the saved weights and the
 rebuilt modules cannot disagree.
 
 Per layer, with ``d`` the head dimension:

@@ -144,10 +144,10 @@ def check_max_length_option(model: str, max_length: int | None, parameter: str =
         return  # the command names the missing alias's package
     if not (source / "config.json").is_file():
         return
-    from transformers import AutoConfig
+    from subnetlab.models.loading import read_config  # an exported directory's config too
 
     try:
-        config = AutoConfig.from_pretrained(str(source))
+        config = read_config(str(source))
     except (OSError, ValueError, KeyError):
         return  # loading the model names the fault
     check_max_length(config, max_length, model)
