@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.methods.decided import UNDECIDED, count_undecided
 from subnetlab.methods.hard_concrete.distribution import HardConcreteGates
 
 THRESHOLD_STRIDE = 0.05
@@ -72,9 +73,6 @@ def select_threshold(gates: HardConcreteGates, sparsity: float, stride: float = 
     return best
 
 
-UNDECIDED = (0.05, 0.95)
-
-
 def undecided_gates(gates: HardConcreteGates, bounds: tuple[float, float] = UNDECIDED) -> int:
     """How many prunable gates are still undecided: ``low < P(z != 0) < high``.
 
@@ -85,8 +83,7 @@ def undecided_gates(gates: HardConcreteGates, bounds: tuple[float, float] = UNDE
     open_heads, open_mlps = gates.expected_l0()
     probs = torch.cat([open_heads.detach().reshape(-1), open_mlps.detach().reshape(-1)]) if gates.prune_mlps \
         else open_heads.detach().reshape(-1)
-    low, high = bounds
-    return int(((probs > low) & (probs < high)).sum())
+    return count_undecided(probs, bounds)
 
 
 def select(gates: HardConcreteGates, sparsity: float, method: str) -> Selection:
