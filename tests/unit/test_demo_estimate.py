@@ -119,10 +119,10 @@ def test_subtask_induction_work_by_hand():
     assert stages["L2/base"].work["gpt2_train_row"] == 5000 * 30
     assert stages["L2/discover"].work["gpt2_mask_row"] == 3 * 5000 * 30
     assert stages["L2/discover"].parallel == 2
-    # 5 conditions (Figure 3's controls), no secondary table, 3 seeds; rows = 100 + N per epoch, epochs raised to >= 500 steps of 64:
+    # 6 conditions (Figure 3's controls and empty-mask), no secondary table, 3 seeds; rows = 100 + N per epoch, epochs raised to >= 500 steps of 64:
     # N=10: 110 rows, 2 steps/epoch, 250 epochs; N=100: 200 rows, 4 steps, 125; N=300: 400 rows, 7 steps, 80 (the
     # preset's 80 epochs already give 560 steps)
-    runs = 5 * 3
+    runs = 6 * 3
     assert stages["transfer"].work["gpt2_train_row"] == runs * (250 * 110 + 125 * 200 + 80 * 400)
     # about 25 evaluations per run of 500 rows (every 10, 5, 3 epochs: 25, 25, 27) and one test pass of 500 rows
     assert stages["transfer"].work["gpt2_eval_row"] == runs * ((25 + 25 + 27) * 500 + 3 * 500)
