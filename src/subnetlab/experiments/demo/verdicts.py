@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from subnetlab.report.markdown import compare, moves, points
+
 SHOWN = "shown"
 SHOWN_WEAKLY = "shown, weakly identified"  # shown, but the subnetworks it rests on have many undecided gates
 NOT_SHOWN = "not shown"
@@ -88,31 +90,6 @@ def read_json_or_missing(path: Path) -> Any:
         raise Missing(f"{path} does not exist") from None
     except (OSError, ValueError) as e:
         raise Missing(f"{path} cannot be read ({e.__class__.__name__})") from None
-
-
-# -- words ------------------------------------------------------------------------------------
-
-def points(x: float) -> str:
-    """A share as points with one decimal, no sign (``0.057`` -> ``'5.7'``)."""
-    return f"{100 * abs(x):.1f}"
-
-
-def moves(name: str, delta: float) -> str:
-    """A change in words: ``moves("OOD", 0.057)`` -> ``'OOD rises 5.7 points'`` (``delta``: new minus old).
-
-    A change that rounds to 0.0 points is "unchanged"; the sign is never left to the reader.
-    """
-    if round(100 * abs(delta), 1) == 0:
-        return f"{name} is unchanged"
-    return f"{name} {'rises' if delta > 0 else 'falls'} {points(delta)} points"
-
-
-def compare(what: str, a: str, b: str, difference: float) -> str:
-    """``difference`` = a's quantity minus b's, in words: ``compare("the fall", "OOD", "ID", 0.04)`` ->
-    ``'the fall is 4.0 points larger on OOD than on ID'``."""
-    if round(100 * abs(difference), 1) == 0:
-        return f"{what} is the same on {a} as on {b}"
-    return f"{what} is {points(difference)} points {'larger' if difference > 0 else 'smaller'} on {a} than on {b}"
 
 
 # -- readings that may be capped ----------------------------------------------------------------
