@@ -50,7 +50,8 @@ def _hc() -> dict:
 def test_heuristic_core_work_by_hand():
     """The demo's sweeps run as one-thread jobs two at a time: pruning and effective size count job units."""
     stages = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=True, cores=2)}
-    assert list(stages) == ["nli/finetune", "nli/prune", "nli/ablation", "nli/effective_size", "nli/attention"]
+    assert list(stages) == ["nli/finetune", "nli/prune", "nli/curves", "nli/ablation", "nli/effective_size",
+                            "nli/attention"]
     # fine-tuning: 100 steps; evaluations at 0, 50, 100 of ID 300 + synthetic HANS 30 x 10 + real HANS 30 x 10
     assert stages["nli/finetune"].work == {"minilm_finetune_step": 100,
                                            "minilm_eval_example": 3 * (300 + 10 * HANS_SUBCASES + 10 * HANS_SUBCASES)}
@@ -59,6 +60,9 @@ def test_heuristic_core_work_by_hand():
     assert stages["nli/prune"].work == {"minilm_job_gate_step": 3 * (285 + 375),
                                         "minilm_job_eval_example": (6 + 1) * eval_rows + 800 + 128}
     assert stages["nli/prune"].parallel == 2
+    # Figure 1's curve: the 2 saved checkpoints (steps 50, 100) on the report's rows, as sweep jobs
+    assert stages["nli/curves"].work == {"minilm_job_eval_example": 2 * eval_rows}
+    assert stages["nli/curves"].parallel == 2
     # every ablation row also reads 3 heuristics x 5 entailment subcases x 40 rows, synthetic and real
     entailed = 3 * ENTAILMENT_SUBCASES * (40 + 40)
     assert stages["nli/ablation"].work == {"minilm_eval_example": (1 + ABLATED_HEADS_GUESS + 1 + 6) * (eval_rows + entailed)}

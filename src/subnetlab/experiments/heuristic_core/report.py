@@ -204,13 +204,21 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     subcases = r["data"]["subcases"]
     doc.section(study["title"])
     # training
-    cur = training_curves(sd / "finetune", subcases, (study.get("ood") or {}).get("choose_from"))
+    one_source = bool(r.get("curves"))
+    cur = r["curves"] if one_source else training_curves(sd / "finetune", subcases,
+                                                          (study.get("ood") or {}).get("choose_from"))
     series = {"ID": cur["id"], "OOD (chosen subcases)": cur["ood"]}
     if "real" in cur:
         series["real HANS (chosen subcases)"] = cur["real"]
     plot = curves(cur["step"], series, sd / "training.png", xlabel="training step", ylabel="accuracy (%)", percent=True)
     doc.section("Training", 3)
-    doc.figure(plot, "Accuracy over fine-tuning; in the paper ID accuracy saturates early while OOD accuracy rises much later.", base=out)
+    doc.figure(plot, "Accuracy over fine-tuning; in the paper ID accuracy saturates early while OOD accuracy rises much "
+               "later. " + ("Every saved checkpoint scored on the rows every table below uses (the same evaluation as "
+                            "the full model of the next table and the accuracy columns of the effective-size table), "
+                            "so one model has one accuracy throughout this report." if one_source else
+                            "Scored by the fine-tuning's own evaluation (other rows than the tables below: its "
+                            "numbers for the same model differ from theirs); rerun to score the checkpoints on the "
+                            "tables' rows."), base=out)
     # Table 5 + Figure 2
     doc.section("Subnetworks across seeds", 3)
     table = compact_table(r["seeds_table"])
@@ -259,7 +267,8 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     doc.para(ablation_paragraph(eff, hurts, joint_hurts))
     # effective size
     doc.section("Effective size over training", 3)
-    sections.effective_size_section(doc, r["effective_size"], sd / "effective_size" / "effective_size.png", base=out)
+    sections.effective_size_section(doc, r["effective_size"], sd / "effective_size" / "effective_size.png", base=out,
+                                    accuracy=cur if one_source else None)
     # attention
     doc.section("Attention patterns of the core heads", 3)
     sections.attention_section(doc, r["attention"], base=out, root=sd / "attention")

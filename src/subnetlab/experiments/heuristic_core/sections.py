@@ -146,17 +146,22 @@ def attention_section(doc: MarkdownReport, attention: Mapping[str, Any], base: s
 
 
 def effective_size_section(doc: MarkdownReport, result: Mapping[str, Any], plot: str | os.PathLike,
-                           base: str | os.PathLike) -> None:
+                           base: str | os.PathLike, accuracy: Mapping[str, Sequence] | None = None) -> None:
+    """The effective-size table (Table 4) and Figure 6. ``accuracy`` (the study's ``curves``: ``step``, ``id``,
+    ``ood``): the report's one source of a checkpoint's accuracy, used for the accuracy columns when it has the step
+    (the sweep's own full-model evaluation scores the same rows at the same settings)."""
+    at = {s: (i, o) for s, i, o in zip(accuracy["step"], accuracy["id"], accuracy["ood"])} if accuracy else {}
     rows = []
     capped = False
     for c in result["checkpoints"]:
+        id_acc, ood_acc = at.get(c["step"], (c["id_accuracy"], c["ood_accuracy"]))
         cells = []
         for on in result["on"]:
             value, hit, seeds = size_bound(c["effective_size"][on], result["levels"])
             capped = capped or hit > 0
             cells.append(f"> {pct(value)}" + (f" ({hit} of {seeds} seeds capped)" if 0 < hit < seeds else "")
                          if hit else pct(value))
-        rows.append([c["step"], pct(c["id_accuracy"]), pct(c["ood_accuracy"]), *cells])
+        rows.append([c["step"], pct(id_acc), pct(ood_acc), *cells])
     top = 1.0 - min(result["levels"])
     doc.table(["step", "ID acc.", "OOD acc.", *[f"eff. size {on} (%)" for on in result["on"]]], rows, caption=(
         f"Effective size (% of components in the smallest subnetwork within {pct(result['faithfulness'])} points of the "
