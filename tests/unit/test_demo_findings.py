@@ -243,6 +243,10 @@ def test_effective_size_needs_three_seeds_three_checkpoints_and_steady_generalis
     assert row.verdict == v.NOT_MEASURABLE and "OOD accuracy up and down" in row.rule
     row = _es_row(tmp_path, es=_es(ood_acc=(0.4, 0.41, 0.42)))
     assert row.verdict == v.NOT_MEASURABLE and "OOD accuracy flat" in row.rule
+    # the run: two seeds, a middle checkpoint that falls, a last one capped: every reason is named
+    row = _es_row(tmp_path, es_seeds=(0, 1), es=_es(ood_sizes=(0.5, 0.3, None)))
+    assert row.verdict == v.NOT_MEASURABLE
+    assert "fewer than 3" in row.rule and "OOD at step 100" in row.rule and "OOD size up and down" in row.rule
 
 
 def test_heuristic_core_not_shown_cases(tmp_path):

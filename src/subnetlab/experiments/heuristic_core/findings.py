@@ -173,26 +173,31 @@ def effective_size_row(es: dict, seeds: int) -> tuple[str, str, str]:
     text = (f"steps {' / '.join(str(x) for x in steps)}: OOD accuracy {' / '.join(_pt(a) for a in acc)}%; "
             f"OOD size {' / '.join(r.text() for r in sizes['ood'])}; ID size {' / '.join(r.text() for r in sizes['id'])} "
             f"(levels every {_pt(step)} points up to {_pt(levels[-1])}% sparsity, {seeds} seeds)")
-    if seeds < MIN_SEEDS:
-        return text, NOT_MEASURABLE, (f"{seeds} seed(s) per checkpoint, fewer than {MIN_SEEDS}: a size from so few "
-                                      "seeds moves a level on one seed's luck")
-    if len(checkpoints) < 3:
-        return text, NOT_MEASURABLE, f"{len(checkpoints)} checkpoints: a trend needs three or more"
     acc_trend = trend(acc, faith)
-    if acc_trend != "rises":
-        return text, NOT_MEASURABLE, (f"OOD accuracy {acc_trend} over the checkpoints ({moves('it', acc[-1] - acc[0])} "
-                                      f"in all; tolerance {_pt(faith)} points): no steady generalisation to accompany")
     capped = [f"{on.upper()} at step {s}" for on in ("ood", "id") for s, r in zip(steps, sizes[on]) if r.capped]
-    if capped:
-        return text, NOT_MEASURABLE, (f"capped: no tested level was faithful for {', '.join(capped)} (the size is "
-                                      f"above {_pt(1 - levels[0])}%, not measured); a capped size is never counted "
-                                      "as a rise")
     ood = [r.value for r in sizes["ood"]]
     ids = [r.value for r in sizes["id"]]
     ood_trend, id_range = trend(ood), max(ids) - min(ids)
-    why = (f"OOD size {ood_trend} over the checkpoints ({moves('it', ood[-1] - ood[0])} in all); ID size moves within "
-           f"{_pt(id_range)} points (need: OOD rising at every checkpoint by at least one level, {_pt(step)} points, "
-           "in all; ID within less than one level)")
+    sizes_why = (f"OOD size {ood_trend} over the checkpoints ({moves('it', ood[-1] - ood[0])} in all"
+                 + (", a lower bound at the capped ones" if capped else "") + f"); ID size moves within "
+                 f"{_pt(id_range)} points")
+    # every reason the data cannot decide, not only the first
+    unmeasurable = []
+    if seeds < MIN_SEEDS:
+        unmeasurable.append(f"{seeds} seed(s) per checkpoint, fewer than {MIN_SEEDS}: a size from so few seeds "
+                            "moves a level on one seed's luck")
+    if len(checkpoints) < 3:
+        unmeasurable.append(f"{len(checkpoints)} checkpoints: a trend needs three or more")
+    if acc_trend != "rises":
+        unmeasurable.append(f"OOD accuracy {acc_trend} over the checkpoints ({moves('it', acc[-1] - acc[0])} in all; "
+                            f"tolerance {_pt(faith)} points): no steady generalisation to accompany")
+    if capped:
+        unmeasurable.append(f"capped: no tested level was faithful for {', '.join(capped)} (the size is above "
+                            f"{_pt(1 - levels[0])}%, not measured); a capped size is never counted as a rise")
+    if unmeasurable:
+        return text, NOT_MEASURABLE, "; ".join(unmeasurable) + f" ({sizes_why})"
+    why = (f"{sizes_why} (need: OOD rising at every checkpoint by at least one level, {_pt(step)} points, in all; "
+           "ID within less than one level)")
     grows = ood_trend == "rises" and ood[-1] - ood[0] >= step - 1e-9 and id_range < step - 1e-9
     return text, SHOWN if grows else NOT_SHOWN, why
 
