@@ -23,7 +23,7 @@ magnitude-pruned subnetwork has no gates; a continuous-sparsification run no
 target). Structured (heads/MLPs), weight-level and edge-level subnetworks pass
 the same numbers (their units: components, weights, edges). Every run writes
 ``Health.to_dict()`` as the ``health`` entry of its ``metrics.json``; the CLI
-prints ``messages()`` as ``warning:`` lines, or refuses under ``--strict``
+prints ``messages()`` as ``warning:`` lines, or refuses when told to be strict
 (``subnetlab.cli.commands._health``).
 """
 
