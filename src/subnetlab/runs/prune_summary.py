@@ -66,15 +66,15 @@ def health_counts(entries: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]
             "undecided_share_mean": statistics.fmean(shares) if shares else None}
 
 
-def format_health(counts: Mapping[str, Any]) -> str:
-    """``health: off-target in 4 of 4 seeds, undecided in 3 of 4 (mean 62% of gates undecided)``."""
+def format_health(counts: Mapping[str, Any], share: bool = True) -> str:
+    """``off-target in 4 of 4 seed(s), undecided in 3 of 4 seed(s) (mean 62% of gates undecided)`` (``share``: the
+    part in brackets)."""
     n = counts["judged"]
-    share = counts.get("undecided_share_mean")
-    undecided = f" (mean {share:.0%} of gates undecided)" if share is not None else ""
+    mean = counts.get("undecided_share_mean")
+    undecided = f" (mean {mean:.0%} of gates undecided)" if share and mean is not None else ""
     if not counts["problems"]:
-        return f"health: no problem in {n} seed(s){undecided}"
-    parts = [f"{p} in {k} of {n} seed(s)" for p, k in counts["problems"].items()]
-    return "health: " + ", ".join(parts) + undecided
+        return f"no problem in {n} seed(s){undecided}"
+    return ", ".join(f"{p} in {k} of {n} seed(s)" for p, k in counts["problems"].items()) + undecided
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
@@ -83,7 +83,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     for key, block in summary.items():
         lines.append(f"sparsity {float(key):.0%}: {block['seeds']} seed(s)")
         if block.get("health", {}).get("judged"):
-            lines.append(f"  {format_health(block['health'])}")
+            lines.append(f"  health: {format_health(block['health'])}")
         rows = block["rows"]
         width = max([len("evaluation set")] + [len(name) for name in rows])
         lines.append(f"  {'evaluation set':<{width}}  {'model':>6}  {'min':>6}  {'max':>6}  {'mean':>6}  {'std':>5}")
