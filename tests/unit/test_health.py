@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from subnetlab.errors import SubnetlabError
 from subnetlab.methods.decided import count_undecided
 from subnetlab.runs import health as h
 
@@ -65,6 +64,8 @@ def test_unconverged_when_still_falling() -> None:
     assert h.judge(objective=[10.0, 5.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]).ok  # fell, then flat
     assert h.judge(objective=[1.0, 2.0, 3.0, 4.0, 5.0]).ok  # rising is not "still falling"
     assert h.judge(objective=[1.0, 1.0]).objective_fall is None
+    noise = [3e-7, -1e-7, 2e-7, 1e-7, -2e-7, 1e-8]  # a KL at float noise (issue 26's tiny BERT): nothing to lose
+    assert h.final_fall(noise) is None and h.judge(objective=noise).ok
 
 
 def test_missing_numbers_skip_their_check() -> None:
@@ -84,8 +85,18 @@ def test_round_trip_through_metrics() -> None:
     assert h.read_health({"eval": {}}) is None
 
 
-def test_check_healthy_refuses_with_the_setting() -> None:
-    h.check_healthy(h.judge(kept=3, maskable=10), "subnetwork")
-    with pytest.raises(SubnetlabError) as e:
-        h.check_healthy(h.judge(kept=0, maskable=10), "subnetwork of lambda 1e-07")
-    assert e.value.setting == "strict" and "keeps nothing" in str(e.value)
+def test_select_best_passes_over_a_degenerate_lambda() -> None:
+    from subnetlab.methods.continuous_sparsification import Selection
+    from subnetlab.runs.transfer import degenerate_passed_over, select_best
+
+    def run(lam: float, acc: float, kept: int) -> dict:
+        return {"l0_lambda": lam, "eval_accuracy": acc, "kept_percent": kept, "kept": kept, "masked_total": 100}
+
+    sweep = [run(1e-7, 0.54, 0), run(1e-8, 0.54, 12), run(1e-9, 0.55, 100)]  # empty, healthy, everything
+    assert select_best(sweep) is sweep[1]  # the sparsest rule alone would pick the empty one
+    assert select_best(sweep, Selection("best-accuracy")) is sweep[1]  # ... and this one the full one
+    assert degenerate_passed_over(sweep) == [sweep[0], sweep[2]]
+    assert select_best(sweep, Selection("lambda", l0_lambda=1e-7)) is sweep[0]  # named by the user: kept, reported
+    assert degenerate_passed_over(sweep, Selection("lambda", l0_lambda=1e-7)) == []
+    empty = [run(1e-7, 0.5, 0), run(1e-8, 0.5, 0)]
+    assert select_best(empty) is empty[0] and degenerate_passed_over(empty) == []  # none healthy: the rule decides

@@ -23,8 +23,8 @@ magnitude-pruned subnetwork has no gates; a continuous-sparsification run no
 target). Structured (heads/MLPs), weight-level and edge-level subnetworks pass
 the same numbers (their units: components, weights, edges). Every run writes
 ``Health.to_dict()`` as the ``health`` entry of its ``metrics.json``; the CLI
-prints ``messages()`` as ``warning:`` lines and, when asked to be strict,
-refuses through ``check_healthy``.
+prints ``messages()`` as ``warning:`` lines, or refuses when told to be strict
+(``subnetlab.cli.commands._health``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from subnetlab.errors import SubnetlabError
 from subnetlab.methods.decided import UNDECIDED
 
 # More than this share of gates undecided at the end: "undecided". One gate in ten still open to a coin flip is
@@ -50,6 +49,9 @@ CONVERGENCE_STRETCH = 0.2
 MIN_STRETCH_POINTS = 4
 # ... and the largest relative fall allowed between the means of its first and second halves: "unconverged".
 MAX_FINAL_FALL = 0.05
+# An objective (KL or cross-entropy, in nats) whose stretch's first half averages below this has nothing left to
+# lose: not judged (a KL of 1e-7 against the full model is float noise, and its relative changes are noise too).
+OBJECTIVE_FLOOR = 1e-3
 
 PROBLEMS = ("degenerate", "undecided", "off-target", "unconverged")
 
@@ -118,7 +120,7 @@ class Health:
 def thresholds() -> dict[str, Any]:
     return {"undecided_bounds": list(UNDECIDED), "max_undecided_share": MAX_UNDECIDED_SHARE,
             "target_tolerance": TARGET_TOLERANCE, "convergence_stretch": CONVERGENCE_STRETCH,
-            "max_final_fall": MAX_FINAL_FALL}
+            "max_final_fall": MAX_FINAL_FALL, "objective_floor": OBJECTIVE_FLOOR}
 
 
 def final_fall(objective: Sequence[float]) -> float | None:
@@ -126,14 +128,14 @@ def final_fall(objective: Sequence[float]) -> float | None:
 
     The stretch's first and second halves are averaged (per-step values are noisy) and the fall is
     ``(first - second) / |first|``: positive while still falling. ``None`` when the stretch has fewer than
-    ``MIN_STRETCH_POINTS`` finite values or its first half averages zero."""
+    ``MIN_STRETCH_POINTS`` finite values or its first half averages less than ``OBJECTIVE_FLOOR`` in size."""
     values = [float(v) for v in objective if v is not None and math.isfinite(float(v))]
     n = max(MIN_STRETCH_POINTS, math.ceil(CONVERGENCE_STRETCH * len(values)))
     if len(values) < n:
         return None
     stretch = values[-n:]
     first, second = statistics.fmean(stretch[: n // 2]), statistics.fmean(stretch[n // 2 :])
-    if first == 0:
+    if abs(first) < OBJECTIVE_FLOOR:
         return None
     return (first - second) / abs(first)
 
@@ -164,13 +166,6 @@ def read_health(metrics: Mapping[str, Any]) -> Health | None:
     return Health.from_dict(data) if isinstance(data, Mapping) else None
 
 
-def check_healthy(health: Health, what: str) -> None:
-    """Refuse (``SubnetlabError``, setting ``strict``) when ``health`` has a problem; ``what`` names the subnetwork."""
-    if health.problems:
-        raise SubnetlabError(f"{what}: {'; '.join(health.messages())} (refused: strict health checks are on)",
-                             setting="strict")
-
-
-__all__ = ["CONVERGENCE_STRETCH", "Health", "MAX_FINAL_FALL", "MAX_UNDECIDED_SHARE", "MIN_STRETCH_POINTS",
-           "PROBLEMS", "TARGET_TOLERANCE", "UNDECIDED", "check_healthy", "final_fall", "judge", "read_health",
+__all__ = ["CONVERGENCE_STRETCH", "Health", "MAX_FINAL_FALL", "MAX_UNDECIDED_SHARE", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR",
+           "PROBLEMS", "TARGET_TOLERANCE", "UNDECIDED", "final_fall", "judge", "read_health",
            "thresholds"]

@@ -33,6 +33,8 @@ class Selection:
     threshold: float | None = None
     undecided: int | None = None  # prunable gates still undecided when it was chosen (``undecided_gates``)
     gates: int | None = None  # prunable gates in all
+    expected_sparsity: float | None = None  # the gates' expected sparsity when it was chosen (top-k meets the target
+    #                                         whatever the gates learnt: this says whether training got there)
 
     @property
     def sparsity(self) -> float:
