@@ -198,17 +198,18 @@ def not_behind(cells: Mapping[str, tuple[float, float, int]], other: str) -> tup
 
 
 def identified(verdict: str, why: str, undecided_share: float | None, threshold: float) -> tuple[str, str]:
-    """``SHOWN`` stays shown only when the share of undecided gates is below ``threshold``; otherwise (or when the
-    share was not saved) it becomes ``SHOWN_WEAKLY``: the subnetworks it rests on are weakly identified."""
+    """``SHOWN`` stays shown only when the share of undecided gates is within ``threshold`` (the share above which
+    ``runs.health`` calls a subnetwork undecided); otherwise (or when the share was not saved) it becomes
+    ``SHOWN_WEAKLY``: the subnetworks it rests on are weakly identified."""
     if verdict != SHOWN:
         return verdict, why
     if undecided_share is None:
         return SHOWN_WEAKLY, why + "; weakly identified: no undecided-gate share saved to check"
-    if undecided_share < threshold:
-        return SHOWN, why + (f"; gates decided: {points(undecided_share)}% undecided at most, below "
+    if undecided_share <= threshold:
+        return SHOWN, why + (f"; gates decided: {points(undecided_share)}% undecided at most, within "
                              f"{points(threshold)}%")
     return SHOWN_WEAKLY, why + (f"; weakly identified: up to {points(undecided_share)}% of gates undecided at the "
-                                f"end of pruning, not below {points(threshold)}%")
+                                f"end of pruning, above {points(threshold)}%")
 
 
 def in_band(value: float, low: float, high: float) -> tuple[str, str]:

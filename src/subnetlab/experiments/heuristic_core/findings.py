@@ -10,8 +10,9 @@ Rules (``experiments.demo.verdicts``), each over every measured point:
 * core: shown when at least one head is in every subnetwork and random
   subnetworks of the same sizes would share that many with probability < 0.05,
   and the gates are decided: when the report's largest undecided-gate share
-  (over its sparsities) is not below ``runs.health.MAX_UNDECIDED_SHARE``, the
-  verdict is "shown, weakly identified";
+  (over its sparsities) is above ``runs.health.MAX_UNDECIDED_SHARE`` (the share
+  above which ``runs.health`` calls a run undecided), the verdict is "shown,
+  weakly identified";
 * alike in-domain, spread out of domain: shown when, at every sparsity, the
   mean standard deviation of an OOD subcase over seeds exceeds twice the ID one
   and one point; fewer than ``MIN_SEEDS`` seeds: not measurable;

@@ -246,9 +246,9 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     sections.core_section(doc, core, sd / "core" / "heatmap.png", sd / "core" / "frequencies.png", base=out)
     if undecided:
         worst = max(undecided, key=undecided.get)
-        firm = undecided[worst] < MAX_UNDECIDED_SHARE
+        firm = undecided[worst] <= MAX_UNDECIDED_SHARE  # runs.health: undecided above this share
         doc.para(f"The subnetworks behind the core leave up to {pct(undecided[worst])}% of their gates undecided at the "
-                 f"end of pruning (at {worst}; the table above); {'below' if firm else 'not below'} the "
+                 f"end of pruning (at {worst}; the table above); {'within' if firm else 'above'} the "
                  f"{pct(MAX_UNDECIDED_SHARE)}% that `subnetlab.runs.health` allows, so the core is "
                  + ("identified by gates that pruning decided." if firm else
                     "**weakly identified**: which heads it holds rests partly on small log-alpha differences, and "
