@@ -196,7 +196,7 @@ def effective_size_row(es: dict, seeds: int) -> tuple[str, str, str]:
         unmeasurable.append(f"capped: no tested level was faithful for {', '.join(capped)} (the size is above "
                             f"{_pt(1 - levels[0])}%, not measured); a capped size is never counted as a rise")
     if unmeasurable:
-        return text, NOT_MEASURABLE, "; ".join(unmeasurable) + f" ({sizes_why})"
+        return text, NOT_MEASURABLE, "; ".join(unmeasurable) + f". Sizes: {sizes_why}"
     why = (f"{sizes_why} (need: OOD rising at every checkpoint by at least one level, {_pt(step)} points, in all; "
            "ID within less than one level)")
     grows = ood_trend == "rises" and ood[-1] - ood[0] >= step - 1e-9 and id_range < step - 1e-9
