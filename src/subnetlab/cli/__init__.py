@@ -26,6 +26,16 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _options(strict: bool = typer.Option(False, "--strict", help=(
+        "Refuse (exit 2) instead of warning when a result is degenerate, undecided, off target or unconverged "
+        "(subnetlab.runs.health); put it before the command: subnetlab --strict prune ..."))) -> None:
+    """Find, analyse and transfer the subnetworks inside trained neural networks."""
+    from subnetlab.cli.commands._health import set_strict
+
+    set_strict(strict)
+
+
 def _register_commands() -> None:
     """Register every command module's commands; each one that takes ``--out`` gets the one shared
     ``--out`` check and run-directory lock (``_options.guard_out``) around its whole run."""
@@ -75,7 +85,7 @@ def _flags_of(argv: list[str] | None) -> dict[str, str]:
         command = getattr(typer.main.get_command(app), "commands", {}).get(name)
     except Exception:  # the message matters more than the flag: print it as the library wrote it
         return {}
-    return setting_flags(command)
+    return {**setting_flags(command), "strict": "--strict"}  # the one global option
 
 
 def main(argv: list[str] | None = None) -> None:

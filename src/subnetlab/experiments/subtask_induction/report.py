@@ -201,6 +201,30 @@ def _ratio(summary: dict, condition: str, key: str, reference: str = "subnetwork
     return f"{other / sub:.1f}x"
 
 
+def _best(summary: dict, label: str) -> str:
+    """A condition's best mean test accuracy over the sizes run, and where ("64.3% at N=300")."""
+    by = summary.get(label, {}).get("by_size", {})
+    if not by:
+        return "-"
+    size = max(by, key=lambda s: by[s]["mean"])
+    return f"{pct(by[size]['mean'])}% at N={size}"
+
+
+def _leads(cells: dict[str, dict[str, Any]], other: str) -> str:
+    """Per N, who is ahead of whom and by how much, in words ("; full beats the subnetwork by 30.0 points at N=10
+    (beyond the seed spread)")."""
+    parts = []
+    for size, c in cells.items():
+        d = c["difference"]
+        if round(100 * d, 1) == 0:
+            parts.append(f"level at N={size}")
+            continue
+        who = "the subnetwork beats " + other if d > 0 else other + " beats the subnetwork"
+        parts.append(f"{who} by {100 * abs(d):.1f} points at N={size}"
+                     + (" (beyond the seed spread)" if abs(d) > c["spread"] else ""))
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def _cells(summary: dict, label: str, sizes: Sequence[int]) -> list[str]:
     by = summary.get(label, {}).get("by_size", {})
     return [f"{100 * by[str(s)]['mean']:.1f} ± {100 * by[str(s)]['sd']:.1f}" if str(s) in by else "-" for s in sizes]
@@ -261,12 +285,17 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
     for layers in settings["layers"]:
         d = discovered[layers]
         for m in d.get("sweep", []):
+            health = (", ".join(m["health"]) or "ok") if "health" in m else "-"  # "-": a sweep written before health
             rows.append([layers, f"{m['l0_lambda']:g}", pct(m["eval_accuracy"]), pct(m["test_accuracy"]),
-                         f"{m['kept_percent']:.2f}", m["epoch"], "yes" if m["l0_lambda"] == d["l0_lambda"] else ""])
-    doc.table(["layers", "lambda", "subtask eval acc. %", "subtask test acc. %", "params kept %", "epoch kept", "transferred"],
+                         f"{m['kept_percent']:.2f}", m["epoch"], health,
+                         "yes" if m["l0_lambda"] == d["l0_lambda"] else ""])
+    doc.table(["layers", "lambda", "subtask eval acc. %", "subtask test acc. %", "params kept %", "epoch kept", "health",
+               "transferred"],
               rows, caption=f"Every lambda of the sweep: the share of masked (attention + MLP) weights its mask keeps "
-                            f"(paper's Table 3: 3.2-7.7%) and its accuracy on `{settings['sub_op']}`. Transferred: "
-                            f"{chosen}.")
+                            f"(paper's Table 3: 3.2-7.7%) and its accuracy on `{settings['sub_op']}`; health: the "
+                            "problems subnetlab.runs.health found (degenerate: keeps no weight or every one, never "
+                            "transferred while another lambda's is not; undecided: masks still between 0.05 and 0.95 "
+                            f"at the end). Transferred: {chosen}.")
     rows = []
     for layers in settings["layers"]:
         d = discovered[layers]
@@ -328,7 +357,8 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
         ["about 3-8% of parameters transferred (Table 3)",
          ", ".join(f"{l} layers: {discovered[l]['kept_percent']:.2f}%" for l in settings["layers"])],
         ["Subtask Induction reaches near-perfect accuracy with about 1,000 disambiguation samples",
-         f"first N with mean >= 99%: {_first(summary, 'subnetwork', 99)}; >= 95%: {_first(summary, 'subnetwork', 95)}"],
+         f"first N with mean >= 99%: {_first(summary, 'subnetwork', 99)}; >= 95%: {_first(summary, 'subnetwork', 95)}; "
+         f"this run's best mean: {_best(summary, 'subnetwork')}"],
         [f"scratch averages {PAPER_SCRATCH_MEAN * 100:.1f}% over sizes and never reaches perfect accuracy",
          f"scratch mean {pct(summary.get('scratch', {}).get('mean_over_sizes'))}%, best mean "
          f"{pct(summary.get('scratch', {}).get('max_mean'))}%"],
@@ -341,7 +371,7 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
          f"{pct(summary.get('random-released', {}).get('mean_over_sizes'))}%"],
         ["transferring the subnetwork is at least as good as transferring the whole model",
          f"mean over sizes: subnetwork {pct(summary.get('subnetwork', {}).get('mean_over_sizes'))}%, "
-         f"full {pct(summary.get('full', {}).get('mean_over_sizes'))}%"],
+         f"full {pct(summary.get('full', {}).get('mean_over_sizes'))}%" + _leads(table_c.get("full", {}), "full")],
     ] + ([
         ["(not in the paper) how much do the copied embeddings, norms, biases and head carry alone?",
          f"mean over sizes: empty-mask {pct(summary.get('empty-mask', {}).get('mean_over_sizes'))}%, scratch "
