@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 from fnmatch import fnmatch
@@ -74,9 +75,23 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~current_umask()
 
 
-def _write_failed(path: Path, error: OSError) -> SubnetlabError:
-    reason = os.strerror(error.errno) if error.errno else str(error)
-    hint = "; free some space and rerun" if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+WRITE_ERRORS = (OSError, SafetensorError)  # safetensors reports a failed write (a full disk) as its own type
+
+
+def _errno(error: BaseException) -> int | None:
+    """The ``errno`` of an ``OSError``, or the one a ``SafetensorError`` spells in its message (Rust's io::Error:
+    ``IoError(Os { code: 28, ... })`` or ``... (os error 28)``)."""
+    if isinstance(error, OSError):
+        return error.errno
+    found = re.search(r"code: (\d+)|os error (\d+)", str(error))
+    return int(found.group(1) or found.group(2)) if found else None
+
+
+def _write_failed(path: Path, error: OSError | SafetensorError) -> SubnetlabError:
+    code = _errno(error)
+    text = str(error).strip()
+    reason = os.strerror(code) if code else text.splitlines()[0] if text else type(error).__name__
+    hint = "; free some space and rerun" if code in (errno.ENOSPC, errno.EDQUOT) else ""
     return SubnetlabError(f"{path}: cannot write ({reason}){hint}; the previous file, if any, is unchanged")
 
 
@@ -121,7 +136,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp_path, final)
         tmp_path = None
         fsync_directory(final.parent)
-    except OSError as e:
+    except WRITE_ERRORS as e:
         raise _write_failed(final, e) from None
     finally:
         if tmp_path is not None and tmp_path.exists():
@@ -146,7 +161,7 @@ def seal_directory(directory: str | os.PathLike) -> None:
                     os.close(fd)
             elif path.is_dir():
                 fsync_directory(path)
-    except OSError as e:
+    except WRITE_ERRORS as e:
         raise _write_failed(root, e) from None
     fsync_directory(root)
 
@@ -179,7 +194,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
             old = None
-    except OSError as e:
+    except WRITE_ERRORS as e:
         raise _write_failed(final, e) from None
     finally:
         if old is not None and old.exists() and not final.exists():
@@ -217,7 +232,7 @@ def append_jsonl(path: str | os.PathLike, record: dict) -> None:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
-    except OSError as e:
+    except WRITE_ERRORS as e:
         raise _write_failed(Path(path), e) from None
 
 

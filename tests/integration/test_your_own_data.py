@@ -65,7 +65,7 @@ def test_finetune_prune_core_on_a_users_file(tmp_path, family, fmt):
     _run("finetune", "--model", str(model), *task, "--out", str(tmp_path / "ft"), "--max-steps", "20", "--batch-size", "8",
          "--lr", "1e-3", "--save-every", "20", "--eval-every", "20", "--max-length", "24")
     metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())
-    assert set(metrics["final"]) == {"eval"} and metrics["train_examples"] == 54  # 6 of 60 rows held out
+    assert set(metrics["final"]) == {"eval", "test"} and metrics["train_examples"] == 48  # 6 + 6 of 60 rows held out
     for out in ("pa", "pb"):
         _run("prune", "--model", str(tmp_path / "ft" / "model"), *task, "--sparsity", "0.5", "--seeds", "0-1",
              "--preset", "demo", "--set", "total_steps=12", "--set", "warmup_steps=6", "--set", "max_length=24",
@@ -98,7 +98,7 @@ def test_a_causal_lm_learns_one_token_answers_then_is_pruned(tmp_path):
     _run("finetune", "--model", str(model), *task, "--out", str(tmp_path / "ft"), "--max-steps", "30", "--batch-size", "8",
          "--lr", "3e-3", "--save-every", "30", "--eval-every", "30", "--max-length", "16")
     metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())
-    assert metrics["train_examples"] == 43 and metrics["final"]["eval"]["n"] == 5  # 10% of 48 held out
+    assert metrics["train_examples"] == 38 and metrics["final"]["eval"]["n"] == 5  # 10% + 10% of 48 held out
     _run("prune", "--model", str(tmp_path / "ft" / "model"), *task, "--sparsity", "0.5,0.7", "--seeds", "0-1",
          "--preset", "demo", "--set", "total_steps=12", "--set", "warmup_steps=6", "--set", "max_length=16",
          "--set", "batch_size=8", "--out", str(tmp_path / "p"))

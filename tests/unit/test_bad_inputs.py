@@ -97,6 +97,33 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "empty.csv").write_text("")  # your own data: an empty file, and two labels for a 3-output head
     (root / "two.csv").write_text("text,label\n" + "".join(f"the cat {i},{'ab'[i % 2]}\n" for i in range(20)))
     paths.update(emptycsv=str(root / "empty.csv"), twocsv=str(root / "two.csv"))
+    # issue 30: damaged metadata, pickled weights, an exported model, other families' files, a malformed CSV
+    for name, key, value in (("seed-text", "seed", "abc"), ("target-text", "target_sparsity", "abc"),
+                             ("target-nan", "target_sparsity", "nan")):
+        save_tensors(root / f"{name}.safetensors", {"heads": good.heads, "mlps": good.mlps}, {**good.metadata(), key: value})
+        paths[name] = str(root / f"{name}.safetensors")
+    pickled = root / "pickled"  # weights only as a pickle that would run a command if unpickled
+    pickled.mkdir()
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
+        if (root / "bert" / name).is_file():
+            shutil.copy(root / "bert" / name, pickled / name)
+    command = f"touch {root / 'unpickled'}".encode()  # what the pickle runs if anything ever unpickles it
+    (pickled / "pytorch_model.bin").write_bytes(b"cposix\nsystem\n(S'" + command + b"'\ntR.")
+    paths["pickled"], paths["unpickled"] = str(pickled), str(root / "unpickled")
+    from subnetlab.export import export_subnetwork
+    from subnetlab.models import load_model
+
+    export_subnetwork(load_model(paths["bert"], head="classification"), good, root / "exported")
+    paths["exported"] = str(root / "exported")
+    gpt2_weights = Subnetwork.from_weight_masks(get_adapter(gpt2), {"transformer.h.0.attn.c_attn.weight":
+                                                                    torch.ones(128, 384)})
+    gpt2_weights.save(root / "gpt2-weights.safetensors")
+    ComponentValues([torch.zeros(2, 8, dtype=torch.int32) for _ in range(2)],
+                    [torch.zeros(16, dtype=torch.int32) for _ in range(2)]).save(root / "int-means.safetensors")
+    (root / "random.safetensors").write_bytes(bytes(range(256)) * 4)
+    paths.update({name: str(root / f"{name}.safetensors") for name in ("gpt2-weights", "int-means", "random")})
+    (root / "bad.csv").write_text('text,label\nthe cat sleeps,a\n"the dog runs,b\nthe bird sings,a\n')
+    paths["badcsv"] = str(root / "bad.csv")
     return paths
 
 
@@ -304,6 +331,76 @@ CASES: list[tuple[str, list[str], str]] = [
     ("transfer-disambiguation-on-own-data", ["transfer", "--model", "{gpt2}", "--task", "file:{twocsv}", "--answer-column",
                                              "label", "--condition", "scratch", "--disambiguation", "0,10"],
      "--disambiguation: task file:"),
+    # issue 30: a battery of bad inputs and faults
+    ("evaluate-subnetwork-seed-text", [*EVALUATE, "--subnetwork", "{seed-text}"], "metadata seed='abc' is not a non-negative integer"),
+    ("evaluate-subnetwork-target-text", [*EVALUATE, "--subnetwork", "{target-text}"],
+     "metadata target_sparsity='abc' is not a number in [0, 1]"),
+    ("evaluate-subnetwork-target-nan", [*EVALUATE, "--subnetwork", "{target-nan}"],
+     "metadata target_sparsity='nan' is not a number in [0, 1]"),
+    ("export-subnetwork-seed-text", ["export", "--model", "{bert}", "--subnetwork", "{seed-text}"], "metadata seed='abc'"),
+    ("evaluate-pickled-weights-only", [*EVALUATE[:2], "{pickled}", *EVALUATE[3:]],
+     "only in pytorch_model.bin, a pickle, which subnetlab never loads"),
+    ("prune-pickled-weights-only", ["prune", "--model", "{pickled}", *NLI, "--sparsity", "0.5", "--preset", "demo"],
+     "save_pretrained(DIR, safe_serialization=True)"),
+    ("finetune-pickled-weights-only", ["finetune", "--model", "{pickled}", *NLI, "--max-steps", "2"],
+     "only in pytorch_model.bin, a pickle"),
+    ("lottery-patterns-gpt2", ["lottery-patterns", "--model", "{gpt2}", *NLI, "--pairs", "2"],
+     "--model: attention pattern types (Kovaleva et al.) are defined for encoder models"),
+    ("reproduce-lottery-set-max-steps-text", ["reproduce", "lottery", "--dry-run", "--set", "max_steps=abc"],
+     "setting max_steps of lottery: expected an integer or null, got 'abc'"),
+    ("reproduce-heuristic-core-set-hold-text", ["reproduce", "heuristic-core", "--dry-run", "--set", "prune_hold_steps=x"],
+     "setting prune_hold_steps of heuristic-core: expected an integer or null"),
+    ("finetune-max-length-typed-past-positions", [*FINETUNE, "--max-length", "100000"],
+     "--max-length 100000 exceeds the 64 positions of model"),
+    ("evaluate-max-length-typed-past-positions", [*EVALUATE, "--max-length", "100000"], "--max-length 100000 exceeds the 64"),
+    ("ablate-max-length-typed-past-positions", ["ablate", "--model", "{bert}", *NLI, "--heads", "L0.H0", "--max-length",
+                                                "100000"], "--max-length 100000 exceeds the 64"),
+    ("attention-max-length-typed-past-positions", ["attention", "--model", "{bert}", "--data", "task:nli-synthetic",
+                                                   "--max-length", "100000"], "--max-length 100000 exceeds the 64"),
+    ("lottery-prune-max-length-typed-past-positions", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude",
+                                                       "--max-length", "100000"], "--max-length 100000 exceeds the 64"),
+    ("lottery-retrain-max-length-typed-past-positions", ["lottery-retrain", "--model", "{bert}", *NLI, "--subnetwork",
+                                                         "{sub}", "--max-length", "100000"], "--max-length 100000 exceeds"),
+    ("lottery-patterns-max-length-typed-past-positions", ["lottery-patterns", "--model", "{bert}", *NLI,
+                                                          "--max-length", "100000"], "--max-length 100000 exceeds the 64"),
+    ("lottery-retrain-random-file", ["lottery-retrain", "--model", "{bert}", *NLI, "--subnetwork", "{random}"],
+     "random.safetensors: not a readable safetensors file"),
+    ("lottery-retrain-other-architecture", ["lottery-retrain", "--model", "{bert}", *NLI, "--subnetwork", "{gpt2-sub}"],
+     "found on a different architecture: a gpt2 model, and this model is a bert model"),
+    ("lottery-retrain-weights-of-other-architecture", ["lottery-retrain", "--model", "{bert}", *NLI, "--subnetwork",
+                                                      "{gpt2-weights}"], "a gpt2 model, and this model is a bert"),
+    ("evaluate-hans-without-data", ["evaluate", "--model", "{bert}", "--task", "hans"],
+     "--data: task hans reads its examples from data files and was given none"),
+    ("finetune-mnli-without-data", ["finetune", "--model", "{bert}", "--task", "mnli"], "--data: task mnli reads its"),
+    ("prune-hans-without-data", ["prune", "--model", "{bert}", "--task", "hans", "--sparsity", "0.5"],
+     "--task-option: task hans reads its examples from data files"),
+    ("prune-exported-model", ["prune", "--model", "{exported}", *NLI, "--sparsity", "0.5", "--preset", "demo"],
+     "is a model exported by subnetlab"),
+    ("lottery-prune-exported-model", ["lottery-prune", "--model", "{exported}", *NLI, "--method", "importance"],
+     "is a model exported by subnetlab"),
+    ("lottery-prune-magnitude-exported-model", ["lottery-prune", "--model", "{exported}", *NLI, "--method", "magnitude"],
+     "is a model exported by subnetlab"),
+    ("evaluate-subnetwork-on-exported-model", [*EVALUATE[:2], "{exported}", *EVALUATE[3:], "--subnetwork", "{sub}"],
+     "applying a subnetwork needs the full model it came from"),
+    ("lottery-retrain-exported-model", ["lottery-retrain", "--model", "{exported}", *NLI, "--subnetwork", "{sub}"],
+     "is a model exported by subnetlab"),
+    ("export-exported-model", ["export", "--model", "{exported}", "--subnetwork", "{sub}"], "is a model exported by subnetlab"),
+    ("evaluate-weight-subnetwork-of-gpt2-on-bert", [*EVALUATE, "--subnetwork", "{gpt2-weights}"],
+     "found on a different architecture: a gpt2 model, and this model is a bert model"),
+    ("evaluate-means-int32", [*EVALUATE, "--subnetwork", "{sub}", "--means", "{int-means}"],
+     "heads.0 has dtype int32; mean activations are floating-point numbers"),
+    ("finetune-csv-unterminated-quote", ["finetune", "--model", "{bert}", "--task", "file:{badcsv}", "--max-steps", "2"],
+     "bad.csv:3: unterminated quoted field"),
+    ("evaluate-csv-unterminated-quote", ["evaluate", "--model", "{bert}", "--task", "file:{badcsv}"],
+     "bad.csv:3: unterminated quoted field"),
+    ("ablate-device", ["ablate", "--model", "{bert}", *NLI, "--heads", "L0.H0", "--device", "tpu"], "'tpu'"),
+    ("attention-device", ["attention", "--model", "{bert}", "--data", "task:nli-synthetic", "--device", "tpu"], "'tpu'"),
+    ("effective-size-device", [*EFFECTIVE, "--device", "tpu"], "'tpu'"),
+    # one split per data file (issue 26)
+    ("evaluate-test-fraction-out-of-range", ["evaluate", "--model", "{bert}", "--task", "file:{twocsv}", "--task-option",
+                                             "test_fraction=1.5"], "--task-option: test_fraction 1.5 is outside [0, 1)"),
+    ("evaluate-split-seed-not-integer", ["evaluate", "--model", "{bert}", "--task", "file:{twocsv}", "--task-option",
+                                         "split_seed=abc"], "split_seed"),
 ]
 
 
@@ -341,6 +438,19 @@ def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files
     assert {p: _listing(p) for p in before} == before, "the command wrote under --out"
 
 
+def test_pickled_weights_are_refused_without_being_unpickled(files, tmp_path, capsys) -> None:
+    """Neither the refusal nor loading a directory that holds both formats runs the pickle's command."""
+    from subnetlab.models import load_model
+
+    line = _one_error_line(["inspect", "--model", files["pickled"]], capsys)
+    assert "the weights are only in pytorch_model.bin" in line, line
+    both = tmp_path / "both"
+    shutil.copytree(files["bert"], both)
+    shutil.copy(Path(files["pickled"]) / "pytorch_model.bin", both / "pytorch_model.bin")
+    assert load_model(str(both), head="classification").adapter.num_layers == 2  # from model.safetensors
+    assert not Path(files["unpickled"]).exists()
+
+
 def test_the_table_covers_every_command_and_enough_cases() -> None:
     from subnetlab.cli import app
 
@@ -370,3 +480,65 @@ def test_a_read_only_parent_is_refused_before_any_work(files, tmp_path, capsys, 
         assert list(locked.iterdir()) == []
     finally:
         locked.chmod(0o755)
+
+
+# --- faults while writing (issue 30): a full disk, and a kill -9 during export -------------------------------------
+# safetensors reports a failed write as its own SafetensorError (not an OSError), with Rust's io::Error in the text
+FULL_DISK = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+
+
+def _full_disk(*args, **kwargs):
+    from safetensors import SafetensorError
+
+    raise SafetensorError(FULL_DISK)
+
+
+def _one_error_line(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert done.value.code == 2 and "Traceback" not in err, err
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err  # status lines may come before it
+    return errors[0]
+
+
+def test_finetune_on_a_full_disk_is_one_error_line_and_leaves_no_checkpoint(files, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("transformers.modeling_utils.safe_save_file", _full_disk)  # save_pretrained's writer
+    monkeypatch.setattr("subnetlab.io.save_file", _full_disk)  # subnetlab's own tensor files
+    torch.set_num_threads(1)
+    out = tmp_path / "ft"
+    line = _one_error_line([*_filled(FINETUNE, files, ""), "--save-every", "1", "--out", str(out)], capsys)
+    assert "cannot write (No space left on device); free some space and rerun" in line, line
+    left = sorted(p.name for p in (out / "checkpoints").iterdir()) if (out / "checkpoints").exists() else []
+    assert left == [] and not (out / "model").exists() and not (out / "metrics.json").exists(), left
+
+
+def test_export_on_a_full_disk_is_one_error_line_and_leaves_nothing(files, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("subnetlab.io.save_file", _full_disk)
+    out = tmp_path / "small"
+    line = _one_error_line(["export", "--model", files["bert"], "--subnetwork", files["sub"], "--ablation", "zero",
+                            "--out", str(out)], capsys)
+    assert f"{out}/model.safetensors: cannot write (No space left on device); free some space and rerun" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no --out, no temporary beside it
+
+
+def test_export_killed_mid_write_leaves_a_temporary_that_the_rerun_removes(files, tmp_path, capsys) -> None:
+    """``kill -9`` after the export's config.json: its hidden temporary stays; a rerun removes it (its process is
+    gone) and writes the export, while a temporary of a live process (pid 1) and other files stay untouched."""
+    from tests.kill_helpers import run_killed
+
+    out = tmp_path / "xk-kill"
+    args = ["export", "--model", files["bert"], "--subnetwork", files["sub"], "--ablation", "zero", "--out", str(out)]
+    run_killed(args, f"{tmp_path}/.xk-kill.export-*.tmp/config.json")
+    stale = [p.name for p in tmp_path.iterdir()]
+    assert len(stale) == 1 and stale[0].startswith(".xk-kill.export-") and not out.exists(), stale
+    live = tmp_path / ".xk-kill.export-1.abcdefgh.tmp"  # pid 1 is always alive: another process's export
+    other = tmp_path / ".xk-kill.unrelated.tmp"
+    live.mkdir()
+    other.mkdir()
+    with pytest.raises(SystemExit) as done:
+        main(args)
+    assert done.value.code in (0, None), capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, out.name])
+    assert (out / "subnetlab_pruning.json").is_file() and (out / "model.safetensors").is_file()

@@ -51,7 +51,7 @@ def test_finetune_and_evaluate_take_the_column_flags(tiny_bert, tmp_path, capsys
     finally:
         set_quiet(True)
     assert code == 0, err
-    assert "task file:d.csv: classification, 2 labels (other, same); 9 training rows; evaluation split 'eval': 1 rows (10%) held out" in err
+    assert "task file:d.csv: classification, 2 labels (other, same); 8 training rows; evaluation split 'eval': 1 rows (10%); test split 'test': 1 rows (10%)" in err
     options = json.loads((tmp_path / "ft" / "config.json").read_text())["finetune"]["task_options"]
     assert options == {"text_column": "first", "text_pair_column": "second", "label_column": "verdict"}
     held = tmp_path / "held.csv"

@@ -1,6 +1,6 @@
 """The data flags (--text-column ... --eval-split) on discover, transfer, lottery-prune, lottery-retrain,
 lottery-patterns, effective-size and attention: each reaches the task (its config.json keeps them), and
-discover/transfer take your own data in the answer-column form with a test split held out of its rows."""
+discover/transfer take your own data in the answer-column form with the data file's eval and test rows."""
 
 from __future__ import annotations
 
@@ -61,19 +61,22 @@ SUMS = ["--text-column", "question", "--answer-column", "reply"]
 PAIR_FLAGS = ["--text-column", "first", "--text-pair-column", "second", "--label-column", "verdict"]
 
 
-def test_a_held_out_test_split_is_carved_from_the_training_rows(models):
+def test_the_held_out_rows_are_the_data_files_whatever_the_command(models, tmp_path):
+    import shutil
+
     from subnetlab.tasks.user_files import make_file_task
 
-    plain = make_file_task(str(models / "sums.csv"), text_column="question", answer_column="reply", seed=3)
-    task = make_file_task(str(models / "sums.csv"), text_column="question", answer_column="reply", test_fraction=0.1, seed=3)
+    copy = shutil.copy(models / "sums.csv", tmp_path / "copy.csv")  # the split is keyed by content, not by path
+    task = make_file_task(str(copy), text_column="question", answer_column="reply")
     n = 50  # rows of the file
-    assert len(plain.eval_splits["eval"]) == 5 and len(plain.train) == 45
-    assert task.eval_splits["eval"] == plain.eval_splits["eval"]  # the evaluation rows do not move
-    assert len(task.eval_splits["test"]) == 4 and len(task.train) == n - 5 - 4  # 10% of the 45 left: 4.5, rounded to even
-    assert sorted(map(repr, task.train + task.eval_splits["test"])) == sorted(map(repr, plain.train))  # a partition
-    assert task.options["test_from_train"] == {"fraction": 0.1, "rows": 4}
-    again = make_file_task(str(models / "sums.csv"), text_column="question", answer_column="reply", test_fraction=0.1, seed=3)
-    assert again.eval_splits["test"] == task.eval_splits["test"]  # drawn from the seed
+    assert len(task.eval_splits["eval"]) == 5 and len(task.eval_splits["test"]) == 5 and len(task.train) == n - 10
+    m = task.manifest
+    assert sorted(m.train + m.eval + m.test) == list(range(n))  # a partition of the file's rows, by index
+    assert task.options["held_out"] == {"sha256": m.sha256, "eval": 5, "test": 5}
+    again = make_file_task(str(shutil.copy(copy, tmp_path / "again.csv")), text_column="question", answer_column="reply")
+    assert (again.manifest.sha256, again.manifest.train, again.manifest.test) == (m.sha256, m.train, m.test)
+    other = make_file_task(str(copy), text_column="question", answer_column="reply", split_seed=3)
+    assert other.manifest.test != m.test
 
 
 def test_discover_then_transfer_on_your_own_data(models, tmp_path, capsys):
@@ -82,10 +85,10 @@ def test_discover_then_transfer_on_your_own_data(models, tmp_path, capsys):
     code, out, err = _cli(capsys, "discover", *common, "--lambdas", "1e-7", "--epochs", "1", "--batch-size", "8",
                           "--init", "0.05", "--out", tmp_path / "disc")
     assert code == 0, err
-    assert ("task file:sums.csv: lm, 5 answers (five, four, one, three, two); 41 training rows; evaluation split 'eval': "
-            "5 rows (10%) held out of the training data with seed 0; test split 'test': 4 rows (10%) held out") in err
+    assert ("task file:sums.csv: lm, 5 answers (five, four, one, three, two); 40 training rows; evaluation split 'eval': "
+            "5 rows (10%); test split 'test': 5 rows (10%); held out of the 50 rows once per data file") in err
     config = json.loads((tmp_path / "disc" / "config.json").read_text())
-    assert config["task_options"] == {"text_column": "question", "answer_column": "reply", "test_fraction": 0.1}
+    assert config["task_options"] == {"text_column": "question", "answer_column": "reply"}
     job = json.loads((tmp_path / "disc" / "lambda_1e-07" / "config.json").read_text())
     assert job["task_options"] == config["task_options"]
     metrics = json.loads((tmp_path / "disc" / "metrics.json").read_text())
@@ -98,7 +101,7 @@ def test_discover_then_transfer_on_your_own_data(models, tmp_path, capsys):
         run = json.loads((tmp_path / "tr" / condition / "n0_s0" / "config.json").read_text())
         assert run["task_options"] == config["task_options"] and run["runs"] == [{"condition": condition, "size": 0, "seed": 0}]
     runs = json.loads((tmp_path / "tr" / "metrics.json").read_text())["runs"]
-    assert {r["train_rows"] for r in runs} == {41}  # the task's own training rows, no disambiguation rows
+    assert {r["train_rows"] for r in runs} == {40}  # the task's own training rows, no disambiguation rows
 
     code, _, err = _cli(capsys, "transfer", *common, "--condition", "scratch", "--disambiguation", "0,10",
                         "--out", tmp_path / "dis")
@@ -131,12 +134,15 @@ def test_a_data_flag_on_a_builtin_task_is_one_error_line(models, tmp_path, capsy
 
 
 def test_the_lottery_commands_take_the_data_flags(models, tmp_path, capsys):
-    task = ["--task", f"file:{models / 'pairs.csv'}", *PAIR_FLAGS]
+    import shutil
+
+    data = shutil.copy(models / "pairs.csv", tmp_path / "pairs.csv")  # a task is described once per process and path
+    task = ["--task", f"file:{data}", *PAIR_FLAGS]
     wanted = {"text_column": "first", "text_pair_column": "second", "label_column": "verdict"}
     code, _, err = _cli(capsys, "lottery-prune", "--model", models / "bert", *task, "--method", "importance",
                         "--max-length", "16", "--device", "cpu", "--out", tmp_path / "lp")
     assert code == 0, err
-    assert "task file:pairs.csv: classification, 2 labels (no, yes); 18 training rows; evaluation split 'eval': 2 rows" in err
+    assert "task file:pairs.csv: classification, 2 labels (no, yes); 16 training rows; evaluation split 'eval': 2 rows (10%); test split 'test': 2 rows" in err
     assert json.loads((tmp_path / "lp" / "config.json").read_text())["task_options"] == wanted
     code, _, err = _cli(capsys, "lottery-retrain", "--model", models / "bert", "--subnetwork",
                         tmp_path / "lp" / "subnetwork.safetensors", *task, "--max-steps", "2", "--max-length", "16",

@@ -53,7 +53,7 @@ def test_fingerprint_refuses_other_architecture(tmp_path):
     with pytest.raises(SubnetlabError, match="fingerprint"):
         Subnetwork.load(tmp_path / "s.safetensors", adapter=wider.adapter)
     other = tiny_model("roberta")
-    with pytest.raises(SubnetlabError, match="fingerprint"):
+    with pytest.raises(SubnetlabError, match="different architecture: a bert model, and this model is a roberta"):
         sub.check(other.adapter)
 
 

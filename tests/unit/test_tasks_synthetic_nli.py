@@ -48,3 +48,16 @@ def test_vocabulary_stays_out_of_the_hans_style_evaluation():
     eval_words = {w for ex in task.eval_splits["hans-synthetic"] for s in (ex.text_a, ex.text_b) for w in s.lower().split()}
     assert not (train_words & eval_words) - DEFAULT_VOCABULARY.structural_words() - {"."}
     assert task.split_labels("hans-synthetic") == ["entailment", "non-entailment"]
+
+
+def test_the_in_domain_split_holds_no_training_example():
+    """Independent draws of the corpus repeat each other; the in-domain split skips the repeats (issue 26)."""
+    from subnetlab.tasks.sampling import seeded
+
+    task = get_task("nli-synthetic", n_train=2000, n_eval=400, hans_per_subcase=1, seed=0)
+    rows = lambda examples: [(e.text_a, e.text_b, e.label) for e in examples]  # noqa: E731
+    train = set(rows(task.train))
+    raw = rows(generate_synthetic_nli(800, generator=seeded(2), nouns=DEFAULT_VOCABULARY.split(0.5, seeded(0))[0].nouns))
+    assert sum(r in train for r in raw[:400]) > 0  # the premise: a plain draw of 400 repeats training rows
+    assert rows(task.eval_splits["id"]) == [r for r in raw if r not in train][:400]
+    assert not set(rows(task.eval_splits["id"])) & train

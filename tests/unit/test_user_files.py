@@ -20,22 +20,23 @@ def _csv(path, rows=ROWS, header="premise,hypothesis,label"):
 
 def test_a_csv_with_a_header_row_is_a_pair_classification_task(tmp_path):
     task = get_task(f"file:{_csv(tmp_path / 'd.csv')}", text_column="premise", text_pair_column="hypothesis",
-                    eval_fraction=0.34, seed=1)
+                    eval_fraction=0.34, test_fraction=0.0, split_seed=1)
     assert task.kind == "classification" and task.labels == ["maybe", "no", "yes"]
     everything = task.train + task.eval_splits["eval"]
-    assert len(task.eval_splits["eval"]) == 2 and len(task.train) == 4
+    assert len(task.eval_splits["eval"]) == 2 and len(task.train) == 4 and "test" not in task.eval_splits
     assert sorted((e.text_a, e.text_b, task.labels[e.label]) for e in everything) == sorted(ROWS)
-    assert task.options["eval_from_train"] == {"fraction": 0.34, "rows": 2}
+    assert task.options["held_out"]["eval"] == 2 and task.options["held_out"]["test"] == 0
     again = get_task(f"file:{tmp_path / 'd.csv'}", text_column="premise", text_pair_column="hypothesis",
-                     eval_fraction=0.34, seed=1)
-    assert again.eval_splits["eval"] == task.eval_splits["eval"]  # the held-out rows follow the seed
+                     eval_fraction=0.34, test_fraction=0.0, split_seed=1)
+    assert again.eval_splits["eval"] == task.eval_splits["eval"]  # the held-out rows are the file's
 
 
 def test_jsonl_with_integer_labels_and_an_eval_file(tmp_path):
     (tmp_path / "t.jsonl").write_text("".join(json.dumps({"text": a, "label": i % 2}) + "\n" for i, (a, _, _) in enumerate(ROWS)))
     (tmp_path / "e.jsonl").write_text(json.dumps({"text": "new words", "label": 1}) + "\n")
     task = get_task(f"file:{tmp_path / 't.jsonl'}", eval_file=str(tmp_path / "e.jsonl"))
-    assert task.labels == ["0", "1"] and len(task.train) == 6
+    assert task.labels == ["0", "1"] and len(task.train) == 5  # the test row still comes from the training file
+    assert len(task.eval_splits["test"]) == 1 and task.manifest.eval_source["data"] == str(tmp_path / "e.jsonl")
     assert task.eval_splits["eval"][0].text_a == "new words" and task.eval_splits["eval"][0].label == 1
     assert task.train[0].text_b is None
 
@@ -110,10 +111,10 @@ def _saved_splits(folder):
 
 def test_a_folder_with_splits_trains_on_train_and_holds_out_eval_split(tmp_path):
     folder = _saved_splits(tmp_path / "ds")
-    task = get_task(f"file:{folder}", text_column="sentence", eval_split="validation")
+    task = get_task(f"file:{folder}", text_column="sentence", eval_split="validation", test_fraction=0)
     assert task.labels == ["maybe", "no", "yes"] and len(task.train) == len(ROWS)
     assert [(e.text_a, task.labels[e.label]) for e in task.eval_splits["eval"]] == [("new one", "no"), ("other one", "yes")]
-    assert "eval_from_train" not in task.options
+    assert task.options["eval_fraction"] is None and task.manifest.eval == ()  # nothing held out of train for eval
     with pytest.raises(SubnetlabError, match=r"ds: no split 'test' \(splits: train, validation\)") as e:
         get_task(f"file:{folder}", text_column="sentence", eval_split="test")
     assert e.value.setting == "eval_split"
@@ -155,7 +156,7 @@ def test_a_hub_class_label_column_keeps_its_names(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", lambda name, config=None, **kw: data)
     task = get_task("hub:imdb-like", eval_fraction=0.34)
     assert task.labels == ["neg", "pos"]
-    assert sorted((e.text_a, task.labels[e.label]) for e in task.train + task.eval_splits["eval"]) == [
+    assert sorted((e.text_a, task.labels[e.label]) for e in task.train + task.eval_splits["eval"] + task.eval_splits["test"]) == [
         ("bad film", "neg"), ("fine film", "pos"), ("good film", "pos")]
 
 
@@ -169,7 +170,7 @@ def test_an_answer_column_makes_a_next_token_task(tmp_path):
     (tmp_path / "qa.jsonl").write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in rows))
     (tmp_path / "held.jsonl").write_text(json.dumps({"question": "one plus three is", "answer": "four"}) + "\n")
     task = get_task(f"file:{tmp_path / 'qa.jsonl'}", text_column="question", answer_column="answer",
-                    eval_file=str(tmp_path / "held.jsonl"))
+                    eval_file=str(tmp_path / "held.jsonl"), test_fraction=0)
     assert task.kind == "lm" and task.labels == ["four", "three", "two"]
     assert [(e.text_a, task.labels[e.label]) for e in task.train] == rows
     assert task.options["label_column"] is None and task.options["answer_column"] == "answer"

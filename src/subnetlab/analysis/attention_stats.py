@@ -154,13 +154,14 @@ class AttentionStats:
 
 
 def attention_maps(model: torch.nn.Module, inputs: dict[str, Tensor]) -> list[Tensor]:
-    """Per layer ``[batch, heads, T, T]`` attention weights; the model must use eager attention."""
+    """Per layer ``[batch, heads, T, T]`` attention weights, on the CPU; the model must use eager attention."""
+    device = next(model.parameters()).device
     with torch.no_grad():
-        out = model(**inputs, output_attentions=True)
+        out = model(**{k: v.to(device) for k, v in inputs.items()}, output_attentions=True)
     maps = getattr(out, "attentions", None)
     if not maps or any(m is None for m in maps):
         raise SubnetlabError("the model returned no attention weights: load it with attn_implementation='eager'")
-    return [m.detach() for m in maps]
+    return [m.detach().cpu() for m in maps]
 
 
 def attention_statistics(

@@ -258,6 +258,22 @@ class HeadTypes:
                    int(data["examples"]), Thresholds(**data.get("thresholds", {})), counts, measured)
 
 
+def check_types_defined(model: torch.nn.Module) -> None:
+    """Refuse a model that is not a bidirectional encoder: the types are defined on its maps only.
+
+    Kovaleva et al.'s types describe ``[CLS] A [SEP] B [SEP]`` maps of BERT-style encoders
+    (attention to both sentences and to the special tokens); a causal model's maps are
+    triangular, so every head would read as one type.
+    """
+    from subnetlab.methods.model_fit import family_kind
+
+    if family_kind(model) != "encoder":
+        model_type = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise SubnetlabError(f"attention pattern types (Kovaleva et al.) are defined for encoder models such as BERT "
+                             "and RoBERTa, whose maps span both sentences and their [CLS] / [SEP] tokens; this model "
+                             f"is {model_type}", setting="model")
+
+
 def head_types(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -282,6 +298,7 @@ def head_types(
 
     if not pairs:
         raise SubnetlabError("attention pattern types need at least one sentence pair")
+    check_types_defined(model)
     adapter = get_adapter(model)
     device = next(model.parameters()).device
     raw_sum = normed_sum = None
@@ -313,4 +330,4 @@ def head_types(
 
 
 __all__ = ["COUNTINGS", "TYPES", "FEATURES", "Thresholds", "HeadTypes", "map_features", "classify_features", "classify_map",
-           "head_types", "vertical_keys", "row_normalize", "attention_maps"]
+           "check_types_defined", "head_types", "vertical_keys", "row_normalize", "attention_maps"]

@@ -4,6 +4,10 @@ A reproduction module defines ``NAME`` (the CLI name), ``PRESETS`` (preset name
 -> dict of settings, JSON-serialisable) and ``run(settings: dict, out: Path) ->
 Path`` which writes the run directory (``config.json``, ``metrics.json``,
 ``report.md`` and artefacts) and returns the report's path. Reruns resume.
+
+An overriding value must have the type of the preset's value, or of another
+preset's where this one holds None, or the type the module's optional
+``SETTING_TYPES`` declares for settings that every preset leaves None.
 """
 
 from __future__ import annotations
@@ -45,9 +49,31 @@ def settings_for(module: ModuleType, preset: str, overrides: dict | None = None)
             read = yaml.safe_load(value) if isinstance(value, str) else value  # "3" -> 3, "[0, 1]" -> list
         except yaml.YAMLError:
             raise SubnetlabError(f"setting {key} of {module.NAME}: cannot read {value!r}", setting=key) from None
-        settings[key] = _like(module.NAME, key, read, settings[key], value)
+        declared = getattr(module, "SETTING_TYPES", {}).get(key)
+        if declared is not None:
+            settings[key] = _declared(module.NAME, key, read, declared, value)
+        else:
+            settings[key] = _like(module.NAME, key, read, _example(module, preset, key), value)
     settings["preset"] = preset
     return settings
+
+
+def _example(module: ModuleType, preset: str, key: str) -> object:
+    """The value whose type ``key`` must have: the preset's own, or (when it is None) another preset's."""
+    value = module.PRESETS[preset][key]
+    if value is None:
+        value = next((p[key] for p in module.PRESETS.values() if p.get(key) is not None), None)
+    return value
+
+
+def _declared(study: str, key: str, value: object, hint: object, text: object) -> object:
+    """``value`` read as ``hint``, a study's ``SETTING_TYPES`` entry (for settings every preset leaves None)."""
+    ok, read = typed(value, hint)
+    if not ok and isinstance(text, str):  # a text setting that YAML read as a number: glue_dir=2024
+        ok, read = typed(text, hint)
+    if not ok:
+        raise SubnetlabError(f"setting {key} of {study}: expected {type_name(hint)}, got {text!r}", setting=key)
+    return read
 
 
 def _like(study: str, key: str, value: object, default: object, text: object) -> object:

@@ -286,9 +286,10 @@ def export_files(settings: ExportSettings) -> ExportResult:
     """Export by names: check the output directory, the subnetwork and the ablation values, then the model."""
     from transformers import AutoConfig
 
-    from subnetlab.models.loading import load_model, resolve
+    from subnetlab.models.loading import load_model, refuse_exported, resolve
 
     out = check_out(settings.out)
+    refuse_exported(settings.model, "export")
     try:
         subnetwork = Subnetwork.load(settings.subnetwork)
     except SubnetlabError as e:

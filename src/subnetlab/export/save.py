@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -41,8 +42,8 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.export.slicing import Plan, apply_plan
-from subnetlab.io import (default_mode, load_tensors, read_json, save_tensors, seal_directory, write_failed, write_json,
-                          write_text)
+from subnetlab.io import (WRITE_ERRORS, default_mode, load_tensors, read_json, save_tensors, seal_directory, write_failed,
+                          write_json, write_text)
 from subnetlab.models.adapters import FAMILIES
 
 PRUNING_FILE = "subnetlab_pruning.json"
@@ -87,6 +88,39 @@ def unique_state(model: nn.Module) -> dict[str, Tensor]:
     return state
 
 
+def remove_stale_exports(out: Path) -> list[Path]:
+    """Remove the temporary directories that killed exports to ``out`` left beside it; returns them.
+
+    An export writes ``.NAME.export-PID.XXXX.tmp`` beside ``out`` and renames it when
+    complete; a ``kill -9`` before the rename leaves it (``out``'s parent is the user's,
+    not a run directory, so no other cleanup sees it). Only directories of that name
+    whose process is gone are removed: a live export to the same place keeps its own.
+    """
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.export-(\d+)\.[^/]*\.tmp")
+    removed = []
+    if not out.parent.is_dir():
+        return removed
+    for path in sorted(out.parent.iterdir()):
+        found = pattern.fullmatch(path.name)
+        if found and path.is_dir() and not path.is_symlink() and not _alive(int(found.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts as alive)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_directory(out: Path, model: nn.Module, record: dict[str, Any], tokenizer: Any = None,
                     extra: Callable[[Path], None] | None = None) -> None:
     """Write the export into a temporary directory beside ``out``, then rename it to ``out``.
@@ -95,7 +129,8 @@ def write_directory(out: Path, model: nn.Module, record: dict[str, Any], tokeniz
     ``extra(tmp)`` writes optional files (ONNX) into the temporary directory.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    remove_stale_exports(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-{os.getpid()}.", suffix=".tmp", dir=out.parent))
     os.chmod(tmp, default_mode(directory=True))  # mkdtemp makes 0700; the export is for colleagues too
     umask = os.umask(0)
     os.umask(umask)
@@ -114,8 +149,10 @@ def write_directory(out: Path, model: nn.Module, record: dict[str, Any], tokeniz
         if out.exists():
             out.rmdir()  # empty (checked); a non-empty one would make rmdir fail rather than be overwritten
         os.replace(tmp, out)
-    except OSError as e:  # the tokenizer's or ONNX's writer on a full disk: an error naming the export
+    except WRITE_ERRORS as e:  # a writer (tokenizer, ONNX, safetensors) on a full disk: an error naming the export
         raise write_failed(out, e) from None
+    except SubnetlabError as e:  # subnetlab's own atomic writes name the temporary directory, which goes away
+        raise SubnetlabError(str(e).replace(str(tmp), str(out)), setting=e.setting) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -71,8 +71,12 @@ class ComponentValues:
                                  f"per layer; it holds {', '.join(sorted(tensors)[:4]) or 'none'}"
                                  f"{', ...' if len(tensors) > 4 else ''})")
         for name, tensor in tensors.items():
-            if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
-                raise SubnetlabError(f"{path}: {name} holds values that are not finite numbers; the file is damaged")
+            if not tensor.is_floating_point():
+                raise SubnetlabError(f"{path}: {name} has dtype {str(tensor.dtype).removeprefix('torch.')}; mean "
+                                     "activations are floating-point numbers (float32, float16 or bfloat16)")
+            if not bool(torch.isfinite(tensor).all()):
+                raise SubnetlabError(f"{path}: {name} holds values that are not finite numbers (NaN or infinity); "
+                                     "the file is damaged")
         return cls(
             [tensors[f"heads.{l}"] for l in range(layers)],
             [tensors[f"mlps.{l}"] for l in range(layers)],

@@ -152,6 +152,19 @@ def position_limit(model: Any) -> int | None:
     return int(limit)
 
 
+def check_max_length(model: Any, max_length: int, model_name: str) -> None:
+    """Refuse a ``max_length`` past the model's positions, whatever the inputs' lengths.
+
+    For a length the user asked for: it says how long an input may be, and a model
+    cannot take more tokens than its position table holds (``check_lengths_fit``
+    judges a default by the inputs instead). ``model`` is a model or its config.
+    """
+    limit = position_limit(model)
+    if limit is not None and max_length > limit:
+        raise SubnetlabError(f"max_length {max_length} exceeds the {limit} positions of model {model_name}; set it to "
+                             f"at most {limit}", setting="max_length")
+
+
 def check_lengths_fit(model: Any, tokenizer: Any, task: Task, max_length: int, model_name: str,
                       splits: Any = None) -> None:
     """Refuse a ``max_length`` past the model's positions when some input of ``task`` is longer than them.
@@ -177,5 +190,5 @@ def check_lengths_fit(model: Any, tokenizer: Any, task: Task, max_length: int, m
                 setting="max_length")
 
 
-__all__ = ["check_head_fits_task", "check_lengths_fit", "check_model_fits_task", "family_kind", "head_fits", "head_outputs",
-           "new_head_notice", "position_limit", "vocabulary_size"]
+__all__ = ["check_head_fits_task", "check_lengths_fit", "check_max_length", "check_model_fits_task", "family_kind",
+           "head_fits", "head_outputs", "new_head_notice", "position_limit", "vocabulary_size"]

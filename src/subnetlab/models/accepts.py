@@ -32,7 +32,7 @@ _TEXT_NOTE = ("classification tasks need a classifier head of one output per lab
               "language-model tasks (arith:*, an answer column) need a causal language model")
 
 _LM_NOTE = ("language-model tasks: arithmetic (arith:*), or your own data in the answer form (an answer column; "
-            "a test split, which it reports, is held out of the training rows)")
+            "it reports the data file's test split, the same rows for every command and seed)")
 
 COMMAND_MODELS: dict[str, Accepts] = {
     "inspect": Accepts(("encoder", "decoder", "vision"), components=False),

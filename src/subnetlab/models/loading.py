@@ -84,6 +84,50 @@ def has_tokenizer_files(directory: Path) -> bool:
     return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def refuse_pickled_weights(directory: Path, name: str) -> None:
+    """Refuse a local model directory whose weights exist only as a pickle (``pytorch_model.bin``).
+
+    Unpickling can run any code the file names, so subnetlab never does it: it loads
+    ``.safetensors`` only (``use_safetensors=True``). A directory with both is loaded from
+    its safetensors; one with a pickle alone gets the one-line conversion to run in a
+    Python the user trusts.
+    """
+    if any((directory / f).is_file() for f in SAFE_WEIGHTS):
+        return
+    pickled = [f for f in PICKLED_WEIGHTS if (directory / f).is_file()]
+    if pickled:
+        raise SubnetlabError(
+            f"{name}: the weights are only in {pickled[0]}, a pickle, which subnetlab never loads (unpickling can run "
+            "code); if you trust the file, convert it once in Python: AutoModel.from_pretrained(DIR)"
+            ".save_pretrained(DIR, safe_serialization=True) (or the model's own class), then use DIR again",
+            setting="model")
+
+
+def refuse_exported(name_or_path: str, purpose: str) -> None:
+    """Refuse a model written by ``subnetlab export`` where the full model it came from is needed.
+
+    An exported model keeps only its subnetwork's heads and MLPs (fewer per layer than its
+    config says), so it can be evaluated and used, but not gated, pruned or exported
+    again: the gates and slices are sized from the config. The message names the source.
+    """
+    from subnetlab.export.save import PRUNING_FILE, is_exported, read_record  # only exported directories need it
+
+    local = Path(resolve(name_or_path)).expanduser()
+    if not is_exported(local):
+        return
+    try:
+        source = read_record(local).get("source", {}).get("model")
+    except (SubnetlabError, AttributeError):
+        source = None
+    raise SubnetlabError(f"{name_or_path} is a model exported by subnetlab ({PRUNING_FILE}): its layers keep only a "
+                         f"subnetwork's heads and MLPs; {purpose} needs the full model it came from"
+                         + (f" ({source})" if source else ""), setting="model")
+
+
 def load_model(
     name_or_path: str,
     head: Head = "base",
@@ -109,11 +153,14 @@ def load_model(
     if num_labels is not None and num_labels != getattr(config, "num_labels", None):
         config.num_labels = num_labels
     source = str(local) if local.exists() else source
+    if local.exists():
+        refuse_pickled_weights(local, name_or_path)
     try:
         if local.exists() and (local / "subnetlab_pruning.json").is_file():
             model = _load_exported(local, HEADS[head], config, attn_implementation, **kwargs)
         else:
-            model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation, **kwargs)
+            model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation,
+                                                use_safetensors=True, **kwargs)
     except SubnetlabError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:  # missing or damaged weights
@@ -149,6 +196,36 @@ def _load_exported(directory: Path, model_class: Any, config: PretrainedConfig, 
     if kwargs:
         raise SubnetlabError(f"{directory}: an exported model loads without the options {', '.join(sorted(kwargs))}")
     return load_exported(directory, model_class, config, attn_implementation, None if dtype == "auto" else dtype)
+
+
+def config_adapter(name_or_path: str) -> Adapter | None:
+    """The adapter of a local model built from its ``config.json`` alone, on PyTorch's meta device.
+
+    No weights are read and no memory is filled, so a subnetwork or means file can be
+    checked against the model (``Subnetwork.check``) before a command writes anything.
+    A decoder gets its causal-LM class and any other model its classifier: the head does
+    not change where the heads and MLPs live. None for a hub id, an exported directory
+    (its layers are sliced) or a config that cannot be read (loading the model names the fault).
+    """
+    import torch
+
+    from subnetlab.export.save import is_exported
+    from subnetlab.models.adapters import FAMILIES
+
+    local = Path(resolve(name_or_path)).expanduser()
+    if not (local / "config.json").is_file() or is_exported(local):
+        return None
+    try:
+        config = AutoConfig.from_pretrained(str(local))
+    except (OSError, ValueError, KeyError):
+        return None
+    kind = next((s.kind for s in FAMILIES.values() if config.model_type in s.model_types), None)
+    if kind is None:
+        return None
+    head = {"decoder": "causal-lm", "vision": "image-classification"}.get(kind, "classification")
+    with torch.device("meta"):
+        model = HEADS[head].from_config(config)
+    return get_adapter(model)
 
 
 def build_model(

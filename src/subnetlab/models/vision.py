@@ -19,6 +19,7 @@ masks and ``Subnetwork`` need: ``family``, ``parameter``, ``fingerprint``,
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,7 +36,7 @@ from transformers import (
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.models.adapters import Adapter, ResNetAdapter, get_adapter
-from subnetlab.models.loading import LoadedModel
+from subnetlab.models.loading import LoadedModel, refuse_pickled_weights
 
 VISION_FAMILIES = ("resnet", "vit")
 PATCH_EMBEDDING = "embeddings.patch_embeddings.projection"  # relative to the ViT base model
@@ -118,7 +119,10 @@ def load_vision_model(name_or_path: str, num_labels: int | None = None) -> Loade
         config.id2label = {i: str(i) for i in range(num_labels)}
         config.label2id = {str(i): i for i in range(num_labels)}
         kwargs["ignore_mismatched_sizes"] = True
-    model = AutoModelForImageClassification.from_pretrained(name_or_path, config=config, **kwargs)
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        refuse_pickled_weights(local, name_or_path)
+    model = AutoModelForImageClassification.from_pretrained(name_or_path, config=config, use_safetensors=True, **kwargs)
     model.eval()
     return LoadedModel(model, None, vision_adapter(model), name_or_path)  # type: ignore[arg-type]
 

@@ -17,6 +17,7 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import write_json
 from subnetlab.runs.job_config import require_positive
+from subnetlab.runs.splits import held_out_task, save_splits
 from subnetlab.tasks.spec import TaskSpec
 
 ABLATIONS = ("zero", "mean")
@@ -74,13 +75,16 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
     from subnetlab.methods.evaluate import evaluate, subnetwork_context
     from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
     from subnetlab.models import load_model
+    from subnetlab.models.loading import refuse_exported
     from subnetlab.progress import stage
     from subnetlab.runtime import autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 
     device = resolve_device(job.device)
     dtype = resolve_dtype(job.dtype, device)
+    if job.subnetwork is not None:
+        refuse_exported(job.model, "applying a subnetwork")  # its gates are sized for the full model
     stage(describe_runtime(device, dtype))
-    task = job.task.build()
+    task = held_out_task(job.task, job.model, job.subnetwork)  # not the rows that trained the model (own data)
     loaded = load_model(job.model, head="causal-lm" if task.kind == "lm" else "classification")
     archs = getattr(loaded.model.config, "architectures", None) or []
     if task.kind == "classification" and not any(a.endswith("ForSequenceClassification") for a in archs):
@@ -120,6 +124,7 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
         config["subnetwork_sparsity"] = sub.sparsity
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", config)
+    save_splits(out, task)
     write_json(out / "metrics.json", results)
     return results
 

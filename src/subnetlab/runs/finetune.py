@@ -45,6 +45,7 @@ from subnetlab.methods.finetune.state import (
 from subnetlab.optim import lr_scheduler
 from subnetlab.progress import stage, track
 from subnetlab.runs.directory import absolute_inputs, differing_keys, run_entries, same_config
+from subnetlab.runs.splits import save_splits
 from subnetlab.runtime import autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec
@@ -126,6 +127,7 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
     write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options,
                                      **runtime_record(device, dtype)})
+    save_splits(out, task)  # your own data: the rows it trains on, which later commands never evaluate on
     clean_temporaries(out)
 
     n = len(task.train)

@@ -41,11 +41,13 @@ from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
 from subnetlab.methods.finetune.state import OPTIMIZER_FILE, checkpoint_dirs
 from subnetlab.runs.finetune import finetune_task, finetune
+from subnetlab.runs.splits import save_splits
 from subnetlab.methods.lottery.retrain import train_masked
 from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
+from subnetlab.models.loading import refuse_exported
 from subnetlab.progress import stage
 from subnetlab.runs.health import judge
 from subnetlab.runs.directory import record_runtime
@@ -118,8 +120,13 @@ class LotteryPruneJobConfig(JobConfig):
 
 
 def prune_config(**given: Any) -> dict[str, Any]:
-    """A complete, validated pruning config as ``config.json`` holds it (None means: the default)."""
-    return LotteryPruneJobConfig.from_dict({k: v for k, v in given.items() if v is not None}).to_dict()
+    """A complete, validated pruning config as ``config.json`` holds it (None means: the default).
+
+    An exported (sliced) model is refused here, before the run directory is written.
+    """
+    config = LotteryPruneJobConfig.from_dict({k: v for k, v in given.items() if v is not None}).to_dict()
+    refuse_exported(config["model"], "lottery pruning")
+    return config
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,27 @@ class RetrainJobConfig(JobConfig):
     @cached_property
     def settings(self) -> FinetuneConfig:
         return FinetuneConfig.from_json(self.finetune)
+
+
+def check_retrain_subnetwork(model: str, path: str | os.PathLike) -> Subnetwork:
+    """The mask file of a re-fine-tuning run, checked before its run directory is written.
+
+    It must be a readable subnetwork file of 0/1 masks, found on the model's architecture
+    (compared with an adapter built from the model's config alone, without its weights).
+    """
+    from subnetlab.models.loading import config_adapter
+
+    refuse_exported(model, "re-fine-tuning with a subnetwork's masks")
+    if not Path(path).is_file():
+        raise SubnetlabError(f"{path}: no such subnetwork file", setting="subnetwork")
+    try:
+        sub = Subnetwork.load(path)
+        adapter = config_adapter(model)
+        if adapter is not None:
+            sub.check(adapter)
+    except SubnetlabError as e:
+        raise SubnetlabError(f"subnetwork: {e}", setting="subnetwork") from None
+    return sub
 
 
 @dataclass(frozen=True)
@@ -292,6 +320,7 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
     record_runtime(out, runtime_record(device, dtype))  # where it ran: not compared when the run resumes
     model = loaded.model.to(device)
     sub.save(out / "subnetwork.safetensors")
+    save_splits(out, task)  # your own data: the rows it trains on, which later commands never evaluate on
     control = sub.extra.get("control", "good")
     stage(f"re-fine-tuning {cfg.model} with the {control} {sub.method} subnetwork ({sub.kind}, sparsity {sub.sparsity:.1%})")
     with autocast(device, dtype):  # as fine-tuning: forward passes in the run's precision, weights float32

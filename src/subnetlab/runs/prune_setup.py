@@ -26,6 +26,7 @@ from subnetlab.methods.hard_concrete.config import PruneConfig
 from subnetlab.methods.hard_concrete.data import PruningData
 from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
+from subnetlab.models.loading import refuse_exported, refuse_pickled_weights
 from subnetlab.tasks.base import Task
 from subnetlab.runs.job_config import JobConfig, require_positive
 from subnetlab.runtime import resolve_device
@@ -113,6 +114,7 @@ def check_weight_files(source: Path) -> None:
     if not any((source / name).is_file() for name in WEIGHT_FILES):
         raise SubnetlabError(f"{source}: no weights (model.safetensors or pytorch_model.bin) beside config.json",
                              setting="model")
+    refuse_pickled_weights(source, str(source))
     single = source / "model.safetensors"
     if single.is_file():
         try:
@@ -138,6 +140,7 @@ def check_checkpoint(name: str) -> None:
         return  # a hub id: checked when the jobs load it
     if not (source / "config.json").is_file():
         raise SubnetlabError(f"{name}: not a Hugging Face model directory (no config.json)")
+    refuse_exported(name, "pruning")
     try:
         model_type = AutoConfig.from_pretrained(str(source)).model_type
     except (OSError, ValueError, KeyError) as e:
@@ -196,6 +199,7 @@ def task_tokenizer(loaded: LoadedModel, task: Task) -> Any:
 def load_pruning_model(name: str, task: Task) -> LoadedModel:
     """Load a fine-tuned checkpoint with the head the task needs; refuse what cannot be pruned."""
     head = "causal-lm" if task.kind == "lm" else "classification"
+    refuse_exported(name, "gating heads and MLPs")
     try:
         loaded = load_model(name, head=head)
     except SubnetlabError:

@@ -30,6 +30,7 @@ from subnetlab.progress import stage
 from subnetlab.runs.directory import record_runtime
 from subnetlab.runs.health import Health, judge, read_health
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
+from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options, save_splits
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec
@@ -41,28 +42,32 @@ from subnetlab.transfer.stacked import train_stacked
 from subnetlab.transfer.train import ACCURACIES, LOSSES, TrainSettings, accuracy, check_choice, task_loss, train_model
 
 ARITH_SPECIALS = 3  # <sep>, <pad>, <unk> after the numbers (subnetlab.tasks.arithmetic)
-TEST_FRACTION = 0.1  # your own data: the share of its rows held out as the test split discovery and transfer report
 
 
 def own_data(task_name: str) -> bool:
-    """True for the user's own data (``file:PATH``, ``hub:NAME``), which has no test split of its own."""
+    """True for the user's own data (``file:PATH``, ``hub:NAME``), whose split ``tasks.splits`` fixes per data file."""
     return task_name.startswith(("file:", "hub:"))
 
 
-def lm_task_options(task_name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with what discovery and transfer need of the task: your own data gets a ``test`` split
-    carved from its training rows (``test_fraction``, said so when the task is built)."""
-    out = dict(options)
-    if own_data(task_name):
-        out.setdefault("test_fraction", TEST_FRACTION)
-    return out
+def lm_task_options(model: str, task_name: str, options: dict[str, Any], subnetwork: str | None = None) -> dict[str, Any]:
+    """``options`` with, for your own data, the split settings of the runs that made ``model`` (fine-tuning) and
+    ``subnetwork`` (discovery) on the same data where not given, so discovery and transfer hold out the rows
+    those runs held out (``runs.splits``)."""
+    return held_out_options(model, task_name, options, subnetwork) if own_data(task_name) else dict(options)
 
 
-def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[LoadedModel, Task]:
+def task_options_for(task_name: str, options: dict[str, Any], seed: int) -> dict[str, Any]:
+    """A generated task draws its rows from the run's seed; your own data's split is the data file's, not the seed's."""
+    return dict(options) if own_data(task_name) else {"seed": seed, **options}
+
+
+def load_lm(path: str, task_name: str, task_options: dict[str, Any],
+            subnetwork: str | None = None) -> tuple[LoadedModel, Task]:
     """The causal LM at ``path`` and its task; an arithmetic task's range follows the model's vocabulary.
 
     Your own data is checked whole here (every split tokenizes to prompts of one length, as tensor
-    training needs), so a job does not find out later."""
+    training needs; no evaluation or test row was a training row of the runs that made ``path`` or
+    ``subnetwork``), so a job does not find out later."""
     loaded = load_model(path, head="causal-lm")
     options = dict(task_options)
     if task_name.startswith("arith:"):
@@ -74,8 +79,10 @@ def load_lm(path: str, task_name: str, task_options: dict[str, Any]) -> tuple[Lo
         missing = [s for s in ("train", "eval", "test") if s not in task.split_names]
         if missing:
             raise SubnetlabError(f"task {task.name}: no {', '.join(missing)} split (discovery and transfer train on "
-                                 "train, choose on eval and report test)", setting="task_options")
+                                 "train, choose on eval and report test; test_fraction 0 holds out no test rows)",
+                                 setting="task_options")
         _splits(task, task.tokenizer or loaded.tokenizer)
+    check_held_out(task, earlier_runs(path, subnetwork))
     loaded.model.eval()
     return loaded, task
 
@@ -200,7 +207,8 @@ def discover_job(config: dict, out_dir: Path) -> dict:
 
 def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
     seed = int(job.seed)
-    loaded, task = load_lm(job.model, job.task, {"seed": seed, **job.task_options})
+    loaded, task = load_lm(job.model, job.task, task_options_for(job.task, job.task_options, seed))
+    save_splits(out_dir, task)
     device = resolve_device(job.device or "cpu")
     dtype = resolve_dtype(job.dtype, device)
     stage(describe_runtime(device, dtype))
@@ -354,11 +362,16 @@ def _transfer(job: TransferJobConfig, out_dir: Path) -> dict:
     if arithmetic:
         task_options.setdefault("max_number", int(trained.model.config.vocab_size) - ARITH_SPECIALS)
     prepared = []
+    own = None
+    if own_data(job.task):  # one split for every run: the data file's, checked against the runs that made the inputs
+        own = TaskSpec(job.task, task_options).build()
+        check_held_out(own, earlier_runs(job.model, job.subnetwork))
+        save_splits(out_dir, own)
     for run in job.runs:
         condition, size, seed = run["condition"], int(run["size"]), int(run["seed"])
         get_condition(condition, has_subnetwork=sub is not None)
         ambiguity = {"ambiguous": True, "n_disambiguation": size} if arithmetic else {}  # other tasks: their own rows
-        task = TaskSpec(job.task, {**ambiguity, "seed": seed, **task_options}).build()
+        task = own if own is not None else TaskSpec(job.task, {**ambiguity, "seed": seed, **task_options}).build()
         tm = build_transfer_model(trained.model, condition, seed=seed, subnetwork=_subnetwork_for(condition, sub, seed),
                                   reinit=job.reinit, freeze=bool(job.freeze),
                                   adapter=trained.adapter, init_std=job.init_std)
@@ -401,5 +414,5 @@ def _train_all(prepared: list[dict], settings: TrainSettings, stack: int) -> lis
     return results
 
 
-__all__ = ["degenerate_passed_over", "discover_job", "discovery_health", "load_lm", "select_best", "sweep_health",
-           "check_transfer_input", "subnetwork_health", "transfer_job"]
+__all__ = ["check_transfer_input", "degenerate_passed_over", "discover_job", "discovery_health", "lm_task_options",
+           "load_lm", "own_data", "select_best", "subnetwork_health", "sweep_health", "task_options_for", "transfer_job"]

@@ -9,6 +9,8 @@ parameters' shapes, so a mask cannot silently land on the wrong model.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -144,6 +146,9 @@ class Subnetwork:
     # -- compatibility and files ---------------------------------------------------------
     def check(self, adapter: Adapter) -> None:
         """Refuse a model whose architecture or masked parameter shapes differ."""
+        if self.architecture and self.architecture != adapter.family:  # before the names: they are another family's
+            raise SubnetlabError(f"subnetwork was found on a different architecture: a {self.architecture} model, "
+                                 f"and this model is a {adapter.family} model")
         names = None if self.kind == "structured" else sorted(self.weights)
         try:
             expected = adapter.fingerprint(names)
@@ -205,8 +210,8 @@ class Subnetwork:
             heads=tensors.get("heads") if kind == "structured" else None,
             mlps=tensors.get("mlps") if kind == "structured" else None,
             weights={} if kind == "structured" else tensors,
-            method=meta.get("method", ""), seed=int(meta["seed"]) if meta.get("seed") else None,
-            target_sparsity=float(meta["target_sparsity"]) if meta.get("target_sparsity") else None,
+            method=meta.get("method", ""), seed=_seed(path, meta.get("seed")),
+            target_sparsity=_target_sparsity(path, meta.get("target_sparsity")),
             ablation=meta.get("ablation", ""), extra={k: v for k, v in meta.items() if k not in known},
         )
         if adapter is not None:
@@ -216,6 +221,29 @@ class Subnetwork:
     def _need_structured(self) -> None:
         if self.kind != "structured":
             raise SubnetlabError("this operation needs a structured (heads / MLPs) subnetwork")
+
+
+def _seed(path: str | Path, text: str | None) -> int | None:
+    """The ``seed`` metadata: empty (none) or a non-negative integer; anything else marks a damaged file."""
+    if not text:
+        return None
+    if not re.fullmatch(r"\d+", text.strip()):
+        raise SubnetlabError(f"{path}: metadata seed={text!r} is not a non-negative integer; the file is damaged")
+    return int(text)
+
+
+def _target_sparsity(path: str | Path, text: str | None) -> float | None:
+    """The ``target_sparsity`` metadata: empty (none) or a finite number in [0, 1] (NaN would pass every comparison)."""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise SubnetlabError(f"{path}: metadata target_sparsity={text!r} is not a number in [0, 1]; "
+                             "the file is damaged")
+    return value
 
 
 def _check_mask(path: str | Path, name: str, tensor: Tensor) -> None:

@@ -87,6 +87,7 @@ class Task:
         split_labels: dict[str, Sequence[str]] | None = None,
         options: dict[str, Any] | None = None,
         tokenizer: Any = None,
+        manifest: Any = None,
     ) -> None:
         if kind not in ("classification", "lm"):
             raise SubnetlabError(f"task kind {kind!r} is not 'classification' or 'lm'")
@@ -98,6 +99,7 @@ class Task:
         self._split_labels = {k: list(v) for k, v in (split_labels or {}).items()}
         self.options = dict(options or {})
         self.tokenizer = tokenizer  # a task-specific tokenizer (arithmetic), else None
+        self.manifest = manifest  # your own data: which rows of the file each split holds (tasks.splits), else None
         self._cache: dict[tuple, EncodedSplit] = {}
         self._answer_cache: dict[tuple, Tensor] = {}
 

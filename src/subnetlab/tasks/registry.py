@@ -81,12 +81,32 @@ def _nli_synthetic(n_train: int = 20000, n_eval: int = 2000, minority_fraction: 
                    hans_per_subcase: int = 100, eval_vocab_fraction: float = 0.5) -> Task:
     train_vocab, eval_vocab = DEFAULT_VOCABULARY.split(eval_vocab_fraction, seeded(seed))
     train = generate_synthetic_nli(n_train, generator=seeded(seed + 1), minority_fraction=minority_fraction, nouns=train_vocab.nouns)
-    in_domain = generate_synthetic_nli(n_eval, generator=seeded(seed + 2), minority_fraction=minority_fraction, nouns=train_vocab.nouns)
+    in_domain = _unseen(train, n_eval, lambda n: generate_synthetic_nli(
+        n, generator=seeded(seed + 2), minority_fraction=minority_fraction, nouns=train_vocab.nouns))
     hans = generate_hans_style(hans_per_subcase, generator=seeded(seed + 3), vocabulary=eval_vocab)
     options = dict(n_train=n_train, n_eval=n_eval, minority_fraction=minority_fraction, seed=seed,
                    hans_per_subcase=hans_per_subcase, eval_vocab_fraction=eval_vocab_fraction)
     return Task("nli-synthetic", "classification", NLI3, train, {"id": in_domain, "hans-synthetic": hans},
                 split_labels={"hans-synthetic": NLI2}, options=options)
+
+
+def _unseen(train: list[Example], n: int, generate: Callable[[int], list[Example]]) -> list[Example]:
+    """The first ``n`` generated examples that are not training examples.
+
+    The synthetic corpus draws from templates and a small vocabulary, so independent draws repeat each
+    other (at the defaults 185 of 2,000 in-domain rows were training rows): such a row would score
+    memorisation as generalisation. ``generate(k)`` must give a prefix of ``generate(k')`` for ``k < k'``
+    (one generator, one example at a time), so the result does not depend on how many were drawn."""
+    seen = {(e.text_a, e.text_b, e.label) for e in train}
+    size = n
+    while True:
+        fresh = [e for e in generate(size) if (e.text_a, e.text_b, e.label) not in seen]
+        if len(fresh) >= n:
+            return fresh[:n]
+        if size >= 64 * n:
+            raise SubnetlabError(f"only {len(fresh)} of {size} generated evaluation examples differ from the training "
+                                 f"examples; ask for fewer than {n}", setting="task_options")
+        size *= 2
 
 
 def _hans_synthetic(n_per_subcase: int = 200, eval_per_subcase: int = 100, seed: int = 0, eval_vocab_fraction: float = 0.5) -> Task:
@@ -108,8 +128,8 @@ def _eval_dict(eval: PathLike | dict[str, PathLike] | None, default_split: str) 
 def _file_task(name: str, fmt: str, labels: list[str], train: PathLike | None, eval: Any, default_split: str, **options: Any) -> Task:
     splits = _eval_dict(eval, default_split)
     if train is None and not splits:
-        raise SubnetlabError(f"task {name} reads files: pass train=FILE and/or eval=FILE (task options)",
-                             setting="task_options")
+        raise SubnetlabError(f"task {name} reads its examples from data files and was given none (its options "
+                             "train=FILE and eval=FILE name them)", setting="task_data")
     train_examples = load_file(fmt, train, **options)[0] if train is not None else []
     eval_splits = {split: load_file(fmt, path, **options)[0] for split, path in splits.items()}
     recorded = dict(options, train=str(train) if train else None, eval={k: str(v) for k, v in splits.items()})

@@ -15,11 +15,12 @@ optionally a second one for sentence pairs, and either
 
 Held-out data comes from ``eval_file``, or from ``eval_split`` (a split of a hub
 dataset or of a ``save_to_disk`` folder holding several); without either,
-``eval_fraction`` of the training rows (drawn with ``seed``) are held out as
-split ``eval``, and the task's options say so. ``test_fraction`` (discovery and
-transfer, which report a test split) holds out a further share of the training
-rows as split ``test`` the same way. A source with splits trains on
-``train_split`` (``train``). The result is an ordinary ``Task``, so every method
+``eval_fraction`` of the rows are held out as split ``eval``. ``test_fraction``
+of the rows are held out as split ``test`` (discovery and transfer report it;
+0: none). Which rows is decided once per data file by ``subnetlab.tasks.splits``
+(its content hash and ``split_seed``), never by a command's seed, so every
+command on the same data holds out the same rows; the task's options and its
+``manifest`` say which. A source with splits trains on ``train_split`` (``train``). The result is an ordinary ``Task``, so every method
 takes it. ``docs/your-own-model.md`` walks through the commands.
 
 Errors name the file (or hub spec), the row (CSV / TSV: its line, the header being
@@ -28,14 +29,17 @@ line 1; JSON lines: the line; other sources: the row from 1) and the column.
 
 from __future__ import annotations
 
+import csv
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.progress import stage
 from subnetlab.tasks.base import Example, Task
+from subnetlab.tasks.splits import SplitManifest, content_hash
 
 SUFFIX_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 HUB_PREFIX = "hub:"
@@ -86,13 +90,58 @@ def _read(path: Path) -> Any:
             raise SubnetlabError(f"{path}: unknown data format {path.suffix!r} (known: {', '.join(SUFFIX_BUILDERS)})",
                                  setting="task")
         extra = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-        return datasets.load_dataset(builder, data_files=str(path), split="train", **extra)
+        with _quiet_datasets():
+            return datasets.load_dataset(builder, data_files=str(path), split="train", **extra)
     except SubnetlabError:
         raise
     except Exception as e:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...)
         if "corresponds to no data" in str(e):
             raise SubnetlabError(f"{path}: no rows (a header only?)", setting="task") from None
+        fault = _csv_fault(path, "\t" if path.suffix.lower() == ".tsv" else ",") if builder == "csv" else None
+        if fault is not None:
+            raise SubnetlabError(f"{path}{fault}", setting="task") from None
         raise SubnetlabError(f"{path}: cannot read the data ({_first_line(e)})", setting="task") from None
+
+
+@contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """Silence ``datasets``' own log while it reads a user's file: a failure is reported once, by ``_read``.
+
+    Its CSV reader logs pandas' ``Failed to read file ... ParserError`` before raising an
+    error that has lost the row; the message subnetlab prints names the line instead.
+    """
+    import datasets
+
+    level = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(level)
+
+
+def _csv_fault(path: Path, delimiter: str) -> str | None:
+    """``":LINE: what is wrong"`` (to follow the path) for the first malformed row of a CSV / TSV file; None when
+    Python's reader finds none.
+
+    Read only after ``datasets`` refused the file, to say where: the line is the one where
+    the faulty row starts (the header is line 1), so an unterminated quote names the line
+    that opens it, not the end of the file where the reader gives up.
+    """
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f, delimiter=delimiter, strict=True)
+            while True:
+                start = reader.line_num + 1
+                try:
+                    next(reader)
+                except StopIteration:
+                    return None
+                except csv.Error as e:
+                    cause = "unterminated quoted field" if "unexpected end of data" in str(e) else str(e)
+                    return f":{start}: {cause}"
+    except UnicodeDecodeError as e:
+        return f": not UTF-8 text (byte {e.start}: {e.reason})"
 
 
 class _Source:
@@ -234,10 +283,17 @@ def _prompts(source: _Source, text: str, pair: str | None, answer: str,
     return out, ids
 
 
+def _fingerprint(source: _Source, path: str | None) -> str:
+    """The content hash that keys the split: the local file's or folder's bytes, else the hub dataset's fingerprint."""
+    if path is not None:
+        return content_hash(path)
+    return f"fingerprint:{getattr(source.data, '_fingerprint', None) or source.where}"
+
+
 def make_file_task(path: str, text_column: str = "text", text_pair_column: str | None = None,
                    label_column: str = "label", answer_column: str | None = None, eval_file: str | None = None,
                    eval_split: str | None = None, train_split: str = "train", eval_fraction: float = 0.1,
-                   test_fraction: float | None = None, seed: int = 0) -> Task:
+                   test_fraction: float = 0.1, split_seed: int = 0) -> Task:
     """A classification (or, with ``answer_column``, language-model) task from the user's own data (module doc)."""
     if eval_file is not None and eval_split is not None:
         raise SubnetlabError(f"eval_split {eval_split!r} and eval_file {eval_file}: give one source of held-out rows",
@@ -247,9 +303,14 @@ def make_file_task(path: str, text_column: str = "text", text_pair_column: str |
                                   (answer_column, "answer_column", "answer")
                                   if answer_column is not None else (label_column, "label_column", "label")):
         train_source.column(column, setting, role)  # every column named is there, before any row is read
+    local = None if path.startswith(HUB_PREFIX) else str(Path(path).expanduser())
+    held_key = None
     if eval_file is not None:
         held_source = _Source(_read(Path(eval_file).expanduser()), str(Path(eval_file).expanduser()),
                               2 if Path(eval_file).suffix.lower() in (".csv", ".tsv") else 1)
+        held_key = {"data": held_source.where, "sha256": content_hash(held_source.where)}
+    elif held_source is not None:
+        held_key = {"data": held_source.where, "sha256": _fingerprint(held_source, local)}
     if answer_column is not None:
         kind = "lm"
         examples, answer_ids = _prompts(train_source, text_column, text_pair_column, answer_column, None)
@@ -260,43 +321,22 @@ def make_file_task(path: str, text_column: str = "text", text_pair_column: str |
         labels, label_ids = _label_space(train_source, label_column)
         examples = _labelled(train_source, text_column, text_pair_column, label_column, label_ids)
         held = _labelled(held_source, text_column, text_pair_column, label_column, label_ids) if held_source else None
-    options: dict[str, Any] = {"path": path if path.startswith(HUB_PREFIX) else str(Path(path).expanduser()),
+    manifest = SplitManifest.carve(train_source.where, _fingerprint(train_source, local), len(examples),
+                                   eval_fraction=eval_fraction, test_fraction=test_fraction, split_seed=split_seed,
+                                   eval_source=held_key)
+    options: dict[str, Any] = {"path": local or path,
                                "text_column": text_column, "text_pair_column": text_pair_column,
                                "label_column": None if answer_column is not None else label_column,
                                "answer_column": answer_column, "eval_file": eval_file, "eval_split": eval_split,
-                               "seed": seed}
-    if held is not None:
-        train = examples
-    else:
-        if not 0.0 < eval_fraction < 1.0:
-            raise SubnetlabError(f"eval_fraction {eval_fraction} is outside (0, 1)", setting="task_options")
-        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed)).tolist()
-        n_eval = max(1, round(eval_fraction * len(examples)))
-        if n_eval >= len(examples):
-            raise SubnetlabError(f"{train_source.where}: {len(examples)} rows are too few to hold out an evaluation split",
-                                 setting="task")
-        held = [examples[i] for i in sorted(order[:n_eval])]
-        train = [examples[i] for i in sorted(order[n_eval:])]
-        options["eval_from_train"] = {"fraction": eval_fraction, "rows": n_eval}
-    splits = {"eval": held}
-    if test_fraction is not None:
-        train, splits["test"] = _hold_out(train, test_fraction, seed + 1, train_source.where, "test")
-        options["test_from_train"] = {"fraction": test_fraction, "rows": len(splits["test"])}
-    task = Task(name, kind, labels, train, splits, options=options)
+                               **manifest.settings,
+                               "held_out": {"sha256": manifest.sha256, "eval": len(held) if held is not None
+                                            else len(manifest.eval), "test": len(manifest.test)}}
+    splits = {"eval": held if held is not None else [examples[i] for i in manifest.eval]}
+    if manifest.test:
+        splits["test"] = [examples[i] for i in manifest.test]
+    task = Task(name, kind, labels, [examples[i] for i in manifest.train], splits, options=options, manifest=manifest)
     _announce(task)
     return task
-
-
-def _hold_out(rows: list[Example], fraction: Any, seed: int, where: str, split: str) -> tuple[list[Example], list[Example]]:
-    """``rows`` less a share ``fraction`` of them drawn with ``seed``, and that share (both in file order)."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
-        raise SubnetlabError(f"{split}_fraction {fraction!r} is outside (0, 1)", setting="task_options")
-    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
-    n = max(1, round(fraction * len(rows)))
-    if n >= len(rows):
-        raise SubnetlabError(f"{where}: {len(rows)} training rows are too few to hold out a {split} split",
-                             setting="task")
-    return [rows[i] for i in sorted(order[n:])], [rows[i] for i in sorted(order[:n])]
 
 
 _announced: set[str] = set()
@@ -313,18 +353,20 @@ def _announce(task: Task) -> None:
 
 
 def describe(task: Task) -> str:
-    """One line on a user-data task: its kind, labels (or answers) and where its held-out rows come from."""
+    """One line on a user-data task: its kind, labels (or answers) and which rows are held out, and how."""
     what = "answers" if task.kind == "lm" else "labels"
     shown = ", ".join(task.labels[:10]) + (", ..." if len(task.labels) > 10 else "")
-    held = task.options.get("eval_from_train")
-    source = (f"{held['rows']} rows ({held['fraction']:.0%}) held out of the training data with seed "
-              f"{task.options.get('seed')}" if held else
-              f"{len(task.eval_splits['eval'])} rows from {task.options.get('eval_file') or task.options.get('eval_split')}")
-    test = task.options.get("test_from_train")
-    tested = (f"; test split 'test': {test['rows']} rows ({test['fraction']:.0%}) held out of the training data with "
-              f"seed {task.options.get('seed')}" if test else "")
+    manifest = task.manifest
+    settings = manifest.settings
+    rows = manifest.rows
+    if manifest.eval_source is None:
+        held = f"{len(manifest.eval)} rows ({settings['eval_fraction']:.0%})"
+    else:
+        held = f"{len(task.eval_splits['eval'])} rows from {task.options.get('eval_file') or task.options.get('eval_split')}"
+    tested = f"; test split 'test': {len(manifest.test)} rows ({settings['test_fraction']:.0%})" if manifest.test else ""
     return (f"task {task.name}: {task.kind}, {len(task.labels)} {what} ({shown}); {len(task.train)} training rows; "
-            f"evaluation split 'eval': {source}{tested}")
+            f"evaluation split 'eval': {held}{tested}; held out of the {rows} rows once per data file "
+            f"(sha256 {manifest.sha256[:12]}, split_seed {settings['split_seed']}), the same for every command and seed")
 
 
 __all__ = ["HUB_PREFIX", "describe", "make_file_task", "parse_hub_name"]

@@ -8,16 +8,17 @@ from subnetlab.errors import SubnetlabError
 
 
 def task_from_flags(task: str, data: Optional[str], eval_data: list[str], task_option: list[str],
-                    data_key: str = "eval", **data_flags: Any) -> Any:
+                    data_key: str = "eval", model: Optional[str] = None, **data_flags: Any) -> Any:
     """The task named by ``--task``, ``--data``, ``--eval-data``, ``--task-option`` and the data flags
-    (``--text-column`` ...: ``_options.DATA_FLAGS``)."""
+    (``--text-column`` ...: ``_options.DATA_FLAGS``); your own data with the split of the run that fine-tuned
+    ``model`` (its training rows are refused as evaluation rows: ``runs.splits``)."""
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands.finetune import parse_task_options
-
+    from subnetlab.runs.splits import held_out_task
     from subnetlab.tasks.spec import TaskSpec
 
     options = with_data_options(task, parse_task_options(task_option, data, data_key), **data_flags)
-    return TaskSpec(task, options, tuple(eval_data)).build()
+    return held_out_task(TaskSpec(task, options, tuple(eval_data)), model)
 
 
 def parse_subcases(text: Optional[str]) -> Optional[list[str]]:

@@ -13,8 +13,10 @@ from subnetlab.errors import SubnetlabError
 
 # library setting name -> the command parameter that sets it, where the two names differ
 # (every other setting is set by the parameter of its own name: "batch_size" by --batch-size)
-SETTING_PARAMETERS = {
+# (a tuple: the first parameter the command has)
+SETTING_PARAMETERS: dict[str, str | tuple[str, ...]] = {
     "task_options": "task_option",  # the task's options, given one --task-option KEY=VALUE at a time
+    "task_data": ("data", "task_option"),  # a file task's data: --data where the command has it
     "n_jobs": "jobs",  # run_jobs(n_jobs=...) is --jobs
 }
 
@@ -50,8 +52,8 @@ DATA_FLAGS = {
     "label_column": ("--label-column", "Your own data: the column of the labels, names or integers [label]."),
     "answer_column": ("--answer-column", "Your own data, for causal LMs: the column of the one-token answer "
                                          "that follows the text (next-token form; replaces --label-column)."),
-    "eval_file": ("--eval-file", "Your own data: a file of held-out rows (default: 10% of the training rows, "
-                                 "drawn with the task's seed)."),
+    "eval_file": ("--eval-file", "Your own data: a file of held-out rows (default: 10% of the rows, the same "
+                                 "for every command on the file; split_seed and test_fraction are task options)."),
     "eval_split": ("--eval-split", "Your own data: the split of held-out rows of a hub dataset or a save_to_disk "
                                    "folder with splits, e.g. validation."),
 }
@@ -110,6 +112,40 @@ def dtype_option() -> Any:
     import typer
 
     return typer.Option(None, "--dtype", help=DTYPE_HELP)
+
+
+def check_max_length_option(model: str, max_length: int | None, parameter: str = "max_length") -> None:
+    """A ``--max-length`` typed on the command line must fit the model's positions; checked before any work.
+
+    Read from a local model's ``config.json`` (no weights loaded). Only a value the user
+    gave is checked this way: a default longer than a small model's positions (128 on a
+    16-position arithmetic GPT-2) is refused only when some input is that long, as before.
+    A hub id is checked once the command has loaded it.
+    """
+    from typer._click.core import ParameterSource  # typer 0.2x vendors click: its context, not click's
+    from typer._click.globals import get_current_context
+
+    context = get_current_context(silent=True)
+    given = context is not None and context.get_parameter_source(parameter) in (ParameterSource.COMMANDLINE,
+                                                                                ParameterSource.ENVIRONMENT)
+    if max_length is None or not given:
+        return
+    from subnetlab.methods.model_fit import check_max_length
+    from subnetlab.models import resolve
+
+    try:
+        source = Path(resolve(model)).expanduser()
+    except SubnetlabError:
+        return  # the command names the missing alias's package
+    if not (source / "config.json").is_file():
+        return
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(source))
+    except (OSError, ValueError, KeyError):
+        return  # loading the model names the fault
+    check_max_length(config, max_length, model)
 
 
 def with_data_options(task: str, options: dict[str, Any], **given: Any) -> dict[str, Any]:
@@ -182,9 +218,10 @@ def setting_flags(command: Any) -> dict[str, str]:
         longs = [opt for opt in param.opts if opt.startswith("--")]
         if param.param_type_name == "option" and longs and param.name:
             flags[param.name] = longs[0]
-    for setting, parameter in SETTING_PARAMETERS.items():
-        if parameter in flags:
-            flags.setdefault(setting, flags[parameter])
+    for setting, parameters in SETTING_PARAMETERS.items():
+        found = [p for p in ((parameters,) if isinstance(parameters, str) else parameters) if p in flags]
+        if found:
+            flags.setdefault(setting, flags[found[0]])
     return flags
 
 

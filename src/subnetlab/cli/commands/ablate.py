@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from subnetlab.cli.commands._options import data_flag_options
+from subnetlab.cli.commands._options import DEVICE_HELP, check_max_length_option, data_flag_options
+
 
 def ablate(
     model: str = typer.Option(..., "--model", help="Fine-tuned model directory (e.g. runs/ft/model)."),
@@ -31,6 +32,7 @@ def ablate(
     max_length: int = typer.Option(128, "--max-length"),
     limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate the first N examples of each split."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random non-listed heads."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Accuracy in-domain and per OOD subcase with no head, each listed head, the non-listed heads
     (on average), the top-3 heads and all listed heads mean-ablated; says whether the joint drop is
@@ -41,12 +43,16 @@ def ablate(
     from subnetlab.methods.hard_concrete.data import PruningData
     from subnetlab.errors import SubnetlabError
     from subnetlab.runs.prune_setup import load_pruning_model
+    from subnetlab.runtime import resolve_device
 
-    t = task_from_flags(task, data, eval_data, task_option, **data_flags)
+    runs_on = resolve_device(device)  # an unknown or absent device is refused before anything loads
+    check_max_length_option(model, max_length)
+    t = task_from_flags(task, data, eval_data, task_option, model=model, **data_flags)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
     loaded = load_pruning_model(model, t)
+    loaded.model.to(runs_on)  # means, evaluations and ablations follow the model's device
     a = loaded.adapter
     listed = resolve_heads(heads, a.num_layers, a.num_heads)
     joint = parse_joint(joint_heads, a.num_layers, a.num_heads)

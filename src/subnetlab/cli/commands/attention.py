@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from subnetlab.cli.commands._options import data_flag_options
+from subnetlab.cli.commands._options import DEVICE_HELP, check_max_length_option, data_flag_options
 
 
 def attention(
@@ -21,6 +21,7 @@ def attention(
     examples: int = typer.Option(200, "--examples", help="Sentence pairs to average over (the first N)."),
     maps: int = typer.Option(2, "--maps", help="Example pairs to draw attention maps for (per selected head)."),
     max_length: int = typer.Option(128, "--max-length"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     data_flags: dict = None,
 ) -> None:
     """Per head: share of attention to the same word in the other sentence, the previous and next
@@ -31,8 +32,12 @@ def attention(
     from subnetlab.cli.commands._options import DATA_FLAGS, with_data_options
     from subnetlab.tasks.registry import get_task, load_file
 
+    from subnetlab.runtime import resolve_device
+
     if examples < 1:
         raise SubnetlabError(f"--examples {examples} must be at least 1")
+    runs_on = resolve_device(device)  # an unknown or absent device is refused before anything loads
+    check_max_length_option(model, max_length)
     given = {k: v for k, v in data_flags.items() if v is not None}
     options: dict = {}
     own = data.startswith(("task:file:", "task:hub:"))
@@ -59,6 +64,7 @@ def attention(
     if not pairs:
         raise SubnetlabError(f"{data}: no sentence pairs")
     loaded = load_model(model, head="base", attn_implementation="eager")
+    loaded.model.to(runs_on)
     if loaded.tokenizer is None:
         raise SubnetlabError(f"{model}: no tokenizer next to the model")
     listed = resolve_heads(heads, loaded.adapter.num_layers, loaded.adapter.num_heads)

@@ -28,7 +28,8 @@ def parse_floats(text: str, name: str) -> list[float]:
 def discover(
     model: str = typer.Option(..., "--model", help="The trained model's directory (a Hugging Face causal LM)."),
     task: str = typer.Option(..., "--task", help="The subtask, e.g. arith:ab, or your own data with "
-                             "--answer-column: file:PATH or hub:NAME[:CONFIG] (a test split is held out of its rows)."),
+                             "--answer-column: file:PATH or hub:NAME[:CONFIG] (held-out eval and test rows: the same as every "
+                             "command's on that file, never rows the model was fine-tuned on)."),
     out: Path = typer.Option(..., "--out", help="Run directory: subnetwork.safetensors, metrics.json; a rerun resumes."),
     lambdas: str = typer.Option(PAPER["lambdas"], "--lambdas", help="L0 penalties to sweep; --select picks the subnetwork."),
     epochs: int = typer.Option(PAPER["epochs"], "--epochs", help="Epochs of mask training (beta reaches beta_final at the end)."),
@@ -51,7 +52,8 @@ def discover(
                              "next token of the sequence (the released math/ablate.py)."),
     accuracy: str = typer.Option("answers", "--accuracy", help="Argmax over the answer tokens (answers) or the whole "
                                  "vocabulary (vocabulary: the released code)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the data and its order."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the data order (and of an arithmetic subtask's rows); your own "
+                             "data's held-out rows are the data file's, whatever the seed."),
     threads: int = typer.Option(1, "--threads", help="Torch threads per job."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     dtype: Optional[str] = dtype_option(),
@@ -73,10 +75,11 @@ def discover(
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.progress import stage
     from subnetlab.runs.directory import record_runtime
-    from subnetlab.runs.transfer import lm_task_options, load_lm, select_best
+    from subnetlab.runs.splits import save_splits
+    from subnetlab.runs.transfer import lm_task_options, load_lm, select_best, task_options_for
     from subnetlab.runtime import describe_runtime, dtype_name, resolve_device, resolve_dtype, runtime_record
 
-    options = lm_task_options(task, with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags))
+    options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
     if samples is not None and task.startswith("arith:"):
         options.setdefault("n_train", samples)
     values = parse_floats(lambdas, "--lambdas")
@@ -94,6 +97,7 @@ def discover(
     from subnetlab.runs.transfer import DiscoverJobConfig
 
     model = absolute_input(model)  # stored absolute: the run means the same from any working directory
+    options = lm_task_options(model, task, options)  # your own data: the rows its fine-tuning run held out
 
     scoring = {k: v for k, v in (("loss", loss), ("accuracy", accuracy)) if v != {"loss": "last-token", "accuracy": "answers"}[k]}
     if precision != "float32":
@@ -101,7 +105,7 @@ def discover(
     for lam in values:  # every job's typed config, checked before any model is loaded or job started
         DiscoverJobConfig.from_dict({"model": str(model), "task": task, "task_options": options, "seed": seed,
                                      "threads": threads, "device": device, "cs": {**cs, "l0_lambda": lam}, **scoring})
-    loaded, built = load_lm(model, task, {"seed": seed, **options})  # a wrong model or task fails here
+    loaded, built = load_lm(model, task, task_options_for(task, options, seed))  # a wrong model or task fails here
     if built.kind != "lm":
         raise SubnetlabError(f"task {task}: discovery runs on language-model tasks (e.g. arith:ab, or your own data "
                              "with --answer-column)")
@@ -109,6 +113,7 @@ def discover(
               "lambdas": values, "seed": seed, **scoring}  # the selection is not part of it: a rerun may choose differently
     claim(out, config, what="discovery run")
     record_runtime(out, runtime_record(where, forward))  # not compared when the run resumes
+    save_splits(out, built)
     jobs = [Job("subnetlab.runs.transfer:discover_job",
                 {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads, "device": device,
                  "cs": {**cs, "l0_lambda": lam}, **scoring}, out / f"lambda_{lam:g}") for lam in values]

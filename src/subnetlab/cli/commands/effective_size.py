@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import data_flag_options
+from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options
 from subnetlab.executor import ExecutorOptions
 
 
@@ -37,6 +37,7 @@ def effective_size(
     warm_gates: bool = typer.Option(False, "--warm-gates/--no-warm-gates", help="With --warm-start: each checkpoint's "
                                     "gates start from the previous checkpoint's at the nearest measured level, with no "
                                     "first ramp (its subnetworks then inherit from the earlier checkpoint's)."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     data_flags: dict = None,
     executor: ExecutorOptions = None,
 ) -> None:
@@ -53,7 +54,9 @@ def effective_size(
     from subnetlab.experiments.heuristic_core.steps import default_subcases, effective_size_outputs
     from subnetlab.io import read_json
     from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.runtime import resolve_device
 
+    resolve_device(device)  # an unknown or absent device is refused before anything loads
     choices = [c.strip() for c in on.split(",") if c.strip()]
     bad = [c for c in choices if c not in ON_CHOICES]
     if bad or not choices:
@@ -68,7 +71,7 @@ def effective_size(
     overrides = _parse_pairs(set_, "--set")
     check_overrides(overrides, preset, level_list)
     found = find_checkpoints(checkpoints, every)
-    t = task_from_flags(task, None, eval_data, task_option, **data_flags)
+    t = task_from_flags(task, None, eval_data, task_option, model=str(checkpoints), **data_flags)
     missing = [s for s in id_split if s not in t.eval_splits]
     if missing:
         raise SubnetlabError(f"--id-split {', '.join(missing)}: task {t.name} has splits {', '.join(t.eval_splits)}")
@@ -86,9 +89,11 @@ def effective_size(
                                                                       else "; they have no subcases (use all)"))
     core_heads = read_json(core / "metrics.json").get("core") if core is not None else None
     from subnetlab.cli.commands._options import with_data_options
+    from subnetlab.runs.splits import held_out_options
 
     options = with_data_options(task, parse_task_options(task_option, None, "eval"), **data_flags)
-    base = {"task": task, "task_options": options, "eval_data": list(eval_data), "splits": None}
+    options = held_out_options(str(checkpoints), task, options)  # your own data: the split of the fine-tuning run
+    base = {"task": task, "task_options": options, "eval_data": list(eval_data), "splits": None, "device": device}
     search = (SearchSettings(early_stop=early_stop, warm_start=warm_start, warm_gates=warm_gates)
               if early_stop or warm_start or warm_gates else None)
     dirs = None

@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option, with_data_options
+from subnetlab.cli.commands._options import (DEVICE_HELP, check_max_length_option, data_flag_options, dtype_option,
+                                             with_data_options)
 
 
 def _table(split: str, score: dict[str, Any]) -> Any:
@@ -66,6 +67,7 @@ def evaluate(
         splits=tuple(split) or None, subnetwork=str(subnetwork) if subnetwork else None, ablation=ablation,
         means=str(means) if means else None, means_examples=means_examples, batch_size=batch_size,
         max_length=max_length, limit=limit, eval_data=tuple(eval_data), device=device, dtype=dtype or "float32")
+    check_max_length_option(model, max_length)
     results = evaluate_run(job, out)
     console = Console()
     for name, score in results.items():

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import data_flag_options, dtype_option, with_data_options
+from subnetlab.cli.commands._options import check_max_length_option, data_flag_options, dtype_option, with_data_options
 from subnetlab.errors import SubnetlabError
 
 
@@ -72,6 +72,7 @@ def finetune(
         grad_clip=grad_clip, max_length=max_length, save_every=save_every, eval_every=eval_every,
         eval_limit=eval_limit, eval_batch_size=eval_batch_size, seed=seed, device=device, dtype=dtype,
     )
+    check_max_length_option(model, max_length)
     metrics = run(cfg, out)
     for split, score in metrics["final"].items():
         print(f"{split}: accuracy {score['accuracy']:.4f} (n={score['n']})")

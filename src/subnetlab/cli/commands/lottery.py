@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
+from subnetlab.cli.commands._options import DEVICE_HELP, check_max_length_option, data_flag_options, dtype_option
 
 
 def run_one(fn: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -67,16 +67,23 @@ def lottery_prune(
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.runs.lottery import prune_config
+    from subnetlab.runs.splits import held_out_options, held_out_task
+    from subnetlab.tasks.spec import TaskSpec
 
+    options = held_out_options(model, task, with_data_options(task, parse_task_options(task_option, data, "eval"),
+                                                              **data_flags))  # your own data: its fine-tuning's split
+    if task.startswith(("file:", "hub:")):
+        held_out_task(TaskSpec(task, options, tuple(eval_data)), model)  # its training rows are never evaluation rows
     config = prune_config(
         model=model, task=task, method=method,
-        task_options=with_data_options(task, parse_task_options(task_option, data, "eval"), **data_flags),
+        task_options=options,
         eval_data=list(eval_data), split=split, eval_limit=eval_limit, importance_limit=importance_limit,
         batch_size=batch_size, max_length=max_length, threshold=threshold, fraction=fraction, max_steps=max_steps,
         criterion=criterion, refine=refine, control_seed=control_seed, device=device, dtype=forward_dtype(dtype, device),
         importance_batch_size=importance_batch_size, stop_metric=stop_metric, control_scope=control_scope,
         bad_fill=bad_fill,
     )
+    check_max_length_option(model, max_length)
     metrics = run_one("subnetlab.runs.lottery:prune_job", config, out)
     print(f"full model ({metrics.get('metric_name', 'accuracy')}): {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
           f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")
@@ -114,11 +121,9 @@ def lottery_retrain(
     """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.errors import SubnetlabError
     from subnetlab.methods.finetune.config import resolve_config
+    from subnetlab.runs.lottery import check_retrain_subnetwork
 
-    if not subnetwork.is_file():
-        raise SubnetlabError(f"{subnetwork}: no such subnetwork file")
     cfg = resolve_config(
         preset, model=model, task=task,
         task_options=with_data_options(task, parse_task_options(task_option, data, "train"), **data_flags),
@@ -127,6 +132,8 @@ def lottery_retrain(
         seed=seed, device=device, dtype=dtype,
     )
     forward_dtype(cfg.dtype, cfg.device)  # float16 on the CPU: refused before the job
+    check_retrain_subnetwork(model, subnetwork)  # readable and of this architecture, before --out is written
+    check_max_length_option(model, max_length)
     config = {"finetune": cfg.to_json(), "subnetwork": str(subnetwork.resolve()), "save_model": save_model}
     metrics = run_one("subnetlab.runs.lottery:retrain_job", config, out)
     sub = metrics["subnetwork"]
@@ -184,6 +191,7 @@ def lottery_patterns(
 
     if counting not in COUNTINGS:
         raise SubnetlabError(f"--counting {counting!r}: choose one of {', '.join(COUNTINGS)}")
+    check_max_length_option(model, max_length)
     sub = None
     if subnetwork is not None:
         sub = Subnetwork.load(subnetwork)

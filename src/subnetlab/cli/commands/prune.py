@@ -87,6 +87,7 @@ def prune(
     from subnetlab.methods.hard_concrete.schedule import parse_levels
     from subnetlab.runs.prune import prune_sweep
     from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model
+    from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
     from subnetlab.tasks.spec import eval_splits, task_from_config
 
     from subnetlab.runtime import describe_runtime, resolve_device
@@ -105,10 +106,12 @@ def prune(
     level_list = parse_levels(levels) if schedule == "staircase" else ()
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
     task_options = with_data_options(task, _parse_pairs(task_option, "--task-option"), **data_flags)
+    task_options = held_out_options(model, task, task_options)  # your own data: the split its fine-tuning used
     base = {"model": model, "task": task, "task_options": task_options,
             "eval_data": list(eval_data), "splits": split_list, "device": device}
     check_checkpoint(model)  # a bad checkpoint, task option or split fails before any job starts
     built = task_from_config(base)
+    check_held_out(built, earlier_runs(model))  # no evaluation row was a training row of the model's fine-tuning
     eval_splits(built, split_list)
 
     jobs = prune_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,

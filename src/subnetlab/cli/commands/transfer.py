@@ -32,14 +32,14 @@ def parse_conditions(text: str) -> list[str]:
 def transfer(
     model: str = typer.Option(..., "--model", help="The trained model's directory (where the subnetwork was found)."),
     task: str = typer.Option(..., "--task", help="The new task, e.g. arith:a^2+ab (ambiguous set plus N disambiguation "
-                             "rows), or your own data with --answer-column: file:PATH or hub:NAME[:CONFIG] (its own "
-                             "training rows; a test split is held out of them)."),
+                             "rows), or your own data with --answer-column: file:PATH or hub:NAME[:CONFIG] (its "
+                             "training rows; held-out eval and test rows the same for every seed and command)."),
     out: Path = typer.Option(..., "--out", help="Sweep directory: one run directory per condition, size and seed; a rerun resumes."),
     condition: str = typer.Option("subnetwork", "--condition", help="subnetwork, random-matched, random-released, complement-matched, empty-mask, scratch, full, embeddings (comma-separated)."),
     subnetwork: Optional[Path] = typer.Option(None, "--subnetwork", help="Subnetwork file from `subnetlab discover` (masked conditions)."),
     disambiguation: Optional[str] = typer.Option(None, "--disambiguation", help="Numbers of disambiguation rows of an "
                                                  "arithmetic task, e.g. 0,10,100 or 'paper' [0,100,1000]."),
-    seeds: str = typer.Option("0", "--seeds", help="Seeds (data, initialisation, controls): 0-4 or 0,2."),
+    seeds: str = typer.Option("0", "--seeds", help="Seeds (initialisation, training order, controls; an arithmetic task's rows): 0-4 or 0,2."),
     epochs: int = typer.Option(100, "--epochs", help="Training epochs; the model best on evaluation is kept."),
     lr: float = typer.Option(2e-4, "--lr", help="AdamW learning rate."),
     batch_size: int = typer.Option(64, "--batch-size", help="Rows per step (not stated in the paper)."),
@@ -76,7 +76,8 @@ def transfer(
     from subnetlab.transfer import CONDITIONS, TrainSettings, check_reinit
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.progress import stage
-    from subnetlab.runs.transfer import TransferJobConfig, lm_task_options, load_lm, own_data
+    from subnetlab.runs.splits import save_splits
+    from subnetlab.runs.transfer import TransferJobConfig, lm_task_options, load_lm, own_data, task_options_for
     from subnetlab.runtime import describe_runtime, dtype_name, resolve_device, resolve_dtype
 
     conditions = parse_conditions(condition)
@@ -93,7 +94,7 @@ def transfer(
         raise SubnetlabError("--stack and --threads must be at least 1")
     train = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, eval_every=eval_every, loss=loss,
                           accuracy=accuracy, ties=ties).config()
-    options = lm_task_options(task, with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags))
+    options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
     needs_sub = [c for c in conditions if CONDITIONS[c].needs_subnetwork]
     if needs_sub and subnetwork is None:
         raise SubnetlabError(f"--condition {needs_sub[0]} needs --subnetwork FILE")
@@ -103,6 +104,7 @@ def transfer(
 
     model = absolute_input(model)  # stored absolute: the runs mean the same from any working directory
     subnetwork = absolute_input(subnetwork) if subnetwork is not None else None
+    options = lm_task_options(model, task, options, subnetwork)  # your own data: the rows its earlier runs held out
     jobs = []
     for c in conditions:
         for size in sizes:
@@ -120,7 +122,7 @@ def transfer(
                 name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
                 jobs.append(Job("subnetlab.runs.transfer:transfer_job", config, out / c / name))
     arithmetic = {} if own_data(task) else {"ambiguous": True, "n_disambiguation": max(sizes)}
-    loaded, built = load_lm(model, task, {**arithmetic, "seed": seed_list[0], **options})
+    loaded, built = load_lm(model, task, task_options_for(task, {**arithmetic, **options}, seed_list[0]), subnetwork)
     if built.kind != "lm":
         raise SubnetlabError(f"task {task}: transfer training runs on language-model tasks (e.g. arith:a^2+ab, or "
                              "your own data with --answer-column)")
@@ -136,6 +138,7 @@ def transfer(
     report = executor.run(jobs, sweep_dir=out)
     done = [j for j in report.jobs if j.metrics is not None]
     runs = [r for j in done for r in j.metrics["runs"]]
+    save_splits(out, built)
     if runs:
         summary = summarise(runs)
         write_json(out / "metrics.json", {"summary": summary, "runs": [{k: v for k, v in r.items() if k != "curve"} for r in runs],

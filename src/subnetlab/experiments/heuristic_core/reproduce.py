@@ -54,6 +54,8 @@ NAME = "heuristic-core"
 _PAPER_ES = {"seeds": [0, 1, 2], "levels": "0.05:0.70:0.05", "checkpoints": 12, "on": ["id", "ood", "mixed"],
              "faithfulness": 0.03, "sides": "one", "aggregate": "per-seed", "prune": {}}
 
+# the type of each setting that every preset leaves None (the others take the presets' types)
+SETTING_TYPES: dict[str, Any] = {"prune_steps_scale": float | None, "prune_hold_steps": int | None}
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "minilm",

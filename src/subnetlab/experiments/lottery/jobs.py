@@ -52,11 +52,12 @@ def pattern_types(model_path: str, pairs: list[tuple[str, str | None]], max_leng
     """
     import torch
 
-    from subnetlab.analysis.attention_types import head_types
+    from subnetlab.analysis.attention_types import check_types_defined, head_types
     from subnetlab.runtime import resolve_device
     from subnetlab.models import load_model
 
     loaded = load_model(model_path, head="base", attn_implementation="eager")
+    check_types_defined(loaded.model)
     if loaded.tokenizer is None:
         raise SubnetlabError(f"{model_path}: no tokenizer to build attention maps with")
     loaded.model.to(resolve_device(device))

@@ -93,6 +93,9 @@ ANALYSIS_CHOICES = {"pattern_counting": ("per-map", "per-head"), "pattern_seeds"
                     "super_survivor_maps": ("pruned", "full")}
 _PAPER_CHOICES = {"stop_metric": "task", "control_scope": "global", "bad_fill": "random",
                   "pattern_counting": "per-map", "pattern_seeds": "all", "super_survivor_maps": "pruned"}
+# the type of each setting that every preset leaves None (the others take the presets' types)
+SETTING_TYPES: dict[str, Any] = {"max_steps": int | None, "prune_max_steps": int | None, "jobs": int | None,
+                                 "glue_dir": str | None}
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "minilm",

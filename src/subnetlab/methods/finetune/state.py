@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import load_tensors, save_tensors, seal_directory, write_failed, write_json
+from subnetlab.io import WRITE_ERRORS, load_tensors, save_tensors, seal_directory, write_failed, write_json
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -110,7 +110,7 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except OSError as e:  # save_pretrained on a full disk: an error naming the checkpoint; older ones stay
+    except WRITE_ERRORS as e:  # save_pretrained on a full disk: an error naming the checkpoint; older ones stay
         raise write_failed(final, e) from None
     finally:
         if tmp.exists():

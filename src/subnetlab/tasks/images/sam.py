@@ -110,7 +110,7 @@ class SamSegmenter:
         try:
             from transformers import SamModel, SamProcessor
 
-            model = SamModel.from_pretrained(name_or_path).eval()
+            model = SamModel.from_pretrained(name_or_path, use_safetensors=True).eval()  # never unpickle
             processor = SamProcessor.from_pretrained(name_or_path)
         except (OSError, ValueError) as e:
             raise SubnetlabError(f"{name_or_path}: cannot load Segment Anything ({str(e).splitlines()[0]})") from None
