@@ -67,6 +67,11 @@ def test_demo_writes_a_complete_report(demo):
     assert {("single", "zero"), ("single", "resample")} <= {(r["kind"], r["replacement"]) for r in abl["rows"]}
     assert "Entailed [" in text and "undecided gates per seed" in text
     assert all(u is not None for u in nli["undecided_share"].values()) and nli["undecided_share"]
+    # one source per model: Figure 1's points are the effective-size sweep's full-model accuracies at the same step
+    curves = read_json(demo / "nli" / "curves" / "curves.json")
+    for c in read_json(demo / "nli" / "effective_size" / "metrics.json")["checkpoints"]:
+        at = curves["step"].index(c["step"])
+        assert (curves["id"][at], curves["ood"][at]) == (c["id_accuracy"], c["ood_accuracy"])
     for rel in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):  # every linked figure exists
         assert (demo / rel).is_file(), rel
 

@@ -10,11 +10,14 @@ from transformers import AutoTokenizer
 
 from subnetlab.analysis.attention_stats import (
     PATTERNS,
+    SPLIT,
     AttentionStats,
     TokenLayout,
     attention_maps,
     layout_from_tokenizer,
     pattern_shares,
+    split_masks,
+    split_shares,
 )
 from subnetlab.errors import SubnetlabError
 from subnetlab.models import build_model, resolve
@@ -57,6 +60,32 @@ def test_shares_on_a_hand_built_map():
         for p in PATTERNS:
             assert got[head][p] == pytest.approx(want[p]), (head, p)
     assert [got[h]["dominant"] for h in ("L0.H0", "L0.H1", "L0.H2")] == ["repeated", "previous", "special"]
+
+
+def test_split_parts_sum_to_one_on_a_hand_built_map():
+    """The report's Table 5 split: each key in one part (self, special, repeated, previous, next, other)."""
+    masks = split_masks(LAYOUT)
+    assert torch.equal(sum(m.int() for m in masks.values()), torch.ones(T, T, dtype=torch.int))  # a partition
+    sums, queries = split_shares(hand_maps(), LAYOUT)
+    assert queries == 5
+    got = {f"L0.H{h}": dict(zip(SPLIT, (sums[h] / queries).tolist())) for h in range(4)}
+    want = {
+        "L0.H0": {"self": 0.2, "repeated": 0.8},  # b has no partner and attends to itself
+        "L0.H1": {"special": 0.4, "previous": 0.6},  # 1 -> [CLS] and 5 -> [SEP] count as special, not previous
+        "L0.H2": {"special": 1.0},  # 3 -> [SEP] is next and special: special once
+        "L0.H3": {"self": 0.5, "next": 0.3, "special": 0.2},  # 3 -> 4 and 6 -> 7 are [SEP]
+    }
+    for head, parts in want.items():
+        assert sum(got[head].values()) == pytest.approx(1.0)
+        for part in SPLIT:
+            assert got[head][part] == pytest.approx(parts.get(part, 0.0)), (head, part)
+    stats = AttentionStats.empty(1, 4)
+    stats.add([hand_maps()], LAYOUT)
+    stats.add([hand_maps()], LAYOUT)
+    rows = {r["head"]: r for r in stats.rows()}
+    assert rows["L0.H3"]["split"] == pytest.approx(got["L0.H3"])  # two equal examples average to one
+    assert rows["L0.H0"]["repeated"] == pytest.approx(1.0)  # the partner-only share stays beside the split
+    assert stats.to_dict()["split_parts"] == list(SPLIT)
 
 
 def test_accumulating_examples_averages_per_query():

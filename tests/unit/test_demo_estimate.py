@@ -50,7 +50,8 @@ def _hc() -> dict:
 def test_heuristic_core_work_by_hand():
     """The demo's sweeps run as one-thread jobs two at a time: pruning and effective size count job units."""
     stages = {s.key: s for s in heuristic_core_stages(_hc(), real_hans=True, cores=2)}
-    assert list(stages) == ["nli/finetune", "nli/prune", "nli/ablation", "nli/effective_size", "nli/attention"]
+    assert list(stages) == ["nli/finetune", "nli/prune", "nli/curves", "nli/ablation", "nli/effective_size",
+                            "nli/attention"]
     # fine-tuning: 100 steps; evaluations at 0, 50, 100 of ID 300 + synthetic HANS 30 x 10 + real HANS 30 x 10
     assert stages["nli/finetune"].work == {"minilm_finetune_step": 100,
                                            "minilm_eval_example": 3 * (300 + 10 * HANS_SUBCASES + 10 * HANS_SUBCASES)}
@@ -59,6 +60,9 @@ def test_heuristic_core_work_by_hand():
     assert stages["nli/prune"].work == {"minilm_job_gate_step": 3 * (285 + 375),
                                         "minilm_job_eval_example": (6 + 1) * eval_rows + 800 + 128}
     assert stages["nli/prune"].parallel == 2
+    # Figure 1's curve: the 2 saved checkpoints (steps 50, 100) on the report's rows, as sweep jobs
+    assert stages["nli/curves"].work == {"minilm_job_eval_example": 2 * eval_rows}
+    assert stages["nli/curves"].parallel == 2
     # every ablation row also reads 3 heuristics x 5 entailment subcases x 40 rows, synthetic and real
     entailed = 3 * ENTAILMENT_SUBCASES * (40 + 40)
     assert stages["nli/ablation"].work == {"minilm_eval_example": (1 + ABLATED_HEADS_GUESS + 1 + 6) * (eval_rows + entailed)}
@@ -119,10 +123,10 @@ def test_subtask_induction_work_by_hand():
     assert stages["L2/base"].work["gpt2_train_row"] == 5000 * 30
     assert stages["L2/discover"].work["gpt2_mask_row"] == 3 * 5000 * 30
     assert stages["L2/discover"].parallel == 2
-    # 5 conditions (Figure 3's controls), no secondary table, 3 seeds; rows = 100 + N per epoch, epochs raised to >= 500 steps of 64:
+    # 6 conditions (Figure 3's controls and empty-mask), no secondary table, 3 seeds; rows = 100 + N per epoch, epochs raised to >= 500 steps of 64:
     # N=10: 110 rows, 2 steps/epoch, 250 epochs; N=100: 200 rows, 4 steps, 125; N=300: 400 rows, 7 steps, 80 (the
     # preset's 80 epochs already give 560 steps)
-    runs = 5 * 3
+    runs = 6 * 3
     assert stages["transfer"].work["gpt2_train_row"] == runs * (250 * 110 + 125 * 200 + 80 * 400)
     # about 25 evaluations per run of 500 rows (every 10, 5, 3 epochs: 25, 25, 27) and one test pass of 500 rows
     assert stages["transfer"].work["gpt2_eval_row"] == runs * ((25 + 25 + 27) * 500 + 3 * 500)

@@ -58,12 +58,13 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     modules = {
         "heuristic-core": _fake("heuristic-core", hc_reproduce.PRESETS, [
             ("heuristic-core: study nli", 1.0), ("[nli] fine-tuning minilm on nli-synthetic", 30.0),
-            ("[nli] pruning: 4 seeds x 2 sparsities", 300.0), ("[nli] ablating 3 heads", 20.0),
+            ("[nli] pruning: 4 seeds x 2 sparsities", 300.0),
+            ("[nli] accuracy curves: 5 checkpoints on the report's evaluation rows", 10.0), ("[nli] ablating 3 heads", 20.0),
             ("[nli] effective size: 3 checkpoints x 2 seeds x 4 levels", 100.0),
             ("attention patterns of 72 heads over 60 sentence pairs", 5.0)], clock, log),
         "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [
             ("base model: 2-layer GPT-2 on a+ab mod 7", 20.0), ("sweep: 3 jobs, 0 already done, running 3", 40.0),
-            ("transfer: 45 runs", 200.0)], clock, log),
+            ("transfer: 54 runs", 200.0)], clock, log),
     }
     calibrated = []
 
@@ -76,7 +77,7 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     assert calibrated == [["heuristic-core", "subtask-induction"]]
     captured = capsys.readouterr()
     first = captured.out.splitlines()[0]
-    assert first.startswith("The demo should take about ") and "on this machine (8 stages; calibrated in 9 s" in first
+    assert first.startswith("The demo should take about ") and "on this machine (9 stages; calibrated in 9 s" in first
     # each report's path printed as soon as its demo returned, in order, then the findings
     lines = captured.out.splitlines()
     hc_at = lines.index(f"heuristic-core report: {tmp_path / 'heuristic-core' / 'report.md'}")
@@ -85,23 +86,24 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     # plain stage lines with the estimate, one per stage change
     board_lines = [line for line in captured.err.splitlines() if line.startswith("[subnetlab] demo: ")]
     assert board_lines[0].startswith("[subnetlab] demo: heuristic-core: nli: fine-tuning (0% done, ")
-    assert len(board_lines) == 8 + 2  # one per stage, one as each demo ends
-    assert board_lines[5].startswith("[subnetlab] demo: heuristic-core: done (")
+    assert len(board_lines) == 9 + 2  # one per stage, one as each demo ends
+    assert board_lines[6].startswith("[subnetlab] demo: heuristic-core: done (")
     assert "[subnetlab] demo: heuristic-core: nli: pruning 8 subnetworks (" in captured.err
     assert "min left)" in captured.err or "under a minute left)" in captured.err
     timings = json.loads((tmp_path / "demo-timings.json").read_text())
     measured = {r["stage"]: r["measured_seconds"] for r in timings["stages"]}
-    assert measured == {"nli/finetune": 31.0, "nli/prune": 300.0, "nli/ablation": 20.0, "nli/effective_size": 100.0,
+    assert measured == {"nli/finetune": 31.0, "nli/prune": 300.0, "nli/curves": 10.0, "nli/ablation": 20.0,
+                        "nli/effective_size": 100.0,
                         "nli/attention": 5.0, "L2/base": 20.0, "L2/discover": 40.0, "transfer": 200.0}
     # predicted = work x the fake rates (the work itself is checked by hand in test_demo_estimate.py)
     for r in timings["stages"]:
         assert r["predicted_seconds"] == pytest.approx(
             sum(RATES[u] * n for u, n in r["work"].items()) / r["parallel"], abs=0.06)
-    assert timings["wall_seconds"] == pytest.approx(716.0)
+    assert timings["wall_seconds"] == pytest.approx(726.0)
     assert timings["calibration"]["rates"] == RATES
     # the studies wrote no results: every claim is "not measurable", none crashes
     findings = (tmp_path / "findings.md").read_text()
-    assert findings.count("not measurable at this scale |") == 8
+    assert findings.count("not measurable at this scale |") == 11  # 4 Heuristic Core claims, 7 Subtask Induction
     assert result["findings"] == str(tmp_path / "findings.md")
 
 

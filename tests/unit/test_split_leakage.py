@@ -91,14 +91,14 @@ def test_tutorial_sequence_never_leaks(tiny, tmp_path, capsys, monkeypatch):
     assert code == 0, err
     step["name"] = "transfer"
     code, err = _cli(capsys, "transfer", "--model", tmp_path / "ft" / "model", *_task(data), "--subnetwork",
-                     tmp_path / "disc" / "subnetwork.safetensors", "--condition", "subnetwork,scratch", "--seeds", "0-1",
+                     tmp_path / "disc" / "subnetwork.safetensors", "--condition", "empty-mask,scratch", "--seeds", "0-1",
                      "--epochs", "1", "--batch-size", "32", "--out", tmp_path / "tr")
     assert code == 0, err
     step["name"] = "evaluate"
     code, err = _cli(capsys, "evaluate", "--model", tmp_path / "ft" / "model", *_task(data), "--out", tmp_path / "ev")
     assert code == 0, err
 
-    assert [len(seen[s]) for s in ("finetune", "discover", "transfer", "evaluate")] == [1, 2, 5, 1]  # 4 transfer runs
+    assert [len(seen[s]) for s in ("finetune", "discover", "transfer", "evaluate")] == [1, 2, 5, 1]  # 4 transfer runs (the tiny discovery keeps nothing: empty-mask, which transfer accepts)
     prompts = {q for q, _ in ROWS}
     trained: set[str] = set()
     for name in ("finetune", "discover", "transfer", "evaluate"):

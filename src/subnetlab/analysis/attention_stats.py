@@ -14,6 +14,12 @@ the other sentence (otherwise it would be diluted by words with no partner);
 the others over all queries. Categories may overlap (the previous token can be
 ``[SEP]``), so shares need not sum to one. Words are compared case-insensitively
 as whole words (all sub-word pieces of a matching word count).
+
+``SPLIT`` divides each query's attention so the parts sum to one: every key
+counts once, in the first of ``self``, ``special``, ``repeated``, ``previous``,
+``next`` it belongs to, the rest is ``other``, and every part is averaged over
+the same queries (all sentence tokens). ``repeated`` there is diluted by the
+tokens with no partner; the ``repeated`` pattern above is not.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.models.adapters import head_name
 
 PATTERNS: tuple[str, ...] = ("repeated", "previous", "next", "special", "self")
+# the exclusive parts, in the order a key is assigned (the first that holds); "other" takes the rest
+SPLIT: tuple[str, ...] = ("self", "special", "repeated", "previous", "next", "other")
 
 
 @dataclass
@@ -88,6 +96,27 @@ def pattern_masks(layout: TokenLayout) -> tuple[dict[str, Tensor], dict[str, Ten
     return keys, queries
 
 
+def split_masks(layout: TokenLayout) -> dict[str, Tensor]:
+    """Per part of ``SPLIT`` a ``[T, T]`` bool key mask; for each query every key is in exactly one part."""
+    keys, _ = pattern_masks(layout)
+    taken = torch.zeros_like(keys["self"])
+    out: dict[str, Tensor] = {}
+    for part in SPLIT[:-1]:
+        out[part] = keys[part] & ~taken
+        taken |= out[part]
+    out["other"] = ~taken
+    return out
+
+
+def split_shares(attention: Tensor, layout: TokenLayout) -> tuple[Tensor, int]:
+    """``sums [heads, parts]`` of each query's attention per part of ``SPLIT``, over the sentence tokens, and how
+    many queries that is (each query's parts sum to its row of attention, one)."""
+    queries = (layout.segment >= 0).float()
+    a = attention.float()
+    sums = [((a * mask.float()).sum(-1) * queries).sum(-1) for mask in split_masks(layout).values()]
+    return torch.stack(sums, -1), int(queries.sum())
+
+
 def pattern_shares(attention: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor]:
     """Summed shares and query counts for one example.
 
@@ -115,18 +144,32 @@ class AttentionStats:
     sums: Tensor
     counts: Tensor
     examples: int = 0
+    split: Tensor | None = None  # [layers, heads, parts of SPLIT], summed over every query
+    split_queries: float = 0.0
 
     @classmethod
     def empty(cls, layers: int, heads: int) -> "AttentionStats":
-        return cls(torch.zeros(layers, heads, len(PATTERNS), dtype=torch.float64), torch.zeros(len(PATTERNS), dtype=torch.float64))
+        return cls(torch.zeros(layers, heads, len(PATTERNS), dtype=torch.float64), torch.zeros(len(PATTERNS), dtype=torch.float64),
+                   split=torch.zeros(layers, heads, len(SPLIT), dtype=torch.float64))
 
     def add(self, layer_attention: Sequence[Tensor], layout: TokenLayout) -> None:
         """Add one example: ``layer_attention[l]`` is ``[heads, T, T]``."""
+        queries = 0
         for layer, att in enumerate(layer_attention):
             s, c = pattern_shares(att, layout)
             self.sums[layer] += s.double()
+            if self.split is not None:
+                parts, queries = split_shares(att, layout)
+                self.split[layer] += parts.double()
         self.counts += c.double()
+        self.split_queries += queries
         self.examples += 1
+
+    def split_shares(self) -> Tensor | None:
+        """``[layers, heads, parts]`` mean share per query of each part of ``SPLIT`` (each head's parts sum to one)."""
+        if self.split is None or self.split_queries == 0:
+            return None
+        return self.split / self.split_queries
 
     def shares(self) -> Tensor:
         """``[layers, heads, patterns]`` mean share per query (NaN where a pattern had no queries)."""
@@ -144,13 +187,15 @@ class AttentionStats:
         """One dict per head: its name, each pattern's share and the dominant pattern."""
         L, H = self.sums.shape[:2]
         chosen = heads if heads is not None else [(l, h) for l in range(L) for h in range(H)]
-        shares = self.shares()
+        shares, split = self.shares(), self.split_shares()
         return [{"head": head_name(l, h), **{p: float(shares[l, h, i]) for i, p in enumerate(PATTERNS)},
-                 "dominant": self.dominant(l, h)} for l, h in chosen]
+                 "dominant": self.dominant(l, h),
+                 **({"split": {part: float(split[l, h, i]) for i, part in enumerate(SPLIT)}} if split is not None else {})}
+                for l, h in chosen]
 
     def to_dict(self) -> dict:
         return {"patterns": list(PATTERNS), "examples": self.examples, "query_counts": self.counts.tolist(),
-                "heads": self.rows()}
+                **({"split_parts": list(SPLIT)} if self.split is not None else {}), "heads": self.rows()}
 
 
 def attention_maps(model: torch.nn.Module, inputs: dict[str, Tensor]) -> list[Tensor]:

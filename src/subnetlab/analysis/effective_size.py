@@ -127,6 +127,28 @@ def per_seed_effective_size(
     return {"sizes": sizes, "sparsities": sparsities, "mean_size": sum(sizes) / n}
 
 
+def size_bound(entry: Mapping, levels: Sequence[float]) -> tuple[float, int, int]:
+    """``(value, capped, seeds)`` of one saved effective size (an ``EffectiveSize.to_dict()``, with ``per_seed``
+    when aggregated per seed), telling a measured size from a capped one.
+
+    A seed with no faithful level has size 1.0 ("only the full model is faithful"), but all the measurement says
+    is that every subnetwork tested, the largest keeping ``1 - min(levels)``, was unfaithful: its size is above
+    ``1 - min(levels)``, not 100%. ``value`` replaces each such seed's 1.0 with that bound (so the true value is
+    strictly above ``value`` whenever ``capped`` > 0); ``capped`` counts them among ``seeds``.
+    """
+    top = 1.0 - min(float(x) for x in levels)
+    per = entry.get("per_seed")
+    if isinstance(per, Mapping) and per.get("sparsities"):
+        sparsities = [float(x) for x in per["sparsities"]]
+        capped = [s <= 0.0 for s in sparsities]
+        sizes = [top if c else 1.0 - s for c, s in zip(capped, sparsities)]
+        return sum(sizes) / len(sizes), sum(capped), len(sizes)
+    sparsity = float(entry.get("level_sparsity", entry.get("sparsity", 1.0 - float(entry["size"]))))
+    if sparsity <= 0.0:
+        return top, 1, 1
+    return float(entry["size"]), 0, 1
+
+
 def is_faithful(accuracy: float, model_accuracy: float, faithfulness: float, sides: str = "two") -> bool:
     """Within ``faithfulness`` of the model's accuracy: either side (``two``), or no more than that below (``one``)."""
     gap = float(accuracy) - float(model_accuracy)

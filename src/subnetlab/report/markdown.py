@@ -38,6 +38,30 @@ def delta_pct(value: float, base: float, digits: int = 1) -> str:
     return f"{arrow}{abs(d):.{digits}f}"
 
 
+def points(x: float) -> str:
+    """A share as points with one decimal, no sign (``0.057`` -> ``'5.7'``): the words around it give the direction
+    (``moves``, ``compare``), so a rise never reads as a negative drop."""
+    return f"{100 * abs(x):.1f}"
+
+
+def moves(name: str, delta: float) -> str:
+    """A change in words: ``moves("OOD", 0.057)`` -> ``'OOD rises 5.7 points'`` (``delta``: new minus old).
+
+    A change that rounds to 0.0 points is "unchanged"; the sign is never left to the reader.
+    """
+    if round(100 * abs(delta), 1) == 0:
+        return f"{name} is unchanged"
+    return f"{name} {'rises' if delta > 0 else 'falls'} {points(delta)} points"
+
+
+def compare(what: str, a: str, b: str, difference: float) -> str:
+    """``difference`` = a's quantity minus b's, in words: ``compare("the fall", "OOD", "ID", 0.04)`` ->
+    ``'the fall is 4.0 points larger on OOD than on ID'``."""
+    if round(100 * abs(difference), 1) == 0:
+        return f"{what} is the same on {a} as on {b}"
+    return f"{what} is {points(difference)} points {'larger' if difference > 0 else 'smaller'} on {a} than on {b}"
+
+
 def num(value: Any, digits: int = 3) -> str:
     """A number in a table: ints as ints, small or large floats in scientific notation."""
     if value is None:

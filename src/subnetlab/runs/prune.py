@@ -220,7 +220,15 @@ def prune_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float],
         name = f"{name_prefix}seed-{seed}" if name_prefix is not None and schedule == "staircase" else None
         jobs.append(Job(PRUNE_JOB, job.to_dict(), run_dir, name=name))
     assert first is not None
-    full = FullModelJobConfig(**common.to_dict(), eval={"batch_size": first.eval_batch_size,
-                                                        "max_length": first.max_length, "limit": first.eval_limit})
     full_name = f"{name_prefix}full-model" if name_prefix is not None else "full-model"
-    return [Job(FULL_MODEL_JOB, full.to_dict(), out / "full-model", name=full_name), *jobs]
+    return [full_model_eval_job(base, out / "full-model", first, name=full_name), *jobs]
+
+
+def full_model_eval_job(base: Mapping[str, Any], out_dir: Path, settings: PruneConfig, name: str | None = None) -> Job:
+    """The job evaluating ``base``'s unpruned model at ``settings``' evaluation batch, length and limit: the "model"
+    column of every pruning sweep, and any other full-model number that must agree with it (the same rows, the same
+    settings: the same accuracy)."""
+    common = ModelAndTask.from_dict(absolute_inputs(base))
+    full = FullModelJobConfig(**common.to_dict(), eval={"batch_size": settings.eval_batch_size,
+                                                        "max_length": settings.max_length, "limit": settings.eval_limit})
+    return Job(FULL_MODEL_JOB, full.to_dict(), out_dir, name=name)

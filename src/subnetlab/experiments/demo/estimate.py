@@ -124,6 +124,10 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         out.append(Stage(demo, f"{name}/prune", f"{name}: pruning {runs} subnetworks", {
             gate_unit: gate_steps, job_eval: (runs + 1) * eval_rows + once},
             match=f"[{name}] pruning", parallel=workers, family="minilm"))
+        # accuracy curves (study._curves): every saved checkpoint's full model on the report's rows, as sweep jobs
+        n_saved = math.ceil(steps / max(1, int(ft.get("save_every") or steps or 1))) if steps else 0
+        out.append(Stage(demo, f"{name}/curves", f"{name}: accuracy curves", {job_eval: n_saved * eval_rows},
+                         match=f"[{name}] accuracy curves", parallel=workers, family="minilm"))
         # ablation table (steps.ablation_step): no ablation, the non-listed heads sampled, each listed head, the
         # joint row, every listed head jointly; each control replacement repeats the single and joint rows
         ab = settings.get("ablation") or {}

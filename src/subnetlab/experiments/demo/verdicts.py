@@ -1,9 +1,16 @@
 """One row of the demo's findings table, the verdict rules, and links to a report's sections.
 
 A study's ``findings.py`` reads its saved results and returns ``Finding`` rows;
-every verdict is one of ``SHOWN``, ``NOT_SHOWN`` or ``NOT_MEASURABLE`` and comes
-from a rule below, with the reason in words. Missing results are never an
-error: ``missing(...)`` gives a "not measurable" row that names what is absent.
+every verdict is one of ``SHOWN``, ``SHOWN_WEAKLY``, ``NOT_SHOWN`` or
+``NOT_MEASURABLE`` and comes from a rule below, with the reason in words.
+Missing results are never an error: ``missing(...)`` gives a "not measurable"
+row that names what is absent.
+
+The rules claim no more than the numbers (issue 26): they use every measured
+point (a trend is monotone over every checkpoint, not first against last), a
+spread needs at least ``MIN_SEEDS`` seeds, a value the measurement could not
+reach (``Reading.capped``) is never counted as a rise, and changes are written
+in words ("OOD rises 5.7 points"), never as a signed drop.
 """
 
 from __future__ import annotations
@@ -17,9 +24,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from subnetlab.report.markdown import compare, moves, points
+
 SHOWN = "shown"
+SHOWN_WEAKLY = "shown, weakly identified"  # shown, but the subnetworks it rests on have many undecided gates
 NOT_SHOWN = "not shown"
 NOT_MEASURABLE = "not measurable at this scale"
+# A seed spread (a standard deviation) from fewer seeds than this is not a measurement of the spread: with two
+# seeds it is half their difference, and any difference "exceeds" it one time in two by chance alone.
+MIN_SEEDS = 3
 
 
 @dataclass(frozen=True)
@@ -79,33 +92,77 @@ def read_json_or_missing(path: Path) -> Any:
         raise Missing(f"{path} cannot be read ({e.__class__.__name__})") from None
 
 
+# -- readings that may be capped ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reading:
+    """A measured value, or a bound when the measurement could not reach it.
+
+    ``capped``: how many of ``seeds`` seeds hit the end of the measured range (an effective size where no tested
+    sparsity level was faithful); their value is replaced by ``bound`` (the edge of the range) in ``value``, and the
+    true value is then strictly above ``value``. A capped reading is never a rise: the range ran out, the
+    quantity may not have moved.
+    """
+
+    value: float
+    capped: int = 0
+    seeds: int = 1
+
+    def text(self) -> str:
+        if not self.capped:
+            return f"{points(self.value)}%"
+        note = "" if self.capped == self.seeds else f", {self.capped} of {self.seeds} seeds capped"
+        return f"> {points(self.value)}%{note}"
+
+
 # -- rules ------------------------------------------------------------------------------------
+
+def trend(values: Sequence[float], tolerance: float = 0.0) -> str:
+    """The direction of a series over *every* point: ``'rises'``, ``'falls'``, ``'flat'`` or ``'up and down'``.
+
+    Rises: no step between neighbours falls by more than ``tolerance`` and the last value is more than
+    ``tolerance`` above the first (falls: the mirror image); flat: every value within ``tolerance`` of every
+    other. A series that rises overall but dips in the middle by more than ``tolerance`` is "up and down",
+    never "rises": a first-vs-last comparison would hide the dip.
+    """
+    v = [float(x) for x in values]
+    if len(v) < 2 or max(v) - min(v) <= tolerance + 1e-12:
+        return "flat"
+    steps = [b - a for a, b in zip(v, v[1:])]
+    if all(d >= -tolerance - 1e-12 for d in steps) and v[-1] - v[0] > tolerance + 1e-12:
+        return "rises"
+    if all(d <= tolerance + 1e-12 for d in steps) and v[0] - v[-1] > tolerance + 1e-12:
+        return "falls"
+    return "up and down"
+
 
 def beyond_spread(difference: float, spread: float, n: int, margin: float = 0.0) -> tuple[str, str]:
     """A difference (positive: the claimed direction) against the seed spread.
 
-    Shown when it exceeds ``max(spread, margin)``; not measurable with fewer than two
-    seeds (no spread to exceed); not shown otherwise.
+    Shown when it exceeds ``max(spread, margin)``; not measurable with fewer than
+    ``MIN_SEEDS`` seeds (no spread worth exceeding); not shown otherwise.
     """
-    if n < 2:
-        return NOT_MEASURABLE, f"{n} seed(s): no seed spread to compare the difference with"
+    if n < MIN_SEEDS:
+        return NOT_MEASURABLE, f"{n} seed(s), fewer than {MIN_SEEDS}: no seed spread to compare the difference with"
     bar = max(spread, margin)
+    word = "ahead" if difference > 0 else "behind"
     if difference > bar:
-        return SHOWN, f"difference {difference:+.2f} exceeds {bar:.2f} (seed spread{' or margin' if margin else ''})"
-    return NOT_SHOWN, f"difference {difference:+.2f} does not exceed {bar:.2f} (seed spread{' or margin' if margin else ''})"
+        return SHOWN, f"{points(difference)} points ahead, more than {points(bar)} (seed spread{' or margin' if margin else ''})"
+    return NOT_SHOWN, (f"{points(difference)} points {word}, not ahead by more than {points(bar)} "
+                       f"(seed spread{' or margin' if margin else ''})")
 
 
 def ahead_at_low_n(cells: Mapping[str, tuple[float, float, int]]) -> tuple[str, str]:
     """Per low N, ``(difference, spread, n)``: shown when ahead at every low N and beyond the spread at one or more.
 
     ``n`` is the smaller seed count of the two sides. No low N, or any low N with
-    fewer than two seeds on a side: not measurable.
+    fewer than ``MIN_SEEDS`` seeds on a side: not measurable.
     """
     if not cells:
         return NOT_MEASURABLE, "no low N in this run"
-    thin = [s for s, (_, _, n) in cells.items() if n < 2]
+    thin = [s for s, (_, _, n) in cells.items() if n < MIN_SEEDS]
     if thin:
-        return NOT_MEASURABLE, f"fewer than two seeds at N = {', '.join(thin)}"
+        return NOT_MEASURABLE, f"fewer than {MIN_SEEDS} seeds at N = {', '.join(thin)}"
     ahead = [s for s, (d, _, _) in cells.items() if d > 0]
     clear = [s for s, (d, sp, _) in cells.items() if d > sp]
     if len(ahead) == len(cells) and clear:
@@ -114,6 +171,45 @@ def ahead_at_low_n(cells: Mapping[str, tuple[float, float, int]]) -> tuple[str, 
         return NOT_SHOWN, "ahead at every low N but within the seed spread"
     behind = [s for s in cells if s not in ahead]
     return NOT_SHOWN, f"not ahead at N = {', '.join(behind)}"
+
+
+def not_behind(cells: Mapping[str, tuple[float, float, int]], other: str) -> tuple[str, str]:
+    """Per N, ``(difference, spread, n)`` with ``difference`` = reference minus ``other``: "at least as good".
+
+    Shown when at no N is ``other`` ahead by more than the seed spread; not shown (a row that goes against the
+    paper) when it is at some N, naming the largest lead: "full beats the subnetwork by 30.0 points at N = 100".
+    Not measurable without any N or with fewer than ``MIN_SEEDS`` seeds at one.
+    """
+    if not cells:
+        return NOT_MEASURABLE, "no N in common"
+    thin = [s for s, (_, _, n) in cells.items() if n < MIN_SEEDS]
+    if thin:
+        return NOT_MEASURABLE, f"fewer than {MIN_SEEDS} seeds at N = {', '.join(thin)}"
+    lost = {s: (d, sp) for s, (d, sp, _) in cells.items() if -d > sp}
+    if lost:
+        worst = max(lost, key=lambda s: -lost[s][0])
+        d, sp = lost[worst]
+        rest = f" (also at N = {', '.join(s for s in lost if s != worst)})" if len(lost) > 1 else ""
+        return NOT_SHOWN, (f"{other} beats the subnetwork by {points(d)} points at N = {worst}, beyond the seed "
+                           f"spread {points(sp)}{rest}")
+    behind = [s for s, (d, _, _) in cells.items() if d < 0]
+    return SHOWN, ("never behind beyond the seed spread" + (f" (behind within it at N = {', '.join(behind)})"
+                                                             if behind else ""))
+
+
+def identified(verdict: str, why: str, undecided_share: float | None, threshold: float) -> tuple[str, str]:
+    """``SHOWN`` stays shown only when the share of undecided gates is within ``threshold`` (the share above which
+    ``runs.health`` calls a subnetwork undecided); otherwise (or when the share was not saved) it becomes
+    ``SHOWN_WEAKLY``: the subnetworks it rests on are weakly identified."""
+    if verdict != SHOWN:
+        return verdict, why
+    if undecided_share is None:
+        return SHOWN_WEAKLY, why + "; weakly identified: no undecided-gate share saved to check"
+    if undecided_share <= threshold:
+        return SHOWN, why + (f"; gates decided: {points(undecided_share)}% undecided at most, within "
+                             f"{points(threshold)}%")
+    return SHOWN_WEAKLY, why + (f"; weakly identified: up to {points(undecided_share)}% of gates undecided at the "
+                                f"end of pruning, above {points(threshold)}%")
 
 
 def in_band(value: float, low: float, high: float) -> tuple[str, str]:
@@ -175,5 +271,6 @@ def missing(paper: str, claim: str, paper_figure: str, link: str, reason: str) -
     return Finding(paper, claim, paper_figure, "-", NOT_MEASURABLE, f"not measurable: {reason}", link)
 
 
-__all__ = ["Finding", "Missing", "NOT_MEASURABLE", "NOT_SHOWN", "SHOWN", "ahead_at_low_n", "beyond_spread", "get",
-           "headings", "in_band", "missing", "number", "read_json_or_missing", "section_link", "sd", "slug"]
+__all__ = ["Finding", "MIN_SEEDS", "Missing", "NOT_MEASURABLE", "NOT_SHOWN", "Reading", "SHOWN", "SHOWN_WEAKLY",
+           "ahead_at_low_n", "beyond_spread", "compare", "get", "headings", "identified", "in_band", "missing", "moves",
+           "not_behind", "number", "points", "read_json_or_missing", "section_link", "sd", "slug", "trend"]

@@ -17,8 +17,9 @@ from typing import Any
 from subnetlab.io import write_json
 from subnetlab.experiments.heuristic_core import sections
 from subnetlab.experiments.heuristic_core.plots import seed_accuracy_plot
-from subnetlab.report.markdown import MarkdownReport, pct
+from subnetlab.report.markdown import MarkdownReport, moves, pct, points
 from subnetlab.report.plots import curves
+from subnetlab.runs.health import MAX_UNDECIDED_SHARE
 
 NAME_OF = {"ood": "OOD (chosen subcases)", "real": "real HANS (chosen subcases)", "id": "in-domain"}
 
@@ -131,6 +132,29 @@ def ablation_effects(ablation: dict) -> dict[str, float]:
     return out
 
 
+def ablation_paragraph(eff: dict[str, float], hurts: bool, joint_hurts: bool) -> str:
+    """The ablation table's summary in words (``ablation_effects``' drops: positive = accuracy falls), every
+    change as "rises" or "falls" so a rise never reads as a negative drop."""
+    def both(key: str) -> str:
+        return f"{moves('ID', -eff[f'{key}_id_drop'])}, {moves('OOD', -eff[f'{key}_ood_drop'])}"
+
+    entailed = (f", {moves('accuracy on the entailment subcases', -eff['core_entailed_drop'])}" if "core_entailed_drop" in eff else "")
+    largest = eff["core_max_ood_drop"]
+    return ("Ablating one core head, on average: " + both("core") + entailed
+            + " (OOD: the chosen non-entailment subcases; "
+            + (f"the largest OOD fall {points(largest)} points)" if largest > 0 else
+               f"no core head lowers OOD, the smallest change: {moves('OOD', -largest)})")
+            + (f". Ablating one other head: {both('other')}" if "other_ood_drop" in eff else "")
+            + (f". Ablating the joint heads: {both('joint')}"
+               + (f", {moves('accuracy on the entailment subcases', -eff['joint_entailed_drop'])}" if "joint_entailed_drop" in eff else "")
+               if "joint_ood_drop" in eff else "")
+            + ". " + "".join(f"With {rep} instead of mean ablation, one core head: {both(f'core_{rep}')}. "
+                            for rep in ("zero", "resample") if f"core_{rep}_ood_drop" in eff)
+            + f"**Pattern 'ablating core heads hurts OOD more than ID and more than other heads (by at least one point)': "
+            f"{'seen' if hurts else 'not seen'}** at this scale (the joint heads: "
+            f"{'seen' if joint_hurts else 'not seen'}).")
+
+
 def training_curves(ft_dir: Path, subcases: list[str] | None, ood_split: str | None) -> dict[str, list]:
     """ID and OOD accuracy at every evaluation of the fine-tuning run (``metrics.jsonl``)."""
     steps, id_acc, ood_acc, real_acc = [], [], [], []
@@ -180,13 +204,21 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     subcases = r["data"]["subcases"]
     doc.section(study["title"])
     # training
-    cur = training_curves(sd / "finetune", subcases, (study.get("ood") or {}).get("choose_from"))
+    one_source = bool(r.get("curves"))
+    cur = r["curves"] if one_source else training_curves(sd / "finetune", subcases,
+                                                          (study.get("ood") or {}).get("choose_from"))
     series = {"ID": cur["id"], "OOD (chosen subcases)": cur["ood"]}
     if "real" in cur:
         series["real HANS (chosen subcases)"] = cur["real"]
     plot = curves(cur["step"], series, sd / "training.png", xlabel="training step", ylabel="accuracy (%)", percent=True)
     doc.section("Training", 3)
-    doc.figure(plot, "Accuracy over fine-tuning; in the paper ID accuracy saturates early while OOD accuracy rises much later.", base=out)
+    doc.figure(plot, "Accuracy over fine-tuning; in the paper ID accuracy saturates early while OOD accuracy rises much "
+               "later. " + ("Every saved checkpoint scored on the rows every table below uses (the same evaluation as "
+                            "the full model of the next table and the accuracy columns of the effective-size table), "
+                            "so one model has one accuracy throughout this report." if one_source else
+                            "Scored by the fine-tuning's own evaluation (other rows than the tables below: its "
+                            "numbers for the same model differ from theirs); rerun to score the checkpoints on the "
+                            "tables' rows."), base=out)
     # Table 5 + Figure 2
     doc.section("Subnetworks across seeds", 3)
     table = compact_table(r["seeds_table"])
@@ -199,17 +231,28 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
                                   sd / f"seeds-{label.rstrip('%')}.png", f"{len(table['by_sparsity'][label]['id'])} subnetworks at {label}")
         doc.figure(dots, f"One dot per subnetwork at {label} sparsity, the full model as a red bar; the paper's pattern is "
                    "dots bunched together in-domain and scattered on the OOD subcases.", base=out)
-    s = spreads[labels[0]]
-    alike = s["ood_subcase_sd"] > 2 * s["id_sd"]
-    doc.para(f"At {labels[0]}: ID accuracy varies by {pct(s['id_sd'])} points (std over seeds; range {pct(s['id_range'])}), "
-             f"an OOD subcase by {pct(s['ood_subcase_sd'])} points on average (mean OOD accuracy: std {pct(s['ood_mean_sd'])}, "
-             f"range {pct(s['ood_mean_range'])}). **Pattern 'alike in-domain, spread out of domain': "
-             f"{'seen' if alike else 'not seen'}** at this scale (criterion: OOD subcase std > 2 x ID std).")
+    # every sparsity, as the findings table's rule: the pattern is seen only when it holds at each of them
+    alike = all(spreads[label]["ood_subcase_sd"] > 2 * spreads[label]["id_sd"] for label in labels)
+    doc.para(" ".join(
+        f"At {label}: ID accuracy varies by {pct(s['id_sd'])} points (std over seeds; range {pct(s['id_range'])}), "
+        f"an OOD subcase by {pct(s['ood_subcase_sd'])} points on average (mean OOD accuracy: std "
+        f"{pct(s['ood_mean_sd'])}, range {pct(s['ood_mean_range'])})." for label, s in spreads.items())
+        + f" **Pattern 'alike in-domain, spread out of domain': {'seen' if alike else 'not seen'}** at this scale "
+        "(criterion: OOD subcase std > 2 x ID std at every sparsity).")
     undecided = sections.identification_section(doc, r["identification"]) if r.get("identification") else {}
     # core
     doc.section("Shared heads: the core", 3)
     core = r["core"]
     sections.core_section(doc, core, sd / "core" / "heatmap.png", sd / "core" / "frequencies.png", base=out)
+    if undecided:
+        worst = max(undecided, key=undecided.get)
+        firm = undecided[worst] <= MAX_UNDECIDED_SHARE  # runs.health: undecided above this share
+        doc.para(f"The subnetworks behind the core leave up to {pct(undecided[worst])}% of their gates undecided at the "
+                 f"end of pruning (at {worst}; the table above); {'within' if firm else 'above'} the "
+                 f"{pct(MAX_UNDECIDED_SHARE)}% that `subnetlab.runs.health` allows, so the core is "
+                 + ("identified by gates that pruning decided." if firm else
+                    "**weakly identified**: which heads it holds rests partly on small log-alpha differences, and "
+                    "another set of seeds may share other heads."))
     # ablation
     doc.section("Ablating the core heads", 3)
     if r["heads_studied"] != "core":
@@ -221,24 +264,11 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     hurts = (eff["core_ood_drop"] >= eff["core_id_drop"] + margin
              and eff["core_ood_drop"] >= eff.get("other_ood_drop", float("-inf")) + margin)
     joint_hurts = ("joint_ood_drop" in eff and eff["joint_ood_drop"] >= eff["joint_id_drop"] + margin)
-    entailed = (f", and the heuristics' entailment subcases by {pct(eff['core_entailed_drop'])} points"
-                if "core_entailed_drop" in eff else "")
-    doc.para(f"Ablating one core head lowers accuracy by {pct(eff['core_id_drop'])} points ID and {pct(eff['core_ood_drop'])} "
-             f"points OOD (the chosen non-entailment subcases) on average{entailed} (largest OOD drop "
-             f"{pct(eff['core_max_ood_drop'])}); ablating one other head by "
-             f"{pct(eff.get('other_id_drop'))} ID and {pct(eff.get('other_ood_drop'))} OOD (negative: accuracy rises)"
-             + (f"; ablating the joint heads by {pct(eff['joint_id_drop'])} ID and {pct(eff['joint_ood_drop'])} OOD"
-                + (f" ({pct(eff['joint_entailed_drop'])} on the entailment subcases)" if "joint_entailed_drop" in eff else "")
-                if "joint_ood_drop" in eff else "")
-             + ". " + "".join(f"With {rep} instead of mean ablation, one core head lowers OOD by "
-                             f"{pct(eff[f'core_{rep}_ood_drop'])} points and ID by {pct(eff[f'core_{rep}_id_drop'])}. "
-                             for rep in ("zero", "resample") if f"core_{rep}_ood_drop" in eff)
-             + f"**Pattern 'ablating core heads hurts OOD more than ID and more than other heads (by at least one point)': "
-             f"{'seen' if hurts else 'not seen'}** at this scale (the joint heads: "
-             f"{'seen' if joint_hurts else 'not seen'}).")
+    doc.para(ablation_paragraph(eff, hurts, joint_hurts))
     # effective size
     doc.section("Effective size over training", 3)
-    sections.effective_size_section(doc, r["effective_size"], sd / "effective_size" / "effective_size.png", base=out)
+    sections.effective_size_section(doc, r["effective_size"], sd / "effective_size" / "effective_size.png", base=out,
+                                    accuracy=cur if one_source else None)
     # attention
     doc.section("Attention patterns of the core heads", 3)
     sections.attention_section(doc, r["attention"], base=out, root=sd / "attention")

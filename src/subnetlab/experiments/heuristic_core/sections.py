@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from subnetlab.analysis.attention_stats import PATTERNS
+from subnetlab.analysis.attention_stats import PATTERNS, SPLIT
+from subnetlab.analysis.effective_size import size_bound
 from subnetlab.analysis.scores import short_name
 from subnetlab.report.markdown import MarkdownReport, delta_pct, num, pct
 
@@ -123,11 +124,28 @@ def identification_section(doc: MarkdownReport, identified: Mapping[str, Mapping
 def attention_section(doc: MarkdownReport, attention: Mapping[str, Any], base: str | os.PathLike,
                       root: str | os.PathLike, max_maps: int = 3) -> None:
     """The Figure 9 table for the selected heads, and maps of the ``max_maps`` heads that attend most to repeated words."""
-    rows = [[r["head"], *[pct(r[p]) for p in PATTERNS], r["dominant"]] for r in attention["selected"]]
-    doc.table(["Head", *[f"{p} (%)" for p in PATTERNS], "dominant"], rows, caption=(
-        f"Share of attention (%) each head sends from a sentence token to the same word in the other sentence "
-        f"(over the {int(attention['query_counts'][0])} tokens that have one), to the previous and next token, to "
-        f"[CLS]/[SEP], and to itself, over {attention['examples']} sentence pairs (Figure 9 of the paper)."))
+    if all("split" in r for r in attention["selected"]):
+        parts = list(attention.get("split_parts") or SPLIT)
+        rows = [[r["head"], *[pct(r["split"][p]) for p in parts], pct(r["repeated"]), r["dominant"]]
+                for r in attention["selected"]]
+        doc.table(["Head", *[f"{p} (%)" for p in parts], "repeated, tokens with a partner (%)", "dominant"], rows,
+                  caption=(
+            f"Where each head's attention goes from a sentence token, over {attention['examples']} sentence pairs "
+            "(Figure 9 of the paper): itself, [CLS]/[SEP], the same word in the other sentence, the previous and next "
+            "token, and anything else. The first six columns split each token's attention so that they sum to 100%: "
+            "a key is counted once, in the first of these it belongs to (a neighbour that is [SEP] counts as "
+            "special, a neighbour that is the repeated word as repeated). The last share is not part of that sum: "
+            f"the attention to the repeated word averaged over the {int(attention['query_counts'][0])} tokens whose "
+            "word occurs in the other sentence, the pattern's strength where it can occur (the split's repeated "
+            "column averages over every token, most of which have no partner)."))
+    else:  # an attention step written before the split: overlapping patterns, each over its own tokens
+        rows = [[r["head"], *[pct(r[p]) for p in PATTERNS], r["dominant"]] for r in attention["selected"]]
+        doc.table(["Head", *[f"{p} (%)" for p in PATTERNS], "dominant"], rows, caption=(
+            f"Share of attention (%) each head sends from a sentence token to the same word in the other sentence "
+            f"(over the {int(attention['query_counts'][0])} tokens that have one), to the previous and next token, to "
+            f"[CLS]/[SEP], and to itself, over {attention['examples']} sentence pairs (Figure 9 of the paper). The "
+            "shares overlap and need not sum to 100%: a neighbour can be [SEP] (counted as previous or next and as "
+            "special), and the repeated share is averaged over fewer tokens than the others."))
     shown = attention.get("maps") or []
     by_repeat = sorted(attention["selected"], key=lambda r: -(r["repeated"] if r["repeated"] == r["repeated"] else -1))
     top = {r["head"] for r in by_repeat[:max_maps]}
@@ -142,16 +160,32 @@ def attention_section(doc: MarkdownReport, attention: Mapping[str, Any], base: s
 
 
 def effective_size_section(doc: MarkdownReport, result: Mapping[str, Any], plot: str | os.PathLike,
-                           base: str | os.PathLike) -> None:
+                           base: str | os.PathLike, accuracy: Mapping[str, Sequence] | None = None) -> None:
+    """The effective-size table (Table 4) and Figure 6. ``accuracy`` (the study's ``curves``: ``step``, ``id``,
+    ``ood``): the report's one source of a checkpoint's accuracy, used for the accuracy columns when it has the step
+    (the sweep's own full-model evaluation scores the same rows at the same settings)."""
+    at = {s: (i, o) for s, i, o in zip(accuracy["step"], accuracy["id"], accuracy["ood"])} if accuracy else {}
     rows = []
+    capped = False
     for c in result["checkpoints"]:
-        rows.append([c["step"], pct(c["id_accuracy"]), pct(c["ood_accuracy"]),
-                     *[pct(c["effective_size"][on]["size"]) for on in result["on"]]])
+        id_acc, ood_acc = at.get(c["step"], (c["id_accuracy"], c["ood_accuracy"]))
+        cells = []
+        for on in result["on"]:
+            value, hit, seeds = size_bound(c["effective_size"][on], result["levels"])
+            capped = capped or hit > 0
+            cells.append(f"> {pct(value)}" + (f" ({hit} of {seeds} seeds capped)" if 0 < hit < seeds else "")
+                         if hit else pct(value))
+        rows.append([c["step"], pct(id_acc), pct(ood_acc), *cells])
+    top = 1.0 - min(result["levels"])
     doc.table(["step", "ID acc.", "OOD acc.", *[f"eff. size {on} (%)" for on in result["on"]]], rows, caption=(
         f"Effective size (% of components in the smallest subnetwork within {pct(result['faithfulness'])} points of the "
         f"model's accuracy, levels {result['levels'][0]:.2f} to {result['levels'][-1]:.2f}, mean over "
-        f"{len(result['seeds'])} seeds) at each checkpoint."))
-    doc.figure(plot, "ID and OOD accuracy (solid, left axis) and effective size (dashed, right axis) over training; "
+        f"{len(result['seeds'])} seeds) at each checkpoint."
+        + (f" \"> {pct(top)}\": no tested level was faithful (for the seeds named), so the size is above the "
+           f"{pct(top)}% the least sparse level keeps, not measured; a mean with capped seeds is a lower bound. A capped "
+           "value is not a rise." if capped else "")))
+    doc.figure(plot, "ID and OOD accuracy (solid, left axis) and effective size (dashed, right axis; a capped size, "
+               "where no tested level was faithful, is left out) over training; "
                "under competing subnetworks the OOD size would fall as OOD accuracy rises, the paper finds it rises.",
                base=base)
     searched = [c for c in result["checkpoints"] if c.get("search")]

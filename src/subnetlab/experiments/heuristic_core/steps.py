@@ -15,6 +15,7 @@ from typing import Any
 from subnetlab.analysis.ablation import ablation_table, parse_heads
 from subnetlab.analysis.attention_stats import attention_statistics, layout_from_tokenizer, attention_maps, pattern_masks
 from subnetlab.analysis.core import analyse_core
+from subnetlab.analysis.effective_size import size_bound
 from subnetlab.analysis.scores import PAPER_SUBCASES, score_columns
 from subnetlab.errors import SubnetlabError
 from subnetlab.runs.pruned_runs import two_groups
@@ -227,7 +228,8 @@ def effective_size_outputs(result: dict, out: Path, config: dict) -> Path:
     steps = [r["step"] for r in rows]
     onset = result.get("before_onset")
     plot = effective_size_plot(
-        steps, {on: [r["effective_size"][on]["size"] for r in rows] for on in result["on"]},
+        steps, {on: [None if size_bound(r["effective_size"][on], result["levels"])[1] else r["effective_size"][on]["size"]
+                     for r in rows] for on in result["on"]},  # a capped size is a bound, not a point to plot
         {"ID": [r["id_accuracy"] for r in rows], "OOD": [r["ood_accuracy"] for r in rows]},
         out / "effective_size.png", onset_step=onset["step"] if onset else None)
     doc = MarkdownReport("Effective size over training")

@@ -1,8 +1,9 @@
 """One task of the Heuristic Core reproduction, stage by stage; every stage resumes.
 
-    finetune/            fine-tuning with checkpoints and ID / OOD curves (runs.finetune)
+    finetune/            fine-tuning with checkpoints (runs.finetune)
     data/                the chosen OOD subcases and files holding only them
     prune/               N seeds x two sparsities (runs.prune.prune_sweep through the executor)
+    curves/              every checkpoint on the report's rows: Figure 1, one source with Tables 1 and 4
     core/                frequencies, heatmap, core, rho (steps.core_step)
     ablation/            Table 3 for the core heads
     effective_size/      staircase sweeps over checkpoints and the Figure 6 analysis
@@ -179,7 +180,36 @@ def _prune(study: dict, settings: dict, base: dict, out: Path) -> dict:
     stage(f"[{study['name']}] pruning: {len(settings['seeds'])} seeds x {len(study['sparsities'])} sparsities")
     check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
     return {"cache_dir": out / "cache", "max_length": cfg.max_length, "train_limit": cfg.train_limit,
-            "means_examples": cfg.means_examples, "eval_batch_size": cfg.eval_batch_size}
+            "means_examples": cfg.means_examples, "eval_batch_size": cfg.eval_batch_size, "settings": cfg}
+
+
+def _curves(study: dict, settings: dict, base: dict, pruning: dict, ft_dir: Path, subcases: list[str] | None,
+            out: Path) -> dict[str, list]:
+    """Figure 1's points: every fine-tuning checkpoint evaluated on the report's own rows (the ID split, the
+    chosen OOD subcases, real HANS when present) by the full-model job the pruning and effective-size sweeps run,
+    at their evaluation settings. A model's accuracy then has one source: the last point is the full model of
+    Table 1, and every checkpoint's ID and OOD accuracy is the effective-size table's (the fine-tuning's own log
+    scores other rows: 10 per subcase, all 30 subcases, and is used only to choose the subcases).
+    ``{"step": [...], "id": [...], "ood": [...], "real": [...]}`` (``real`` only with real HANS)."""
+    from subnetlab.analysis.effective_size import id_ood_accuracy
+    from subnetlab.methods.finetune.state import checkpoint_dirs
+    from subnetlab.runs.prune import full_model_eval_job
+
+    checkpoints = checkpoint_dirs(ft_dir)
+    jobs = [full_model_eval_job({**base, "model": str(path)}, out / f"step-{step}", pruning["settings"],
+                                name=f"step-{step}") for step, path in checkpoints]
+    stage(f"[{study['name']}] accuracy curves: {len(jobs)} checkpoints on the report's evaluation rows")
+    check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
+    curves: dict[str, list] = {"step": [], "id": [], "ood": []}
+    for step, _ in checkpoints:
+        scores = read_json(out / f"step-{step}" / "metrics.json")["eval"]
+        curves["step"].append(step)
+        for name in [n for n in scores if n not in ID_SPLITS]:  # ood, real: each on its own, as in Tables 1 and 4
+            _, accuracy = id_ood_accuracy({**{i: scores[i] for i in ID_SPLITS}, name: scores[name]}, ID_SPLITS, subcases)
+            curves.setdefault(name, []).append(accuracy)
+        curves["id"].append(id_ood_accuracy(scores, ID_SPLITS, subcases)[0])
+    write_json(out / "curves.json", curves)
+    return curves
 
 
 def seed_table(study: dict, settings: dict, prune_dir: Path, subcases: list[str]) -> dict:
@@ -349,6 +379,7 @@ def run_study(study: dict, settings: dict, out: Path) -> dict[str, Any]:
     subcases = prepared["subcases"]
     base = _base_config(study, model, prepared)
     pruning = t("prune", _prune, study, settings, base, out / "prune")
+    curves = t("curves", _curves, study, settings, base, pruning, out / "finetune", subcases, out / "curves")
     groups = [out / "prune" / f"sparsity-{s:.2f}" for s in study["sparsities"]]
     core = t("core", steps.core_step, groups, out / "core")
     heads, which = _heads_to_study(core)
@@ -359,6 +390,6 @@ def run_study(study: dict, settings: dict, out: Path) -> dict[str, Any]:
            out / "effective_size")
     attention = t("attention", _attention, study, settings, model, prepared, heads, out / "attention")
     stage(f"[{study['name']}] stage seconds: {t.seconds}")
-    return {"finetune": finetuned, "data": prepared, "core": core, "heads_studied": which, "seeds_table": table,
+    return {"finetune": finetuned, "curves": curves, "data": prepared, "core": core, "heads_studied": which, "seeds_table": table,
             "identification": identified, "ablation": ablation, "effective_size": es, "attention": attention, "dir": str(out),
             "stage_seconds": t.seconds}

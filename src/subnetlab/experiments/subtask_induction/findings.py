@@ -5,21 +5,36 @@ count over seeds of test accuracy; ``discovery``: the transferred subnetwork per
 depth) and ``OUT/config.json`` (the settings). A result that is absent gives a
 "not measurable" row naming it, never an error.
 
-Rules (``experiments.demo.verdicts``):
+Rules (``experiments.demo.verdicts``), each over every measured point:
 
 * the subnetwork beats a control at low N (0 < N <= max_number, about the
   paper's N <= 1,000): shown when its mean is ahead at every low N and ahead by
   more than the sum of the two seed standard deviations at one or more; not
-  measurable without a low N or with fewer than two seeds on a side;
+  measurable without a low N or with fewer than ``MIN_SEEDS`` seeds on a side;
+* beats scratch needs the empty-mask control too: under reinit "masked" the
+  embeddings, layer norms, biases and head are copied whatever the mask, so a
+  lead over scratch that the empty mask also has is the copies', not the
+  subnetwork's. Shown only when the subnetwork beats both; without the
+  empty-mask runs, not measurable;
+* the row quotes this run's own level next to the paper's (the subnetwork's
+  best mean over N against the paper's near-perfect accuracy);
+* near-perfect accuracy at low N: shown when the subnetwork's mean reaches
+  ``NEAR_PERFECT`` at some low N;
+* at least as good as the whole model (every N, not only low N): not shown
+  when ``full`` is ahead by more than the seed spread at some N, with the lead
+  in words (a row that goes against the paper);
 * density: shown when the transferred subnetwork keeps between 3% and 8% of
   the masked weights (the paper's Table 3: 3.20-7.68%) at every depth.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from subnetlab.experiments.demo.verdicts import (
+    NOT_MEASURABLE,
+    NOT_SHOWN,
     SHOWN,
     Finding,
     Missing,
@@ -27,6 +42,7 @@ from subnetlab.experiments.demo.verdicts import (
     get,
     in_band,
     missing,
+    not_behind,
     number,
     read_json_or_missing,
     section_link,
@@ -37,12 +53,21 @@ CONTROLS = {
     "scratch": ("Transferring the subnetwork beats training from scratch at low N",
                 "near-perfect accuracy by about N = 1,000; scratch averages 50.6% over sizes and never reaches it "
                 "(Figure 3)"),
+    "empty-mask": ("... and beats the empty-mask control (the copied embeddings, norms, biases and head alone)",
+                   "not in the paper: the released code copies these into every transferred model (reinit masked)"),
     "random-matched": ("... and beats a random subnetwork of the same size (k weights per matrix, the text)",
                        "random subnetworks need about 6x more data (Figure 3)"),
     "random-released": ("... and beats the released code's random control (n - k weights kept)",
                         "random subnetworks need about 6x more data (Figure 3)"),
 }
 CONTRAST_SECTION = "Does the subnetwork beat its controls at low N?"
+LEVEL = ("The subnetwork reaches near-perfect accuracy by about N = 1,000",
+         "all configurations near-perfect with about 1,000 disambiguation samples (section 4.3, Figure 3)")
+FULL = ("Transferring the subnetwork is at least as good as transferring the whole model",
+        "at least as good generalisation accuracy and sample efficiency as the entire model, across sample sizes "
+        "(section 4.3, Figure 3)")
+FIGURE_SECTION = "Transfer (Figure 3)"
+NEAR_PERFECT = 0.95  # "near-perfect": a mean test accuracy of at least 95% (the report's lower threshold)
 DENSITY = ("The subnetwork keeps a few percent of the masked weights",
            "3.20-7.68% of masked parameters over 2-12 layers; 7.68% at 2 layers (Table 3)",
            "Discovery: density per lambda")
@@ -58,12 +83,14 @@ def _low_sizes(settings: dict, summary: dict) -> list[str]:
     return [s for s in sorted(sizes, key=lambda x: float(x)) if 0 < float(s) <= low_max * max_number]
 
 
-def control_row(summary: dict, control: str, low: list[str], reference: str = "subnetwork") -> tuple[str, str, str]:
+def _cells(summary: dict, control: str, sizes: list[str], reference: str = "subnetwork"
+           ) -> tuple[dict[str, tuple[float, float, int]], list[str]]:
+    """Per size both sides have: ``(reference mean - control mean, sum of their s.d., fewer seeds)`` and a text."""
     ref = get(summary, reference, "by_size", what="metrics.json summary")
     other = get(summary, control, "by_size", what="metrics.json summary")
     cells: dict[str, tuple[float, float, int]] = {}
     parts = []
-    for s in low:
+    for s in sizes:
         if s not in ref or s not in other:
             continue
         a, b = ref[s], other[s]
@@ -71,10 +98,68 @@ def control_row(summary: dict, control: str, low: list[str], reference: str = "s
         spread = number(a, "sd") + number(b, "sd")
         n = int(min(number(a, "n"), number(b, "n")))
         cells[s] = (diff, spread, n)
+        lead = "level" if round(100 * diff, 1) == 0 else f"{100 * abs(diff):.1f} {'ahead' if diff > 0 else 'behind'}"
         parts.append(f"N={s}: {100 * number(a, 'mean'):.1f} vs {100 * number(b, 'mean'):.1f} "
-                     f"({100 * diff:+.1f}, spread {100 * spread:.1f}, {n} seeds)")
+                     f"({lead}, spread {100 * spread:.1f}, {n} seeds)")
+    return cells, parts
+
+
+def own_level(summary: dict) -> str:
+    """This run's level beside the paper's: the subnetwork's best mean test accuracy over every N."""
+    by = get(summary, "subnetwork", "by_size", what="metrics.json summary")
+    best = max(by, key=lambda s: number(by[s], "mean"))
+    top = number(by[best], "mean")
+    bar = math.floor(20 * top + 1) / 20  # the next 5% step above the best mean
+    never = f", never passes {100 * bar:.0f}%" if bar <= 0.95 else ""
+    return (f"this run's subnetwork peaks at {100 * top:.1f}% (N={best}){never}; the paper's is near-perfect "
+            f"(>= 99%) by N = 1,000")
+
+
+def control_row(summary: dict, control: str, low: list[str], reference: str = "subnetwork") -> tuple[str, str, str]:
+    cells, parts = _cells(summary, control, low, reference)
     verdict, why = ahead_at_low_n(cells)
     return ("; ".join(parts) or "no low N run") + " (% test accuracy, subnetwork vs control)", verdict, why
+
+
+def scratch_row(summary: dict, low: list[str]) -> tuple[str, str, str]:
+    """Beats scratch, with the empty-mask control deciding whether the subnetwork or the copies explain it."""
+    text, verdict, why = control_row(summary, "scratch", low)
+    text = f"{text}; {own_level(summary)}"
+    if verdict != SHOWN:
+        return text, verdict, why
+    if "empty-mask" not in summary:
+        return text, NOT_MEASURABLE, (f"{why} against scratch, but no empty-mask runs: the copied embeddings, norms, "
+                                      "biases and head alone could explain the lead")
+    empty_verdict, empty_why = control_row(summary, "empty-mask", low)[1:]
+    if empty_verdict == SHOWN:
+        return text, SHOWN, f"{why} against scratch; against the empty mask too ({empty_why})"
+    return text, NOT_SHOWN if empty_verdict == NOT_SHOWN else NOT_MEASURABLE, (
+        f"{why} against scratch, but against the empty mask: {empty_why}; the copied embeddings, norms, biases and "
+        "head alone may explain the lead")
+
+
+def level_row(summary: dict, low: list[str]) -> tuple[str, str, str]:
+    by = get(summary, "subnetwork", "by_size", what="metrics.json summary")
+    at = [s for s in low if s in by]
+    if not at:
+        return "no low N run", NOT_MEASURABLE, "no low N in this run"
+    means = {s: number(by[s], "mean") for s in at}
+    text = ("; ".join(f"N={s}: {100 * m:.1f}% ({int(number(by[s], 'n'))} seeds)" for s, m in means.items())
+            + f" (subnetwork, mean test accuracy); {own_level(summary)}")
+    reached = [s for s, m in means.items() if m >= NEAR_PERFECT]
+    if reached:
+        return text, SHOWN, f"mean >= {100 * NEAR_PERFECT:.0f}% at N = {', '.join(reached)}"
+    best = max(means, key=means.get)
+    return text, NOT_SHOWN, (f"the mean stays below {100 * NEAR_PERFECT:.0f}% at every low N (highest "
+                             f"{100 * means[best]:.1f}% at N={best})")
+
+
+def full_row(summary: dict) -> tuple[str, str, str]:
+    """At least as good as transferring the whole model, at every N (the row that may go against the paper)."""
+    sizes = sorted(get(summary, "subnetwork", "by_size", what="metrics.json summary"), key=lambda x: float(x))
+    cells, parts = _cells(summary, "full", sizes)
+    verdict, why = not_behind(cells, "full")
+    return ("; ".join(parts) or "no N in common") + " (% test accuracy, subnetwork vs full)", verdict, why
 
 
 def density_row(discovery: dict) -> tuple[str, str, str]:
@@ -100,11 +185,14 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     report = run_dir / "report.md"
     contrast_link = section_link(report, CONTRAST_SECTION, relative_to)
     density_link = section_link(report, DENSITY[2], relative_to)
+    figure_link = section_link(report, FIGURE_SECTION, relative_to)
     rows: list[Finding] = []
     try:
         metrics = read_json_or_missing(run_dir / "metrics.json")
     except Missing as e:
         return [*(missing(PAPER, c, f, contrast_link, str(e)) for c, f in CONTROLS.values()),
+                missing(PAPER, LEVEL[0], LEVEL[1], contrast_link, str(e)),
+                missing(PAPER, FULL[0], FULL[1], figure_link, str(e)),
                 missing(PAPER, DENSITY[0], DENSITY[1], density_link, str(e))]
     try:
         settings = read_json_or_missing(run_dir / "config.json")
@@ -112,14 +200,20 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
         low = _low_sizes(settings, summary)
     except Missing as e:
         rows += [missing(PAPER, c, f, contrast_link, str(e)) for c, f in CONTROLS.values()]
+        rows += [missing(PAPER, LEVEL[0], LEVEL[1], contrast_link, str(e)), missing(PAPER, FULL[0], FULL[1], figure_link, str(e))]
     else:
-        for control, (claim, fig) in CONTROLS.items():
+        makers = {claim: (fig, (lambda c=control: scratch_row(summary, low) if c == "scratch"
+                                else control_row(summary, c, low)), contrast_link)
+                  for control, (claim, fig) in CONTROLS.items()}
+        makers[LEVEL[0]] = (LEVEL[1], lambda: level_row(summary, low), contrast_link)
+        makers[FULL[0]] = (FULL[1], lambda: full_row(summary), figure_link)
+        for claim, (fig, make, link) in makers.items():
             try:
-                text, verdict, why = control_row(summary, control, low)
+                text, verdict, why = make()
             except Missing as e:
-                rows.append(missing(PAPER, claim, fig, contrast_link, str(e)))
+                rows.append(missing(PAPER, claim, fig, link, str(e)))
                 continue
-            rows.append(Finding(PAPER, claim, fig, text, verdict, why, contrast_link))
+            rows.append(Finding(PAPER, claim, fig, text, verdict, why, link))
     try:
         text, verdict, why = density_row(get(metrics, "discovery", what="metrics.json"))
         rows.append(Finding(PAPER, DENSITY[0], DENSITY[1], text, verdict, why, density_link))
@@ -128,4 +222,5 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     return rows
 
 
-__all__ = ["BAND", "CONTROLS", "DENSITY", "PAPER", "control_row", "density_row", "findings"]
+__all__ = ["BAND", "CONTROLS", "DENSITY", "FULL", "LEVEL", "NEAR_PERFECT", "PAPER", "control_row", "density_row",
+           "findings", "full_row", "level_row", "own_level", "scratch_row"]
