@@ -85,9 +85,8 @@ def test_tutorial_sequence_never_leaks(tiny, tmp_path, capsys, monkeypatch):
     step["name"] = "finetune"
     _finetune(capsys, tiny, data, tmp_path / "ft")
     step["name"] = "discover"
-    # --init 0.05: one epoch from the default -0.1 keeps no weight, and transfer refuses an empty subnetwork
     code, err = _cli(capsys, "discover", "--model", tmp_path / "ft" / "model", *_task(data), "--lambdas", "1e-7",
-                     "--epochs", "1", "--batch-size", "32", "--init", "0.05", "--out", tmp_path / "disc")
+                     "--epochs", "1", "--batch-size", "32", "--out", tmp_path / "disc")
     assert code == 0, err
     step["name"] = "transfer"
     code, err = _cli(capsys, "transfer", "--model", tmp_path / "ft" / "model", *_task(data), "--subnetwork",
