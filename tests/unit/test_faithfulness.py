@@ -137,7 +137,7 @@ def _by_hand(model, batch, keep_heads, keep_mlps):
 
 
 def test_node_circuits_keep_all_is_the_model_and_one_size_matches_a_hand_computation(tiny):
-    from subnetlab.analysis.node_faithfulness import node_evaluator, node_gates, node_names, node_vector
+    from subnetlab.analysis.circuit_evaluation import node_evaluator, node_gates, node_names, node_vector
 
     model, adapter, task, tok = tiny
     evaluate = node_evaluator(model, adapter, task, tok, "eval", batch_size=4)
@@ -161,3 +161,40 @@ def test_node_circuits_keep_all_is_the_model_and_one_size_matches_a_hand_computa
     assert f[8] == pytest.approx((half - empty) / (full - empty), abs=1e-4)
     assert f[9] == pytest.approx(1.0, abs=1e-9) and f[0] == pytest.approx(0.0, abs=1e-9)
     assert math.isfinite(curve.cpr) and curve.cmd >= 0
+
+
+def test_edge_circuits_share_the_node_scale(tiny):
+    """Every edge kept = the model; every edge out of a node cut = that node removed (patched from the corrupted
+    prompt); the node and edge curves of the same ranking then agree wherever they keep the same computation."""
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator, node_evaluator
+    from subnetlab.models.graph import Graph
+
+    model, adapter, task, tok = tiny
+    graph = Graph.from_adapter(adapter)
+    edges = edge_evaluator(model, adapter, graph, task, tok, "eval", batch_size=4)
+    nodes = node_evaluator(model, adapter, task, tok, "eval", batch_size=4)
+    batch = task.pair_batch(tok, "eval", list(range(6)))
+    everything = edges(torch.ones(graph.num_edges, dtype=torch.bool))
+    assert everything["logit_diff"] == pytest.approx(_by_hand(model, batch, [[1, 1], [1, 1]], [1, 1]), abs=1e-5)
+    assert abs(everything["kl"]) < 1e-6
+    for writer, node in (("a0.h1", 1), ("m0", 2), ("a1.h0", 3)):
+        keep = torch.ones(graph.num_edges, dtype=torch.bool)
+        keep[graph.edges_from(writer)] = False
+        node_keep = torch.ones(6, dtype=torch.bool)
+        node_keep[node] = False
+        by_edges, by_nodes = edges(keep), nodes(node_keep)
+        assert by_edges == pytest.approx(by_nodes, abs=1e-5)
+    # no edge kept: every reader, the logits included, sees the corrupted run = the model on the corrupted prompt
+    with torch.no_grad():
+        corrupted = model(input_ids=batch["corrupted_input_ids"], attention_mask=batch["attention_mask"]).logits
+    rows = torch.arange(6)
+    last = corrupted[rows, batch["answer_index"]]
+    by_hand = float((last[rows, batch["answer_id"]] - last[rows, batch["wrong_id"]]).mean())
+    assert edges(torch.zeros(graph.num_edges, dtype=torch.bool))["logit_diff"] == pytest.approx(by_hand, abs=1e-5)
+    assert edges.corrupted_run["logit_diff"] == pytest.approx(by_hand, abs=1e-5) == nodes.corrupted_run["logit_diff"]
+    # the node curve on the edge scale; IOI's two prompts end in the same token, and the logits read only that
+    # position, so no node kept (clean embeddings, every component corrupted) is the corrupted run there too
+    scaled = curve_from_scores(torch.arange(6, dtype=torch.float), nodes, empty=nodes.corrupted_run)
+    assert nodes(torch.zeros(6, dtype=torch.bool))["logit_diff"] == pytest.approx(by_hand, abs=1e-5)
+    assert scaled.faithfulness["logit_diff"][0] == pytest.approx(0.0, abs=1e-5)
+    assert scaled.faithfulness["logit_diff"][-1] == pytest.approx(1.0)

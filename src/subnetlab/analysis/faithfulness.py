@@ -26,8 +26,8 @@ so ``m(C)`` is unchanged and this module keeps the top-k set as it is.
 
 The evaluation is a callable ``evaluate(keep) -> {metric: value}`` over a
 boolean ``[items]`` tensor, so this module does not know how items are applied:
-``analysis.node_faithfulness`` gives one for heads and MLPs (Heuristic Core's
-granularity), the edge intervention another, and both land on one scale.
+``analysis.circuit_evaluation`` gives one for the edges of a model's graph and
+one for its heads and MLPs (Heuristic Core's granularity), on one scale.
 Circuits found at fixed sizes (masks rather than scores, e.g. Edge Pruning at
 several target sparsities) get the same curve from ``curve_from_masks``.
 """
@@ -125,11 +125,14 @@ def _measured(evaluate: Evaluate, keep: Tensor) -> dict[str, float]:
     return {k: float(v) for k, v in out.items()}
 
 
-def _curve(evaluate: Evaluate, items: int, keeps: Sequence[Tensor], fractions: Sequence[float], metric: str) -> FaithfulnessCurve:
+def _curve(evaluate: Evaluate, items: int, keeps: Sequence[Tensor], fractions: Sequence[float], metric: str,
+           empty_reference: Mapping[str, float] | None) -> FaithfulnessCurve:
     if items < 1:
         raise SubnetlabError(f"a circuit needs at least one item, the model has {items}")
     full = _measured(evaluate, torch.ones(items, dtype=torch.bool))
-    empty = _measured(evaluate, torch.zeros(items, dtype=torch.bool))
+    empty = dict(empty_reference) if empty_reference is not None else _measured(evaluate, torch.zeros(items, dtype=torch.bool))
+    if set(empty) != set(full):
+        raise SubnetlabError(f"the empty circuit's metrics ({', '.join(empty)}) are not the circuits' ({', '.join(full)})")
     if metric not in full:
         raise SubnetlabError(f"metric {metric!r} is not measured (measured: {', '.join(full)})", setting="metric")
     if full[metric] == empty[metric]:
@@ -145,15 +148,21 @@ def _curve(evaluate: Evaluate, items: int, keeps: Sequence[Tensor], fractions: S
 
 
 def curve_from_scores(scores: Tensor, evaluate: Evaluate, *, metric: str = "logit_diff",
-                      sizes: Sequence[float] = CIRCUIT_SIZES, absolute: bool = True) -> FaithfulnessCurve:
-    """The faithfulness curve of the top-k circuits by ``scores`` (``[items]``, any shape flattened) at ``sizes``."""
+                      sizes: Sequence[float] = CIRCUIT_SIZES, absolute: bool = True,
+                      empty: Mapping[str, float] | None = None) -> FaithfulnessCurve:
+    """The faithfulness curve of the top-k circuits by ``scores`` (``[items]``, any shape flattened) at ``sizes``.
+
+    ``empty``: the metrics ``m(empty)`` to normalise by, instead of ``evaluate`` with nothing kept (a node
+    curve on the edge scale: the evaluator's ``corrupted_run``, as MIB normalises every level).
+    """
     items = scores.numel()
     fractions = sorted(float(s) for s in sizes)
     keeps = [top_k(scores, circuit_size(s, items), absolute) for s in fractions]
-    return _curve(evaluate, items, keeps, fractions, metric)
+    return _curve(evaluate, items, keeps, fractions, metric, empty)
 
 
-def curve_from_masks(masks: Sequence[Tensor], evaluate: Evaluate, *, metric: str = "logit_diff") -> FaithfulnessCurve:
+def curve_from_masks(masks: Sequence[Tensor], evaluate: Evaluate, *, metric: str = "logit_diff",
+                     empty: Mapping[str, float] | None = None) -> FaithfulnessCurve:
     """The curve of circuits given as masks (``[items]``, 1 = kept), one per size; x is each one's kept fraction."""
     if len(masks) < 2:
         raise SubnetlabError(f"a curve needs circuits of at least two sizes, got {len(masks)}", setting="circuits")
@@ -165,7 +174,7 @@ def curve_from_masks(masks: Sequence[Tensor], evaluate: Evaluate, *, metric: str
         if bool(((m != 0) & (m != 1)).any()):
             raise SubnetlabError("a circuit's mask holds values other than 0 and 1; threshold it first", setting="circuits")
     keeps = sorted((m.bool() for m in flat), key=lambda k: int(k.sum()))
-    return _curve(evaluate, items, keeps, [int(k.sum()) / items for k in keeps], metric)
+    return _curve(evaluate, items, keeps, [int(k.sum()) / items for k in keeps], metric, empty)
 
 
 def circuit_faithfulness(mask: Tensor, evaluate: Evaluate) -> dict[str, float]:
