@@ -177,11 +177,11 @@ def curve_from_masks(masks: Sequence[Tensor], evaluate: Evaluate, *, metric: str
     return _curve(evaluate, items, keeps, [int(k.sum()) / items for k in keeps], metric, empty)
 
 
-def circuit_faithfulness(mask: Tensor, evaluate: Evaluate) -> dict[str, float]:
-    """``f`` of one circuit (``[items]`` mask) for every metric ``evaluate`` measures."""
+def circuit_faithfulness(mask: Tensor, evaluate: Evaluate, empty: Mapping[str, float] | None = None) -> dict[str, float]:
+    """``f`` of one circuit (``[items]`` mask) for every metric ``evaluate`` measures (``empty``: as for curves)."""
     keep = mask.detach().reshape(-1).cpu().bool()
     full = _measured(evaluate, torch.ones_like(keep))
-    empty = _measured(evaluate, torch.zeros_like(keep))
+    empty = dict(empty) if empty is not None else _measured(evaluate, torch.zeros_like(keep))
     value = _measured(evaluate, keep)
     return {name: faithfulness(value[name], full[name], empty[name]) for name in full}
 
