@@ -80,3 +80,20 @@ def test_node_scores_edge_scores_and_circuits(tiny, tmp_path, capsys, one_thread
     m, full = nodes(keep)["logit_diff"], nodes(torch.ones(6, dtype=torch.bool))["logit_diff"]
     empty = nodes.corrupted_run["logit_diff"]
     assert one["kept"] == 3 and one["faithfulness"]["logit_diff"] == pytest.approx((m - empty) / (full - empty), abs=1e-6)
+
+
+def test_heuristic_core_pruning_runs_on_a_circuit_task(tiny, tmp_path, capsys, one_thread):
+    """prune binds the circuit task to the checkpoint's tokenizer before its checks; the gates it learns score
+    on circuit-eval's node scale."""
+    root, *_ = tiny
+    _run(["prune", "--model", str(root / "model"), *TASK[:2], "--task-option", "n_train=8", "--task-option", "n_eval=4",
+          "--sparsity", "0.5", "--seeds", "0", "--preset", "demo", "--set", "batch_size=4", "--set", "total_steps=6", "--set", "warmup_steps=2",
+          "--out", str(tmp_path / "prune")], capsys)
+    seed = tmp_path / "prune" / "sparsity-0.50" / "seed-0"  # the gates' log-alphas are node scores; the mask a circuit
+    _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--scores", str(seed / "checkpoint.safetensors"),
+          "--out", str(tmp_path / "ev")], capsys)
+    _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--circuit", str(seed / "subnetwork.safetensors"),
+          "--out", str(tmp_path / "one")], capsys)
+    assert json.loads((tmp_path / "one" / "metrics.json").read_text())["kept"] == 3
+    written = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert written["level"] == "nodes" and written["items"] == 6

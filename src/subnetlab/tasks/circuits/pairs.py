@@ -121,6 +121,8 @@ class CircuitTask(Task):
     and fills the ``Task`` splits with the clean prompts.
     """
 
+    tokenizer_dependent = True
+
     def __init__(self, name: str, source: PairSource, splits: Sequence[str], *, options: dict[str, Any] | None = None,
                  tokenizer: Any = None) -> None:
         super().__init__(name, "lm", [], [], {s: [] for s in splits if s != "train"}, options=options,
