@@ -20,7 +20,9 @@ keeps the clean embeddings. MIB normalises both granularities by the former
 evaluator measures as ``corrupted_run``: pass it as ``empty=`` to
 ``curve_from_scores`` to put a node curve on the edge scale. When the two
 prompts of every pair end in the same token (all builtin tasks: the metrics
-read only that position) the two empty circuits give the same metrics. They run the full model once per batch (the reference of the KL and
+read only that position) the two empty circuits give the same metrics.
+
+Evaluators run the full model once per batch (the reference of the KL and
 ``m(N)``) and capture the corrupted outputs once, then one intervened forward
 per batch for each circuit; memory holds every batch's corrupted outputs
 (pairs x positions x components x width floats).

@@ -130,9 +130,11 @@ def _curve(evaluate: Evaluate, items: int, keeps: Sequence[Tensor], fractions: S
     if items < 1:
         raise SubnetlabError(f"a circuit needs at least one item, the model has {items}")
     full = _measured(evaluate, torch.ones(items, dtype=torch.bool))
-    empty = dict(empty_reference) if empty_reference is not None else _measured(evaluate, torch.zeros(items, dtype=torch.bool))
+    nothing = torch.zeros(items, dtype=torch.bool)
+    empty = dict(empty_reference) if empty_reference is not None else _measured(evaluate, nothing)
     if set(empty) != set(full):
-        raise SubnetlabError(f"the empty circuit's metrics ({', '.join(empty)}) are not the circuits' ({', '.join(full)})")
+        raise SubnetlabError(f"the empty circuit's metrics ({', '.join(empty)}) are not the circuits' "
+                             f"({', '.join(full)})")
     if metric not in full:
         raise SubnetlabError(f"metric {metric!r} is not measured (measured: {', '.join(full)})", setting="metric")
     if full[metric] == empty[metric]:
@@ -170,9 +172,11 @@ def curve_from_masks(masks: Sequence[Tensor], evaluate: Evaluate, *, metric: str
     items = flat[0].numel()
     for m in flat:
         if m.numel() != items:
-            raise SubnetlabError(f"circuits over {m.numel()} and {items} items cannot share one curve", setting="circuits")
+            raise SubnetlabError(f"circuits over {m.numel()} and {items} items cannot share one curve",
+                                 setting="circuits")
         if bool(((m != 0) & (m != 1)).any()):
-            raise SubnetlabError("a circuit's mask holds values other than 0 and 1; threshold it first", setting="circuits")
+            raise SubnetlabError("a circuit's mask holds values other than 0 and 1; threshold it first",
+                                 setting="circuits")
     keeps = sorted((m.bool() for m in flat), key=lambda k: int(k.sum()))
     return _curve(evaluate, items, keeps, [int(k.sum()) / items for k in keeps], metric, empty)
 

@@ -129,8 +129,9 @@ def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
         if heads in tensors and mlps in tensors:
             L, H = adapter.num_layers, adapter.num_heads
             if tuple(tensors[heads].shape) != (L, H) or tuple(tensors[mlps].shape) != (L,):
-                raise SubnetlabError(f"{path}: node scores {tuple(tensors[heads].shape)} and {tuple(tensors[mlps].shape)}, "
-                                     f"the model has [{L}, {H}] heads and [{L}] MLPs", setting="scores")
+                raise SubnetlabError(f"{path}: node scores {tuple(tensors[heads].shape)} and "
+                                     f"{tuple(tensors[mlps].shape)}, the model has [{L}, {H}] heads and [{L}] MLPs",
+                                     setting="scores")
             return "nodes", node_vector(tensors[heads].float(), tensors[mlps].float()), None
     raise SubnetlabError(f"{path}: no scores (expected a tensor 'edges', or 'heads' and 'mlps'; it holds "
                          f"{', '.join(sorted(tensors)) or 'nothing'})", setting="scores")
@@ -181,8 +182,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path) -> dict[str, Any]:
         read = [read_circuit(path, loaded.adapter) for path in job.circuits]
         inputs = [(level, graph) for level, _, graph in read]
         level, graph = inputs[0]
-    if any(lv != level for lv, _ in inputs) or any((g is None) != (graph is None) or (g is not None and g.shape() != graph.shape())
-                                                 for _, g in inputs):
+    shapes = {(lv, None if g is None else json.dumps(g.shape(), sort_keys=True)) for lv, g in inputs}
+    if len(shapes) > 1:
         raise SubnetlabError("the circuits mix levels or graphs (edges of two graphs, or edges and nodes); give one kind",
                              setting="circuits")
     config = {**job.record(task.options), **runtime_record(device), "level": level}

@@ -40,8 +40,8 @@ def _table(result: dict[str, Any]) -> Any:
         table.add_column(col, justify="right")
     for i, fraction in enumerate(result["fractions"]):
         f = result["faithfulness"][metric][i]
-        table.add_row(f"{100 * fraction:g}%", str(result["counts"][i]), f"{result['values'][metric][i]:.4f}",
-                      "n/a" if f is None else f"{f:.3f}", f"{result['values']['kl'][i]:.4f}")
+        table.add_row(f"{100 * fraction:g}%", str(result["counts"][i]), f"{result['values'][metric][i]:.4g}",
+                      "n/a" if f is None else f"{f:.3f}", f"{result['values']['kl'][i]:.4g}")
     return table
 
 

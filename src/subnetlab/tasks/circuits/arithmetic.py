@@ -17,7 +17,7 @@ training.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 

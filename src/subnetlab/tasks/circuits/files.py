@@ -49,7 +49,8 @@ def _pairs(source: _Source, columns: dict[str, str]) -> list[CircuitPair]:
     wrong = _column_texts(source, columns["wrong_answer_column"], "wrong_answer_column", "wrong answer", prompt=False)
     if not clean:
         raise SubnetlabError(f"{source.where}: no rows", setting="task")
-    return [CircuitPair(c, x, a, w, where=source.row(i)) for i, (c, x, a, w) in enumerate(zip(clean, corrupted, answer, wrong))]
+    return [CircuitPair(c, x, a, w, where=source.row(i))
+            for i, (c, x, a, w) in enumerate(zip(clean, corrupted, answer, wrong))]
 
 
 def make_circuit_file_task(path: str, text_column: str = "clean", corrupted_column: str | None = None,
@@ -60,10 +61,10 @@ def make_circuit_file_task(path: str, text_column: str = "clean", corrupted_colu
     if corrupted_column is None:
         raise SubnetlabError(f"{path}: prompt pairs need the column of the corrupted prompts (corrupted_column)",
                              setting="corrupted_column")
-    for setting, value in (("answer_column", answer_column), ("wrong_answer_column", wrong_answer_column)):
+    for setting, value, role in (("answer_column", answer_column, "answers"),
+                                 ("wrong_answer_column", wrong_answer_column, "wrong answers")):
         if value is None:
-            raise SubnetlabError(f"{path}: prompt pairs need the column of the {setting.split('_column')[0].replace('_', ' ')}s "
-                                 f"({setting})", setting=setting)
+            raise SubnetlabError(f"{path}: prompt pairs need the column of the {role} ({setting})", setting=setting)
     if eval_file is not None and eval_split is not None:
         raise SubnetlabError(f"eval_split {eval_split!r} and eval_file {eval_file}: give one source of held-out rows",
                              setting="eval_split")

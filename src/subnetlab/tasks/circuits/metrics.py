@@ -26,7 +26,8 @@ HIGHER_IS_BETTER = {"logit_diff": True, "answer_prob": True, "kl": False}
 def answer_logits(logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
     """``[B, V]`` float32 logits at the last prompt position, from ``[B, T, V]``."""
     if logits.dim() != 3:
-        raise SubnetlabError(f"circuit tasks need a causal-LM head; the model returned logits of shape {tuple(logits.shape)}")
+        raise SubnetlabError("circuit tasks need a causal-LM head; the model returned logits of shape "
+                             f"{tuple(logits.shape)}")
     rows = torch.arange(logits.shape[0], device=logits.device)
     return logits[rows, batch["answer_index"].to(logits.device)].float()
 

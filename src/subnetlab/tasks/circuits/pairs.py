@@ -91,7 +91,8 @@ def pair_problem(tokenizer: Any, pair: CircuitPair) -> TokenizedPair | str:
     for answer in (pair.answer, pair.wrong):
         token = continuation(tokenizer, pair.clean, answer, clean)
         if isinstance(token, str):
-            hint = "" if answer[:1].isspace() else " (answers follow the prompt as written: a word after a space starts with one)"
+            hint = "" if answer[:1].isspace() else \
+                " (answers follow the prompt as written: a word after a space starts with one)"
             return token + hint
         ids.append(token)
     if ids[0] == ids[1]:
@@ -210,7 +211,8 @@ class CircuitTask(Task):
                 "answer_index": torch.tensor([len(r.clean) - 1 for r in rows]),
                 "answer_id": torch.tensor([r.answer for r in rows]), "wrong_id": torch.tensor([r.wrong for r in rows])}
 
-    def pair_batches(self, tokenizer: Any, split: str, batch_size: int, limit: int | None = None) -> Iterator[dict[str, Tensor]]:
+    def pair_batches(self, tokenizer: Any, split: str, batch_size: int,
+                     limit: int | None = None) -> Iterator[dict[str, Tensor]]:
         """``pair_batch`` over the first ``limit`` pairs of ``split`` (all when None), in order."""
         if batch_size < 1:
             raise SubnetlabError(f"batch size {batch_size} must be at least 1")
