@@ -65,7 +65,7 @@ def test_node_scores_edge_scores_and_circuits(tiny, tmp_path, capsys, one_thread
     graph.save(tmp_path / "graph.json", scores=scores.tolist())
     out = _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--scores", str(tmp_path / "graph.json"),
                 "--sizes", "10,50,100", "--out", str(tmp_path / "edges")], capsys).out
-    assert "CPR" in out
+    assert "CPR" in out and (tmp_path / "edges" / "faithfulness.png").stat().st_size > 0
     written = json.loads((tmp_path / "edges" / "faithfulness.json").read_text())
     edges = edge_evaluator(model, adapter, graph, task, tok, "eval")
     expected = curve_from_scores(scores, edges, sizes=(0.1, 0.5, 1.0))

@@ -17,12 +17,13 @@ Node curves are normalised by the model on the corrupted prompts, MIB's
 ``m(empty)`` at every level, so node and edge runs compare on one scale
 (``analysis.circuit_evaluation``). The run writes ``config.json``,
 ``faithfulness.json`` (the curve: sizes, kept items, every metric's values and
-``f``, CPR / CMD of each) and ``metrics.json`` last.
+``f``, CPR / CMD of each), the caller's figure, and ``metrics.json`` last.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,8 +154,12 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
 
 
 # ------------------------------------------------------------------------------------ the run
-def circuit_eval_run(job: CircuitEvalJobConfig, out: Path) -> dict[str, Any]:
-    """Measure ``job``'s circuits and write its run directory; returns the curve as plain data."""
+def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
+                     figure: Callable[[dict[str, Any], Path], Any] | None = None) -> dict[str, Any]:
+    """Measure ``job``'s circuits and write its run directory; returns the curve as plain data.
+
+    ``figure(result, out)`` draws what the caller wants drawn, before ``metrics.json`` marks the run done.
+    """
     from subnetlab.analysis.circuit_evaluation import edge_evaluator, node_evaluator
     from subnetlab.analysis.faithfulness import circuit_faithfulness, curve_from_masks, curve_from_scores
     from subnetlab.models import load_model
@@ -209,6 +214,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", config)
     write_json(out / "faithfulness.json", result)
+    if figure is not None:
+        figure(result, out)
     summary = {k: result[k] for k in ("level", "metric", "items", "pairs") if k in result}
     summary.update({k: result[k] for k in ("cpr", "cmd", "kept") if k in result})
     if "areas" in result:

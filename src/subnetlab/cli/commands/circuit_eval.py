@@ -81,10 +81,22 @@ def circuit_eval(
                                                            **data_flags)),
         scores=str(scores) if scores else None, circuits=tuple(str(c) for c in circuits), split=split, metric=metric,
         ablation=ablation, sizes=_sizes(sizes) or CIRCUIT_SIZES, batch_size=batch_size, limit=limit, device=device)
-    result = circuit_eval_run(job, out)
+    result = circuit_eval_run(job, out, figure=_figure)
     console = Console()
     console.print(_table(result))
     console.print(f"written: {out / 'faithfulness.json'}")
+
+
+def _figure(result: dict[str, Any], out: Path) -> None:
+    """``faithfulness.png``: f of the headline metric over the circuit sizes (a curve only)."""
+    from subnetlab.report.plots import curves
+
+    if "fractions" not in result:
+        return
+    metric = result["metric"]
+    curves([100 * x for x in result["fractions"]], {f"f({metric})": result["faithfulness"][metric]},
+           out / "faithfulness.png", xlabel=f"circuit size (% of {result['items']} {result['level']})",
+           ylabel="faithfulness", title=f"CPR {result['cpr']:.3f}, CMD {result['cmd']:.3f}")
 
 
 def register(app: typer.Typer) -> None:
