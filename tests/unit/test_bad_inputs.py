@@ -336,7 +336,10 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-eval-node-scores-shape", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--task-option", "n_train=2",
                                         "--task-option", "n_eval=2"], "the model has [2, 2] heads and [2] MLPs"),
     ("circuit-eval-metric", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--metric", "accuracy"],
-     "--metric 'accuracy': choose one of logit_diff, answer_prob, kl"),
+     "--metric 'accuracy': choose one of logit_diff, answer_prob, kl, prob_diff"),
+    ("circuit-eval-metric-of-another-task", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--task-option", "n_train=2",
+                                             "--task-option", "n_eval=2", "--metric", "prob_diff"],
+     "--metric 'prob_diff': task circuit:ioi measures logit_diff, answer_prob, kl"),
     ("circuit-eval-task-option-unknown", [*CIRCUIT_EVAL, "--task", "circuit:greater-than", "--task-option",
                                           "corruption=abc"], "unknown option(s) corruption"),
 ]
