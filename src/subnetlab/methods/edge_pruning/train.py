@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.edges import EdgeMasks, WriterValues, apply_edges, capture_writers, writer_means
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig
-from subnetlab.methods.edge_pruning.data import corrupted_inputs
+from subnetlab.tasks.circuits.pairs import corrupted_inputs
 from subnetlab.methods.edge_pruning.select import EdgeSelection, select_connected_edges, select_top_edges
 from subnetlab.methods.hard_concrete.checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
 from subnetlab.methods.hard_concrete.data import DataOrder, PruningData, to_device
