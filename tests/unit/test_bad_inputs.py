@@ -76,6 +76,11 @@ def files(tmp_path_factory) -> dict[str, str]:
     save_tensors(root / "half.safetensors", {"heads": torch.full((2, 2), 0.5), "mlps": torch.ones(2)}, good.metadata())
     save_tensors(root / "shape.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)}, good.metadata())
     Subnetwork.structured(get_adapter(gpt2), torch.ones(2, 4)).save(root / "gpt2-sub.safetensors")
+    weights = get_adapter(gpt2).weight_matrices(("attention", "mlp"))  # weight masks keeping nothing / everything
+    for name, fill in (("gpt2-empty", torch.zeros_like), ("gpt2-all", torch.ones_like)):
+        Subnetwork.from_weight_masks(get_adapter(gpt2), {n: fill(gpt2.get_parameter(n)) for n in weights}).save(
+            root / f"{name}.safetensors")
+        paths[name] = str(root / f"{name}.safetensors")
     ComponentValues([torch.zeros(4, 4) for _ in range(2)], [torch.zeros(16) for _ in range(2)]).save(root / "other-means.safetensors")
     for name in ("sub", "nan", "half", "shape", "gpt2-sub", "other-means"):
         paths[name] = str(root / f"{name}.safetensors")
@@ -314,6 +319,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("lottery-prune-float16-on-cpu", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--device",
                                       "cpu", "--dtype", "float16"], "--dtype float16: half-precision forward passes"),
     ("discover-data-flag-on-builtin-task", [*DISCOVER, "--answer-column", "answer"], "--answer-column: only for your own data"),
+    # health (subnetlab.runs.health): an empty subnetwork is refused before any training unless only the
+    # empty-mask control uses it; under --strict a degenerate input (keeping every weight) is refused too
+    ("transfer-empty-subnetwork", [*TRANSFER, "--subnetwork", "{gpt2-empty}", "--condition", "empty-mask,subnetwork"],
+     "--subnetwork keeps nothing (0 of "),
+    ("transfer-strict-full-subnetwork", ["--strict", *TRANSFER, "--subnetwork", "{gpt2-all}", "--condition", "subnetwork"],
+     ": degenerate: keeps everything ("),
     ("transfer-disambiguation-on-own-data", ["transfer", "--model", "{gpt2}", "--task", "file:{twocsv}", "--answer-column",
                                              "label", "--condition", "scratch", "--disambiguation", "0,10"],
      "--disambiguation: task file:"),

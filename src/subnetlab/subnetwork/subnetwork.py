@@ -168,6 +168,12 @@ class Subnetwork:
             return int(self.heads.sum() + self.mlps.sum())
         return sum(int(m.sum()) for m in self.weights.values())
 
+    def maskable(self) -> int:
+        """Units the mask covers (components or weights): ``count()`` of them are kept."""
+        if self.kind == "structured":
+            return self.heads.numel() + self.mlps.numel()
+        return sum(m.numel() for m in self.weights.values())
+
     def jaccard(self, other: "Subnetwork") -> float:
         union = (self | other).count()
         return (self & other).count() / union if union else 1.0
