@@ -38,6 +38,7 @@ from subnetlab.methods.edge_pruning.train import prune_edges
 from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs
+from subnetlab.runs.health import judge
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
 from subnetlab.runtime import resolve_device
 from subnetlab.subnetwork import Subnetwork
@@ -120,25 +121,18 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "steps": cfg.total_steps, "resumed_from": result.resumed_from, "train_seconds": round(result.seconds, 3),
         "final": final,
     }
-    metrics["health"] = circuit_health(metrics)
+    metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity)
     return metrics
 
 
-def circuit_health(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Diagnostics of one edge circuit: degenerate (nothing kept, or faithfulness far off), undecided masks,
-    off-target size."""
-    problems = []
-    kept, edges = int(metrics["kept_edges"]), int(metrics["edges"])
-    target = round((1 - float(metrics["target_sparsity"])) * edges)
-    if kept == 0:
-        problems.append("degenerate: the circuit keeps no edge")
-    if abs(kept - target) > 1:
-        problems.append(f"off-target: {kept} edges kept, the target keeps {target}")
-    undecided, masks = int(metrics["undecided_masks"]), int(metrics["masks"])
-    if masks and undecided / masks > 0.05:
-        problems.append(f"undecided: {undecided} of {masks} masks had a keep probability between 0.05 and 0.95 "
-                        "when the circuit was taken (train longer)")
-    return {"ok": not problems, "problems": problems}
+def circuit_health(result: Any, graph: Graph, kept: int, target: float) -> dict[str, Any]:
+    """The ``health`` entry of an edge circuit (``runs.health.judge``): units are edges; the gates are the edge
+    (and node) masks; the objective is the KL over training."""
+    expected = result.history[-1].get("expected_sparsity") if result.history else None
+    health = judge(kept=kept, maskable=graph.num_edges, undecided=result.selection.undecided,
+                   gates=result.selection.masks, expected_sparsity=expected, target_sparsity=target,
+                   objective=[h.get("kl") for h in result.history])
+    return health.to_dict()
 
 
 def circuit_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,

@@ -148,6 +148,8 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
         graph, keep = _graph_file(path, adapter, "in_graph")
         return "edges", keep.bool(), graph
     sub = Subnetwork.load(path, adapter)
+    if sub.kind == "edges":  # an edge circuit (subnetlab circuit's subnetwork.safetensors)
+        return "edges", sub.edges.bool(), sub.graph()
     if sub.kind != "structured":
         raise SubnetlabError(f"{path}: a weight-level subnetwork has no heads, MLPs or edges to measure as a circuit",
                              setting="circuits")

@@ -23,7 +23,7 @@ class EdgeSelection:
     """A binary edge mask (1 = kept) and how undecided the masks were when it was taken."""
 
     edges: Tensor  # [edges] float 0/1
-    undecided: int  # masks with 0.05 < P(kept) < 0.95
+    undecided: int  # masks still undecided (``methods.decided``)
     masks: int  # masks trained (edges, plus nodes when masked)
 
     @property
