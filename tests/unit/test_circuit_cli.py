@@ -93,3 +93,19 @@ def test_edge_circuit_file_round_trip_and_refused_on_another_model(tmp_path):
         Subnetwork.load(tmp_path / "c.safetensors", tiny_model("llama", layers=2).adapter)
     with pytest.raises(SubnetlabError, match="structured"):
         back.gates()
+
+
+def test_kill_9_mid_training_then_rerun_equals_the_uninterrupted_sweep(tiny, tmp_path, capsys, one_thread):
+    """SIGKILLed right after its second checkpoint (a real subprocess), the rerun resumes from it and ends with
+    the uninterrupted sweep's results: every tensor bit-identical, every JSON result equal but timing fields."""
+    from tests.kill_helpers import assert_same_results, run_killed
+
+    args = ["circuit", "--model", str(tiny / "model"), *TASK, "--sparsity", "0.9", "--seeds", "0", *FAST]
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    _run([*args, "--out", str(whole)], capsys)
+    run_killed([*args, "--out", str(resumed)], f"{resumed}/*/checkpoint.safetensors#2")
+    run = resumed / "sparsity-0.900" / "seed-0"
+    assert (run / "checkpoint.safetensors").exists() and not (run / "metrics.json").exists()
+    _run([*args, "--out", str(resumed)], capsys)
+    assert json.loads((run / "metrics.json").read_text())["resumed_from"] == 8
+    assert assert_same_results(whole, resumed) >= 4
