@@ -127,3 +127,23 @@ def test_pruned_circuits_against_an_exhaustive_search(one_thread):
         gap = best - faithfulness(table[mine], full, empty)
         print(f"kept {kept}: faithfulness gap {gap:.3f}")
         assert gap <= MEASURED_GAP[kept] + 0.02, (kept, gap)
+
+
+def test_connected_selection_spends_no_edge_on_a_dead_end():
+    """Top-k keeps a0.h0->m0 although m0 reaches nothing kept; the connected selection takes the next edge that
+    reaches the logits instead (and then the edges into the component it connects)."""
+    from subnetlab.models.adapters import FAMILIES
+    from subnetlab.methods.edge_pruning.select import select_connected_edges
+
+    graph = Graph.for_family(FAMILIES["gpt2"], 1, 1, embedding_nodes=1)
+    scores = torch.zeros(graph.num_edges)
+    for name, value in (("a0.h0->m0", 0.9), ("a0.h0->logits", 0.8), ("input->a0.h0<k>", 0.7), ("m0->logits", 0.1)):
+        scores[graph.edge_index(name)] = value
+    tiebreak = torch.zeros(graph.num_edges)
+    top = select_top_edges(scores, tiebreak, 1 - 3 / 8)
+    connected = select_connected_edges(graph, scores, tiebreak, 1 - 3 / 8)
+    names = lambda mask: {graph.edge_names[i] for i in torch.nonzero(mask).flatten().tolist()}  # noqa: E731
+    assert names(top) == {"a0.h0->m0", "a0.h0->logits", "input->a0.h0<k>"}
+    assert names(connected) == {"a0.h0->logits", "input->a0.h0<k>", "m0->logits"}
+    assert connected.sum() == 3
+    assert select_connected_edges(graph, scores, tiebreak, 0.0).sum() == 8  # every edge, connected or not
