@@ -153,3 +153,17 @@ def test_connected_selection_spends_no_edge_on_a_dead_end():
     patched = names(select_connected_edges(graph, scores, tiebreak, 1 - 3 / 8, corrupted=True))
     assert "m0->logits" not in patched and len(patched) == 3 and {"a0.h0->logits", "input->a0.h0<k>"} <= patched
     assert select_connected_edges(graph, scores, tiebreak, 0.0).sum() == 8  # every edge, connected or not
+
+
+@pytest.mark.parametrize("ablation", ["mean", "zero"])
+def test_node_target_and_other_ablations_train(ablation, one_thread):
+    """A node sparsity target trains the writers' masks down too; mean and zero ablation need no corrupted run."""
+    m = tiny_model("gpt2", layers=2)
+    data = _pairs(m, n=16)
+    settings = dict(seed=0, batch_size=8, warmup_steps=30, total_steps=40, ablation=ablation, lr=0.3)
+    result = prune_edges(m.model, m.adapter, data, preset_config("demo", 0.6, node_sparsity=0.5, **settings))
+    free = prune_edges(m.model, m.adapter, data, preset_config("demo", 0.6, **settings))
+    assert result.selection.edges.sum() == round(0.4 * result.graph.num_edges)
+    kept_nodes = lambda r: float((1 - HardConcreteGates.prob_closed(r.log_alpha_nodes)).mean())  # noqa: E731
+    print(f"{ablation}: expected share of nodes kept {kept_nodes(result):.3f} with a target, {kept_nodes(free):.3f} without")
+    assert kept_nodes(result) < kept_nodes(free) - 0.02  # the node Lagrangian pushes the writers' masks down
