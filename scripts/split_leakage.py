@@ -47,8 +47,9 @@ def cli(name, *args):
 
 cli("finetune", "finetune", "--model", root / "lm", *TASK, "--max-steps", "2", "--batch-size", "16", "--lr", "1e-3",
     "--out", root / "ft")
+# --init 0.05: one epoch from the default -0.1 keeps no weight, and transfer refuses an empty subnetwork
 cli("discover", "discover", "--model", root / "ft" / "model", *TASK, "--lambdas", "1e-7", "--epochs", "1",
-    "--batch-size", "64", "--out", root / "disc")
+    "--batch-size", "64", "--init", "0.05", "--out", root / "disc")
 cli("transfer", "transfer", "--model", root / "ft" / "model", *TASK, "--subnetwork", root / "disc" / "subnetwork.safetensors",
     "--condition", "subnetwork,scratch", "--seeds", "0-1", "--epochs", "1", "--batch-size", "64", "--out", root / "tr")
 cli("evaluate", "evaluate", "--model", root / "ft" / "model", *TASK, "--out", root / "ev")

@@ -81,8 +81,9 @@ def test_the_held_out_rows_are_the_data_files_whatever_the_command(models, tmp_p
 
 def test_discover_then_transfer_on_your_own_data(models, tmp_path, capsys):
     common = ["--model", models / "lm", "--task", f"file:{models / 'sums.csv'}", *SUMS, "--device", "cpu"]
+    # --init 0.05: one epoch from the default -0.1 keeps no weight, and transfer refuses an empty subnetwork
     code, out, err = _cli(capsys, "discover", *common, "--lambdas", "1e-7", "--epochs", "1", "--batch-size", "8",
-                          "--out", tmp_path / "disc")
+                          "--init", "0.05", "--out", tmp_path / "disc")
     assert code == 0, err
     assert ("task file:sums.csv: lm, 5 answers (five, four, one, three, two); 40 training rows; evaluation split 'eval': "
             "5 rows (10%); test split 'test': 5 rows (10%); held out of the 50 rows once per data file") in err

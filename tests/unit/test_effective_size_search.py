@@ -87,7 +87,13 @@ def test_an_early_stopped_search_is_the_whole_staircase_cut_short(model_dir: Pat
             a, b = Subnetwork.load(mine / "subnetwork.safetensors"), Subnetwork.load(theirs / "subnetwork.safetensors")
             assert torch.equal(a.heads, b.heads) and torch.equal(a.mlps, b.mlps)
             assert read_json(mine / "metrics.json")["eval"] == read_json(theirs / "metrics.json")["eval"]
+            assert read_json(mine / "metrics.json")["health"] == read_json(theirs / "metrics.json")["health"]
         assert not (job.out_dir / f"seed-{seed}" / "levels" / "0.30").exists()
+    for level in ("0.10", "0.20"):  # each level counts its seeds' health problems (runs.prune_summary.health_counts)
+        problems = [p for seed in seeds for p in
+                    read_json(job.out_dir / f"seed-{seed}" / "levels" / level / "metrics.json")["health"]["problems"]]
+        assert metrics["levels"][level]["health"]["judged"] == len(seeds)
+        assert metrics["levels"][level]["health"]["problems"] == {p: problems.count(p) for p in dict.fromkeys(problems)}
         assert load_checkpoint(job.out_dir / f"seed-{seed}").step == 11  # checkpointed where it stopped
     assert list((tmp_path / "cache").glob("teacher-*.safetensors"))  # the table is kept for other stages
 

@@ -131,7 +131,7 @@ def test_discover_with_no_healthy_lambda_warns_and_strict_refuses(files, tmp_pat
     assert _lines(err, "warning: ")[0] == ("warning: no lambda of the sweep (10, 20) gave a healthy subnetwork; "
                                            "lambda 10 is selected anyway")
     assert "degenerate" in json.loads((tmp_path / "d" / "metrics.json").read_text())["health"]["problems"]
-    code, out, err = _cli(capsys, "--strict", *_discover(files, tmp_path / "d", "--lambdas", "10,20"))
+    code, out, err = _cli(capsys, *_discover(files, tmp_path / "d", "--lambdas", "10,20"), "--strict")  # after it too
     assert code == 2 and _lines(err, "error: ") == [
         "error: --strict: no lambda of the sweep (10, 20) gave a healthy subnetwork; lambda 10 is selected anyway; "
         "refused under strict health checks"]

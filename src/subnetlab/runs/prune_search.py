@@ -18,7 +18,8 @@ rule; a killed job resumes from the seeds' checkpoints and the levels'
 the level the uninterrupted staircase (the ``staircase`` path of
 ``runs.prune``) reaches with the same settings and seed. Layout::
 
-    <dir>/config.json, metrics.json            (metrics: per level the seed-mean ID / OOD accuracy, where it stopped)
+    <dir>/config.json, metrics.json            (metrics: per level the seed-mean ID / OOD accuracy and the seeds'
+                                                health problems counted (runs.health), where it stopped)
     <dir>/seed-<s>/checkpoint.*, history.json
     <dir>/seed-<s>/levels/<level>/{subnetwork.safetensors, subnetwork-threshold.safetensors, metrics.json,
                                    gates.safetensors}   (the log-alphas at the end of the level's hold)
@@ -54,6 +55,7 @@ from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.job_config import JobConfig
 from subnetlab.runs.prune import level_name, write_selections
+from subnetlab.runs.prune_summary import health_counts
 from subnetlab.runs.prune_setup import ModelAndTask, PruneJobConfig, PruningSetup
 
 SEARCH_JOB = "subnetlab.runs.prune_search:search_job"
@@ -201,6 +203,7 @@ def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     train_seconds = 0.0
     for end, level in ends:
         per_seed: dict[str, list[float]] = {}
+        healths: list[dict | None] = []
         for seed, seed_job in seed_jobs.items():
             cfg = seed_job.settings
             run_dir = out_dir / f"seed-{seed}"
@@ -221,13 +224,14 @@ def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                 save_tensors(where / GATES, gate_tensors(result.gates))
             train_seconds += result.seconds
             histories[seed] = result.history
-            per_seed[str(seed)] = list(id_ood_accuracy(read_json(where / "metrics.json")["eval"], stop.id_splits,
-                                                       stop.subcases))
+            reached = read_json(where / "metrics.json")
+            per_seed[str(seed)] = list(id_ood_accuracy(reached["eval"], stop.id_splits, stop.subcases))
+            healths.append(reached.get("health"))
         mean = (sum(a[0] for a in per_seed.values()) / len(per_seed), sum(a[1] for a in per_seed.values()) / len(per_seed))
         climbed.append(mean)
         unfaithful = rule.unfaithful_on(mean, model_acc)
         levels[level_name(level)] = {"level": level, "step": end, "id": mean[0], "ood": mean[1], "seeds": per_seed,
-                                     "unfaithful_on": unfaithful}
+                                     "unfaithful_on": unfaithful, "health": health_counts(healths)}
         steps = end
         stage(f"search: level {level:.2f}: seed-mean ID {mean[0]:.3f}, OOD {mean[1]:.3f} (model {model_acc[0]:.3f}, "
               f"{model_acc[1]:.3f}); " + (f"unfaithful on {', '.join(unfaithful)}" if unfaithful else "faithful"))

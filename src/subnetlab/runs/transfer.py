@@ -307,7 +307,7 @@ def subnetwork_health(sub: Subnetwork, path: str | Path | None = None) -> Health
                 recorded = None
             same = isinstance(recorded, dict) and Path(str(recorded.get("subnetwork", ""))).resolve() == Path(path).resolve()
             health = read_health(recorded) if same else None
-            if health is not None:
+            if health is not None and health.kept == sub.count():  # the file as it was judged
                 return health
     return judge(kept=sub.count(), maskable=sub.maskable())
 

@@ -64,7 +64,10 @@ def discover(
     """Train a continuous-sparsification mask over MODEL's frozen attention and MLP weights on TASK.
 
     Defaults are the paper's (Zhang et al. 2024, appendix A and B.1): s = -0.1, beta 1 -> 100,
-    lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples."""
+    lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples.
+
+    A degenerate lambda (its mask keeps no weight, or every one) is never selected while another is not;
+    health problems are warning lines (subnetlab --strict discover ... exits 2 instead)."""
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.io import write_json
     from subnetlab.runs.directory import claim

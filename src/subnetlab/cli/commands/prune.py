@@ -78,7 +78,10 @@ def prune(
                                "with --gpus-per-job each job gets its own GPU."),
     executor: ExecutorOptions = None,
 ) -> None:
-    """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds."""
+    """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds.
+
+    Each run's health (off target, undecided gates, unconverged) is in its metrics.json and printed as
+    warning lines; subnetlab --strict prune ... exits 2 instead."""
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.methods.hard_concrete.schedule import parse_levels

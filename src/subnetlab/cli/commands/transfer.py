@@ -63,7 +63,10 @@ def transfer(
     executor: ExecutorOptions = None,
 ) -> None:
     """Transfer SUBNETWORK from MODEL into fresh models and train them on TASK, for every condition,
-    number of disambiguation rows and seed; report each run's test accuracy at its best evaluation epoch."""
+    number of disambiguation rows and seed; report each run's test accuracy at its best evaluation epoch.
+
+    An empty subnetwork is refused (only the empty-mask condition may use one); the subnetwork's other health
+    problems are warning lines (subnetlab --strict transfer ... refuses them before any training)."""
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json

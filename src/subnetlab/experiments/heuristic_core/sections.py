@@ -34,6 +34,12 @@ def core_section(doc: MarkdownReport, core: Mapping[str, Any], heatmap: str | os
     )
     if core.get("mlps_in_all"):
         doc.para(f"MLPs kept by every subnetwork: {', '.join(core['mlps_in_all'])}.")
+    judged = {label: counts for label, counts in (core.get("health") or {}).items() if counts.get("judged")}
+    if judged:
+        from subnetlab.runs.prune_summary import format_health
+
+        doc.para("Health of the pruned runs (subnetlab.runs.health): "
+                 + "; ".join(f"at {label}, {format_health(counts)}" for label, counts in judged.items()) + ".")
     doc.figure(heatmap, f"Number of heads kept by i of the {la} subnetworks (rows) and j of the {lb} ones (columns); "
                "the top-right cell is the core, and mass along the diagonal means the two sparsities favour the same heads.",
                base=base)
