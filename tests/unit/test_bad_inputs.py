@@ -27,6 +27,7 @@ TRANSFER = ["transfer", "--model", "{gpt2}", "--task", "arith:a^2+ab", "--disamb
 PRUNE = ["prune", "--model", "{bert}", *NLI, "--sparsity", "0.5", "--seeds", "0", "--preset", "demo"]
 FINETUNE = ["finetune", "--model", "{bert}", *NLI, "--max-steps", "2"]
 EVALUATE = ["evaluate", "--model", "{bert}", *NLI]
+CIRCUIT_EVAL = ["circuit-eval", "--model", "{lm}", "--scores", "{nodescores}"]
 EFFECTIVE = ["effective-size", "--checkpoints", "{ft}", *NLI, "--preset", "demo", "--levels", "0.1:0.3:0.1"]
 
 
@@ -92,7 +93,30 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "empty.csv").write_text("")  # your own data: an empty file, and two labels for a 3-output head
     (root / "two.csv").write_text("text,label\n" + "".join(f"the cat {i},{'ab'[i % 2]}\n" for i in range(20)))
     paths.update(emptycsv=str(root / "empty.csv"), twocsv=str(root / "two.csv"))
+    _circuit_files(root, paths)
     return paths
+
+
+def _circuit_files(root: Path, paths: dict[str, str]) -> None:
+    """Circuit tasks (issue 27): a tiny GPT-2 with a byte-level BPE tokenizer, prompt-pair files failing one check each."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from subnetlab.io import save_tensors
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    tok = gpt2_style_tokenizer()
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2)).save_pretrained(root / "lm")
+    tok.save_pretrained(root / "lm")
+    paths["lm"] = str(root / "lm")
+    clean, corrupted = "When Mary and John went to the store, John gave a drink to", "When Amy and Lisa went to the store, Kate gave a drink to"
+    good = f'"{clean}","{corrupted}"," Mary"," John"'
+    for name, row in (("pairs-length", f'"{clean}","When Amy went to the store, Kate gave a drink to"," Mary"," John"'),
+                      ("pairs-answer", f'"{clean}","{corrupted}"," Frank"," John"'),
+                      ("pairs-same", f'"{clean}","{corrupted}"," Mary"," Mary"')):
+        (root / f"{name}.csv").write_text(f"clean,corrupted,answer,wrong\n{good}\n{row}\n{good}\n")
+        paths[name] = str(root / f"{name}.csv")
+    save_tensors(root / "node-scores.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)})
+    paths["nodescores"] = str(root / "node-scores.safetensors")
 
 
 CASES: list[tuple[str, list[str], str]] = [
@@ -293,6 +317,28 @@ CASES: list[tuple[str, list[str], str]] = [
     ("transfer-disambiguation-on-own-data", ["transfer", "--model", "{gpt2}", "--task", "file:{twocsv}", "--answer-column",
                                              "label", "--condition", "scratch", "--disambiguation", "0,10"],
      "--disambiguation: task file:"),
+    # circuit tasks and faithfulness (issue 27): every prompt pair checked before any work, named by file:line
+    ("circuit-eval-pair-lengths", [*CIRCUIT_EVAL, "--task", "file:{pairs-length}", "--corrupted-column", "corrupted",
+                                   "--eval-file", "{pairs-length}"],
+     "pairs-length.csv:3: the clean prompt is 15 tokens and the corrupted prompt 13"),
+    ("circuit-eval-answer-tokens", [*CIRCUIT_EVAL, "--task", "file:{pairs-answer}", "--corrupted-column", "corrupted",
+                                    "--eval-file", "{pairs-answer}"],
+     "pairs-answer.csv:3: answer ' Frank' is 4 tokens after the prompt, not 1"),
+    ("circuit-eval-same-answers", [*CIRCUIT_EVAL, "--task", "file:{pairs-same}", "--corrupted-column", "corrupted",
+                                   "--eval-file", "{pairs-same}"],
+     "pairs-same.csv:3: the answer ' Mary' and the wrong answer ' Mary' are the same token"),
+    ("circuit-eval-no-wrong-column", [*CIRCUIT_EVAL, "--task", "file:{pairs-same}", "--corrupted-column", "corrupted",
+                                      "--wrong-answer-column", "incorrect"],
+     "pairs-same.csv: no wrong answer column 'incorrect'"),
+    ("circuit-eval-not-a-circuit-task", [*CIRCUIT_EVAL, "--task", "arith:ab"], "task arith:ab is not a circuit task"),
+    ("circuit-eval-scores-and-circuit", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--circuit", "{sub}"],
+     "give either a scores file or circuit files"),
+    ("circuit-eval-node-scores-shape", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--task-option", "n_train=2",
+                                        "--task-option", "n_eval=2"], "the model has [2, 2] heads and [2] MLPs"),
+    ("circuit-eval-metric", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--metric", "accuracy"],
+     "--metric 'accuracy': choose one of logit_diff, answer_prob, kl"),
+    ("circuit-eval-task-option-unknown", [*CIRCUIT_EVAL, "--task", "circuit:greater-than", "--task-option",
+                                          "corruption=abc"], "unknown option(s) corruption"),
 ]
 
 

@@ -118,7 +118,7 @@ def _add(total: Tensor | None, part: Tensor) -> Tensor:
     """``total + part``, padding along dim 0 when per-position sums differ in length."""
     if total is None:
         return part
-    if total.shape[0] != part.shape[0]:
+    if total.dim() and total.shape[0] != part.shape[0]:  # a count over all positions is a scalar
         longer, shorter = (total, part) if total.shape[0] > part.shape[0] else (part, total)
         total = longer.clone()
         total[: shorter.shape[0]] += shorter

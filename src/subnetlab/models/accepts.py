@@ -51,6 +51,9 @@ COMMAND_MODELS: dict[str, Accepts] = {
     "lottery-retrain": Accepts(_TEXT, note=_TEXT_NOTE),
     "lottery-stability": Accepts(_TEXT, note=_TEXT_NOTE),
     "lottery-patterns": Accepts(("encoder",)),
+    "circuit-eval": Accepts(("decoder",), note="circuit tasks (prompt pairs: circuit:ioi, circuit:greater-than, "
+                                               "circuit:arith:*, your own file with a corrupted column); edge circuits "
+                                               "need a pre-LN model, node circuits (heads and MLPs) any of these"),
 }
 
 

@@ -90,6 +90,15 @@ class FamilySpec:
     transposed: bool = False  # GPT-2 Conv1D stores weights as [in, out]
     example: str = ""
     kind: str = "encoder"  # encoder (text classifiers), decoder (causal LMs) or vision
+    # the computation graph (``models.graph``, ``intervene.edges``): embedding modules whose outputs are summed into
+    # the residual stream (paths from the base model; token first), the norms in front of attention, the MLP and
+    # the output, and whether the residual stream is a plain sum of writer outputs (pre-LN) or normalised after
+    # each sub-layer (post-LN: BERT, RoBERTa), which edge interventions cannot split into writers
+    embeddings: tuple[str, ...] = ()
+    attn_norm: str = ""
+    mlp_norm: str = ""
+    final_norm: str = ""
+    residual: str = "pre-ln"
     make_adapter: Callable[[nn.Module, FamilySpec], Any] = field(default=_transformer_adapter, repr=False)
 
     @property
@@ -106,17 +115,20 @@ FAMILIES: dict[str, FamilySpec] = {
             "attention.self.query", "attention.self.key", "attention.self.value",
             "attention.output.dense", "output.dense", ("intermediate.dense", "output.dense"),
             example="bert-base-cased, minilm",
+            embeddings=("embeddings.word_embeddings", "embeddings.position_embeddings"), residual="post-ln",
         ),
         FamilySpec(
             "roberta", ("roberta", "xlm-roberta"), "encoder.layer",
             "attention.self.query", "attention.self.key", "attention.self.value",
             "attention.output.dense", "output.dense", ("intermediate.dense", "output.dense"),
             example="roberta-base",
+            embeddings=("embeddings.word_embeddings", "embeddings.position_embeddings"), residual="post-ln",
         ),
         FamilySpec(
             "gpt2", ("gpt2",), "h", "attn.c_attn", None, None,
             "attn.c_proj", "mlp", ("mlp.c_fc", "mlp.c_proj"), transposed=True,
             example="gpt2, small GPT-2s from a config", kind="decoder",
+            embeddings=("wte", "wpe"), attn_norm="ln_1", mlp_norm="ln_2", final_norm="ln_f",
         ),
         FamilySpec(
             "vit", ("vit",), "layers",
@@ -129,6 +141,8 @@ FAMILIES: dict[str, FamilySpec] = {
             "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
             "self_attn.o_proj", "mlp", ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
             example="Llama / Mistral / Qwen2 (grouped-query attention)", kind="decoder",
+            embeddings=("embed_tokens",), attn_norm="input_layernorm", mlp_norm="post_attention_layernorm",
+            final_norm="norm",
         ),
         FamilySpec(
             "resnet", ("resnet",), "encoder.stages",

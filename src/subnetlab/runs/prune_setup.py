@@ -160,6 +160,11 @@ def check_sweep_inputs(name: str, task: Task, jobs: list[PruneJobConfig]) -> Non
     from subnetlab.models import resolve
     from subnetlab.models.loading import has_tokenizer_files
 
+    if task.tokenizer_dependent:  # circuit tasks: their prompt pairs are made (and checked) for the tokenizer
+        tokenizer = task.tokenizer or _checkpoint_tokenizer(name)
+        if tokenizer is None:
+            return  # a hub id: each job binds the task once its model is loaded
+        task.bind(tokenizer)
     if not task.train:
         raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)",
                              setting="task_options")
@@ -186,6 +191,17 @@ def check_sweep_inputs(name: str, task: Task, jobs: list[PruneJobConfig]) -> Non
         tokenizer = AutoTokenizer.from_pretrained(str(source))
     if tokenizer is not None:
         check_lengths_fit(config, tokenizer, task, longest, name, ["train", *eval_splits(task, jobs[0].splits)])
+
+
+def _checkpoint_tokenizer(name: str) -> Any:
+    """The tokenizer saved beside a local checkpoint, or None."""
+    from transformers import AutoTokenizer
+
+    from subnetlab.models import resolve
+    from subnetlab.models.loading import has_tokenizer_files
+
+    source = Path(resolve(name)).expanduser()
+    return AutoTokenizer.from_pretrained(str(source)) if has_tokenizer_files(source) else None
 
 
 def task_tokenizer(loaded: LoadedModel, task: Task) -> Any:
@@ -228,11 +244,12 @@ class PruningSetup:
         prune = job.settings
         task = job.task_spec.build()
         splits = eval_splits(task, job.splits)
-        if not task.train:
+        if not task.train and not task.tokenizer_dependent:
             raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")
         loaded = load_pruning_model(job.model, task)
         loaded.model.to(resolve_device(job.device))  # gates, data, teacher and means follow the model's device
         tokenizer = task_tokenizer(loaded, task)
+        task.bind(tokenizer)
         check_lengths_fit(loaded.model, tokenizer, task, prune.max_length, job.model, ["train", *splits])
         data = PruningData.from_task(task, tokenizer, "train", prune.max_length, prune.train_limit)
         cache = job.cache_dir

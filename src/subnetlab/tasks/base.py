@@ -101,6 +101,14 @@ class Task:
         self._cache: dict[tuple, EncodedSplit] = {}
         self._answer_cache: dict[tuple, Tensor] = {}
 
+    # ------------------------------------------------------------ tokenizer
+    tokenizer_dependent = False  # True where the examples are made for a tokenizer (circuit tasks' prompt pairs)
+
+    def bind(self, tokenizer: Any) -> "Task":
+        """Make the examples that depend on ``tokenizer`` and check them (commands call it once the model's
+        tokenizer is known, before any work); a no-op for tasks whose examples do not depend on it."""
+        return self
+
     # ----------------------------------------------------------------- splits
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={len(v)}" for k, v in self.eval_splits.items())

@@ -23,6 +23,11 @@ see ``subnetlab.tasks.hub``):
   scored with their GLUE metric (``subnetlab.tasks.glue``); ``data_dir=`` a
   GLUE release, or ``train=`` / ``eval=`` TSV files or ``hub:`` specs; ``metric=``.
 * ``arith:<op>``: modular arithmetic, e.g. ``arith:a+ab`` (see ``arithmetic``).
+* ``circuit:ioi``, ``circuit:greater-than``, ``circuit:arith:<op>``: prompt pairs
+  (clean, corrupted) with the answer and the wrong answer, for circuit methods
+  and faithfulness (``subnetlab.tasks.circuits``); ``file:PATH`` / ``hub:NAME``
+  with ``corrupted_column`` (and ``answer_column``, ``wrong_answer_column``) reads
+  your own pairs.
 
 Any task takes further evaluation splits from files through
 ``add_file_split(task, split, format, path)`` (e.g. the real HANS file next to
@@ -40,6 +45,9 @@ from typing import Any
 from subnetlab.errors import SubnetlabError, check_typed
 from subnetlab.tasks.arithmetic import make_arithmetic_task
 from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
+from subnetlab.tasks.circuits.arithmetic import make_arithmetic_pairs_task
+from subnetlab.tasks.circuits.greater_than import make_greater_than_task
+from subnetlab.tasks.circuits.ioi import make_ioi_task
 from subnetlab.tasks.data_location import SHARED_DATA, find_data_root
 from subnetlab.tasks.glue.task import GLUE_TASKS
 from subnetlab.tasks.nli.hans_generator import generate_hans_style
@@ -132,6 +140,12 @@ def _paws(eval: Any = None, train: PathLike | None = None, not_equivalent_only: 
     return _file_task("paws-qqp", "paws-qqp", PARAPHRASE, train, eval, "paws-qqp", not_equivalent_only=not_equivalent_only)
 
 
+# circuit tasks (prompt pairs); circuit:arith:<op> is built in get_task like arith:<op>
+CIRCUIT_TASKS: dict[str, Callable[..., Task]] = {
+    "circuit:ioi": make_ioi_task,
+    "circuit:greater-than": make_greater_than_task,
+}
+
 _TASKS: dict[str, Callable[..., Task]] = {
     "nli-synthetic": _nli_synthetic,
     "hans-synthetic": _hans_synthetic,
@@ -144,7 +158,19 @@ _TASKS: dict[str, Callable[..., Task]] = {
 
 
 def task_names() -> list[str]:
-    return [*_TASKS, "arith:<op>", "file:<path>", "hub:<name>[:<config>]"]
+    return [*_TASKS, "arith:<op>", "file:<path>", "hub:<name>[:<config>]", *CIRCUIT_TASKS, "circuit:arith:<op>"]
+
+
+def _circuit_factory(name: str) -> tuple[Callable[..., Task], inspect.Signature]:
+    """The factory of a ``circuit:`` task and the signature its options are checked against."""
+    if name.startswith("circuit:arith:"):
+        op = name.split(":", 2)[2]
+        signature = inspect.signature(make_arithmetic_pairs_task, eval_str=True)
+        return (lambda **kw: make_arithmetic_pairs_task(op, **kw),  # noqa: E731
+                signature.replace(parameters=[p for p in signature.parameters.values() if p.name != "op"]))
+    if name not in CIRCUIT_TASKS:
+        raise SubnetlabError(f"unknown task {name!r} (known: {', '.join(task_names())})", setting="task")
+    return CIRCUIT_TASKS[name], inspect.signature(CIRCUIT_TASKS[name], eval_str=True)
 
 
 def get_task(name: str, **options: Any) -> Task:
@@ -155,13 +181,20 @@ def get_task(name: str, **options: Any) -> Task:
         signature = inspect.signature(make_arithmetic_task, eval_str=True).replace(
             parameters=[p for p in inspect.signature(make_arithmetic_task, eval_str=True).parameters.values() if p.name != "op"]
         )
+    elif name.startswith("circuit:"):
+        factory, signature = _circuit_factory(name)
     elif name.startswith(("file:", "hub:")):
         from subnetlab.tasks.user_files import make_file_task
 
+        make: Callable[..., Task] = make_file_task
+        if options.get("corrupted_column") is not None or options.get("wrong_answer_column") is not None:
+            from subnetlab.tasks.circuits.files import make_circuit_file_task  # your own prompt pairs
+
+            make = make_circuit_file_task
         path = name.split(":", 1)[1] if name.startswith("file:") else name  # hub:NAME[:CONFIG] keeps its prefix
-        factory = lambda **kw: make_file_task(path, **kw)  # noqa: E731
-        signature = inspect.signature(make_file_task, eval_str=True).replace(
-            parameters=[p for p in inspect.signature(make_file_task, eval_str=True).parameters.values() if p.name != "path"]
+        factory = lambda **kw: make(path, **kw)  # noqa: E731
+        signature = inspect.signature(make, eval_str=True).replace(
+            parameters=[p for p in inspect.signature(make, eval_str=True).parameters.values() if p.name != "path"]
         )
     elif name in _TASKS:
         factory = _TASKS[name]

@@ -50,6 +50,10 @@ DATA_FLAGS = {
     "label_column": ("--label-column", "Your own data: the column of the labels, names or integers [label]."),
     "answer_column": ("--answer-column", "Your own data, for causal LMs: the column of the one-token answer "
                                          "that follows the text (next-token form; replaces --label-column)."),
+    "corrupted_column": ("--corrupted-column", "Your own prompt pairs (circuit tasks): the column of the corrupted "
+                                               "prompts; --text-column [clean] holds the clean ones."),
+    "wrong_answer_column": ("--wrong-answer-column", "Your own prompt pairs: the column of the wrong answer [wrong]; "
+                                                     "--answer-column [answer] holds the right one."),
     "eval_file": ("--eval-file", "Your own data: a file of held-out rows (default: 10% of the training rows, "
                                  "drawn with the task's seed)."),
     "eval_split": ("--eval-split", "Your own data: the split of held-out rows of a hub dataset or a save_to_disk "

@@ -35,10 +35,17 @@ def models() -> None:
     console.print(commands)
 
 
-def inspect(model: str = typer.Option(..., "--model", help="Alias (minilm), local directory or hub id.")) -> None:
+def inspect(
+    model: str = typer.Option(..., "--model", help="Alias (minilm), local directory or hub id."),
+    edges: bool = typer.Option(False, "--edges", help="Print the computation graph instead: writers, readers and "
+                               "the number of edges between them (edge-level circuits)."),
+    embedding_nodes: int = typer.Option(None, "--embedding-nodes", help="With --edges: 1 joins the token and "
+                                        "position embeddings into one writer (default: as many as the family has)."),
+) -> None:
     """Print the component table: layers x heads, head dimension, parameters per head and per MLP.
 
     For a model written by `subnetlab export`: the heads and MLP kept in each layer and its parameter count.
+    With --edges: the model's computation graph (writers, readers, edges).
     """
     from pathlib import Path
 
@@ -50,6 +57,9 @@ def inspect(model: str = typer.Option(..., "--model", help="Alias (minilm), loca
         return
     loaded = load_model(model)
     a = loaded.adapter
+    if edges:
+        _inspect_edges(model, a, embedding_nodes)
+        return
     per_head, per_mlp = a.params_per_head(), a.params_per_mlp()
     console = Console()
     console.print(
@@ -71,6 +81,21 @@ def inspect(model: str = typer.Option(..., "--model", help="Alias (minilm), loca
         f"components: {a.num_layers * a.num_heads} heads + {a.num_layers} MLPs; "
         f"their parameters: {total:,.0f} (heads {per_head.sum() / total:.1%})"
     )
+
+
+def _inspect_edges(model: str, adapter, embedding_nodes: int | None) -> None:
+    """Writers, readers (Q/K/V of each head, each MLP, the logits) and the edge count of the model's graph."""
+    from subnetlab.models.graph import Graph
+
+    graph = Graph.from_adapter(adapter, embedding_nodes)
+    print(f"{model}: family {graph.family}, {graph.num_layers} layers x {graph.num_heads} heads "
+          f"({graph.num_kv_heads} key/value heads), {graph.num_embeddings} embedding node(s)")
+    print(f"writers ({len(graph.writers)}): {' '.join(graph.writers)}")
+    print(f"readers ({len(graph.readers)}): {' '.join(graph.readers)}")
+    for block in graph.reader_blocks:
+        print(f"  {block.name}: {len(block.readers)} reader(s) x {block.writers} writers = "
+              f"{len(block.readers) * block.writers} edges")
+    print(f"edges: {graph.num_edges}")
 
 
 def _inspect_exported(model: str, directory) -> None:

@@ -1,0 +1,245 @@
+"""A transformer's computation graph as plain data: writers, readers and the edges between them.
+
+The residual stream of a pre-LN transformer is a sum of what its components
+write into it, so every component input can be written as a sum over the
+components upstream. Edge-level circuits (Edge Pruning, ACDC, EAP) cut single
+terms of these sums. The graph names them:
+
+* **writers** (nodes): the embeddings (token and position as two nodes where the
+  family has both, ``tok_embeds`` and ``pos_embeds`` as Edge Pruning counts
+  them; one node ``input`` otherwise, or when asked for one), every attention
+  head ``a{l}.h{h}``, every MLP ``m{l}``;
+* **readers**: the query, key and value input of every head separately
+  (``a{l}.h{h}<q>``, ``<k>``, ``<v>``), every MLP's input ``m{l}``, the output
+  ``logits``;
+* **edges** ``writer->reader`` from every writer to every reader downstream of
+  it: the embeddings feed everything, a head of layer ``l`` feeds layer ``l``'s
+  MLP and every reader of later layers, an MLP feeds the later layers.
+
+Grouped-query attention (Llama, Mistral, Qwen): the key and value readers are
+**per key/value head** (``a{l}.kv{g}<k>``, ``<v>``), as in Edge Pruning's
+``modeling_fllama.py``. One key/value projection serves a group of query heads;
+a reader is an input of a projection, so per query head would invent inputs the
+model never computes (and edges no intervention on the unmodified model could
+cut). Without grouping (GPT-2) key/value head ``g`` is head ``h`` and the names
+are ``a{l}.h{h}<k>``.
+
+Names follow TransformerLens / EAP-IG (``a3.h5<q>``, ``m2``, ``logits``). Order:
+writers are the embeddings, then per layer its heads and its MLP; readers per
+layer its queries, keys, values and MLP, then the logits; edges reader by
+reader, each reader's upstream writers in writer order, so the edges into one
+layer's attention readers form one ``[readers, writers]`` block
+(``reader_blocks``), which ``intervene.edges`` reads masks from.
+
+GPT-2 small (12 x 12): 32,936 edges with two embedding nodes, 32,491 with one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import write_json
+
+FORMAT = "subnetlab.graph/1"
+EMBEDDING_NAMES = {2: ("tok_embeds", "pos_embeds"), 1: ("input",)}
+
+
+@dataclass(frozen=True)
+class ReaderBlock:
+    """Readers that share their upstream writers: edges ``start:stop`` are ``[len(readers), writers]``."""
+
+    name: str  # "attn{l}", "mlp{l}" or "logits"
+    layer: int  # the layer read, num_layers for the logits
+    readers: tuple[int, ...]  # reader indices
+    writers: int  # the first ``writers`` writers feed these readers
+    start: int  # first edge index
+
+    @property
+    def stop(self) -> int:
+        return self.start + len(self.readers) * self.writers
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Writers, readers and edges of one model shape (see module docstring)."""
+
+    family: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    num_embeddings: int = 2
+
+    def __post_init__(self) -> None:
+        if self.num_layers < 1 or self.num_heads < 1 or self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
+            raise SubnetlabError(f"a graph needs layers, heads and key/value heads dividing the heads; got "
+                                 f"{self.num_layers} x {self.num_heads} ({self.num_kv_heads} key/value heads)")
+        if self.num_embeddings not in EMBEDDING_NAMES:
+            raise SubnetlabError(f"embedding nodes: {self.num_embeddings}, expected 1 or 2", setting="embedding_nodes")
+
+    # -- construction ---------------------------------------------------------------
+    @classmethod
+    def from_adapter(cls, adapter: Any, embedding_nodes: int | None = None) -> "Graph":
+        """The graph of the model behind ``adapter``; ``embedding_nodes`` 1 joins token and position embeddings."""
+        return cls.for_family(adapter.spec, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads,
+                              embedding_nodes)
+
+    @classmethod
+    def for_family(cls, spec: Any, num_layers: int, num_heads: int, num_kv_heads: int | None = None,
+                   embedding_nodes: int | None = None) -> "Graph":
+        """The graph of a family's model of this shape (no weights needed: counts for any size)."""
+        if not spec.has_components or not spec.embeddings:
+            raise SubnetlabError(f"{spec.family} models have no attention heads and MLPs to build a graph from")
+        available = len(spec.embeddings)
+        wanted = available if embedding_nodes is None else int(embedding_nodes)
+        if wanted > available:
+            raise SubnetlabError(f"{spec.family} models have {available} embedding writer(s); "
+                                 f"{wanted} embedding nodes asked for", setting="embedding_nodes")
+        return cls(spec.family, num_layers, num_heads, num_kv_heads or num_heads, wanted)
+
+    # -- nodes --------------------------------------------------------------------------
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def embeddings(self) -> tuple[str, ...]:
+        return EMBEDDING_NAMES[self.num_embeddings]
+
+    def _kv(self, layer: int, g: int) -> str:
+        return f"a{layer}.h{g}" if self.group == 1 else f"a{layer}.kv{g}"
+
+    @cached_property
+    def writers(self) -> tuple[str, ...]:
+        names = list(self.embeddings)
+        for layer in range(self.num_layers):
+            names += [f"a{layer}.h{h}" for h in range(self.num_heads)] + [f"m{layer}"]
+        return tuple(names)
+
+    @cached_property
+    def readers(self) -> tuple[str, ...]:
+        names: list[str] = []
+        for layer in range(self.num_layers):
+            names += [f"a{layer}.h{h}<q>" for h in range(self.num_heads)]
+            names += [f"{self._kv(layer, g)}<k>" for g in range(self.num_kv_heads)]
+            names += [f"{self._kv(layer, g)}<v>" for g in range(self.num_kv_heads)]
+            names.append(f"m{layer}")
+        return tuple(names + ["logits"])
+
+    def writer_index(self, name: str) -> int:
+        return self._writer_index[name]
+
+    def reader_index(self, name: str) -> int:
+        return self._reader_index[name]
+
+    @cached_property
+    def _writer_index(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.writers)}
+
+    @cached_property
+    def _reader_index(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.readers)}
+
+    def head_writer(self, layer: int, head: int) -> int:
+        return self.num_embeddings + layer * (self.num_heads + 1) + head
+
+    def mlp_writer(self, layer: int) -> int:
+        return self.num_embeddings + layer * (self.num_heads + 1) + self.num_heads
+
+    # -- edges ----------------------------------------------------------------------------
+    @cached_property
+    def reader_blocks(self) -> tuple[ReaderBlock, ...]:
+        """Per layer its attention readers and its MLP reader, then the logits, with their edge ranges."""
+        blocks, start, reader = [], 0, 0
+        per_attn = self.num_heads + 2 * self.num_kv_heads
+        for layer in range(self.num_layers):
+            before = self.num_embeddings + layer * (self.num_heads + 1)
+            for name, count, writers in ((f"attn{layer}", per_attn, before), (f"mlp{layer}", 1, before + self.num_heads)):
+                block = ReaderBlock(name, layer, tuple(range(reader, reader + count)), writers, start)
+                blocks.append(block)
+                start, reader = block.stop, reader + count
+        blocks.append(ReaderBlock("logits", self.num_layers, (reader,), len(self.writers), start))
+        return tuple(blocks)
+
+    @property
+    def num_edges(self) -> int:
+        return self.reader_blocks[-1].stop
+
+    @cached_property
+    def edges(self) -> tuple[tuple[int, int], ...]:
+        """``(writer, reader)`` index pairs, in edge order."""
+        return tuple((w, r) for b in self.reader_blocks for r in b.readers for w in range(b.writers))
+
+    @cached_property
+    def edge_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.writers[w]}->{self.readers[r]}" for w, r in self.edges)
+
+    def edge_index(self, name: str) -> int:
+        try:
+            return self._edge_index[name]
+        except KeyError:
+            raise SubnetlabError(f"no edge {name!r} in this {self.family} graph (edges look like "
+                                 f"{self.edge_names[0]!r})") from None
+
+    @cached_property
+    def _edge_index(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.edge_names)}
+
+    def edges_from(self, writer: str) -> list[int]:
+        """Indices of every edge leaving ``writer``."""
+        w = self.writer_index(writer)
+        return [i for i, (src, _) in enumerate(self.edges) if src == w]
+
+    def edges_into(self, reader: str) -> list[int]:
+        r = self.reader_index(reader)
+        return [i for i, (_, dst) in enumerate(self.edges) if dst == r]
+
+    # -- plain data -------------------------------------------------------------------------
+    def shape(self) -> dict[str, Any]:
+        return {"family": self.family, "layers": self.num_layers, "heads": self.num_heads,
+                "kv_heads": self.num_kv_heads, "embedding_nodes": self.num_embeddings}
+
+    def to_dict(self, scores: list[float] | None = None, in_graph: list[bool] | None = None) -> dict[str, Any]:
+        """JSON-ready: the shape, nodes, readers and edges, with per-edge ``score`` / ``in_graph`` when given."""
+        for name, values in (("scores", scores), ("in_graph", in_graph)):
+            if values is not None and len(values) != self.num_edges:
+                raise SubnetlabError(f"{name}: {len(values)} values for {self.num_edges} edges")
+        edges = []
+        for i, (w, r) in enumerate(self.edges):
+            edge: dict[str, Any] = {"name": self.edge_names[i], "writer": self.writers[w], "reader": self.readers[r]}
+            if scores is not None:
+                edge["score"] = float(scores[i])
+            if in_graph is not None:
+                edge["in_graph"] = bool(in_graph[i])
+            edges.append(edge)
+        return {"format": FORMAT, **self.shape(), "writers": list(self.writers), "readers": list(self.readers),
+                "num_edges": self.num_edges, "edges": edges}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "graph") -> "Graph":
+        if data.get("format") != FORMAT:
+            raise SubnetlabError(f"{source}: not a subnetlab graph (format {data.get('format')!r})")
+        try:
+            graph = cls(str(data["family"]), int(data["layers"]), int(data["heads"]), int(data["kv_heads"]),
+                        int(data["embedding_nodes"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SubnetlabError(f"{source}: graph shape unreadable ({e})") from None
+        if "edges" in data and [e.get("name") for e in data["edges"]] != list(graph.edge_names):
+            raise SubnetlabError(f"{source}: its edges are not those of a {graph.family} graph of its shape")
+        return graph
+
+    def save(self, path: str | Path, scores: list[float] | None = None, in_graph: list[bool] | None = None) -> None:
+        write_json(path, self.to_dict(scores, in_graph))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Graph":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SubnetlabError(f"{path}: cannot read the graph ({e})") from None
+        return cls.from_dict(data, str(path))

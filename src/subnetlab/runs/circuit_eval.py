@@ -1,0 +1,229 @@
+"""``subnetlab circuit-eval`` as a run: the faithfulness curve (MIB's CPR / CMD) of a method's scores or circuits.
+
+What it reads (the level, edges or nodes, follows from the file):
+
+* scores: a graph file (``graph.json``, ``models.graph``) with
+  a ``score`` on every edge; a ``.safetensors`` file with ``edges`` ``[edges]``;
+  or node scores, ``heads`` ``[layers, heads]`` and ``mlps`` ``[layers]`` (or a
+  Heuristic Core run's ``gates.safetensors``: ``log_alpha_heads`` /
+  ``log_alpha_mlps``). The curve keeps the top-k items at each size
+  (``analysis.faithfulness``).
+* circuits (one or more files): graph files with ``in_graph`` on
+  every edge, or structured subnetwork files (heads and MLPs). One circuit
+  gets its faithfulness; several get a curve over their own sizes.
+
+Removed items are patched from the corrupted prompt of each pair (or zeroed).
+Node curves are normalised by the model on the corrupted prompts, MIB's
+``m(empty)`` at every level, so node and edge runs compare on one scale
+(``analysis.circuit_evaluation``). The run writes ``config.json``,
+``faithfulness.json`` (the curve: sizes, kept items, every metric's values and
+``f``, CPR / CMD of each), the caller's figure, and ``metrics.json`` last.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import write_json
+from subnetlab.runs.job_config import require_positive
+from subnetlab.tasks.circuits.metrics import METRICS
+from subnetlab.tasks.spec import TaskSpec
+
+ABLATIONS = ("corrupted", "zero")
+
+
+@dataclass(frozen=True)
+class CircuitEvalJobConfig:
+    """A model, a circuit task, and either a scores file or circuit files."""
+
+    model: str
+    task: TaskSpec
+    scores: str | None = None
+    circuits: tuple[str, ...] = ()
+    split: str = "eval"
+    metric: str = "logit_diff"
+    ablation: str = "corrupted"
+    sizes: tuple[float, ...] = CIRCUIT_SIZES
+    batch_size: int = 32
+    limit: int | None = None
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if (self.scores is None) == (not self.circuits):
+            raise SubnetlabError("give either a scores file or circuit files (one of the two)", setting="scores")
+        for path in ([self.scores] if self.scores else []) + list(self.circuits):
+            if not Path(path).is_file():
+                raise SubnetlabError(f"{path}: no such file", setting="scores" if path == self.scores else "circuits")
+        if self.metric not in METRICS:
+            raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS)}", setting="metric")
+        if self.ablation not in ABLATIONS:
+            raise SubnetlabError(f"ablation {self.ablation!r}: choose one of {', '.join(ABLATIONS)}", setting="ablation")
+        if len(self.sizes) < 2 or any(not 0.0 <= s <= 1.0 for s in self.sizes):
+            raise SubnetlabError(f"sizes {list(self.sizes)}: at least two fractions of the items in [0, 1]",
+                                 setting="sizes")
+        require_positive("circuit evaluation", "batch_size", self.batch_size)
+        require_positive("circuit evaluation", "limit", self.limit, allow_none=True)
+
+    def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
+        from subnetlab.runs.directory import absolute_inputs
+
+        return absolute_inputs({"command": "circuit-eval", "model": self.model, "task": task_options,
+                                "scores": self.scores, "circuits": list(self.circuits), "split": self.split,
+                                "metric": self.metric, "ablation": self.ablation, "sizes": list(self.sizes),
+                                "batch_size": self.batch_size, "limit": self.limit, "device": self.device})
+
+
+# ------------------------------------------------------------------ reading scores and circuits
+def _graph_file(path: str, adapter: Any, field: str) -> tuple[Any, Tensor]:
+    """The graph of a ``graph.json`` (checked against the model) and its per-edge ``field`` values."""
+    from subnetlab.models.graph import Graph
+
+    graph = Graph.load(path)
+    mine = Graph.from_adapter(adapter, embedding_nodes=graph.num_embeddings)
+    if graph.shape() != mine.shape():
+        raise SubnetlabError(f"{path}: a graph of {graph.shape()}, the model's is {mine.shape()}; it belongs to "
+                             "another model", setting="scores")
+    edges = json.loads(Path(path).read_text()).get("edges") or []
+    values = [e.get(field) for e in edges]
+    if len(values) != graph.num_edges or any(v is None or isinstance(v, str) for v in values):
+        missing = next((i for i, v in enumerate(values) if v is None or isinstance(v, str)), len(values))
+        raise SubnetlabError(f"{path}: edge {missing} has no {field!r} (every edge needs one)",
+                             setting="scores" if field == "score" else "circuits")
+    return graph, torch.tensor([float(v) for v in values])
+
+
+def _edge_graph(adapter: Any, count: int, path: str) -> Any:
+    from subnetlab.models.graph import Graph
+
+    for nodes in (2, 1):
+        try:
+            graph = Graph.from_adapter(adapter, embedding_nodes=nodes)
+        except SubnetlabError:
+            continue
+        if graph.num_edges == count:
+            return graph
+    raise SubnetlabError(f"{path}: {count} edge scores, the model's graph has {Graph.from_adapter(adapter).num_edges}",
+                         setting="scores")
+
+
+def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
+    """``(level, scores, graph or None)`` from a scores file (module doc)."""
+    from subnetlab.analysis.circuit_evaluation import node_vector
+    from subnetlab.io import load_tensors
+
+    if path.endswith(".json"):
+        graph, scores = _graph_file(path, adapter, "score")
+        return "edges", scores, graph
+    tensors = load_tensors(path)
+    if "edges" in tensors:
+        return "edges", tensors["edges"].float().reshape(-1), _edge_graph(adapter, tensors["edges"].numel(), path)
+    for heads, mlps in (("heads", "mlps"), ("log_alpha_heads", "log_alpha_mlps")):
+        if heads in tensors and mlps in tensors:
+            L, H = adapter.num_layers, adapter.num_heads
+            if tuple(tensors[heads].shape) != (L, H) or tuple(tensors[mlps].shape) != (L,):
+                raise SubnetlabError(f"{path}: node scores {tuple(tensors[heads].shape)} and "
+                                     f"{tuple(tensors[mlps].shape)}, the model has [{L}, {H}] heads and [{L}] MLPs",
+                                     setting="scores")
+            return "nodes", node_vector(tensors[heads].float(), tensors[mlps].float()), None
+    raise SubnetlabError(f"{path}: no scores (expected a tensor 'edges', or 'heads' and 'mlps'; it holds "
+                         f"{', '.join(sorted(tensors)) or 'nothing'})", setting="scores")
+
+
+def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
+    """``(level, keep, graph or None)`` from a circuit file (module doc)."""
+    from subnetlab.analysis.circuit_evaluation import node_vector
+    from subnetlab.subnetwork import Subnetwork
+
+    if path.endswith(".json"):
+        graph, keep = _graph_file(path, adapter, "in_graph")
+        return "edges", keep.bool(), graph
+    sub = Subnetwork.load(path, adapter)
+    if sub.kind != "structured":
+        raise SubnetlabError(f"{path}: a weight-level subnetwork has no heads, MLPs or edges to measure as a circuit",
+                             setting="circuits")
+    return "nodes", node_vector(sub.heads, sub.mlps).bool(), None
+
+
+# ------------------------------------------------------------------------------------ the run
+def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
+                     figure: Callable[[dict[str, Any], Path], Any] | None = None) -> dict[str, Any]:
+    """Measure ``job``'s circuits and write its run directory; returns the curve as plain data.
+
+    ``figure(result, out)`` draws what the caller wants drawn, before ``metrics.json`` marks the run done.
+    """
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator, node_evaluator
+    from subnetlab.analysis.faithfulness import circuit_faithfulness, curve_from_masks, curve_from_scores
+    from subnetlab.models import load_model
+    from subnetlab.progress import stage
+    from subnetlab.runtime import describe_runtime, resolve_device, runtime_record
+    from subnetlab.tasks.circuits.pairs import CircuitTask
+
+    device = resolve_device(job.device)
+    stage(describe_runtime(device))
+    task = job.task.build()
+    if not isinstance(task, CircuitTask):
+        raise SubnetlabError(f"task {job.task.name} is not a circuit task (prompt pairs: circuit:ioi, "
+                             "circuit:greater-than, circuit:arith:<op>, or your own file with a corrupted column)",
+                             setting="task")
+    loaded = load_model(job.model, head="causal-lm")
+    tokenizer = task.tokenizer or loaded.tokenizer
+    if tokenizer is None:
+        raise SubnetlabError(f"model {job.model} has no tokenizer to read the prompts with", setting="model")
+    task.bind(tokenizer)  # every pair checked before any work
+    task.examples(job.split)
+    if job.scores is not None:
+        level, scores, graph = read_scores(job.scores, loaded.adapter)
+        inputs = [(level, graph)]
+    else:
+        read = [read_circuit(path, loaded.adapter) for path in job.circuits]
+        inputs = [(level, graph) for level, _, graph in read]
+        level, graph = inputs[0]
+    shapes = {(lv, None if g is None else json.dumps(g.shape(), sort_keys=True)) for lv, g in inputs}
+    if len(shapes) > 1:
+        raise SubnetlabError("the circuits mix levels or graphs (edges of two graphs, or edges and nodes); give one kind",
+                             setting="circuits")
+    config = {**job.record(task.options), **runtime_record(device), "level": level}
+    model = loaded.model.to(device).eval()
+    stage(f"{level} circuits on {len(task.examples(job.split))} pairs of {job.split}"
+          f"{f' (first {job.limit})' if job.limit else ''}: metric {job.metric}, ablation {job.ablation}")
+    if level == "edges":
+        evaluate = edge_evaluator(model, loaded.adapter, graph, task, tokenizer, job.split, batch_size=job.batch_size,
+                                  limit=job.limit, ablation=job.ablation)  # type: ignore[arg-type]
+    else:
+        evaluate = node_evaluator(model, loaded.adapter, task, tokenizer, job.split, batch_size=job.batch_size,
+                                  limit=job.limit, ablation=job.ablation)  # type: ignore[arg-type]
+    empty = evaluate.corrupted_run
+    if job.scores is not None:
+        result = curve_from_scores(scores, evaluate, metric=job.metric, sizes=job.sizes, empty=empty).to_dict()
+    elif len(read) > 1:
+        result = curve_from_masks([keep for _, keep, _ in read], evaluate, metric=job.metric, empty=empty).to_dict()
+    else:
+        keep = read[0][1]
+        f = circuit_faithfulness(keep, evaluate, empty)
+        result = {"metric": job.metric, "items": keep.numel(), "kept": int(keep.sum()), "faithfulness": f}
+    result = {"level": level, "ablation": job.ablation, "split": job.split, "pairs": evaluate.count, **result}
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", config)
+    write_json(out / "faithfulness.json", result)
+    if figure is not None:
+        figure(result, out)
+    summary = {k: result[k] for k in ("level", "metric", "items", "pairs") if k in result}
+    summary.update({k: result[k] for k in ("cpr", "cmd", "kept") if k in result})
+    if "areas" in result:
+        summary["areas"] = result["areas"]
+    else:
+        summary["faithfulness"] = result["faithfulness"]
+    write_json(out / "metrics.json", summary)
+    return result
+
+
+__all__ = ["CircuitEvalJobConfig", "circuit_eval_run", "read_circuit", "read_scores"]
