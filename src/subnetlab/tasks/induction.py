@@ -186,5 +186,30 @@ def induction_pairs(cfg: InductionConfig, n: int, seed: int) -> InductionPairs:
     return InductionPairs(clean, corrupted, answer, wrong, batch.span, batch.gap)
 
 
+
+
+def make_induction_task(n_train: int = 200, n_eval: int = 200, seed: int = 0, vocab_size: int = 32, length: int = 32,
+                        min_span: int = 4, max_span: int = 10, max_gap: int = 8):
+    """``circuit:induction``: the prompt pairs above as a circuit task (splits ``train`` and ``eval``, drawn from
+    ``seed`` and ``seed + 1``), for a model trained on ``InductionConfig`` data with the same shape settings.
+    Answers are written as they follow the prompt (`` t9``), with the task's own word-level tokenizer."""
+    from subnetlab.tasks.circuits.pairs import CircuitPair, CircuitTask
+
+    cfg = InductionConfig(vocab_size=vocab_size, length=length, min_span=min_span, max_span=max_span, max_gap=max_gap)
+    if n_train < 1 or n_eval < 1:
+        raise SubnetlabError(f"induction: n_train={n_train} and n_eval={n_eval} must be at least 1",
+                             setting="task_options")
+    tokenizer = induction_tokenizer(vocab_size)
+
+    def rows(n: int, draw: int, split: str) -> list[CircuitPair]:
+        return [CircuitPair(r["clean"], r["corrupted"], " " + r["answer"], " " + r["wrong"],
+                            where=f"induction {split} pair {i}")
+                for i, r in enumerate(induction_pairs(cfg, n, draw).as_rows(tokenizer))]
+
+    pairs = {"train": rows(n_train, seed, "train"), "eval": rows(n_eval, seed + 1, "eval")}
+    options = dict(n_train=n_train, n_eval=n_eval, seed=seed, **cfg.to_dict())
+    return CircuitTask("circuit:induction", lambda tok: pairs, ("train", "eval"), options=options, tokenizer=tokenizer)
+
+
 __all__ = ["BOS", "InductionConfig", "InductionPairs", "RepeatedBatch", "induction_pairs", "induction_tokenizer",
-           "repeated_sequences"]
+           "make_induction_task", "repeated_sequences"]

@@ -20,7 +20,7 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 
 def reproduce(
-    name: str = typer.Argument(..., help="heuristic-core, subtask-induction, lottery or shape-bias."),
+    name: str = typer.Argument(..., help="heuristic-core, subtask-induction, lottery, shape-bias or circuits."),
     preset: str = typer.Option("demo", "--preset", help="demo (a 2-core CPU) or paper (the paper's setting)."),
     out: Path = typer.Option(..., "--out", help="Run directory; a rerun resumes."),
     set_: list[str] = typer.Option([], "--set", help="Override one preset setting, KEY=VALUE (repeatable)."),

@@ -1,0 +1,84 @@
+"""Faithfulness curves (MIB's CPR / CMD) of the circuit methods on the trained induction model.
+
+Every curve is measured on the circuit task's ``eval`` pairs with removed
+edges or nodes patched from the corrupted prompt, and normalised by the same
+``m(empty)`` (the model on the corrupted prompts, ``Evaluator.corrupted_run``),
+so edge and node circuits share one scale (``analysis.faithfulness``):
+
+* ``random-edges`` / ``random-nodes``: circuits of the top-k edges (nodes) by
+  scores drawn uniformly from the study's seed, at every MIB size; the floor a
+  method has to beat;
+* ``node-pruning``: Heuristic Core's hard-concrete pruning of heads and MLPs
+  (``methods.hard_concrete``, KL to the full model on the clean prompts, mean
+  ablation while training), its gates' log-alphas ranking the nodes;
+* ``edge-pruning``: Edge Pruning's hard-concrete masks over the graph's edges
+  (``methods.edge_pruning``) at each target sparsity, one circuit per sparsity
+  (``curve_from_masks``), and whether its circuit keeps the previous-token
+  head's edge into the induction head's key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from subnetlab.io import read_json, write_json
+from subnetlab.progress import stage
+
+
+def _random_scores(items: int, seed: int) -> torch.Tensor:
+    return torch.rand(items, generator=torch.Generator().manual_seed(int(seed)))
+
+
+def random_curves(model, tokenizer, task, settings: dict[str, Any]) -> dict[str, Any]:
+    """Curves of random edge circuits and random node circuits at MIB's sizes."""
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator, node_evaluator
+    from subnetlab.analysis.faithfulness import curve_from_scores
+    from subnetlab.models.adapters import get_adapter
+    from subnetlab.models.graph import Graph
+
+    adapter = get_adapter(model)
+    graph = Graph.from_adapter(adapter)
+    batch = int(settings["circuit"]["batch_size"])
+    seed = int(settings["seed"])
+    edges = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=batch)
+    nodes = node_evaluator(model, adapter, task, tokenizer, "eval", batch_size=batch)
+    n_nodes = adapter.num_layers * (adapter.num_heads + 1)
+    return {"random-edges": curve_from_scores(_random_scores(graph.num_edges, seed + 11), edges).to_dict(),
+            "random-nodes": curve_from_scores(_random_scores(n_nodes, seed + 12), nodes,
+                                              empty=edges.corrupted_run).to_dict()}
+
+
+def edge_pruning_available() -> bool:
+    """Whether this build has Edge Pruning (``methods.edge_pruning``) to run."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("subnetlab.methods.edge_pruning.train") is not None
+    except ModuleNotFoundError:  # no methods.edge_pruning package at all
+        return False
+
+
+def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings: dict[str, Any],
+                        out: Path) -> dict[str, Any]:
+    """Every method's curve (``curves.json``); methods this build lacks are listed under ``missing``."""
+    path = out / "curves.json"
+    if path.is_file():
+        return read_json(path)
+    stage("faithfulness curves: random edge and node circuits")
+    result: dict[str, Any] = {"curves": random_curves(model, tokenizer, task, settings), "missing": {}}
+    # ------------------------------------------------------------------------------------------------
+    # EDGE PRUNING and NODE PRUNING go here: their curves join result["curves"] as "edge-pruning" and
+    # "node-pruning", and result["key_edge_kept"] says whether edge pruning's circuit keeps
+    # scores' previous-token head -> induction head <k> edge (steps.key_edge).
+    # ------------------------------------------------------------------------------------------------
+    if not edge_pruning_available():
+        result["missing"]["edge-pruning"] = "this build has no Edge Pruning (subnetlab.methods.edge_pruning)"
+    result["missing"].setdefault("node-pruning", "not wired into this study yet")
+    write_json(path, result)
+    return result
+
+
+__all__ = ["edge_pruning_available", "faithfulness_curves", "random_curves"]

@@ -1,0 +1,104 @@
+"""``report.md`` of the circuits study: the phase change, the heads' attention scores, the mechanism's key edge,
+and the faithfulness (CPR / CMD) of every circuit method, with measured numbers only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from subnetlab.io import write_text
+from subnetlab.report.markdown import num, table
+
+
+def _curve_rows(training: dict[str, Any]) -> list[list[Any]]:
+    return [[r["step"], num(r["repeat_loss"]), num(r["repeat_accuracy"]), num(r["first_loss"]),
+             num(r["previous_token_L0"]), num(r["induction_last"])] for r in training["curve"]]
+
+
+def _phase(training: dict[str, Any]) -> str:
+    p = training["phase_change"]
+    fall = p.get("steepest_fall")
+    parts = []
+    if fall:
+        parts.append(f"steepest fall of the held-out loss on the repeat between steps {fall['from_step']} and "
+                     f"{fall['to_step']} ({num(fall['loss_from'])} -> {num(fall['loss_to'])} nats)")
+    for t in ("0.5", "0.9"):
+        step = p.get(f"accuracy_{t}")
+        parts.append(f"accuracy on the repeat first >= {t} at step {step}" if step is not None
+                     else f"accuracy on the repeat never reached {t}")
+    return "; ".join(parts)
+
+
+def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], scores: dict[str, Any],
+                 mechanism: dict[str, Any], curves: dict[str, Any], timing: dict[str, Any]) -> Path:
+    task, model = training["task"], training["model"]
+    prev, ind = scores["previous_token_head"], scores["induction_head"]
+    lines = [
+        "# Circuits: the induction mechanism, found edge by edge",
+        "",
+        f"Preset `{settings.get('preset', '?')}`, seed {settings['seed']}. Wall time {timing['wall_s']} s "
+        f"({timing['cpu_s']} s CPU, {timing['threads']} thread(s)); training alone {training['seconds']} s.",
+        "",
+        "## 1. Training: the phase change",
+        "",
+        f"A {model['layers']}-layer GPT-2 ({model['heads']} heads, width {model['width']}"
+        f"{', MLPs' if model['mlp'] else ', MLPs zeroed and frozen: attention only'}) trained on sequences of "
+        f"{task['length']} tokens from {task['vocab_size']} in which a span of {task['min_span']}-{task['max_span']} "
+        f"random tokens is repeated after a gap of 0-{task['max_gap']} tokens (`tasks.induction`). The loss is the "
+        "next-token cross-entropy on the predictable positions (the copy after its first token). Held-out curve "
+        "(loss / accuracy on the repeat; loss on the first span, which no mechanism can predict; the best layer-0 "
+        "previous-token score and the best last-layer induction score):",
+        "",
+        table(["step", "repeat loss", "repeat acc", "first-span loss", "prev-token L0", "induction L1"],
+              _curve_rows(training)),
+        "",
+        f"Phase change: {_phase(training)}.",
+        "",
+        "## 2. The heads' attention scores (independent of any circuit method)",
+        "",
+        f"On {scores['sequences']} held-out sequences: previous-token score = mean attention from position i to "
+        "i - 1; induction score = mean attention from a repeated token to the token after its earlier occurrence "
+        "(`analysis.induction_scores`).",
+        "",
+        table(["head", "previous-token", "induction"],
+              [[h["head"], num(h["previous_token"]), num(h["induction"])] for h in scores["heads"]]),
+        "",
+        f"Previous-token head: **L{prev['layer']}.H{prev['head']}** ({num(prev['score'])}); induction head: "
+        f"**L{ind['layer']}.H{ind['head']}** ({num(ind['score'])}).",
+        "",
+        "## 3. The circuit task and the mechanism's edges",
+        "",
+        "Clean prompt: a sequence whose repeated span ends it, minus its last token; answer: that token (copied "
+        "from the first span). Corrupted: the first span replaced by fresh tokens (no earlier occurrence to copy "
+        "from). Wrong answer: the corrupted prompt's token at the answer's source position (what a by-position "
+        f"copier would output). {settings['circuit']['n_eval']} evaluation pairs; removed edges are patched from "
+        f"the corrupted prompt. The model's graph has {mechanism['edges']} edges ({mechanism['writers']} writers, "
+        f"{mechanism['readers']} readers).",
+        "",
+        table(["model", "logit diff", "answer prob", "KL to full"],
+              [["full", num(mechanism["full"]["logit_diff"]), num(mechanism["full"]["answer_prob"]),
+                num(mechanism["full"]["kl"])],
+               ["corrupted prompts", num(mechanism["corrupted"]["logit_diff"]),
+                num(mechanism["corrupted"]["answer_prob"]), num(mechanism["corrupted"]["kl"])]]
+              + [[f"cut {name}", num(m["logit_diff"]), num(m["answer_prob"]), num(m["kl"])]
+                 for name, m in mechanism["single_edge_cut"].items()]),
+        "",
+        f"The mechanism's key edge is `{mechanism['key_edge']}`.",
+        "",
+        "## 4. Faithfulness of the circuit methods (MIB: CPR higher is better, CMD lower is better)",
+        "",
+        table(["method", "items", "CPR", "CMD"],
+              [[name, c["items"], num(c["cpr"]), num(c["cmd"])] for name, c in curves["curves"].items()]),
+        "",
+    ]
+    if "key_edge_kept" in curves:
+        lines += [f"Edge pruning's circuit keeps the key edge `{mechanism['key_edge']}`: "
+                  f"**{curves['key_edge_kept']}**.", ""]
+    for name, why in curves.get("missing", {}).items():
+        lines += [f"Not run: **{name}**: {why}.", ""]
+    path = out / "report.md"
+    write_text(path, "\n".join(lines))
+    return path
+
+
+__all__ = ["write_report"]

@@ -1,0 +1,151 @@
+"""`subnetlab reproduce circuits`: edge-level circuits of a known mechanism (issue: Edge Pruning, Bhaskar et al. 2024).
+
+``demo``: a 2-layer GPT-2 trained here on repeated random token spans forms
+induction heads (Olsson et al., 2022); the mechanism is known (a previous-token
+head in layer 0 feeds the *key* of an induction head in layer 1). The study
+
+1. trains the model (``steps.trained_model``), recording the loss on the repeat
+   and the heads' scores along the way (the phase change);
+2. scores every head's attention pattern: previous-token and induction scores
+   (``analysis.induction_scores``), the independent check of which heads carry
+   the mechanism;
+3. measures the circuit task (clean: a repeat to complete; corrupted: the first
+   span replaced, ``tasks.induction``) on the full model, on the corrupted
+   prompts, and with the previous-token head's edge into the induction head's
+   key (and, for comparison, query and value) patched from the corrupted prompt;
+4. draws the faithfulness curves (CPR / CMD) of the circuit methods on one
+   scale (``curves``): random edge and node circuits, and the place for edge
+   pruning and node-level pruning;
+5. writes ``report.md``.
+
+``paper``: Edge Pruning's GPT-2 IOI sweep settings (``run_scripts/ioi_sweep.sh``
+of princeton-nlp/Edge-Pruning), for users with a GPU and the Hugging Face hub;
+it needs the Edge Pruning method in this build and says so otherwise.
+
+Every step writes its result under ``out/`` and is skipped when a rerun finds
+it; a run directory refuses settings other than its own. Any setting can be
+overridden by name (``KEY=VALUE``, the value in YAML).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import read_json, write_json
+
+NAME = "circuits"
+
+# Edge Pruning's run_scripts/ioi_sweep.sh (with src/prune/fpt2_ioi.py): 17 target edge sparsities, node
+# sparsity 0.72 without the node loss, learning rates 0.8, 3000 steps of which 2500 warm the sparsity up
+PAPER_EDGE_SPARSITIES = [0.94, 0.945, 0.95, 0.955, 0.96, 0.965, 0.97, 0.975, 0.98, 0.985, 0.99, 0.995, 1.0, 1.01,
+                         1.02, 1.05, 1.1]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {
+        "study": "induction",
+        "threads": 1,  # a tiny model: one thread is as fast, and does not collapse on a shared CPU
+        "seed": 0,
+        "task": {"vocab_size": 32, "length": 32, "min_span": 8, "max_span": 12, "max_gap": 6},
+        "model": {"layers": 2, "heads": 4, "width": 128, "mlp_width": 512, "mlp": False},
+        "training": {"steps": 2500, "batch_size": 32, "lr": 1e-3, "weight_decay": 0.01, "warmup": 100,
+                     "eval_every": 100, "eval_size": 256},
+        "scores_size": 512,
+        "circuit": {"n_train": 200, "n_eval": 200, "batch_size": 50},
+    },
+    "paper": {
+        "study": "ioi-gpt2",
+        "threads": 0,  # 0: leave torch's default
+        "seed": 0,
+        "model": "gpt2",
+        "circuit": {"task": "circuit:ioi", "n_train": 200, "n_eval": 200, "batch_size": 32},
+        "edge_pruning": {"sparsities": PAPER_EDGE_SPARSITIES, "node_sparsity": 0.72, "node_loss": False,
+                         "lr": 0.8, "lambda_lr": 0.8, "total_steps": 3000, "warmup_steps": 2500,
+                         "lr_warmup_steps": 200, "batch_size": 32, "max_length": 64, "embedding_nodes": True},
+    },
+}
+
+
+def _check(settings: dict[str, Any]) -> None:
+    from subnetlab.experiments.circuits.steps import model_shape, task_config, train_settings
+
+    seed = settings.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SubnetlabError(f"seed {seed!r}: expected a non-negative integer", setting="seed")
+    if settings["study"] == "induction":
+        task_config(settings)
+        shape = model_shape(settings)
+        train_settings(settings)
+        if shape.layers < 2:
+            raise SubnetlabError(f"model layers {shape.layers}: an induction circuit needs two layers (a "
+                                 "previous-token head before the induction head)", setting="model")
+        for key in ("n_train", "n_eval", "batch_size"):
+            value = settings["circuit"].get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SubnetlabError(f"circuit.{key} {value!r}: expected a positive integer", setting="circuit")
+        size = settings.get("scores_size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise SubnetlabError(f"scores_size {size!r}: expected a positive number of sequences",
+                                 setting="scores_size")
+    elif settings["study"] == "ioi-gpt2":
+        from subnetlab.experiments.circuits.curves import edge_pruning_available
+
+        if not edge_pruning_available():
+            raise SubnetlabError("the paper preset runs Edge Pruning's GPT-2 IOI sweep, and this build has no Edge "
+                                 "Pruning method (subnetlab.methods.edge_pruning)", setting="preset")
+        raise SubnetlabError("the paper preset's GPT-2 IOI sweep is not wired into this study yet", setting="preset")
+    else:
+        raise SubnetlabError(f"study {settings['study']!r}: expected 'induction' or 'ioi-gpt2'", setting="study")
+
+
+def run(settings: dict[str, Any], out: Path) -> Path:
+    """Run the study into ``out`` (resuming finished steps) and return the report's path."""
+    from subnetlab.runtime import torch_threads
+
+    with torch_threads(max(0, int(settings.get("threads", 0)))):
+        return _run(settings, Path(out))
+
+
+def _run(settings: dict[str, Any], out: Path) -> Path:
+    import resource
+    import time
+
+    import torch
+
+    from subnetlab.experiments.circuits import steps
+    from subnetlab.experiments.circuits.curves import faithfulness_curves
+    from subnetlab.experiments.circuits.report import write_report
+    from subnetlab.progress import stage
+
+    _check(settings)
+    start_wall = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    start_cpu = usage.ru_utime + usage.ru_stime
+    config = {"reproduction": NAME, **settings}
+    previous = out / "config.json"
+    if previous.is_file() and read_json(previous) != json.loads(json.dumps(config)):
+        raise SubnetlabError(f"{out} holds a run with other settings (see {previous}); "
+                             "choose a new output directory, or delete it to start over", setting="out")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(previous, config)
+    model, tokenizer, training = steps.trained_model(settings, out)
+    scores = steps.attention_scores(model, settings, out)
+    mechanism = steps.mechanism_check(model, tokenizer, scores, settings, out)
+    task = steps.circuit_task(settings).bind(tokenizer)
+    curves = faithfulness_curves(model, tokenizer, task, scores, settings, out)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    timing = {"wall_s": round(time.perf_counter() - start_wall, 1),
+              "cpu_s": round(usage.ru_utime + usage.ru_stime - start_cpu, 1), "threads": torch.get_num_threads()}
+    metrics = {"phase_change": training["phase_change"], "final": training["curve"][-1],
+               "previous_token_head": scores["previous_token_head"], "induction_head": scores["induction_head"],
+               "mechanism": {k: mechanism[k] for k in ("full", "corrupted", "single_edge_cut", "key_edge")},
+               "cpr_cmd": {name: {"cpr": c["cpr"], "cmd": c["cmd"]} for name, c in curves["curves"].items()},
+               "missing": curves["missing"], "timing": timing}
+    write_json(out / "metrics.json", metrics)
+    stage("writing the report")
+    return write_report(out, settings, training, scores, mechanism, curves, timing)
+
+
+__all__ = ["NAME", "PRESETS", "run"]
