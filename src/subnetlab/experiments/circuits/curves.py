@@ -51,6 +51,32 @@ def random_curves(model, tokenizer, task, settings: dict[str, Any]) -> dict[str,
                                               empty=edges.corrupted_run).to_dict()}
 
 
+def node_pruning_curve(model, tokenizer, task, settings: dict[str, Any], empty: dict[str, float]) -> dict[str, Any]:
+    """Heuristic Core's pruning of heads and MLPs on the clean training prompts (its ``demo`` recipe, mean
+    ablation) to ``node_pruning.sparsity``; the final log-alphas rank the nodes for the curve."""
+    from subnetlab.analysis.circuit_evaluation import node_evaluator, node_vector
+    from subnetlab.analysis.faithfulness import curve_from_scores
+    from subnetlab.methods.hard_concrete.ablation import mean_activations
+    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.methods.hard_concrete.data import PruningData
+    from subnetlab.methods.hard_concrete.train import prune
+    from subnetlab.models.adapters import get_adapter
+
+    np_settings = settings["node_pruning"]
+    adapter = get_adapter(model)
+    data = PruningData.from_task(task, tokenizer, "train", max_length=task.options["length"])
+    config = preset_config("demo", float(np_settings["sparsity"]), seed=int(settings["seed"]),
+                           **dict(np_settings.get("overrides") or {}))
+    means = mean_activations(model, adapter, data, config.means_examples)
+    result = prune(model, adapter, data, config, ablation=means)
+    scores = node_vector(result.gates.log_alpha_heads.detach().cpu(), result.gates.log_alpha_mlps.detach().cpu())
+    evaluate = node_evaluator(model, adapter, task, tokenizer, "eval", batch_size=int(settings["circuit"]["batch_size"]))
+    curve = curve_from_scores(scores, evaluate, empty=empty).to_dict()
+    curve["log_alphas"] = scores.tolist()
+    curve["target_sparsity"] = float(np_settings["sparsity"])
+    return curve
+
+
 def edge_pruning_available() -> bool:
     """Whether this build has Edge Pruning (``methods.edge_pruning``) to run."""
     import importlib.util
@@ -69,6 +95,12 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
         return read_json(path)
     stage("faithfulness curves: random edge and node circuits")
     result: dict[str, Any] = {"curves": random_curves(model, tokenizer, task, settings), "missing": {}}
+    empty = result["curves"]["random-edges"]["empty"]  # the model on the corrupted prompts: MIB's m(empty)
+    if settings.get("node_pruning"):
+        stage("node-level pruning (Heuristic Core) of heads and MLPs")
+        result["curves"]["node-pruning"] = node_pruning_curve(model, tokenizer, task, settings, empty)
+    else:
+        result["missing"]["node-pruning"] = "node_pruning is off in these settings"
     # ------------------------------------------------------------------------------------------------
     # EDGE PRUNING and NODE PRUNING go here: their curves join result["curves"] as "edge-pruning" and
     # "node-pruning", and result["key_edge_kept"] says whether edge pruning's circuit keeps
@@ -76,7 +108,6 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
     # ------------------------------------------------------------------------------------------------
     if not edge_pruning_available():
         result["missing"]["edge-pruning"] = "this build has no Edge Pruning (subnetlab.methods.edge_pruning)"
-    result["missing"].setdefault("node-pruning", "not wired into this study yet")
     write_json(path, result)
     return result
 

@@ -54,6 +54,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "eval_every": 100, "eval_size": 256},
         "scores_size": 512,
         "circuit": {"n_train": 200, "n_eval": 200, "batch_size": 50},
+        "node_pruning": {"sparsity": 0.7, "overrides": {}},  # Heuristic Core's demo recipe on heads and MLPs
     },
     "paper": {
         "study": "ioi-gpt2",
