@@ -71,7 +71,8 @@ def node_pruning_curve(model, tokenizer, task, settings: dict[str, Any], empty: 
     result = prune(model, adapter, data, config, ablation=means)
     scores = node_vector(result.gates.log_alpha_heads.detach().cpu(), result.gates.log_alpha_mlps.detach().cpu())
     evaluate = node_evaluator(model, adapter, task, tokenizer, "eval", batch_size=int(settings["circuit"]["batch_size"]))
-    curve = curve_from_scores(scores, evaluate, empty=empty).to_dict()
+    # log-alphas are signed (a pruned gate is very negative): rank by value, not by MIB's absolute value
+    curve = curve_from_scores(scores, evaluate, empty=empty, absolute=False).to_dict()
     curve["log_alphas"] = scores.tolist()
     curve["target_sparsity"] = float(np_settings["sparsity"])
     return curve
@@ -102,9 +103,9 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
     else:
         result["missing"]["node-pruning"] = "node_pruning is off in these settings"
     # ------------------------------------------------------------------------------------------------
-    # EDGE PRUNING and NODE PRUNING go here: their curves join result["curves"] as "edge-pruning" and
-    # "node-pruning", and result["key_edge_kept"] says whether edge pruning's circuit keeps
-    # scores' previous-token head -> induction head <k> edge (steps.key_edge).
+    # EDGE PRUNING goes here: its curve joins result["curves"] as "edge-pruning", and
+    # result["key_edges_kept"] lists, per target sparsity, whether its circuit keeps each of
+    # steps.mechanism_edges(scores)["k"] (the previous-token head -> induction heads' key edges).
     # ------------------------------------------------------------------------------------------------
     if not edge_pruning_available():
         result["missing"]["edge-pruning"] = "this build has no Edge Pruning (subnetlab.methods.edge_pruning)"

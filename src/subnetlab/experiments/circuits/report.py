@@ -10,6 +10,9 @@ from subnetlab.io import write_text
 from subnetlab.report.markdown import num, table
 
 
+_FAMILY = {"gpt2": "GPT-2 (learned absolute positions)", "llama": "Llama-style decoder (rotary positions)"}
+
+
 def _curve_rows(training: dict[str, Any]) -> list[list[Any]]:
     return [[r["step"], num(r["repeat_loss"]), num(r["repeat_accuracy"]), num(r["first_loss"]),
              num(r["previous_token_L0"]), num(r["induction_last"])] for r in training["curve"]]
@@ -41,7 +44,7 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
         "",
         "## 1. Training: the phase change",
         "",
-        f"A {model['layers']}-layer GPT-2 ({model['heads']} heads, width {model['width']}"
+        f"A {model['layers']}-layer {_FAMILY[model.get('family', 'gpt2')]} ({model['heads']} heads, width {model['width']}"
         f"{', MLPs' if model['mlp'] else ', MLPs zeroed and frozen: attention only'}) trained on sequences of "
         f"{task['length']} tokens from {task['vocab_size']} in which a span of {task['min_span']}-{task['max_span']} "
         f"random tokens is repeated after a gap of 0-{task['max_gap']} tokens (`tasks.induction`). The loss is the "
@@ -63,8 +66,10 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
         table(["head", "previous-token", "induction"],
               [[h["head"], num(h["previous_token"]), num(h["induction"])] for h in scores["heads"]]),
         "",
-        f"Previous-token head: **L{prev['layer']}.H{prev['head']}** ({num(prev['score'])}); induction head: "
-        f"**L{ind['layer']}.H{ind['head']}** ({num(ind['score'])}).",
+        f"Previous-token head: **L{prev['layer']}.H{prev['head']}** ({num(prev['score'])}); best induction head: "
+        f"**L{ind['layer']}.H{ind['head']}** ({num(ind['score'])}); induction heads (score >= "
+        f"{scores['induction_threshold']}): " + (", ".join(f"L{h['layer']}.H{h['head']} ({num(h['score'])})"
+                                                   for h in scores["induction_heads"]) or "none") + ".",
         "",
         "## 3. The circuit task and the mechanism's edges",
         "",
@@ -81,9 +86,10 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
                ["corrupted prompts", num(mechanism["corrupted"]["logit_diff"]),
                 num(mechanism["corrupted"]["answer_prob"]), num(mechanism["corrupted"]["kl"])]]
               + [[f"cut {name}", num(m["logit_diff"]), num(m["answer_prob"]), num(m["kl"])]
-                 for name, m in mechanism["single_edge_cut"].items()]),
+                 for name, m in mechanism["cut"].items()]),
         "",
-        f"The mechanism's key edge is `{mechanism['key_edge']}`.",
+        f"The mechanism's key edges (previous-token head into each induction head's key, induction score >= "
+        f"{scores['induction_threshold']}): " + (", ".join(f"`{e}`" for e in mechanism["key_edges"]) or "none") + ".",
         "",
         "## 4. Faithfulness of the circuit methods (MIB: CPR higher is better, CMD lower is better)",
         "",
@@ -91,9 +97,9 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
               [[name, c["items"], num(c["cpr"]), num(c["cmd"])] for name, c in curves["curves"].items()]),
         "",
     ]
-    if "key_edge_kept" in curves:
-        lines += [f"Edge pruning's circuit keeps the key edge `{mechanism['key_edge']}`: "
-                  f"**{curves['key_edge_kept']}**.", ""]
+    for row in curves.get("key_edges_kept", []):
+        lines += [f"Edge pruning at sparsity {row['sparsity']} ({row['kept']} of {mechanism['edges']} edges kept): "
+                  + ", ".join(f"`{e}` {'kept' if k else 'removed'}" for e, k in row["key_edges"].items()) + ".", ""]
     for name, why in curves.get("missing", {}).items():
         lines += [f"Not run: **{name}**: {why}.", ""]
     path = out / "report.md"

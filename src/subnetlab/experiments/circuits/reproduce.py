@@ -49,10 +49,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "threads": 1,  # a tiny model: one thread is as fast, and does not collapse on a shared CPU
         "seed": 0,
         "task": {"vocab_size": 32, "length": 32, "min_span": 8, "max_span": 12, "max_gap": 6},
-        "model": {"layers": 2, "heads": 4, "width": 128, "mlp_width": 512, "mlp": False},
-        "training": {"steps": 2500, "batch_size": 32, "lr": 1e-3, "weight_decay": 0.01, "warmup": 100,
-                     "eval_every": 100, "eval_size": 256},
+        # rotary positions: GPT-2's learned absolute positions did not form a previous-token head in 2,500 steps
+        "model": {"family": "llama", "layers": 2, "heads": 4, "width": 64, "mlp_width": 256, "mlp": False},
+        "training": {"steps": 400, "batch_size": 32, "lr": 3e-3, "weight_decay": 0.01, "warmup": 100,
+                     "eval_every": 20, "eval_size": 256},
         "scores_size": 512,
+        "induction_threshold": 0.5,  # a last-layer head at least this induction score is an induction head
         "circuit": {"n_train": 200, "n_eval": 200, "batch_size": 50},
         "node_pruning": {"sparsity": 0.7, "overrides": {}},  # Heuristic Core's demo recipe on heads and MLPs
     },
@@ -86,6 +88,10 @@ def _check(settings: dict[str, Any]) -> None:
             value = settings["circuit"].get(key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SubnetlabError(f"circuit.{key} {value!r}: expected a positive integer", setting="circuit")
+        threshold = settings.get("induction_threshold")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+            raise SubnetlabError(f"induction_threshold {threshold!r}: expected a number in (0, 1]",
+                                 setting="induction_threshold")
         size = settings.get("scores_size")
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise SubnetlabError(f"scores_size {size!r}: expected a positive number of sequences",
@@ -141,7 +147,8 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
               "cpu_s": round(usage.ru_utime + usage.ru_stime - start_cpu, 1), "threads": torch.get_num_threads()}
     metrics = {"phase_change": training["phase_change"], "final": training["curve"][-1],
                "previous_token_head": scores["previous_token_head"], "induction_head": scores["induction_head"],
-               "mechanism": {k: mechanism[k] for k in ("full", "corrupted", "single_edge_cut", "key_edge")},
+               "induction_heads": scores["induction_heads"],
+               "mechanism": {k: mechanism[k] for k in ("full", "corrupted", "cut", "key_edges")},
                "cpr_cmd": {name: {"cpr": c["cpr"], "cmd": c["cmd"]} for name, c in curves["curves"].items()},
                "missing": curves["missing"], "timing": timing}
     write_json(out / "metrics.json", metrics)

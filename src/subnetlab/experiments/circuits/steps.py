@@ -1,6 +1,6 @@
 """The steps of the circuits study, each writing its result under the run directory and skipped on reruns.
 
-1. ``trained_model``: the 2-layer GPT-2 trained on repeated random spans
+1. ``trained_model``: the 2-layer model trained on repeated random spans
    (``training``), saved with ``save_pretrained`` in ``model/`` (with its
    tokenizer: every subnetlab command takes it as ``--model DIR``) and its
    curve in ``training.json``;
@@ -9,10 +9,11 @@
    the independent check of which heads form the mechanism, in
    ``head_scores.json``;
 3. ``mechanism_check``: the circuit task's metrics of the full model, of the
-   model on the corrupted prompts, and with single edges of the graph patched
-   from the corrupted prompt: the previous-token head's edge into the induction
-   head's key, and for comparison the same head's edges into the induction
-   head's query and value (``intervene.edges`` through
+   model on the corrupted prompts, and with edges of the graph patched from the
+   corrupted prompt: the previous-token head's edges into the keys of the
+   induction heads (every last-layer head whose induction score reaches
+   ``induction_threshold``), together and one by one, and for comparison its
+   edges into their queries and values (``intervene.edges`` through
    ``analysis.circuit_evaluation``), in ``mechanism.json``.
 """
 
@@ -52,15 +53,15 @@ def train_settings(settings: dict[str, Any]) -> TrainSettings:
 
 def trained_model(settings: dict[str, Any], out: Path) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
     """The trained model, its tokenizer and ``training.json`` (trained here unless a previous run saved it)."""
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
 
     task, shape, cfg = task_config(settings), model_shape(settings), train_settings(settings)
     model_dir, record_file = out / "model", out / "training.json"
     tokenizer = induction_tokenizer(task.vocab_size)
     if model_dir.is_dir() and record_file.is_file():
-        model = GPT2LMHeadModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="eager").eval()
         return model, tokenizer, read_json(record_file)
-    stage(f"training a {shape.layers}-layer GPT-2 ({shape.heads} heads, width {shape.width}"
+    stage(f"training a {shape.layers}-layer {shape.family} model ({shape.heads} heads, width {shape.width}"
           f"{'' if shape.mlp else ', attention only'}) on repeated random spans for {cfg.steps} steps")
     model = build_induction_model(task, shape, cfg.seed)
     started = time.perf_counter()
@@ -88,9 +89,12 @@ def attention_scores(model: torch.nn.Module, settings: dict[str, Any], out: Path
     last = scores.previous.shape[0] - 1
     prev_head, prev_score = scores.best("previous", 0)
     ind_head, ind_score = scores.best("induction", last)
-    result = {**scores.to_dict(), "sequences": int(settings["scores_size"]),
+    threshold = float(settings["induction_threshold"])
+    result = {**scores.to_dict(), "sequences": int(settings["scores_size"]), "induction_threshold": threshold,
               "previous_token_head": {"layer": 0, "head": prev_head, "score": prev_score},
-              "induction_head": {"layer": last, "head": ind_head, "score": ind_score}}
+              "induction_head": {"layer": last, "head": ind_head, "score": ind_score},
+              "induction_heads": [{"layer": last, "head": h, "score": float(v)}
+                                  for h, v in enumerate(scores.induction[last].tolist()) if v >= threshold]}
     write_json(path, result)
     return result
 
@@ -103,17 +107,19 @@ def circuit_task(settings: dict[str, Any]):
                                **settings["task"])
 
 
-def key_edge(scores: dict[str, Any]) -> dict[str, str]:
-    """Names of the mechanism's edges in the graph: previous-token head -> induction head's key (and, for
-    comparison, its query and value)."""
-    p, i = scores["previous_token_head"], scores["induction_head"]
-    src, dst = f"a{p['layer']}.h{p['head']}", f"a{i['layer']}.h{i['head']}"
-    return {kind: f"{src}->{dst}<{kind}>" for kind in ("k", "q", "v")}
+def mechanism_edges(scores: dict[str, Any]) -> dict[str, list[str]]:
+    """The mechanism's edges in the graph's names: the previous-token head into the key of every induction head
+    (``k``), and for comparison into their query (``q``) and value (``v``)."""
+    p = scores["previous_token_head"]
+    src = f"a{p['layer']}.h{p['head']}"
+    return {kind: [f"{src}->a{h['layer']}.h{h['head']}<{kind}>" for h in scores["induction_heads"]]
+            for kind in ("k", "q", "v")}
 
 
 def mechanism_check(model: torch.nn.Module, tokenizer: Any, scores: dict[str, Any], settings: dict[str, Any],
                     out: Path) -> dict[str, Any]:
-    """The circuit task's metrics: full model, corrupted prompts, and each mechanism edge patched alone."""
+    """The circuit task's metrics: full model, corrupted prompts, the mechanism's key (query, value) edges cut
+    together, and each key edge cut alone."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
     from subnetlab.models.adapters import get_adapter
     from subnetlab.models.graph import Graph
@@ -121,24 +127,28 @@ def mechanism_check(model: torch.nn.Module, tokenizer: Any, scores: dict[str, An
     path = out / "mechanism.json"
     if path.is_file():
         return read_json(path)
-    stage("the circuit task on the trained model: full model, corrupted prompts, single mechanism edges cut")
+    stage("the circuit task on the trained model: full model, corrupted prompts, the mechanism's edges cut")
     task = circuit_task(settings).bind(tokenizer)
     adapter = get_adapter(model)
     graph = Graph.from_adapter(adapter)
     evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval",
                               batch_size=int(settings["circuit"]["batch_size"]))
     everything = torch.ones(graph.num_edges, dtype=torch.bool)
-    cut = {}
-    for kind, name in key_edge(scores).items():
+
+    def without(names: list[str]) -> dict[str, float]:
         keep = everything.clone()
-        keep[graph.edge_index(name)] = False
-        cut[name] = evaluate(keep)
+        keep[[graph.edge_index(n) for n in names]] = False
+        return evaluate(keep)
+
+    edges = mechanism_edges(scores)
+    cut = {f"all {len(names)} {kind} edges": without(names) for kind, names in edges.items() if names}
+    cut.update({name: without([name]) for name in edges["k"]})
     result = {"edges": graph.num_edges, "writers": len(graph.writers), "readers": len(graph.readers),
               "full": evaluate(everything), "corrupted": evaluate(torch.zeros_like(everything)),
-              "single_edge_cut": cut, "key_edge": key_edge(scores)["k"]}
+              "cut": cut, "key_edges": edges["k"]}
     write_json(path, result)
     return result
 
 
-__all__ = ["attention_scores", "circuit_task", "key_edge", "mechanism_check", "model_shape", "task_config",
+__all__ = ["attention_scores", "circuit_task", "mechanism_edges", "mechanism_check", "model_shape", "task_config",
            "train_settings", "trained_model"]

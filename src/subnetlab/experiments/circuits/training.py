@@ -35,16 +35,20 @@ from subnetlab.tasks.induction import InductionConfig, RepeatedBatch, repeated_s
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The GPT-2's size. ``mlp=False`` zeroes and freezes every MLP (an attention-only model in effect,
-    still the standard class: a GELU of zero plus a zero bias writes exactly zero)."""
+    """The model's size and family. ``mlp=False`` zeroes and freezes every MLP (an attention-only model in
+    effect, still the standard class: GPT-2's GELU of zero plus a zero bias, Llama's zero down-projection,
+    write exactly zero)."""
 
     layers: int = 2
     heads: int = 4
     width: int = 64
     mlp_width: int = 256
     mlp: bool = True
+    family: str = "gpt2"  # gpt2 (learned absolute positions) or llama (rotary positions, no biases)
 
     def __post_init__(self) -> None:
+        if self.family not in ("gpt2", "llama"):
+            raise SubnetlabError(f"model family {self.family!r}: choose gpt2 or llama", setting="family")
         for name in ("layers", "heads", "width", "mlp_width"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -76,23 +80,31 @@ class TrainSettings:
                                  "expected lr > 0 and the others >= 0", setting="lr")
 
 
-def gpt2_config(task: InductionConfig, shape: ModelShape):
+def model_config(task: InductionConfig, shape: ModelShape):
+    """The ``transformers`` config of ``shape`` over the task's vocabulary (no dropout)."""
+    bos, pad = task.bos_id, task.vocab_size + 1
+    if shape.family == "llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(vocab_size=task.model_vocab_size, hidden_size=shape.width,
+                           intermediate_size=shape.mlp_width, num_hidden_layers=shape.layers,
+                           num_attention_heads=shape.heads, num_key_value_heads=shape.heads,
+                           max_position_embeddings=task.length, bos_token_id=bos, eos_token_id=bos,
+                           pad_token_id=pad, tie_word_embeddings=False)
     from transformers import GPT2Config
 
-    bos = task.bos_id
     return GPT2Config(vocab_size=task.model_vocab_size, n_positions=task.length, n_embd=shape.width,
                       n_layer=shape.layers, n_head=shape.heads, n_inner=shape.mlp_width, resid_pdrop=0.0,
-                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos,
-                      pad_token_id=task.vocab_size + 1)
+                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos, pad_token_id=pad)
 
 
 def build_induction_model(task: InductionConfig, shape: ModelShape, seed: int) -> nn.Module:
-    """A fresh ``GPT2LMHeadModel`` (eager attention, so attention weights can be read) from ``seed``."""
+    """A fresh causal LM (eager attention, so attention weights can be read) from ``seed``."""
     from subnetlab.models import build_model
 
-    model = build_model(gpt2_config(task, shape), head="causal-lm", seed=seed, attn_implementation="eager").model
+    model = build_model(model_config(task, shape), head="causal-lm", seed=seed, attn_implementation="eager").model
     if not shape.mlp:
-        for block in model.transformer.h:
+        for block in model.base_model.layers if shape.family == "llama" else model.transformer.h:
             for p in block.mlp.parameters():
                 p.data.zero_()
                 p.requires_grad_(False)
@@ -151,7 +163,8 @@ def train_induction_model(model: nn.Module, task: InductionConfig, cfg: TrainSet
             row = {"step": step, **evaluate(model, held_out, task)}
             curve.append(row)
             stage(f"induction model: step {step}/{cfg.steps}, loss on the repeat {row['repeat_loss']:.3f}, "
-                  f"accuracy {row['repeat_accuracy']:.2f}")
+                  f"accuracy {row['repeat_accuracy']:.2f}, best previous-token score {row['previous_token_L0']:.2f} "
+                  f"(layer 0), induction score {row['induction_last']:.2f} (last layer)")
     model.eval()
     return curve
 
@@ -173,5 +186,5 @@ def training_record(task: InductionConfig, shape: ModelShape, cfg: TrainSettings
     return {"task": task.to_dict(), "model": asdict(shape), "training": asdict(cfg)}
 
 
-__all__ = ["ModelShape", "TrainSettings", "build_induction_model", "evaluate", "gpt2_config", "phase_change",
+__all__ = ["ModelShape", "TrainSettings", "build_induction_model", "evaluate", "model_config", "phase_change",
            "train_induction_model", "training_record"]
