@@ -1,0 +1,84 @@
+"""`subnetlab reproduce circuits` at a toy size: every step writes its file, a rerun skips them, other settings are
+refused, and the mechanism check cuts exactly the edges it names (compared with the edge evaluator by hand)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.experiments import get_reproduction, settings_for
+from subnetlab.io import read_json
+
+
+def toy_settings() -> dict:
+    s = copy.deepcopy(settings_for(get_reproduction("circuits"), "demo"))
+    s["task"].update(vocab_size=16, length=16, min_span=3, max_span=5, max_gap=2)
+    s["model"].update(width=16, mlp_width=32, heads=2)
+    s["training"].update(steps=4, batch_size=4, eval_every=2, eval_size=8, warmup=1)
+    s["scores_size"] = 8
+    s["induction_threshold"] = 0.01  # an untrained model: every last-layer head counts, so edges get cut
+    s["circuit"].update(n_train=4, n_eval=4, batch_size=4)
+    s["node_pruning"] = None
+    return s
+
+
+def test_circuits_study_writes_each_step_and_resumes(tmp_path):
+    module = get_reproduction("circuits")
+    s = toy_settings()
+    report = module.run(s, tmp_path)
+    for name in ("config.json", "training.json", "head_scores.json", "mechanism.json", "curves.json", "metrics.json",
+                 "report.md", "model/config.json", "model/tokenizer.json"):
+        assert (tmp_path / name).is_file(), name
+    training = read_json(tmp_path / "training.json")
+    assert [r["step"] for r in training["curve"]] == [0, 2, 4]
+    scores = read_json(tmp_path / "head_scores.json")
+    assert len(scores["heads"]) == 4 and len(scores["induction_heads"]) == 2
+    mechanism = read_json(tmp_path / "mechanism.json")
+    assert mechanism["key_edges"] == [f"a0.h{scores['previous_token_head']['head']}->a1.h{h}<k>" for h in (0, 1)]
+    assert set(read_json(tmp_path / "curves.json")["curves"]) == {"random-edges", "random-nodes"}
+    text = report.read_text()
+    assert "Phase change" in text and "Not run: **node-pruning**" in text
+    before = (tmp_path / "model" / "model.safetensors").stat().st_mtime_ns
+    module.run(s, tmp_path)  # a rerun loads what exists
+    assert (tmp_path / "model" / "model.safetensors").stat().st_mtime_ns == before
+    other = copy.deepcopy(s)
+    other["seed"] = 1
+    with pytest.raises(SubnetlabError, match="other settings"):
+        module.run(other, tmp_path)
+
+
+def test_mechanism_cut_is_the_named_edge_patched_from_the_corrupted_prompt(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.experiments.circuits import steps
+    from subnetlab.models.adapters import get_adapter
+    from subnetlab.models.graph import Graph
+
+    s = toy_settings()
+    get_reproduction("circuits").run(s, tmp_path)
+    mechanism = read_json(tmp_path / "mechanism.json")
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"), attn_implementation="eager").eval()
+    tokenizer = steps.induction_tokenizer(s["task"]["vocab_size"])
+    task = steps.circuit_task(s).bind(tokenizer)
+    adapter = get_adapter(model)
+    graph = Graph.from_adapter(adapter)
+    evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=4)
+    name = mechanism["key_edges"][0]
+    keep = torch.ones(graph.num_edges, dtype=torch.bool)
+    keep[graph.edge_index(name)] = False
+    assert evaluate(keep) == pytest.approx(mechanism["cut"][name], rel=1e-5, abs=1e-6)
+    assert mechanism["corrupted"]["logit_diff"] == pytest.approx(evaluate.corrupted_run["logit_diff"], abs=1e-5)
+
+
+@pytest.mark.parametrize("key, value", [("induction_threshold", 0.0), ("scores_size", 0), ("seed", -1)])
+def test_circuits_study_refuses_bad_settings(tmp_path, key, value):
+    s = toy_settings()
+    s[key] = value
+    with pytest.raises(SubnetlabError) as err:
+        get_reproduction("circuits").run(s, tmp_path)
+    assert err.value.setting == key
+    assert not (tmp_path / "config.json").exists()
