@@ -2,7 +2,7 @@
 
 1. ``trained_model``: the 2-layer model trained on repeated random spans
    (``training``), saved with ``save_pretrained`` in ``model/`` (with its
-   tokenizer: every subnetlab command takes it as ``--model DIR``) and its
+   tokenizer: every subnetlab command takes the directory as its model) and its
    curve in ``training.json``;
 2. ``attention_scores``: every head's previous-token and induction score from
    its attention pattern on held-out sequences (``analysis.induction_scores``),
