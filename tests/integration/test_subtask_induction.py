@@ -13,7 +13,8 @@ from subnetlab.cli import main
 pytestmark = pytest.mark.integration
 
 TINY = {  # the demo preset shrunk to seconds: numbers 0..19, a few rows, 2 epochs everywhere
-    "max_number": "20", "base_train": "300", "base_epochs": "2", "cs_samples": "300", "cs_epochs": "2",
+    # cs_lr 0.2: six mask steps at 1e-3 leave every mask closed (from -0.1), and transfer refuses an empty subnetwork
+    "max_number": "20", "base_train": "300", "base_epochs": "2", "cs_samples": "300", "cs_epochs": "2", "cs_lr": "0.2",
     "lambdas": "[1.0e-7]", "sizes": "[0, 10]", "seeds": "[0]", "transfer_epochs": "2", "transfer_min_steps": "0",
     "backend": "local",
     "n_eval": "40", "n_test": "40",
@@ -85,7 +86,7 @@ def test_discover_and_transfer_commands(demo, tmp_path, capsys):
     model = out / "L2" / "base" / "model"
     common = ["--task-option", "n_eval=40", "--task-option", "n_test=40"]
     assert _cli(["discover", "--model", str(model), "--task", "arith:ab", "--out", str(tmp_path / "d"), "--epochs", "2",
-                 "--samples", "300", "--batch-size", "100", "--lambdas", "1e-7,1e-8", *common]) == 0
+                 "--samples", "300", "--batch-size", "100", "--lambdas", "1e-7,1e-8", "--lr", "0.2", *common]) == 0
     printed = capsys.readouterr().out
     assert "selected lambda" in printed and "parameters kept" in printed
     found = json.loads((tmp_path / "d" / "metrics.json").read_text())

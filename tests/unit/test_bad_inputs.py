@@ -28,6 +28,8 @@ PRUNE = ["prune", "--model", "{bert}", *NLI, "--sparsity", "0.5", "--seeds", "0"
 FINETUNE = ["finetune", "--model", "{bert}", *NLI, "--max-steps", "2"]
 EVALUATE = ["evaluate", "--model", "{bert}", *NLI]
 CIRCUIT_EVAL = ["circuit-eval", "--model", "{lm}", "--scores", "{nodescores}"]
+CIRCUIT = ["circuit", "--model", "{lm}", "--task", "circuit:ioi", "--task-option", "n_train=4", "--task-option",
+           "n_eval=2"]
 EFFECTIVE = ["effective-size", "--checkpoints", "{ft}", *NLI, "--preset", "demo", "--levels", "0.1:0.3:0.1"]
 
 
@@ -76,6 +78,11 @@ def files(tmp_path_factory) -> dict[str, str]:
     save_tensors(root / "half.safetensors", {"heads": torch.full((2, 2), 0.5), "mlps": torch.ones(2)}, good.metadata())
     save_tensors(root / "shape.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)}, good.metadata())
     Subnetwork.structured(get_adapter(gpt2), torch.ones(2, 4)).save(root / "gpt2-sub.safetensors")
+    weights = get_adapter(gpt2).weight_matrices(("attention", "mlp"))  # weight masks keeping nothing / everything
+    for name, fill in (("gpt2-empty", torch.zeros_like), ("gpt2-all", torch.ones_like)):
+        Subnetwork.from_weight_masks(get_adapter(gpt2), {n: fill(gpt2.get_parameter(n)) for n in weights}).save(
+            root / f"{name}.safetensors")
+        paths[name] = str(root / f"{name}.safetensors")
     ComponentValues([torch.zeros(4, 4) for _ in range(2)], [torch.zeros(16) for _ in range(2)]).save(root / "other-means.safetensors")
     for name in ("sub", "nan", "half", "shape", "gpt2-sub", "other-means"):
         paths[name] = str(root / f"{name}.safetensors")
@@ -314,6 +321,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("lottery-prune-float16-on-cpu", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--device",
                                       "cpu", "--dtype", "float16"], "--dtype float16: half-precision forward passes"),
     ("discover-data-flag-on-builtin-task", [*DISCOVER, "--answer-column", "answer"], "--answer-column: only for your own data"),
+    # health (subnetlab.runs.health): an empty subnetwork is refused before any training unless only the
+    # empty-mask control uses it; under --strict a degenerate input (keeping every weight) is refused too
+    ("transfer-empty-subnetwork", [*TRANSFER, "--subnetwork", "{gpt2-empty}", "--condition", "empty-mask,subnetwork"],
+     "--subnetwork keeps nothing (0 of "),
+    ("transfer-strict-full-subnetwork", ["--strict", *TRANSFER, "--subnetwork", "{gpt2-all}", "--condition", "subnetwork"],
+     ": degenerate: keeps everything ("),
     ("transfer-disambiguation-on-own-data", ["transfer", "--model", "{gpt2}", "--task", "file:{twocsv}", "--answer-column",
                                              "label", "--condition", "scratch", "--disambiguation", "0,10"],
      "--disambiguation: task file:"),
@@ -336,9 +349,21 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-eval-node-scores-shape", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--task-option", "n_train=2",
                                         "--task-option", "n_eval=2"], "the model has [2, 2] heads and [2] MLPs"),
     ("circuit-eval-metric", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--metric", "accuracy"],
-     "--metric 'accuracy': choose one of logit_diff, answer_prob, kl"),
+     "--metric 'accuracy': choose one of logit_diff, answer_prob, kl, prob_diff"),
+    ("circuit-eval-metric-of-another-task", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--task-option", "n_train=2",
+                                             "--task-option", "n_eval=2", "--metric", "prob_diff"],
+     "--metric 'prob_diff': task circuit:ioi measures logit_diff, answer_prob, kl"),
     ("circuit-eval-task-option-unknown", [*CIRCUIT_EVAL, "--task", "circuit:greater-than", "--task-option",
                                           "corruption=abc"], "unknown option(s) corruption"),
+    ("circuit-sparsity", [*CIRCUIT, "--sparsity", "1.5"], "--sparsity"),
+    ("circuit-ablation", [*CIRCUIT, "--sparsity", "0.9", "--ablation", "resample"],
+     "--ablation 'resample': expected one of corrupted, mean, zero"),
+    ("circuit-setting-unknown", [*CIRCUIT, "--sparsity", "0.9", "--set", "colour=red"],
+     "unknown edge pruning setting(s) colour"),
+    ("circuit-not-a-circuit-task", ["circuit", "--model", "{lm}", "--task", "arith:ab", "--sparsity", "0.9"],
+     "task arith:ab is not a circuit task"),
+    ("circuit-encoder-model", ["circuit", "--model", "{bert}", "--task", "circuit:ioi", "--sparsity", "0.9"],
+     "is not a causal language model"),
 ]
 
 

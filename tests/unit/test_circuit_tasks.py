@@ -187,3 +187,18 @@ def test_a_missing_pair_column_names_its_setting(tmp_path):
     with pytest.raises(SubnetlabError, match="no wrong answer column 'wrong_answer'") as e:
         _task(path, wrong_answer_column="wrong_answer")
     assert e.value.setting == "wrong_answer_column"
+
+
+def test_greater_than_probability_difference_against_hand_computation():
+    tok = gpt2_style_tokenizer()
+    task = get_task("circuit:greater-than", n_train=4, n_eval=3, seed=1).bind(tok)
+    assert task.metric_names == ("logit_diff", "answer_prob", "kl", "prob_diff") and len(task.years) == 100
+    batch = task.pair_batch(tok, "eval", [0, 1, 2])
+    logits = torch.randn(3, batch["input_ids"].shape[1], len(tok), generator=torch.Generator().manual_seed(0))
+    got = task.metrics(logits, batch, logits)["prob_diff"]
+    for b, pair in enumerate(task.pairs("eval")):
+        start = int(re.search(r"year \d\d(\d\d) to", pair.clean).group(1))
+        p = logits[b, batch["answer_index"][b]].softmax(-1)
+        ids = {yy: token_ids(tok, pair.clean + f"{yy:02d}")[-1] for yy in range(100)}
+        hand = sum(p[ids[yy]] for yy in range(start + 1, 100)) - sum(p[ids[yy]] for yy in range(0, start + 1))
+        assert float(got[b]) == pytest.approx(float(hand), abs=1e-6)

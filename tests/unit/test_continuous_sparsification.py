@@ -303,3 +303,19 @@ def test_keep_best_latest_takes_the_later_of_tied_epochs_as_the_released_code():
     sparser = min((1, 2), key=lambda e: (best.history[e].kept_fraction, e))
     assert best.epoch == sparser and best.kept_fraction == pytest.approx(best.history[sparser].kept_fraction)
     assert latest.kept_fraction == pytest.approx(latest.history[2].kept_fraction)
+
+
+def test_each_epoch_reports_its_undecided_masks():
+    """The raw number runs.health judges: masks whose soft value at the epoch's beta is in (0.05, 0.95). Epoch 0
+    trains at beta 1, where sigmoid(s) of logits near -0.1 is about 0.475: every mask undecided; epoch 1 at
+    beta = 1e12 ** (1/2) = 1e6, where only logits within 3e-6 of zero would be: none, the logits stay near -0.1."""
+    loaded = tiny_model("gpt2", seed=4)
+    data = _data(32, 3)
+    g = torch.Generator().manual_seed(0)
+    cs = ContinuousSparsification(epochs=2, lr=1e-3, batch_size=16, l0_lambda=1e-7, beta_final=1e12)
+    found = cs.fit(loaded.model, loaded.adapter,
+                   batches=lambda e: [(data.input_ids[r], data.targets[r]) for r in data.batches(16, g)],
+                   loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]), evaluate=lambda m: accuracy(m, data))
+    total = sum(loaded.adapter.parameter(n).numel() for n in cs.targets(loaded.adapter))
+    assert [r.masked for r in found.history] == [total, total]
+    assert [r.undecided for r in found.history] == [total, 0]

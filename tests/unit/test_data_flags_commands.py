@@ -78,8 +78,9 @@ def test_a_held_out_test_split_is_carved_from_the_training_rows(models):
 
 def test_discover_then_transfer_on_your_own_data(models, tmp_path, capsys):
     common = ["--model", models / "lm", "--task", f"file:{models / 'sums.csv'}", *SUMS, "--device", "cpu"]
+    # --init 0.05: one epoch from the default -0.1 keeps no weight, and transfer refuses an empty subnetwork
     code, out, err = _cli(capsys, "discover", *common, "--lambdas", "1e-7", "--epochs", "1", "--batch-size", "8",
-                          "--out", tmp_path / "disc")
+                          "--init", "0.05", "--out", tmp_path / "disc")
     assert code == 0, err
     assert ("task file:sums.csv: lm, 5 answers (five, four, one, three, two); 41 training rows; evaluation split 'eval': "
             "5 rows (10%) held out of the training data with seed 0; test split 'test': 4 rows (10%) held out") in err

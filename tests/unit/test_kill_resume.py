@@ -146,7 +146,10 @@ def test_effective_size_killed_mid_training_resumes_to_the_same_results(search, 
 
 # --- reproduce subtask-induction --preset demo, at a tiny size: killed after discovery, before its metrics ---------
 
-TINY_STUDY = {"base_train": 64, "max_number": 20, "base_epochs": 1, "cs_samples": 64, "cs_epochs": 1, "lambdas": "[1e-6]",
+# cs_lr 0.2: one step opens part of the masks (from -0.1); at 1e-3 every mask stays closed and transfer refuses the
+# empty subnetwork (subnetlab.runs.health)
+TINY_STUDY = {"base_train": 64, "max_number": 20, "base_epochs": 1, "cs_samples": 64, "cs_epochs": 1, "cs_lr": 0.2,
+              "lambdas": "[1e-6]",
               "sizes": "[10]", "seeds": "[0]", "conditions": "[subnetwork,scratch]", "transfer_epochs": 2,
               "transfer_min_steps": 0, "transfer_evals": 2, "n_eval": 20, "n_test": 20, "secondary_conditions": "[]",
               "backend": "local", "jobs": 1}

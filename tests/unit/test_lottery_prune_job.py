@@ -67,6 +67,9 @@ def test_magnitude_job_global_controls(tmp_path):
     rnd = Subnetwork.load(tmp_path / "mag" / "random.safetensors")
     assert rnd.extra["control_scope"] == "global" and rnd.count() == good.count() == metrics["kept"]
     assert set(metrics["controls_metric"]) == {"random", "bad"}
+    health = metrics["health"]  # subnetlab.runs.health on the subnetwork's size (no gates, no target)
+    assert (health["kept"], health["maskable"]) == (good.count(), sum(m.numel() for m in good.weights.values()))
+    assert ("degenerate" in health["problems"]) == (good.count() in (0, health["maskable"]))
 
 
 def test_new_prune_settings_are_checked():

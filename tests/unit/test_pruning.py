@@ -128,11 +128,16 @@ def test_staircase_saves_every_level_at_its_sparsity(trained) -> None:
     seen = []
     cfg = config(schedule="staircase", levels=(0.2, 0.4, 0.6), sparsity=0.6, ramp_steps=8, hold_steps=6,
                  first_ramp_steps=15, lr_decay="constant", ablation="zero")
+    expected = {}
     result = prune(loaded.model, loaded.adapter, data, cfg,
-                   on_level=lambda level, sel, step: seen.append((level, step, sel["topk"].sparsity)))
+                   on_level=lambda level, sel, step: (seen.append((level, step, sel["topk"].sparsity)),
+                                                      expected.update({step: sel["topk"].expected_sparsity})))
     assert [(lvl, step) for lvl, step, _ in seen] == [(0.2, 21), (0.4, 35), (0.6, 49)]
     assert [s for _, _, s in seen] == pytest.approx([0.2, 0.4, 0.6])
     assert result.selection.sparsity == pytest.approx(0.6)
+    # each level's selection reports the gates' expected sparsity there (what runs.health judges against the level)
+    recorded = {h["step"]: h["expected_sparsity"] for h in result.history}
+    assert expected == pytest.approx({step: recorded[step] for step in (21, 35, 49)})
 
 
 def test_authors_recipe_adamw_warmup_and_sampled_sparsity(trained) -> None:

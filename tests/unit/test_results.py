@@ -122,3 +122,21 @@ def test_bad_dir_is_one_error_line_and_exit_2(
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
     with pytest.raises(SubnetlabError):
         collect_results(target)
+
+
+def test_the_health_column_names_each_runs_problems(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from subnetlab.runs.health import judge
+
+    root = tmp_path / "runs"
+    make_run(root / "bad", {"seed": 0}, {"eval": 0.5, "health": judge(expected_sparsity=0.047, target_sparsity=0.5,
+                                                                        undecided=10, gates=10).to_dict()})
+    make_run(root / "good", {"seed": 1}, {"eval": 0.7, "health": judge(kept=3, maskable=6).to_dict()})
+    make_run(root / "old", {"seed": 2}, {"eval": 0.6})  # written before health was recorded
+    with pytest.raises(SystemExit) as exit_info:
+        main(["results", str(root), "--out", str(tmp_path / "table")])
+    assert exit_info.value.code == 0
+    table = pd.read_csv(tmp_path / "table.csv", keep_default_na=False)
+    assert list(table.columns[:2]) == ["run_dir", "health"]
+    assert dict(zip(table["run_dir"], table["health"])) == {"bad": "undecided,off-target", "good": "ok", "old": ""}
+    out = capsys.readouterr().out
+    assert "undecided,off-target" in out and "metrics.health.undecided_share" in out

@@ -11,9 +11,9 @@
   edge out of it, so node circuits and edge circuits land on one scale:
   ``curve_from_scores(node_scores, node_evaluator(...))`` next to the edge curve.
 
-Both return the mean over the pairs of one split of every metric of
-``tasks.circuits.metrics`` (``logit_diff``, ``answer_prob``, ``kl`` to the full
-model). The empty edge circuit is the model run on the corrupted prompt (every
+Both return the mean over the pairs of one split of every metric the task
+measures (``CircuitTask.metrics``: ``logit_diff``, ``answer_prob``, ``kl`` to the
+full model, and greater-than's ``prob_diff``). The empty edge circuit is the model run on the corrupted prompt (every
 reader, the logits included, sees the corrupted run); the empty node circuit
 keeps the clean embeddings. MIB normalises both granularities by the former
 (its ``m(empty)`` is the graph with no edge, whatever the level), which every
@@ -43,7 +43,6 @@ from subnetlab.intervene.gates import apply_gates
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 from subnetlab.subnetwork.subnetwork import component_index
-from subnetlab.tasks.circuits.metrics import circuit_metrics
 from subnetlab.tasks.circuits.pairs import CircuitTask, clean_inputs, corrupted_inputs
 
 
@@ -81,14 +80,14 @@ class Evaluator:
                  limit: int | None, capture: Callable[[dict[str, Tensor]], Any],
                  intervene: Callable[[Tensor, Any], Any]) -> None:
         device = next(model.parameters()).device
-        self.model, self.intervene, self.batches = model, intervene, []
+        self.model, self.task, self.intervene, self.batches = model, task, intervene, []
         corrupted: dict[str, float] = {}
         with torch.no_grad():
             for batch in task.pair_batches(tokenizer, split, batch_size, limit):
                 batch = {k: v.to(device) for k, v in batch.items()}
                 full = model(**clean_inputs(batch)).logits.float()  # [B, T, V]
                 self.batches.append((batch, full, capture(batch)))
-                _add_sums(corrupted, circuit_metrics(model(**corrupted_inputs(batch)).logits.float(), batch, full))
+                _add_sums(corrupted, task.metrics(model(**corrupted_inputs(batch)).logits.float(), batch, full))
         self.count = sum(len(b["answer_id"]) for b, _, _ in self.batches)
         self.corrupted_run = {name: total / self.count for name, total in corrupted.items()}
 
@@ -98,7 +97,7 @@ class Evaluator:
         for batch, full, values in self.batches:
             with self.intervene(keep, values):
                 logits = self.model(**clean_inputs(batch)).logits.float()
-            _add_sums(totals, circuit_metrics(logits, batch, full))
+            _add_sums(totals, self.task.metrics(logits, batch, full))
         return {name: total / self.count for name, total in totals.items()}
 
 

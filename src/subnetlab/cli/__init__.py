@@ -26,6 +26,16 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _options(strict: bool = typer.Option(False, "--strict", help=(
+        "Refuse (exit 2) instead of warning when a result is degenerate, undecided, off target or unconverged "
+        "(subnetlab.runs.health): subnetlab --strict prune ... (also accepted after the command)"))) -> None:
+    """Find, analyse and transfer the subnetworks inside trained neural networks."""
+    from subnetlab.cli.commands._health import set_strict
+
+    set_strict(strict)
+
+
 def _register_commands() -> None:
     """Register every command module's commands; each one that takes ``--out`` gets the one shared
     ``--out`` check and run-directory lock (``_options.guard_out``) around its whole run."""
@@ -75,7 +85,17 @@ def _flags_of(argv: list[str] | None) -> dict[str, str]:
         command = getattr(typer.main.get_command(app), "commands", {}).get(name)
     except Exception:  # the message matters more than the flag: print it as the library wrote it
         return {}
-    return setting_flags(command)
+    return {**setting_flags(command), "strict": "--strict"}  # the one global option
+
+
+GLOBAL_FLAGS = ("--strict",)  # options of ``subnetlab`` itself, accepted after the command too
+
+
+def _global_options_first(argv: list[str] | None) -> list[str]:
+    """``subnetlab prune ... --strict`` reads as ``subnetlab --strict prune ...``: a sweep script may add the
+    global flag wherever it builds its command line."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return [a for a in args if a in GLOBAL_FLAGS] + [a for a in args if a not in GLOBAL_FLAGS]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
 
     _quiet_libraries()
     try:
-        code = app(args=argv, standalone_mode=False, prog_name="subnetlab")
+        code = app(args=_global_options_first(argv), standalone_mode=False, prog_name="subnetlab")
     except SubnetlabError as e:
         print(f"error: {error_message(e, _flags_of(argv))}", file=sys.stderr)
         sys.exit(2)

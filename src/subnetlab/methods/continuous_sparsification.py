@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.methods.decided import count_undecided
 from subnetlab.optim import make_optimizer
 from subnetlab.intervene import mask_weights
 from subnetlab.models.adapters import Adapter
@@ -98,6 +99,8 @@ class EpochRecord:
     penalty: float
     eval_accuracy: float
     kept_fraction: float
+    undecided: int = 0  # mask entries whose soft value at this epoch's beta is undecided (``methods.decided``)
+    masked: int = 0  # mask entries in all
 
 
 @dataclass
@@ -260,8 +263,10 @@ class ContinuousSparsification:
                     with torch.no_grad():
                         acc = float(evaluate(model))
                     hard = {n: m.hard().to(torch.uint8).cpu() for n, m in masks.items()}
-                    kept = sum(int(h.sum()) for h in hard.values()) / sum(h.numel() for h in hard.values())
-                    record = EpochRecord(epoch, beta, total / steps, pen_total / steps, acc, kept)
+                    masked = sum(h.numel() for h in hard.values())
+                    kept = sum(int(h.sum()) for h in hard.values()) / masked
+                    undecided = sum(count_undecided(m.soft()) for m in masks.values())  # the masks' beta: this epoch's
+                    record = EpochRecord(epoch, beta, total / steps, pen_total / steps, acc, kept, undecided, masked)
                     history.append(record)
                     if log is not None:
                         log(record)

@@ -35,7 +35,7 @@ from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import write_json
 from subnetlab.runs.job_config import require_positive
-from subnetlab.tasks.circuits.metrics import METRICS
+from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
 
 ABLATIONS = ("corrupted", "zero")
@@ -63,8 +63,9 @@ class CircuitEvalJobConfig:
         for path in ([self.scores] if self.scores else []) + list(self.circuits):
             if not Path(path).is_file():
                 raise SubnetlabError(f"{path}: no such file", setting="scores" if path == self.scores else "circuits")
-        if self.metric not in METRICS:
-            raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS)}", setting="metric")
+        if self.metric not in METRICS + TASK_METRICS:
+            raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS + TASK_METRICS)}",
+                                 setting="metric")
         if self.ablation not in ABLATIONS:
             raise SubnetlabError(f"ablation {self.ablation!r}: choose one of {', '.join(ABLATIONS)}", setting="ablation")
         if len(self.sizes) < 2 or any(not 0.0 <= s <= 1.0 for s in self.sizes):
@@ -147,6 +148,8 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
         graph, keep = _graph_file(path, adapter, "in_graph")
         return "edges", keep.bool(), graph
     sub = Subnetwork.load(path, adapter)
+    if sub.kind == "edges":  # an edge circuit (subnetlab circuit's subnetwork.safetensors)
+        return "edges", sub.edges.bool(), sub.graph()
     if sub.kind != "structured":
         raise SubnetlabError(f"{path}: a weight-level subnetwork has no heads, MLPs or edges to measure as a circuit",
                              setting="circuits")
@@ -179,6 +182,9 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     if tokenizer is None:
         raise SubnetlabError(f"model {job.model} has no tokenizer to read the prompts with", setting="model")
     task.bind(tokenizer)  # every pair checked before any work
+    if job.metric not in task.metric_names:
+        raise SubnetlabError(f"metric {job.metric!r}: task {task.name} measures {', '.join(task.metric_names)}",
+                             setting="metric")
     task.examples(job.split)
     if job.scores is not None:
         level, scores, graph = read_scores(job.scores, loaded.adapter)

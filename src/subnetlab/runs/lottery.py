@@ -47,6 +47,7 @@ from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
 from subnetlab.progress import stage
+from subnetlab.runs.health import judge
 from subnetlab.runs.directory import record_runtime
 from subnetlab.runs.job_config import JobConfig, optional
 from subnetlab.runtime import DTYPE_NAMES, autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
@@ -265,6 +266,7 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
     if good.kind == "structured":
         metrics["kept_components"] = good.kept_names()
         metrics["heads_kept"], metrics["mlps_kept"] = int(good.heads.sum()), int(good.mlps.sum())
+    metrics["health"] = judge(kept=good.count(), maskable=good.maskable()).to_dict()  # no gates, no target: size alone
     return metrics
 
 

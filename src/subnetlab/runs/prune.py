@@ -48,6 +48,7 @@ from subnetlab.methods.hard_concrete.select import Selection
 from subnetlab.methods.hard_concrete.train import prune
 from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
+from subnetlab.runs.health import Health, judge
 from subnetlab.runtime import resolve_device
 from subnetlab.runs.prune_setup import FullModelJobConfig, ModelAndTask, PruneJobConfig, PruningSetup, load_pruning_model, task_tokenizer
 from subnetlab.subnetwork import Subnetwork
@@ -85,9 +86,20 @@ def evaluate_gates(setup: PruningSetup, heads, mlps, cfg: PruneConfig) -> dict[s
                         max_length=cfg.max_length, limit=cfg.eval_limit)
 
 
+def pruning_health(sel: Selection, cfg: PruneConfig, target: float, history: Sequence[Mapping[str, Any]] = ()) -> Health:
+    """The health of a selection at ``target``: its kept prunable components, the gates still undecided,
+    their expected sparsity against the target, and the KL to the full model over training (the objective the
+    subnetwork fits; the Lagrangian term's own convergence is what "off target" measures)."""
+    kept = int(sel.heads.sum()) + (int(sel.mlps.sum()) if cfg.prune_mlps else 0)
+    return judge(kept=kept, maskable=sel.gates, undecided=sel.undecided, gates=sel.gates,
+                 expected_sparsity=sel.expected_sparsity, target_sparsity=target,
+                 objective=[h["kl"] for h in history if "kl" in h] if history else None)
+
+
 def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selection], cfg: PruneConfig,
-                     target: float, job: PruneJobConfig) -> dict[str, Any]:
-    """Save the chosen subnetwork (and the other), evaluate the chosen one; return its metrics."""
+                     target: float, job: PruneJobConfig, history: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """Save the chosen subnetwork (and the other), evaluate the chosen one; return its metrics (its ``health``
+    judged from the selection and, at the end of a run, the training ``history``)."""
     adapter = setup.loaded.adapter
     subs = {name: _subnetwork(setup, sel, cfg, target, job) for name, sel in selections.items()}
     chosen = subs[cfg.selection]
@@ -108,7 +120,8 @@ def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selec
         described["gates"] = sel.gates
     return {"target_sparsity": target, "seed": cfg.seed, "selection": cfg.selection, "sparsity": chosen.sparsity,
             "parameter_sparsity": chosen.parameter_sparsity(adapter), "selections": described, "eval": scores,
-            "eval_ablation": "mean" if cfg.ablation == "resample" else cfg.ablation}
+            "eval_ablation": "mean" if cfg.ablation == "resample" else cfg.ablation,
+            "health": pruning_health(sel, cfg, target, history).to_dict()}
 
 
 def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
@@ -140,14 +153,16 @@ def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         for level in cfg.levels or (cfg.sparsity,):  # levels finished before a kill were skipped by the replay
             if level_name(level) not in levels:
                 levels[level_name(level)] = _level_summary(read_json(out_dir / "levels" / level_name(level) / "metrics.json"))
-        return {"target_sparsity": cfg.sparsity, "seed": cfg.seed, **training, "levels": levels}
+        health = pruning_health(result.selection, cfg, max(cfg.levels or (cfg.sparsity,)), result.history)
+        return {"target_sparsity": cfg.sparsity, "seed": cfg.seed, **training, "levels": levels,
+                "health": health.to_dict()}  # the gates at the end of the climb (each level has its own)
     stage(f"seed {cfg.seed}: evaluating the {cfg.sparsity:.2f} subnetwork")
-    metrics = write_selections(out_dir, setup, result.selections, cfg, cfg.sparsity, job)
+    metrics = write_selections(out_dir, setup, result.selections, cfg, cfg.sparsity, job, result.history)
     return {**metrics, **training}
 
 
 def _level_summary(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: metrics[k] for k in ("step", "sparsity", "parameter_sparsity", "eval") if k in metrics}
+    return {k: metrics[k] for k in ("step", "sparsity", "parameter_sparsity", "eval", "health") if k in metrics}
 
 
 def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:

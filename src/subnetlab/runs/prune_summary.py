@@ -3,7 +3,8 @@
 For every target sparsity (or staircase level) and every evaluation set (each
 split's accuracy, and each out-of-domain subcase or in-domain group), the full
 model's accuracy beside the min, max, mean and standard deviation (ddof = 1,
-the spread between seeds) over the seeds' subnetworks.
+the spread between seeds) over the seeds' subnetworks, and how many seeds'
+subnetworks ``runs.health`` found a problem in.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def _stats(values: list[float]) -> dict[str, float | int | None]:
     return {"min": min(values), "max": max(values), "mean": statistics.fmean(values), "std": std, "n": len(values)}
 
 
-def summarize(groups: Mapping[str, Iterable[Mapping[str, Any]]], model_scores: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``{sparsity: [eval dict of each seed]}`` -> ``{sparsity: {"seeds": n, "rows": {set: stats}}}``."""
+def summarize(groups: Mapping[str, Iterable[Mapping[str, Any]]], model_scores: Mapping[str, Any] | None,
+              healths: Mapping[str, Iterable[Mapping[str, Any] | None]] | None = None) -> dict[str, Any]:
+    """``{sparsity: [eval dict of each seed]}`` -> ``{sparsity: {"seeds": n, "rows": {set: stats}}}``; with
+    ``healths`` (``{sparsity: [health entry of each seed]}``) each sparsity also gets ``health``
+    (``health_counts``)."""
     model = flatten_scores(model_scores) if model_scores else {}
     out: dict[str, Any] = {}
     for key in sorted(groups, key=float):
@@ -44,7 +48,33 @@ def summarize(groups: Mapping[str, Iterable[Mapping[str, Any]]], model_scores: M
         names = list(dict.fromkeys(name for flat in flats for name in flat))
         rows = {name: {"model": model.get(name), **_stats([f[name] for f in flats if name in f])} for name in names}
         out[key] = {"seeds": len(flats), "rows": rows}
+        if healths is not None and key in healths:
+            out[key]["health"] = health_counts(healths[key])
     return out
+
+
+def health_counts(entries: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """How many seeds' subnetworks have each problem (``runs.health``), of how many judged, and the mean share
+    of undecided gates."""
+    judged = [e for e in entries if isinstance(e, Mapping)]
+    problems: dict[str, int] = {}
+    for e in judged:
+        for p in e.get("problems") or ():
+            problems[p] = problems.get(p, 0) + 1
+    shares = [e["undecided_share"] for e in judged if e.get("undecided_share") is not None]
+    return {"judged": len(judged), "problems": problems,
+            "undecided_share_mean": statistics.fmean(shares) if shares else None}
+
+
+def format_health(counts: Mapping[str, Any], share: bool = True) -> str:
+    """``off-target in 4 of 4 seed(s), undecided in 3 of 4 seed(s) (mean 62% of gates undecided)`` (``share``: the
+    part in brackets)."""
+    n = counts["judged"]
+    mean = counts.get("undecided_share_mean")
+    undecided = f" (mean {mean:.0%} of gates undecided)" if share and mean is not None else ""
+    if not counts["problems"]:
+        return f"no problem in {n} seed(s){undecided}"
+    return ", ".join(f"{p} in {k} of {n} seed(s)" for p, k in counts["problems"].items()) + undecided
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
@@ -52,6 +82,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     lines: list[str] = []
     for key, block in summary.items():
         lines.append(f"sparsity {float(key):.0%}: {block['seeds']} seed(s)")
+        if block.get("health", {}).get("judged"):
+            lines.append(f"  health: {format_health(block['health'])}")
         rows = block["rows"]
         width = max([len("evaluation set")] + [len(name) for name in rows])
         lines.append(f"  {'evaluation set':<{width}}  {'model':>6}  {'min':>6}  {'max':>6}  {'mean':>6}  {'std':>5}")

@@ -21,12 +21,14 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.runtime import (DTYPE_NAMES, autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record,
                                torch_threads)
 from subnetlab.intervene import mask_weights
+from subnetlab.io import read_json
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification, kept_percentages
 from subnetlab.models import load_model
 from subnetlab.models.loading import LoadedModel
 from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.progress import stage
 from subnetlab.runs.directory import record_runtime
+from subnetlab.runs.health import Health, judge, read_health
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
@@ -227,7 +229,7 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
         test_acc = accuracy(model, test, over=over)
     sub.save(out_dir / "subnetwork.safetensors")
     kept = kept_percentages(sub.weights, adapter)
-    return {
+    metrics = {
         "subnetwork": str(out_dir / "subnetwork.safetensors"), "task": task.name, "l0_lambda": strategy.l0_lambda,
         "eval_accuracy": found.eval_accuracy, "test_accuracy": test_acc, "epoch": found.epoch,
         "full_model_test_accuracy": full_acc, "kept_percent": kept["overall"], "kept_percent_per_layer": kept["per_layer"],
@@ -235,19 +237,81 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
         "history": [vars(h) for h in found.history], "seconds": time.perf_counter() - started,
         "cpu_seconds": time.process_time() - cpu_started,
     }
+    return {**metrics, "health": discovery_health(metrics).to_dict()}
+
+
+def discovery_health(metrics: dict) -> Health:
+    """The health of a discovery run from its metrics' raw numbers: the kept mask's size, the masks still
+    undecided after the last epoch, the objective (task loss + L0 term) per epoch. A run written before
+    health was recorded is judged from what its metrics hold (nothing: no problem found)."""
+    history = metrics.get("history") or []
+    last = history[-1] if history else {}
+    masked = last.get("masked") or None  # absent from runs written before the count was recorded
+    return judge(kept=metrics.get("kept"), maskable=metrics.get("masked_total"),
+                 undecided=last.get("undecided") if masked else None, gates=masked,
+                 objective=[h["loss"] + h["penalty"] for h in history if "loss" in h and "penalty" in h])
+
+
+def sweep_health(metrics: list[dict]) -> list[Health]:
+    """Each discovery run's health: as recorded, or judged from its raw numbers."""
+    return [read_health(m) or discovery_health(m) for m in metrics]
 
 
 def select_best(metrics: list[dict], selection: Any = None) -> dict:
     """The lambda sweep's winner among ``discover_job`` metrics, by ``selection``
     (a ``continuous_sparsification.Selection``; default: the sparsest subnetwork within 1 point of the
-    best evaluation accuracy, the paper's principle; ``Selection("best-accuracy")`` is the earlier rule)."""
+    best evaluation accuracy, the paper's principle; ``Selection("best-accuracy")`` is the earlier rule).
+
+    A degenerate subnetwork (keeping no weight, or every one) is never chosen while another run's is not:
+    the rules choose among the others (``degenerate_passed_over`` names the runs left out). The ``lambda``
+    rule names its run and keeps it whatever its health (its problems are reported, not overruled)."""
     from subnetlab.methods.continuous_sparsification import Selection
 
     if not metrics:
         raise SubnetlabError("no discovery results to choose from")
     selection = selection if selection is not None else Selection()
-    return selection.choose(metrics, lambda m: m["eval_accuracy"], lambda m: m["kept_percent"],
+    candidates = metrics if selection.rule == "lambda" else _not_degenerate(metrics) or metrics
+    return selection.choose(candidates, lambda m: m["eval_accuracy"], lambda m: m["kept_percent"],
                             lambda m: m["l0_lambda"])
+
+
+def _not_degenerate(metrics: list[dict]) -> list[dict]:
+    return [m for m, h in zip(metrics, sweep_health(metrics)) if "degenerate" not in h.problems]
+
+
+def degenerate_passed_over(metrics: list[dict], selection: Any = None) -> list[dict]:
+    """The runs ``select_best`` left out as degenerate (none when every run is, or under the ``lambda`` rule)."""
+    if selection is not None and selection.rule == "lambda":
+        return []
+    kept = _not_degenerate(metrics)
+    return [m for m in metrics if kept and not any(m is k for k in kept)]
+
+
+def subnetwork_health(sub: Subnetwork, path: str | Path | None = None) -> Health:
+    """The health of a transfer's subnetwork input: as its discovery run recorded it (the ``metrics.json``
+    beside ``path`` that names this file), else judged from the file alone (how many units it keeps)."""
+    if path is not None:
+        beside = Path(path).parent / "metrics.json"
+        if beside.is_file():
+            try:
+                recorded = read_json(beside)
+            except SubnetlabError:
+                recorded = None
+            same = isinstance(recorded, dict) and Path(str(recorded.get("subnetwork", ""))).resolve() == Path(path).resolve()
+            health = read_health(recorded) if same else None
+            if health is not None and health.kept == sub.count():  # the file as it was judged
+                return health
+    return judge(kept=sub.count(), maskable=sub.maskable())
+
+
+def check_transfer_input(health: Health, conditions: list[str]) -> None:
+    """Refuse to transfer an empty subnetwork: every masked condition would train the empty-mask control
+    under another name (a "subnetwork" result equal to scratch by construction). Only ``empty-mask`` may."""
+    using = [c for c in conditions if get_condition(c).needs_subnetwork and c != "empty-mask"]
+    if health.empty and using:
+        raise SubnetlabError(f"subnetwork keeps nothing (0 of {health.maskable} maskable units): condition "
+                             f"{using[0]!r} would train the empty-mask control under its name; rediscover it (a smaller "
+                             "L0 penalty, more epochs) or run only the empty-mask condition", setting="subnetwork")
 
 
 def _subnetwork_for(condition: str, sub: Subnetwork | None, seed: int) -> Subnetwork | None:
@@ -282,6 +346,9 @@ def _transfer(job: TransferJobConfig, out_dir: Path) -> dict:
     trained = load_model(job.model, head="causal-lm")
     trained.model.to(device)
     sub = Subnetwork.load(job.subnetwork, trained.adapter) if job.subnetwork else None
+    health = subnetwork_health(sub, job.subnetwork) if sub is not None else None
+    if health is not None:
+        check_transfer_input(health, [run["condition"] for run in job.runs])
     task_options = dict(job.task_options)
     arithmetic = job.task.startswith("arith:")
     if arithmetic:
@@ -306,7 +373,7 @@ def _transfer(job: TransferJobConfig, out_dir: Path) -> dict:
                      "transferred": item["tm"].transferred, "train_rows": len(item["splits"]["train"]),
                      "seconds": res.seconds, "cpu_seconds": res.cpu_seconds, "sequences": res.sequences,
                      "curve": [[c["epoch"], round(c["loss"], 5), c["eval_accuracy"]] for c in res.curve]})
-    return {"runs": runs}
+    return {"runs": runs, **({"health": health.to_dict()} if health is not None else {})}
 
 
 def _train_all(prepared: list[dict], settings: TrainSettings, stack: int) -> list:
@@ -334,4 +401,5 @@ def _train_all(prepared: list[dict], settings: TrainSettings, stack: int) -> lis
     return results
 
 
-__all__ = ["discover_job", "load_lm", "select_best", "transfer_job"]
+__all__ = ["degenerate_passed_over", "discover_job", "discovery_health", "load_lm", "select_best", "sweep_health",
+           "check_transfer_input", "subnetwork_health", "transfer_job"]

@@ -2,7 +2,10 @@
 
 Structured subnetworks keep heads and MLPs (``heads [layers, heads]``, ``mlps
 [layers]``, 1 = kept); weight-level ones keep individual weights (one mask per
-masked parameter, keyed by its name). One ``.safetensors`` file holds the masks
+masked parameter, keyed by its name); edge circuits keep edges of the model's
+computation graph (``edges [num_edges]`` in ``models.graph`` order, the graph's
+shape in the metadata as ``graph``, and a fingerprint over the architecture and
+that shape, so a circuit of one model is refused on another). One ``.safetensors`` file holds the masks
 and string metadata, including a fingerprint of the architecture and the masked
 parameters' shapes, so a mask cannot silently land on the wrong model.
 """
@@ -13,6 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+import hashlib
+import json
+
 import torch
 from safetensors import safe_open
 from torch import Tensor
@@ -20,9 +26,11 @@ from torch import Tensor
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import load_tensors, save_tensors
 from subnetlab.models.adapters import Adapter, head_name, mlp_name
+from subnetlab.models.graph import Graph
 
 FORMAT = "subnetlab.subnetwork/1"
-Kind = Literal["structured", "weights"]
+Kind = Literal["structured", "weights", "edges"]
+KINDS = ("structured", "weights", "edges")
 
 
 @dataclass
@@ -33,6 +41,8 @@ class Subnetwork:
     heads: Tensor | None = None  # [layers, heads] float, 1 = kept
     mlps: Tensor | None = None  # [layers]
     weights: dict[str, Tensor] = field(default_factory=dict)  # parameter name -> 0/1 mask
+    edges: Tensor | None = None  # [num_edges] float, 1 = kept (kind "edges")
+    graph_shape: dict | None = None  # the graph's shape (``Graph.shape()``) for kind "edges"
     method: str = "manual"
     seed: int | None = None
     target_sparsity: float | None = None
@@ -76,10 +86,30 @@ class Subnetwork:
         binary = {name: (m > 0.5).to(torch.uint8) for name, m in masks.items()}
         return cls("weights", adapter.family, adapter.fingerprint(sorted(masks)), weights=binary, **meta)
 
+    @classmethod
+    def from_edges(cls, adapter: Adapter, graph: Graph, edges: Tensor, **meta: object) -> "Subnetwork":
+        """An edge circuit over ``graph`` (the graph of ``adapter``'s model): ``edges [num_edges]``, 1 = kept."""
+        expected = Graph.from_adapter(adapter, graph.num_embeddings)
+        if expected != graph:
+            raise SubnetlabError(f"the graph ({graph.shape()}) is not this model's ({expected.shape()})")
+        if tuple(edges.shape) != (graph.num_edges,):
+            raise SubnetlabError(f"edge mask has shape {tuple(edges.shape)}, the graph has {graph.num_edges} edges")
+        return cls("edges", adapter.family, edge_fingerprint(adapter, graph), edges=(edges > 0.5).float(),
+                   graph_shape=graph.shape(), **meta)
+
+    def graph(self) -> Graph:
+        """The computation graph an edge circuit is over."""
+        if self.kind != "edges" or self.graph_shape is None:
+            raise SubnetlabError("this operation needs an edge circuit")
+        g = self.graph_shape
+        return Graph(g["family"], g["layers"], g["heads"], g["kv_heads"], g["embedding_nodes"])
+
     # -- measures ----------------------------------------------------------------
     @property
     def sparsity(self) -> float:
-        """Fraction removed, counting components (heads and MLPs alike) or weights."""
+        """Fraction removed, counting components (heads and MLPs alike), weights or edges."""
+        if self.kind == "edges":
+            return 1.0 - float(self.edges.sum()) / max(self.edges.numel(), 1)
         if self.kind == "structured":
             total = self.heads.numel() + self.mlps.numel()
             return 1.0 - float(self.heads.sum() + self.mlps.sum()) / total
@@ -88,7 +118,7 @@ class Subnetwork:
 
     def parameter_sparsity(self, adapter: Adapter) -> float:
         """Fraction of the components' parameters removed (heads and MLPs weighted by size)."""
-        if self.kind == "weights":
+        if self.kind in ("weights", "edges"):  # an edge's parameters are its writer's, shared by its other edges
             return self.sparsity
         self.check(adapter)
         ph, pm = adapter.params_per_head(), adapter.params_per_mlp()
@@ -96,7 +126,10 @@ class Subnetwork:
         return 1.0 - kept / float(ph.sum() + pm.sum())
 
     def kept_names(self) -> list[str]:
-        """Kept components as ``L4.H0`` / ``L3.MLP``, layer by layer."""
+        """Kept components as ``L4.H0`` / ``L3.MLP``, layer by layer (kept edges ``a0.h1->a1.h2<k>``, in graph order)."""
+        if self.kind == "edges":
+            names = self.graph().edge_names
+            return [names[i] for i in torch.nonzero(self.edges > 0.5).flatten().tolist()]
         self._need_structured()
         names = []
         for layer in range(self.heads.shape[0]):
@@ -116,6 +149,8 @@ class Subnetwork:
             raise SubnetlabError("set operations need subnetworks of the same kind on the same architecture")
         if self.kind == "structured":
             return replace(self, heads=op(self.heads, other.heads), mlps=op(self.mlps, other.mlps), method="combined")
+        if self.kind == "edges":
+            return replace(self, edges=op(self.edges, other.edges), method="combined")
         if set(self.weights) != set(other.weights):
             raise SubnetlabError("weight subnetworks mask different parameters")
         return replace(self, weights={k: op(v, other.weights[k]) for k, v in self.weights.items()}, method="combined")
@@ -127,9 +162,17 @@ class Subnetwork:
         return self._combine(other, torch.maximum)
 
     def count(self) -> int:
+        if self.kind == "edges":
+            return int(self.edges.sum())
         if self.kind == "structured":
             return int(self.heads.sum() + self.mlps.sum())
         return sum(int(m.sum()) for m in self.weights.values())
+
+    def maskable(self) -> int:
+        """Units the mask covers (components or weights): ``count()`` of them are kept."""
+        if self.kind == "structured":
+            return self.heads.numel() + self.mlps.numel()
+        return sum(m.numel() for m in self.weights.values())
 
     def jaccard(self, other: "Subnetwork") -> float:
         union = (self | other).count()
@@ -138,9 +181,10 @@ class Subnetwork:
     # -- compatibility and files ---------------------------------------------------------
     def check(self, adapter: Adapter) -> None:
         """Refuse a model whose architecture or masked parameter shapes differ."""
-        names = None if self.kind == "structured" else sorted(self.weights)
+        names = None if self.kind in ("structured", "edges") else sorted(self.weights)
         try:
-            expected = adapter.fingerprint(names)
+            expected = (edge_fingerprint(adapter, self.graph(), check=False) if self.kind == "edges"
+                        else adapter.fingerprint(names))
         except AttributeError as e:
             raise SubnetlabError(f"subnetwork does not fit this {adapter.family} model: {e}") from None
         if self.architecture != adapter.family or self.fingerprint != expected:
@@ -149,7 +193,11 @@ class Subnetwork:
                 f"{expected} ({adapter.family}): it was found on a different architecture"
             )
         # the fingerprint is metadata: the tensors themselves must have the model's shapes too
-        if self.kind == "structured":
+        if self.kind == "edges":
+            if tuple(self.edges.shape) != (self.graph().num_edges,):
+                raise SubnetlabError(f"edge mask has shape {tuple(self.edges.shape)}, the model's graph "
+                                     f"{self.graph().num_edges} edges")
+        elif self.kind == "structured":
             L, H = adapter.num_layers, adapter.num_heads
             if tuple(self.heads.shape) != (L, H) or tuple(self.mlps.shape) != (L,):
                 raise SubnetlabError(f"subnetwork masks have shapes {tuple(self.heads.shape)} and "
@@ -168,10 +216,15 @@ class Subnetwork:
             "target_sparsity": "" if self.target_sparsity is None else repr(float(self.target_sparsity)),
             "sparsity": repr(self.sparsity), "ablation": self.ablation,
         }
+        if self.kind == "edges":
+            meta["graph"] = json.dumps(self.graph_shape, sort_keys=True)
         return {**self.extra, **meta}
 
     def save(self, path: str | Path) -> None:
-        tensors = {"heads": self.heads, "mlps": self.mlps} if self.kind == "structured" else dict(self.weights)
+        if self.kind == "edges":
+            tensors = {"edges": self.edges}
+        else:
+            tensors = {"heads": self.heads, "mlps": self.mlps} if self.kind == "structured" else dict(self.weights)
         save_tensors(path, tensors, self.metadata())
 
     @classmethod
@@ -182,8 +235,18 @@ class Subnetwork:
         if meta.get("format") != FORMAT:
             raise SubnetlabError(f"{path}: not a subnetlab subnetwork file (format {meta.get('format')!r})")
         kind = meta.get("kind")
-        if kind not in ("structured", "weights"):
+        if kind not in KINDS:
             raise SubnetlabError(f"{path}: unknown subnetwork kind {kind!r}")
+        graph_shape = None
+        if kind == "edges":
+            try:
+                graph_shape = json.loads(meta["graph"])
+                Graph(graph_shape["family"], int(graph_shape["layers"]), int(graph_shape["heads"]),
+                      int(graph_shape["kv_heads"]), int(graph_shape["embedding_nodes"]))
+            except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+                raise SubnetlabError(f"{path}: edge circuit without a readable graph shape; the file is damaged") from None
+            if set(tensors) != {"edges"} or tensors["edges"].dim() != 1:
+                raise SubnetlabError(f"{path}: an edge circuit holds one 1-D tensor 'edges'; the file is damaged")
         if kind == "structured" and not {"heads", "mlps"} <= set(tensors):
             raise SubnetlabError(f"{path}: structured subnetwork without 'heads' and 'mlps' tensors")
         for name, tensor in tensors.items():
@@ -193,12 +256,14 @@ class Subnetwork:
             if heads.dim() != 2 or mlps.dim() != 1 or heads.shape[0] != mlps.shape[0]:
                 raise SubnetlabError(f"{path}: head mask {tuple(heads.shape)} and MLP mask {tuple(mlps.shape)} are not "
                                      "[layers, heads] and [layers]; the file is damaged")
-        known = {"format", "kind", "architecture", "fingerprint", "method", "seed", "target_sparsity", "sparsity", "ablation"}
+        known = {"format", "kind", "architecture", "fingerprint", "method", "seed", "target_sparsity", "sparsity", "ablation",
+                 "graph"}
         sub = cls(
             kind=kind, architecture=meta.get("architecture", ""), fingerprint=meta.get("fingerprint", ""),
             heads=tensors.get("heads") if kind == "structured" else None,
             mlps=tensors.get("mlps") if kind == "structured" else None,
-            weights={} if kind == "structured" else tensors,
+            weights=tensors if kind == "weights" else {},
+            edges=tensors["edges"].float() if kind == "edges" else None, graph_shape=graph_shape,
             method=meta.get("method", ""), seed=int(meta["seed"]) if meta.get("seed") else None,
             target_sparsity=float(meta["target_sparsity"]) if meta.get("target_sparsity") else None,
             ablation=meta.get("ablation", ""), extra={k: v for k, v in meta.items() if k not in known},
@@ -210,6 +275,14 @@ class Subnetwork:
     def _need_structured(self) -> None:
         if self.kind != "structured":
             raise SubnetlabError("this operation needs a structured (heads / MLPs) subnetwork")
+
+
+def edge_fingerprint(adapter: Adapter, graph: Graph, check: bool = True) -> str:
+    """The model's fingerprint joined with the graph's shape: an edge circuit fits only this graph of this model."""
+    if check and Graph.from_adapter(adapter, graph.num_embeddings) != graph:
+        raise SubnetlabError(f"the graph ({graph.shape()}) is not this model's")
+    blob = json.dumps({"model": adapter.fingerprint(), "graph": graph.shape()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _check_mask(path: str | Path, name: str, tensor: Tensor) -> None:

@@ -26,7 +26,18 @@ def core(
     print(f"core ({metrics['core_size']} heads): {', '.join(metrics['core']) or 'none'}")
     print(f"Spearman's rho {num(metrics['spearman_rho'], 3)} (p = {num(metrics['spearman_p'])}); "
           f"random subnetworks would share {num(metrics['expected_random_intersection'])} heads")
+    from subnetlab.runs.prune_summary import format_health
+
+    for label, counts in (metrics.get("health") or {}).items():
+        if counts.get("judged"):
+            print(f"health of the runs at {label}: {format_health(counts)}")
     print(f"report: {out / 'report.md'}")
+    from subnetlab.cli.commands._health import refuse_if_strict
+
+    flagged = {label: c for label, c in (metrics.get("health") or {}).items() if c.get("problems")}
+    if flagged:  # the core rests on these runs: one line (each run's own warnings came with its prune command)
+        refuse_if_strict("the core rests on pruned runs with health problems: " + "; ".join(
+            f"at {label}, {format_health(c, share=False)}" for label, c in flagged.items()))
 
 
 def register(app: typer.Typer) -> None:

@@ -62,7 +62,10 @@ def discover(
     """Train a continuous-sparsification mask over MODEL's frozen attention and MLP weights on TASK.
 
     Defaults are the paper's (Zhang et al. 2024, appendix A and B.1): s = -0.1, beta 1 -> 100,
-    lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples."""
+    lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples.
+
+    A degenerate lambda (its mask keeps no weight, or every one) is never selected while another is not;
+    health problems are warning lines (subnetlab --strict discover ... exits 2 instead)."""
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.io import write_json
     from subnetlab.runs.directory import claim
@@ -113,22 +116,39 @@ def discover(
     failed = [j for j in report.jobs if j.status == "failed"]
     if failed:
         raise SubnetlabError(f"discovery failed for {failed[0].name}: {failed[0].error}")
-    best = select_best([j.metrics for j in report.jobs], chooser)
+    from subnetlab.runs.transfer import degenerate_passed_over, sweep_health
+
+    runs = [j.metrics for j in report.jobs]
+    healths = sweep_health(runs)
+    best = select_best(runs, chooser)
+    passed_over = degenerate_passed_over(runs, chooser)
     from subnetlab.subnetwork import Subnetwork
 
     Subnetwork.load(best["subnetwork"], loaded.adapter).save(out / "subnetwork.safetensors")
-    summary = {**{k: v for k, v in best.items() if k != "history"}, "subnetwork": str(out / "subnetwork.safetensors"),
-               "selection": chooser.describe(),
-               "sweep": [{k: j.metrics[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent")}
-                         for j in report.jobs]}
+    chosen = healths[next(i for i, m in enumerate(runs) if m is best)]
+    summary = {**{k: v for k, v in best.items() if k not in ("history", "health")},
+               "subnetwork": str(out / "subnetwork.safetensors"), "selection": chooser.describe(),
+               "health": chosen.to_dict(), "passed_over_degenerate": [m["l0_lambda"] for m in passed_over],
+               "sweep": [{**{k: m[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent")},
+                          "health": h.to_dict()} for m, h in zip(runs, healths)]}
     write_json(out / "metrics.json", summary)
-    for row in summary["sweep"]:
+    for row, h in zip(summary["sweep"], healths):
         print(f"lambda {row['l0_lambda']:g}: eval {row['eval_accuracy']:.4f}  test {row['test_accuracy']:.4f}  "
-              f"kept {row['kept_percent']:.2f}%")
+              f"kept {row['kept_percent']:.2f}%  health: {', '.join(h.problems) or 'ok'}")
+    for m in passed_over:
+        print(f"lambda {m['l0_lambda']:g} not selected: its subnetwork is degenerate "
+              f"({'keeps nothing' if m['kept'] == 0 else 'keeps everything'})")
     print(f"selected lambda {best['l0_lambda']:g} ({chooser.describe()}): subtask test accuracy {best['test_accuracy']:.4f} "
           f"(full model {best['full_model_test_accuracy']:.4f}); parameters kept {best['kept_percent']:.2f}% "
           f"(per layer: {', '.join(f'L{k} {v:.2f}%' for k, v in best['kept_percent_per_layer'].items())})")
     print(f"subnetwork: {out / 'subnetwork.safetensors'}")
+    from subnetlab.cli.commands._health import refuse_if_strict, report_health
+
+    if len(runs) > 1 and not any(h.ok for h in healths):
+        tried = ", ".join(f"{m['l0_lambda']:g}" for m in runs)
+        refuse_if_strict(f"no lambda of the sweep ({tried}) gave a healthy subnetwork; lambda {best['l0_lambda']:g} "
+                         "is selected anyway")
+    report_health([(f"selected subnetwork (lambda {best['l0_lambda']:g})", chosen)])
 
 
 def register(app: typer.Typer) -> None:

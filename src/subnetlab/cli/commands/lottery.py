@@ -81,6 +81,10 @@ def lottery_prune(
     print(f"full model ({metrics.get('metric_name', 'accuracy')}): {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
           f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")
     print(f"subnetwork: {out / 'subnetwork.safetensors'} (controls: random.safetensors, bad.safetensors)")
+    from subnetlab.cli.commands._health import report_health
+    from subnetlab.runs.health import read_health
+
+    report_health([(f"subnetwork {out / 'subnetwork.safetensors'}", read_health(metrics))])
 
 
 def lottery_retrain(

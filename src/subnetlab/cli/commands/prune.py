@@ -78,7 +78,10 @@ def prune(
                                "with --gpus-per-job each job gets its own GPU."),
     executor: ExecutorOptions = None,
 ) -> None:
-    """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds."""
+    """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds.
+
+    Each run's health (off target, undecided gates, unconverged) is in its metrics.json and printed as
+    warning lines; subnetlab --strict prune ... exits 2 instead."""
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.methods.hard_concrete.schedule import parse_levels
@@ -126,6 +129,24 @@ def prune(
     if failed:
         raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
                              f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
+    from subnetlab.cli.commands._health import report_health
+
+    report_health(_healths(report))
+
+
+def _healths(report) -> list:
+    """``(run, health)`` of every pruning run, and of every staircase level (``staircase/seed-0 level 0.05``)."""
+    from subnetlab.runs.health import Health, read_health
+
+    out = []
+    for job in report.jobs:
+        if not job.metrics or job.name == "full-model":
+            continue
+        for level, entry in (job.metrics.get("levels") or {}).items():
+            if isinstance(entry.get("health"), dict):
+                out.append((f"{job.name} level {level}", Health.from_dict(entry["health"])))
+        out.append((job.name, read_health(job.metrics)))
+    return out
 
 
 def _summary(report) -> dict:
@@ -133,6 +154,7 @@ def _summary(report) -> dict:
     from subnetlab.runs.prune_summary import summarize
 
     groups: dict[str, list[dict]] = {}
+    healths: dict[str, list[dict | None]] = {}
     model_scores = None
     for job in report.jobs:
         if not job.metrics:
@@ -142,9 +164,12 @@ def _summary(report) -> dict:
         elif "levels" in job.metrics:
             for level, entry in job.metrics["levels"].items():
                 groups.setdefault(level, []).append(entry["eval"])
+                healths.setdefault(level, []).append(entry.get("health"))
         elif "eval" in job.metrics:
-            groups.setdefault(level_name(job.metrics["target_sparsity"]), []).append(job.metrics["eval"])
-    return summarize(groups, model_scores) if groups else {}
+            key = level_name(job.metrics["target_sparsity"])
+            groups.setdefault(key, []).append(job.metrics["eval"])
+            healths.setdefault(key, []).append(job.metrics.get("health"))
+    return summarize(groups, model_scores, healths) if groups else {}
 
 
 def register(app: typer.Typer) -> None:

@@ -14,11 +14,35 @@ MAX_ROWS = 15
 MAX_COLUMNS = 7
 
 
+HEALTH = "health"  # the column naming each run's problems (subnetlab.runs.health), from metrics.health.problems
+HEALTH_PROBLEMS = "metrics.health.problems"
+
+
+def with_health(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with a ``health`` column after ``run_dir``: ``ok``, the problems (``off-target,undecided``), or
+    empty for a run that records no health (written before it was judged, or not a subnetwork)."""
+    import json
+
+    if HEALTH_PROBLEMS not in frame.columns:
+        return frame
+
+    def text(value: object) -> str:
+        if not isinstance(value, str):
+            return ""
+        problems = json.loads(value)
+        return ",".join(problems) if problems else "ok"
+
+    frame = frame.copy()
+    frame.insert(1, HEALTH, frame[HEALTH_PROBLEMS].map(text))
+    return frame
+
+
 def _summary_columns(frame: pd.DataFrame) -> list[str]:
-    """The columns worth a glance: config values that vary across runs (the grid), then metrics."""
+    """The columns worth a glance: health, config values that vary across runs (the grid), then metrics."""
+    first = ["run_dir"] + ([HEALTH, "metrics.health.undecided_share"] if HEALTH in frame.columns else [])
     varying = [c for c in frame.columns if c.startswith("config.") and frame[c].astype(str).nunique() > 1]
-    metrics = [c for c in frame.columns if c.startswith("metrics.")]
-    return ["run_dir"] + (varying + metrics)[: MAX_COLUMNS - 1]
+    metrics = [c for c in frame.columns if c.startswith("metrics.") and not c.startswith("metrics.health.")]
+    return first + (varying + metrics)[: MAX_COLUMNS - len(first)]
 
 
 def _cell(value: object) -> str:
@@ -56,9 +80,10 @@ def register(app: typer.Typer) -> None:
         ),
         out: Path = typer.Option(None, "--out", help="File stem for STEM.csv and STEM.parquet [default: DIR/results]."),
     ) -> None:
-        """Collect every run's config.json and metrics.json under DIR into one table (CSV and Parquet)."""
+        """Collect every run's config.json and metrics.json under DIR into one table (CSV and Parquet); the
+        health column names each run's problems (degenerate, undecided, off-target, unconverged) or says ok."""
         from subnetlab.executor.results import collect_results, write_results
 
-        frame = collect_results(directory)
+        frame = with_health(collect_results(directory))
         written = write_results(frame, out if out is not None else directory / "results")
         print_summary(frame, written)

@@ -63,7 +63,10 @@ def transfer(
     executor: ExecutorOptions = None,
 ) -> None:
     """Transfer SUBNETWORK from MODEL into fresh models and train them on TASK, for every condition,
-    number of disambiguation rows and seed; report each run's test accuracy at its best evaluation epoch."""
+    number of disambiguation rows and seed; report each run's test accuracy at its best evaluation epoch.
+
+    An empty subnetwork is refused (only the empty-mask condition may use one); the subnetwork's other health
+    problems are warning lines (subnetlab --strict transfer ... refuses them before any training)."""
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
@@ -121,14 +124,22 @@ def transfer(
     if built.kind != "lm":
         raise SubnetlabError(f"task {task}: transfer training runs on language-model tasks (e.g. arith:a^2+ab, or "
                              "your own data with --answer-column)")
+    health = None
     if subnetwork is not None:
-        Subnetwork.load(subnetwork, loaded.adapter)  # wrong file or model: fail before any job
+        from subnetlab.cli.commands._health import report_health
+        from subnetlab.runs.transfer import check_transfer_input, subnetwork_health
+
+        sub = Subnetwork.load(subnetwork, loaded.adapter)  # wrong file or model: fail before any job
+        health = subnetwork_health(sub, subnetwork)
+        check_transfer_input(health, conditions)  # an empty subnetwork: refused before any training
+        report_health([(f"subnetwork {subnetwork}", health)])  # under --strict: refused here, before any training
     report = executor.run(jobs, sweep_dir=out)
     done = [j for j in report.jobs if j.metrics is not None]
     runs = [r for j in done for r in j.metrics["runs"]]
     if runs:
         summary = summarise(runs)
-        write_json(out / "metrics.json", {"summary": summary, "runs": [{k: v for k, v in r.items() if k != "curve"} for r in runs]})
+        write_json(out / "metrics.json", {"summary": summary, "runs": [{k: v for k, v in r.items() if k != "curve"} for r in runs],
+                                          **({"health": health.to_dict()} if health is not None else {})})
         figure3(runs, out / "figure3.png")
         print("condition".ljust(20) + "".join(f"{s:>9}" for s in sizes))
         for c in summary:

@@ -33,6 +33,12 @@ def core_section(doc: MarkdownReport, core: Mapping[str, Any], heatmap: str | os
     )
     if core.get("mlps_in_all"):
         doc.para(f"MLPs kept by every subnetwork: {', '.join(core['mlps_in_all'])}.")
+    judged = {label: counts for label, counts in (core.get("health") or {}).items() if counts.get("judged")}
+    if judged:
+        from subnetlab.runs.prune_summary import format_health
+
+        doc.para("Health of the pruned runs (subnetlab.runs.health): "
+                 + "; ".join(f"at {label}, {format_health(counts)}" for label, counts in judged.items()) + ".")
     doc.figure(heatmap, f"Number of heads kept by i of the {la} subnetworks (rows) and j of the {lb} ones (columns); "
                "the top-right cell is the core, and mass along the diagonal means the two sparsities favour the same heads.",
                base=base)
@@ -87,6 +93,9 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
 
 def identification_section(doc: MarkdownReport, identified: Mapping[str, Mapping[str, Sequence]]) -> dict[str, float]:
     """Per sparsity: the share of gates still undecided at the end of pruning and the top-k / threshold Jaccard."""
+    from subnetlab.runs.health import MAX_UNDECIDED_SHARE, TARGET_TOLERANCE
+    from subnetlab.runs.prune_summary import format_health, health_counts
+
     rows, shares = [], {}
     for label, r in identified.items():
         pairs = [(u, g) for u, g in zip(r["undecided"], r["gates"]) if u is not None and g]
@@ -95,14 +104,19 @@ def identification_section(doc: MarkdownReport, identified: Mapping[str, Mapping
             continue
         share = sum(u for u, _ in pairs) / sum(g for _, g in pairs)
         shares[label] = share
+        counts = health_counts(r.get("health") or [])
+        judged = format_health(counts, share=False) if counts["judged"] else "-"
         rows.append([label, ", ".join(str(u) for u, _ in pairs) + f" of {pairs[0][1]}", pct(share),
-                     f"{min(jac):.2f} to {max(jac):.2f}" if jac else "-"])
+                     f"{min(jac):.2f} to {max(jac):.2f}" if jac else "-", judged])
     if rows:
-        doc.table(["Sparsity", "undecided gates per seed", "undecided (%)", "Jaccard top-k vs threshold"], rows, caption=(
+        doc.table(["Sparsity", "undecided gates per seed", "undecided (%)", "Jaccard top-k vs threshold", "health"], rows,
+                  caption=(
             "How firmly each run's subnetwork is identified: gates still undecided at the end of pruning "
             "(0.05 < P(gate open) < 0.95), and the overlap of the two ways of reading a subnetwork off the gates "
             "(top-k by log-alpha, the paper's threshold). Many undecided gates or a low Jaccard mean the core rests on "
-            "small log-alpha differences."))
+            f"small log-alpha differences. Health (subnetlab.runs.health): a run is undecided with more than "
+            f"{MAX_UNDECIDED_SHARE:.0%} of its gates undecided, off target when its gates' expected sparsity misses the "
+            f"target by more than {TARGET_TOLERANCE:g}, unconverged when its KL was still falling at the end."))
     return shares
 
 

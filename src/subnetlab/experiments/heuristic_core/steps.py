@@ -18,6 +18,7 @@ from subnetlab.analysis.core import analyse_core
 from subnetlab.analysis.scores import PAPER_SUBCASES, score_columns
 from subnetlab.errors import SubnetlabError
 from subnetlab.runs.pruned_runs import two_groups
+from subnetlab.runs.prune_summary import health_counts
 from subnetlab.io import read_json, write_json
 from subnetlab.models.adapters import head_name
 from subnetlab.progress import stage
@@ -61,7 +62,9 @@ def core_step(dirs: Sequence[str | Path], out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     heat = frequency_heatmap_plot(analysis, out / "heatmap.png")
     freq = frequency_maps_plot(analysis, out / "frequencies.png")
-    metrics = {**analysis.to_dict(), "seeds": {la: [r.seed for r in runs_a], lb: [r.seed for r in runs_b]}}
+    metrics = {**analysis.to_dict(), "seeds": {la: [r.seed for r in runs_a], lb: [r.seed for r in runs_b]},
+               "health": {la: health_counts([r.metrics.get("health") for r in runs_a]),  # the runs' own judgements
+                          lb: health_counts([r.metrics.get("health") for r in runs_b])}}
     doc = MarkdownReport(f"Heuristic core: {la} vs {lb}")
     sections.core_section(doc, metrics, heat, freq, base=out)
     doc.write(out / "report.md")

@@ -198,19 +198,21 @@ def seed_table(study: dict, settings: dict, prune_dir: Path, subcases: list[str]
 
 
 def identification(study: dict, settings: dict, prune_dir: Path) -> dict:
-    """Per sparsity and seed: gates still undecided at the end (0.05 < P(open) < 0.95) and the Jaccard of the
-    top-k and threshold selections; how firmly each run's subnetwork is identified."""
+    """Per sparsity and seed: gates still undecided at the end (0.05 < P(open) < 0.95), the Jaccard of the
+    top-k and threshold selections and the run's health entry; how firmly each run's subnetwork is identified."""
     from subnetlab.runs.prune import run_dir_name
 
     out: dict[str, dict[str, list]] = {}
     for target in study["sparsities"]:
         label = f"{100 * target:g}%"
         for seed in settings["seeds"]:
-            sel = read_json(prune_dir / run_dir_name(target, seed, "linear") / "metrics.json")["selections"]
-            row = out.setdefault(label, {"undecided": [], "gates": [], "jaccard": []})
+            metrics = read_json(prune_dir / run_dir_name(target, seed, "linear") / "metrics.json")
+            sel = metrics["selections"]
+            row = out.setdefault(label, {"undecided": [], "gates": [], "jaccard": [], "health": []})
             row["undecided"].append(sel.get("undecided_gates"))
             row["gates"].append(sel.get("gates"))
             row["jaccard"].append(sel.get("jaccard"))
+            row["health"].append(metrics.get("health"))  # runs.health's judgement (None: written before it)
     return out
 
 

@@ -81,11 +81,13 @@ def _pruning_table(doc: MarkdownReport, task: str, r: dict[str, Any], split: str
     for key, m in sorted(r["prune"].items()):
         accepted = sum(1 for s in m["steps"] if s["accepted"])
         kept = f"{m['heads_kept']} heads, {m['mlps_kept']} MLPs" if m["kind"] == "structured" else f"{m['kept']:,} weights"
+        health = (", ".join(m["health"]["problems"]) or "ok") if isinstance(m.get("health"), dict) else "-"
         rows.append([key, pct(m["full_metric"]), pct(m["metric"]), pct(m["sparsity"]), pct(m["parameter_sparsity"]),
-                     f"{accepted} / {len(m['steps'])}", kept])
-    doc.table(["run", f"full {split}", "pruned", "removed", "removed params", "steps kept / tried", "kept"], rows,
+                     f"{accepted} / {len(m['steps'])}", kept, health])
+    doc.table(["run", f"full {split}", "pruned", "removed", "removed params", "steps kept / tried", "kept", "health"], rows,
               caption=f"{task}: pruning the fine-tuned models (no re-fine-tuning). {_metric_name(r)} in %; "
-                      "'removed' counts weights (m) or heads + MLPs (s).")
+                      "'removed' counts weights (m) or heads + MLPs (s); health: degenerate when a subnetwork keeps "
+                      "nothing or everything (subnetlab.runs.health; '-': run written before health was recorded).")
 
 
 def _tickets(doc: MarkdownReport, task: str, r: dict[str, Any], split: str, figdir: Path, out: Path) -> None:

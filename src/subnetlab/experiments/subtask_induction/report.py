@@ -261,12 +261,17 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
     for layers in settings["layers"]:
         d = discovered[layers]
         for m in d.get("sweep", []):
+            health = (", ".join(m["health"]) or "ok") if "health" in m else "-"  # "-": a sweep written before health
             rows.append([layers, f"{m['l0_lambda']:g}", pct(m["eval_accuracy"]), pct(m["test_accuracy"]),
-                         f"{m['kept_percent']:.2f}", m["epoch"], "yes" if m["l0_lambda"] == d["l0_lambda"] else ""])
-    doc.table(["layers", "lambda", "subtask eval acc. %", "subtask test acc. %", "params kept %", "epoch kept", "transferred"],
+                         f"{m['kept_percent']:.2f}", m["epoch"], health,
+                         "yes" if m["l0_lambda"] == d["l0_lambda"] else ""])
+    doc.table(["layers", "lambda", "subtask eval acc. %", "subtask test acc. %", "params kept %", "epoch kept", "health",
+               "transferred"],
               rows, caption=f"Every lambda of the sweep: the share of masked (attention + MLP) weights its mask keeps "
-                            f"(paper's Table 3: 3.2-7.7%) and its accuracy on `{settings['sub_op']}`. Transferred: "
-                            f"{chosen}.")
+                            f"(paper's Table 3: 3.2-7.7%) and its accuracy on `{settings['sub_op']}`; health: the "
+                            "problems subnetlab.runs.health found (degenerate: keeps no weight or every one, never "
+                            "transferred while another lambda's is not; undecided: masks still between 0.05 and 0.95 "
+                            f"at the end). Transferred: {chosen}.")
     rows = []
     for layers in settings["layers"]:
         d = discovered[layers]

@@ -270,7 +270,7 @@ def _base(settings: dict, layers: int, out: Path) -> Path:
 
 def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
     """One discovery job per lambda; ``selection`` picks the subnetwork. Returns it with the whole sweep."""
-    from subnetlab.runs.transfer import select_best
+    from subnetlab.runs.transfer import select_best, sweep_health
 
     root = out / f"L{layers}" / "discover"
     jobs = []
@@ -287,9 +287,9 @@ def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
         jobs.append(Job("subnetlab.runs.transfer:discover_job", config, root / f"lambda_{lam:g}"))
     report = _run(jobs, settings, root)
     metrics = [r.metrics for r in report.jobs]
-    best = select_best(metrics, selection_of(settings))
-    sweep = [{k: m[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent", "epoch", "seconds")}
-             for m in metrics]
+    best = select_best(metrics, selection_of(settings))  # never a degenerate lambda while another is not
+    sweep = [{**{k: m[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent", "epoch", "seconds")},
+              "health": list(h.problems)} for m, h in zip(metrics, sweep_health(metrics))]
     best = {**best, "sweep": sweep, "selection": selection_of(settings).describe()}
     write_json(root / "selected.json", best)
     return best

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.methods.decided import count_undecided
 
 LEFT, RIGHT = -0.1, 1.1  # stretch interval [l, r]
 BETA = 2.0 / 3.0  # temperature
@@ -170,3 +171,61 @@ def _deterministic_group(log_alpha: Tensor) -> Tensor:
         order = torch.argsort(soft, stable=True)
         soft[order[:zeros]] = 0.0
     return soft
+
+
+class HardConcreteMask(nn.Module):
+    """Learnable hard-concrete masks over a flat vector of ``size`` items (edges of a graph, its nodes).
+
+    The same distribution, constants, initialisation and deterministic rule as
+    ``HardConcreteGates`` (whose static ``stretch`` / ``prob_closed`` /
+    ``prob_open`` it calls), for masks that are not a layers x heads grid. In
+    training mode a call draws one sample per forward; in eval mode it gives
+    the deterministic masks, computed over the whole vector at once (Edge
+    Pruning's ``deterministic_z_from_log_alpha``).
+    """
+
+    def __init__(self, size: int, *, seed: int = 0, init_log_alpha: float = 10.0, init_std: float = 0.01) -> None:
+        super().__init__()
+        if size < 1:
+            raise SubnetlabError(f"masks need at least one item, got {size}")
+        if init_std < 0:
+            raise SubnetlabError(f"init_std {init_std} must be non-negative")
+        self.size = int(size)
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.log_alpha = nn.Parameter((init_log_alpha + init_std * torch.randn(size, generator=self.generator)).float())
+        self.last_sample: Tensor | None = None
+
+    def sample(self) -> Tensor:
+        u = torch.rand((self.size,), generator=self.generator, dtype=torch.float32)
+        u = (u * (1.0 - 2.0 * EPS) + EPS).to(self.log_alpha.device)
+        self.last_sample = HardConcreteGates.stretch(u, self.log_alpha)
+        return self.last_sample
+
+    def forward(self) -> Tensor:
+        return self.sample() if self.training else self.deterministic().to(self.log_alpha.device)
+
+    def expected_l0(self) -> Tensor:
+        """``E[z != 0]`` per item (differentiable)."""
+        return 1.0 - HardConcreteGates.prob_closed(self.log_alpha)
+
+    def expected_sparsity(self) -> Tensor:
+        return 1.0 - self.expected_l0().sum() / self.size
+
+    def sample_sparsity(self) -> Tensor:
+        if self.last_sample is None:
+            raise SubnetlabError("no mask sample drawn yet")
+        return 1.0 - self.last_sample.sum() / self.size
+
+    @torch.no_grad()
+    def deterministic(self) -> Tensor:
+        return _deterministic_group(self.log_alpha.detach().cpu())
+
+    def undecided(self) -> int:
+        """Items whose probability of being kept is still undecided (``methods.decided``)."""
+        return count_undecided(self.expected_l0())
+
+    def generator_state(self) -> Tensor:
+        return self.generator.get_state()
+
+    def set_generator_state(self, state: Tensor) -> None:
+        self.generator.set_state(state.to(torch.uint8))

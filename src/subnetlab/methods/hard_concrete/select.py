@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.methods.decided import UNDECIDED, count_undecided
 from subnetlab.methods.hard_concrete.distribution import HardConcreteGates
 
 THRESHOLD_STRIDE = 0.05
@@ -32,6 +33,8 @@ class Selection:
     threshold: float | None = None
     undecided: int | None = None  # prunable gates still undecided when it was chosen (``undecided_gates``)
     gates: int | None = None  # prunable gates in all
+    expected_sparsity: float | None = None  # the gates' expected sparsity when it was chosen (top-k meets the target
+    #                                         whatever the gates learnt: this says whether training got there)
 
     @property
     def sparsity(self) -> float:
@@ -72,9 +75,6 @@ def select_threshold(gates: HardConcreteGates, sparsity: float, stride: float = 
     return best
 
 
-UNDECIDED = (0.05, 0.95)
-
-
 def undecided_gates(gates: HardConcreteGates, bounds: tuple[float, float] = UNDECIDED) -> int:
     """How many prunable gates are still undecided: ``low < P(z != 0) < high``.
 
@@ -85,8 +85,7 @@ def undecided_gates(gates: HardConcreteGates, bounds: tuple[float, float] = UNDE
     open_heads, open_mlps = gates.expected_l0()
     probs = torch.cat([open_heads.detach().reshape(-1), open_mlps.detach().reshape(-1)]) if gates.prune_mlps \
         else open_heads.detach().reshape(-1)
-    low, high = bounds
-    return int(((probs > low) & (probs < high)).sum())
+    return count_undecided(probs, bounds)
 
 
 def select(gates: HardConcreteGates, sparsity: float, method: str) -> Selection:

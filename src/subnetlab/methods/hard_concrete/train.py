@@ -77,8 +77,11 @@ class PruneResult:
 
 
 def selections(gates: HardConcreteGates, sparsity: float) -> dict[str, Selection]:
-    """Both selections at ``sparsity``, each recording how many gates were still undecided."""
-    counts = {"undecided": undecided_gates(gates), "gates": gates.num_gates}
+    """Both selections at ``sparsity``, each recording how many gates were still undecided and the gates'
+    expected sparsity (the raw numbers ``runs.health`` judges)."""
+    with torch.no_grad():
+        expected = float(gates.expected_sparsity())
+    counts = {"undecided": undecided_gates(gates), "gates": gates.num_gates, "expected_sparsity": expected}
     return {"topk": replace(select_topk(gates, sparsity), **counts),
             "threshold": replace(select_threshold(gates, sparsity), **counts)}
 

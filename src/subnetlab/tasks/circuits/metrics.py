@@ -20,7 +20,8 @@ from torch import Tensor
 from subnetlab.errors import SubnetlabError
 
 METRICS = ("logit_diff", "answer_prob", "kl")
-HIGHER_IS_BETTER = {"logit_diff": True, "answer_prob": True, "kl": False}
+TASK_METRICS = ("prob_diff",)  # measured by the tasks that define them (greater-than)
+HIGHER_IS_BETTER = {"logit_diff": True, "answer_prob": True, "kl": False, "prob_diff": True}
 
 
 def answer_logits(logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
@@ -59,5 +60,5 @@ def circuit_metrics(logits: Tensor, batch: dict[str, Tensor], full_logits: Tenso
             "kl": kl_to_full(logits, full_logits, batch)}
 
 
-__all__ = ["HIGHER_IS_BETTER", "METRICS", "answer_logits", "answer_probability", "circuit_metrics", "kl_to_full",
+__all__ = ["HIGHER_IS_BETTER", "METRICS", "TASK_METRICS", "answer_logits", "answer_probability", "circuit_metrics", "kl_to_full",
            "logit_difference"]

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.base import Example, Task, _pad_id
+from subnetlab.tasks.circuits.metrics import METRICS, circuit_metrics
 from subnetlab.tasks.encoding import EncodedSplit, tokenizer_key
 
 
@@ -159,6 +160,16 @@ class CircuitTask(Task):
         self._cache.clear()
         self._answer_cache.clear()
         return self
+
+    # ---------------------------------------------------------------- metrics
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The metrics ``metrics`` returns (a task may add its own to ``tasks.circuits.metrics.METRICS``)."""
+        return METRICS
+
+    def metrics(self, logits: Tensor, batch: dict[str, Tensor], full_logits: Tensor) -> dict[str, Tensor]:
+        """``[B]`` per metric of a pair batch, from the logits of a model (or circuit) and of the full model."""
+        return circuit_metrics(logits, batch, full_logits)
 
     def pairs(self, split: str) -> list[CircuitPair]:
         """The pairs of ``split`` (after ``bind``)."""

@@ -1,0 +1,45 @@
+"""The command line's side of ``subnetlab.runs.health``: one ``warning:`` line per problem, or, under the
+global ``--strict`` (``subnetlab --strict COMMAND ...``), one refusal (``error:`` line, exit 2).
+
+A command collects ``(what, health)`` pairs from its runs' metrics once their results are written and
+hands them to ``report_health``; the judging itself stays in ``runs.health``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.runs.health import Health
+
+_state = {"strict": False}
+
+
+def set_strict(on: bool) -> None:
+    """Set by the ``subnetlab`` callback on every invocation (so in-process calls never inherit it)."""
+    _state["strict"] = bool(on)
+
+
+def strict() -> bool:
+    return _state["strict"]
+
+
+def report_health(entries: Iterable[tuple[str, Health | None]]) -> int:
+    """Print ``warning: WHAT: PROBLEM`` for every problem (none for runs without a health entry); return how
+    many. Under ``--strict`` print nothing and refuse with the first problem (and how many more there are)."""
+    found = [(what, message) for what, health in entries if health is not None for message in health.messages()]
+    if found and strict():
+        what, message = found[0]
+        more = f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else ""
+        raise SubnetlabError(f"{what}: {message}{more}; refused under strict health checks", setting="strict")
+    for what, message in found:
+        print(f"warning: {what}: {message}", file=sys.stderr)
+    return len(found)
+
+
+def refuse_if_strict(message: str) -> None:
+    """A problem that is not one subnetwork's (a sweep with no healthy run): a warning, or the refusal."""
+    if strict():
+        raise SubnetlabError(f"{message}; refused under strict health checks", setting="strict")
+    print(f"warning: {message}", file=sys.stderr)

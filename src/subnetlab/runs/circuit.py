@@ -1,0 +1,166 @@
+"""Edge-pruning jobs for ``subnetlab.executor``: one per (target edge sparsity, seed) on a circuit task.
+
+Layout of a circuit sweep's directory DIR (what ``subnetlab circuit`` writes)::
+
+    DIR/
+      sweep.json                          the executor's record of the sweep
+      graph.json                          the model's computation graph (writers, readers, edges)
+      sparsity-0.950/seed-0/
+        config.json                       everything to rerun it (written first)
+        checkpoint.safetensors/.json      training state; a killed run resumes from it
+        subnetwork.safetensors            the circuit: a Subnetwork of kind "edges"
+        graph.json                        the graph with each edge's log-alpha (score) and in_graph
+        history.json                      target, expected sparsity, KL, lambdas over training
+        metrics.json                      kept edges, sparsity, the circuit's metrics and faithfulness on the
+                                          evaluation pairs, health (written last: marks the run finished)
+
+The circuit is measured as ``subnetlab circuit-eval`` measures one: removed
+edges patched from each pair's corrupted prompt, every metric the task
+measures, and ``f = (m(C) - m(empty)) / (m(full) - m(empty))`` with
+``m(empty)`` the model on the corrupted prompts (MIB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.executor import Job
+from subnetlab.intervene.edges import check_edge_family
+from subnetlab.io import write_json
+from subnetlab.methods.edge_pruning.config import EdgePruneConfig, preset_config
+from subnetlab.methods.edge_pruning.data import circuit_data
+from subnetlab.methods.edge_pruning.train import prune_edges
+from subnetlab.models.graph import Graph
+from subnetlab.progress import stage
+from subnetlab.runs.directory import absolute_inputs
+from subnetlab.runs.health import judge
+from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
+from subnetlab.runtime import resolve_device
+from subnetlab.subnetwork import Subnetwork
+from subnetlab.tasks.circuits.pairs import CircuitTask
+
+CIRCUIT_JOB = "subnetlab.runs.circuit:circuit_job"
+SUBNETWORK_FILE = "subnetwork.safetensors"
+GRAPH_FILE = "graph.json"
+
+
+@dataclass(frozen=True)
+class CircuitJobConfig(ModelAndTask):
+    """``circuit_job``'s config: model and circuit task, the preset, the edge-pruning settings, the evaluation."""
+
+    preset: str | None = None
+    edge_prune: dict[str, Any] = field(default_factory=dict)
+    eval_split: str = "eval"
+    eval_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.settings  # checks the edge-pruning settings
+
+    @cached_property
+    def settings(self) -> EdgePruneConfig:
+        return EdgePruneConfig.from_dict(self.edge_prune)
+
+
+def run_dir_name(sparsity: float, seed: int) -> str:
+    return f"sparsity-{sparsity:.3f}/seed-{seed}"
+
+
+def load_circuit_task(job: ModelAndTask) -> tuple[Any, CircuitTask, Any]:
+    """The model, its circuit task bound to the tokenizer (every pair checked), and the tokenizer."""
+    task = job.task_spec.build()
+    if not isinstance(task, CircuitTask):
+        raise SubnetlabError(f"task {job.task} is not a circuit task (prompt pairs: circuit:ioi, circuit:greater-than, "
+                             "circuit:arith:<op>, or your own file with a corrupted column)", setting="task")
+    loaded = load_pruning_model(job.model, task)
+    check_edge_family(loaded.adapter)
+    tokenizer = task_tokenizer(loaded, task)
+    task.bind(tokenizer)
+    return loaded, task, tokenizer
+
+
+def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Executor job: edge-prune one model to one target edge sparsity with one seed, then measure the circuit."""
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.analysis.faithfulness import circuit_faithfulness
+
+    out_dir = Path(out_dir)
+    job = CircuitJobConfig.from_dict(config)
+    cfg = job.settings
+    loaded, task, tokenizer = load_circuit_task(job)
+    model, adapter = loaded.model.to(resolve_device(job.device)), loaded.adapter
+    data = circuit_data(task, tokenizer, "train")
+    stage(f"edge pruning seed {cfg.seed} to {cfg.sparsity:.3f} of the edges removed ({cfg.total_steps} steps)")
+    result = prune_edges(model, adapter, data, cfg, run_dir=out_dir)
+    graph, kept = result.graph, result.selection.edges
+    sub = Subnetwork.from_edges(adapter, graph, kept, method="edge-pruning", seed=cfg.seed,
+                                target_sparsity=cfg.sparsity, ablation=cfg.ablation,
+                                extra={"task": str(job.task), "model": str(job.model),
+                                       "selection": cfg.selection})
+    sub.save(out_dir / SUBNETWORK_FILE)
+    graph.save(out_dir / GRAPH_FILE, scores=result.log_alpha_edges.tolist(), in_graph=(kept > 0.5).tolist())
+    write_json(out_dir / "history.json", result.history)
+    stage(f"seed {cfg.seed}: measuring the circuit ({int(kept.sum())} of {graph.num_edges} edges)")
+    evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, job.eval_split, limit=job.eval_limit,
+                              batch_size=cfg.eval_batch_size,
+                              ablation="zero" if cfg.ablation == "zero" else "corrupted")
+    scores = evaluate(kept.bool())
+    faithful = circuit_faithfulness(kept, evaluate, empty=evaluate.corrupted_run)
+    final = result.history[-1] if result.history else {}
+    metrics: dict[str, Any] = {
+        "target_sparsity": cfg.sparsity, "seed": cfg.seed, "edges": graph.num_edges, "kept_edges": sub.count(),
+        "sparsity": sub.sparsity, "selection": cfg.selection, "kept": sub.kept_names(),
+        "undecided_masks": result.selection.undecided, "masks": result.selection.masks,
+        "eval": {"split": job.eval_split, **scores}, "faithfulness": faithful,
+        "eval_ablation": "zero" if cfg.ablation == "zero" else "corrupted",
+        "steps": cfg.total_steps, "resumed_from": result.resumed_from, "train_seconds": round(result.seconds, 3),
+        "final": final,
+    }
+    metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity)
+    return metrics
+
+
+def circuit_health(result: Any, graph: Graph, kept: int, target: float) -> dict[str, Any]:
+    """The ``health`` entry of an edge circuit (``runs.health.judge``): units are edges; the gates are the edge
+    (and node) masks; the objective is the KL over training."""
+    expected = result.history[-1].get("expected_sparsity") if result.history else None
+    health = judge(kept=kept, maskable=graph.num_edges, undecided=result.selection.undecided,
+                   gates=result.selection.masks, expected_sparsity=expected, target_sparsity=target,
+                   objective=[h.get("kl") for h in result.history])
+    return health.to_dict()
+
+
+def circuit_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
+                  overrides: Mapping[str, Any] | None = None, eval_split: str = "eval",
+                  eval_limit: int | None = None) -> list[Job]:
+    """One edge-pruning job per (target, seed); ``base`` holds the model and task keys of a job config."""
+    if not seeds:
+        raise SubnetlabError("seeds: at least one seed", setting="seeds")
+    if not targets:
+        raise SubnetlabError("sparsity: give at least one target", setting="sparsity")
+    common = ModelAndTask.from_dict(absolute_inputs(dict(base)))
+    jobs = []
+    for target in targets:
+        for seed in seeds:
+            cfg = preset_config(preset, target, seed=seed, **dict(overrides or {}))
+            job = CircuitJobConfig(**common.to_dict(), preset=preset, edge_prune=cfg.to_dict(), eval_split=eval_split,
+                                   eval_limit=eval_limit)
+            jobs.append(Job(CIRCUIT_JOB, job.to_dict(), out / run_dir_name(target, seed)))
+    return jobs
+
+
+def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> Graph:
+    """``DIR/graph.json``: the model's graph, for other tools (every run's own copy adds scores and in_graph)."""
+    graph = Graph.from_adapter(adapter, embedding_nodes)
+    graph.save(out / GRAPH_FILE)
+    return graph
+
+
+__all__ = ["CIRCUIT_JOB", "CircuitJobConfig", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task",
+           "run_dir_name", "write_sweep_graph"]
+

@@ -1,0 +1,102 @@
+"""Each health diagnosis on constructed numbers, against its definition in ``subnetlab.runs.health``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from subnetlab.methods.decided import count_undecided
+from subnetlab.runs import health as h
+
+
+def test_healthy_numbers_have_no_problem() -> None:
+    got = h.judge(kept=40, maskable=78, undecided=3, gates=78, expected_sparsity=0.49, target_sparsity=0.5,
+                  objective=[5, 4, 3, 2, 1, 1, 1, 1, 1, 1])
+    assert got.ok and got.problems == () and got.messages() == []
+    assert got.undecided_share == pytest.approx(3 / 78)
+
+
+@pytest.mark.parametrize("kept, degenerate", [(0, True), (1, False), (77, False), (78, True)])
+def test_degenerate_is_keeping_nothing_or_everything(kept: int, degenerate: bool) -> None:
+    got = h.judge(kept=kept, maskable=78)
+    assert ("degenerate" in got.problems) == degenerate
+    assert got.empty == (kept == 0)
+    if degenerate:
+        assert ("keeps nothing" if kept == 0 else "keeps everything") in got.messages()[0]
+
+
+def test_undecided_share_against_the_threshold() -> None:
+    gates = 100
+    at = round(h.MAX_UNDECIDED_SHARE * gates)
+    assert "undecided" not in h.judge(undecided=at, gates=gates).problems  # "more than" the share
+    over = h.judge(undecided=at + 1, gates=gates)
+    assert over.problems == ("undecided",)
+    assert f"{at + 1} of {gates} gates" in over.messages()[0]
+    assert h.judge(undecided=10, gates=10).problems == ("undecided",)  # the Llama run of issue 26: 10 of 10
+
+
+def test_count_undecided_is_strictly_between_the_bounds() -> None:
+    p = torch.tensor([0.0, 0.05, 0.0501, 0.5, 0.9499, 0.95, 1.0])
+    assert count_undecided(p) == 3
+
+
+def test_off_target_is_the_expected_sparsity_missing_the_target() -> None:
+    issue = h.judge(expected_sparsity=0.047, target_sparsity=0.5)  # issue 26's BERT run after 40 steps
+    assert issue.problems == ("off-target",)
+    assert "0.047" in issue.messages()[0] and "0.500" in issue.messages()[0]
+    inside = h.judge(expected_sparsity=0.5 - h.TARGET_TOLERANCE + 1e-6, target_sparsity=0.5)
+    assert inside.ok
+    assert h.judge(expected_sparsity=0.5 + h.TARGET_TOLERANCE + 1e-3, target_sparsity=0.5).problems == ("off-target",)
+
+
+def test_final_fall_closed_form() -> None:
+    values = [10.0] * 16 + [4.0, 4.0, 2.0, 2.0]  # 20 values: the last 4 are the stretch; halves 4 and 2
+    assert h.final_fall(values) == pytest.approx((4.0 - 2.0) / 4.0)
+    assert h.final_fall([3.0, 2.0, 1.0]) is None  # fewer values than a stretch needs
+    assert h.final_fall([1.0, float("nan"), 1.0, 1.0, 1.0]) == 0.0  # non-finite values are skipped
+    n = 50  # a stretch of ceil(0.2 * 50) = 10 values
+    ramp = [float(n - i) for i in range(n)]  # falls by 1 a value: first half of the stretch averages 8, second 3
+    assert h.final_fall(ramp) == pytest.approx((8.0 - 3.0) / 8.0)
+
+
+def test_unconverged_when_still_falling() -> None:
+    assert h.judge(objective=[10.0] * 16 + [4.0, 4.0, 2.0, 2.0]).problems == ("unconverged",)
+    assert h.judge(objective=[10.0, 5.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]).ok  # fell, then flat
+    assert h.judge(objective=[1.0, 2.0, 3.0, 4.0, 5.0]).ok  # rising is not "still falling"
+    assert h.judge(objective=[1.0, 1.0]).objective_fall is None
+    noise = [3e-7, -1e-7, 2e-7, 1e-7, -2e-7, 1e-8]  # a KL at float noise (issue 26's tiny BERT): nothing to lose
+    assert h.final_fall(noise) is None and h.judge(objective=noise).ok
+
+
+def test_missing_numbers_skip_their_check() -> None:
+    got = h.judge()
+    assert got.ok and got.to_dict()["problems"] == []
+    assert h.judge(kept=0, maskable=0).ok  # nothing maskable: no claim either way
+
+
+def test_round_trip_through_metrics() -> None:
+    got = h.judge(kept=0, maskable=10, undecided=9, gates=10, expected_sparsity=0.1, target_sparsity=0.5,
+                  objective=[8.0, 8.0, 4.0, 4.0])
+    assert got.problems == ("degenerate", "undecided", "off-target", "unconverged")
+    entry = got.to_dict()
+    assert entry["thresholds"]["max_undecided_share"] == h.MAX_UNDECIDED_SHARE
+    assert len(entry["messages"]) == 4
+    assert h.read_health({"health": entry}) == got
+    assert h.read_health({"eval": {}}) is None
+
+
+def test_select_best_passes_over_a_degenerate_lambda() -> None:
+    from subnetlab.methods.continuous_sparsification import Selection
+    from subnetlab.runs.transfer import degenerate_passed_over, select_best
+
+    def run(lam: float, acc: float, kept: int) -> dict:
+        return {"l0_lambda": lam, "eval_accuracy": acc, "kept_percent": kept, "kept": kept, "masked_total": 100}
+
+    sweep = [run(1e-7, 0.54, 0), run(1e-8, 0.54, 12), run(1e-9, 0.55, 100)]  # empty, healthy, everything
+    assert select_best(sweep) is sweep[1]  # the sparsest rule alone would pick the empty one
+    assert select_best(sweep, Selection("best-accuracy")) is sweep[1]  # ... and this one the full one
+    assert degenerate_passed_over(sweep) == [sweep[0], sweep[2]]
+    assert select_best(sweep, Selection("lambda", l0_lambda=1e-7)) is sweep[0]  # named by the user: kept, reported
+    assert degenerate_passed_over(sweep, Selection("lambda", l0_lambda=1e-7)) == []
+    empty = [run(1e-7, 0.5, 0), run(1e-8, 0.5, 0)]
+    assert select_best(empty) is empty[0] and degenerate_passed_over(empty) == []  # none healthy: the rule decides
