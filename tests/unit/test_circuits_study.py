@@ -22,6 +22,7 @@ def toy_settings() -> dict:
     s["induction_threshold"] = 0.01  # an untrained model: every last-layer head counts, so edges get cut
     s["circuit"].update(n_train=4, n_eval=4, batch_size=4)
     s["node_pruning"] = None
+    s["edge_pruning"] = None
     return s
 
 
@@ -40,7 +41,7 @@ def test_circuits_study_writes_each_step_and_resumes(tmp_path):
     assert mechanism["key_edges"] == [f"a0.h{scores['previous_token_head']['head']}->a1.h{h}<k>" for h in (0, 1)]
     assert set(read_json(tmp_path / "curves.json")["curves"]) == {"random-edges", "random-nodes"}
     text = report.read_text()
-    assert "Phase change" in text and "Not run: **node-pruning**" in text
+    assert "Phase change" in text and "Not run: **node-pruning**" in text and "Not run: **edge-pruning**" in text
     before = (tmp_path / "model" / "model.safetensors").stat().st_mtime_ns
     module.run(s, tmp_path)  # a rerun loads what exists
     assert (tmp_path / "model" / "model.safetensors").stat().st_mtime_ns == before
@@ -82,3 +83,20 @@ def test_circuits_study_refuses_bad_settings(tmp_path, key, value):
         get_reproduction("circuits").run(s, tmp_path)
     assert err.value.setting == key
     assert not (tmp_path / "config.json").exists()
+
+
+def test_circuits_study_runs_both_pruning_methods(tmp_path):
+    s = toy_settings()
+    s["node_pruning"] = {"sparsity": 0.5, "overrides": {"warmup_steps": 2, "total_steps": 3, "batch_size": 2,
+                                                        "means_examples": 4}}
+    s["edge_pruning"] = {"sparsities": [0.5, 0.9], "curve_sparsity": 0.9, "list_up_to": 10,
+                         "overrides": {"warmup_steps": 2, "total_steps": 3, "batch_size": 2, "checkpoint_every": 3}}
+    get_reproduction("circuits").run(s, tmp_path)
+    curves = read_json(tmp_path / "curves.json")
+    assert set(curves["curves"]) == {"random-edges", "random-nodes", "node-pruning", "edge-pruning"}
+    runs = curves["key_edges_kept"]
+    assert [r["sparsity"] for r in runs] == [0.5, 0.9]
+    edges = read_json(tmp_path / "mechanism.json")["edges"]
+    assert [r["kept"] for r in runs] == [edges - round(0.5 * edges), edges - round(0.9 * edges)]
+    assert runs[1]["edges"] is not None and len(runs[1]["edges"]) == runs[1]["kept"]
+    assert "Edge pruning's circuits" in (tmp_path / "report.md").read_text()

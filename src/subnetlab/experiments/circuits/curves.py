@@ -12,9 +12,10 @@ so edge and node circuits share one scale (``analysis.faithfulness``):
   (``methods.hard_concrete``, KL to the full model on the clean prompts, mean
   ablation while training), its gates' log-alphas ranking the nodes;
 * ``edge-pruning``: Edge Pruning's hard-concrete masks over the graph's edges
-  (``methods.edge_pruning``) at each target sparsity, one circuit per sparsity
-  (``curve_from_masks``), and whether its circuit keeps the previous-token
-  head's edge into the induction head's key.
+  (``methods.edge_pruning``) at each target sparsity: each circuit's
+  faithfulness, its edges, and whether it keeps the previous-token head's
+  edges into the induction heads' keys; the curve ranks the edges by the
+  log-alphas of one of these runs.
 """
 
 from __future__ import annotations
@@ -78,6 +79,45 @@ def node_pruning_curve(model, tokenizer, task, settings: dict[str, Any], empty: 
     return curve
 
 
+def edge_pruning_runs(model, tokenizer, task, scores: dict[str, Any], settings: dict[str, Any],
+                      empty: dict[str, float], out: Path) -> dict[str, Any]:
+    """Edge Pruning at each target sparsity (corrupted-prompt ablation, its ``demo`` recipe): each circuit's
+    faithfulness, its kept edges, whether it keeps the mechanism's key edges; and the MIB curve of the
+    log-alphas of the run at ``curve_sparsity`` (signed: a pruned edge's log-alpha is very negative)."""
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.analysis.faithfulness import circuit_faithfulness, curve_from_scores
+    from subnetlab.experiments.circuits.steps import mechanism_edges
+    from subnetlab.methods.edge_pruning.config import preset_config
+    from subnetlab.methods.edge_pruning.data import circuit_data
+    from subnetlab.methods.edge_pruning.train import prune_edges
+    from subnetlab.models.adapters import get_adapter
+
+    ep = settings["edge_pruning"]
+    adapter = get_adapter(model)
+    data = circuit_data(task, tokenizer, "train")
+    runs, log_alphas = [], {}
+    evaluate = None
+    key_edges = mechanism_edges(scores)["k"]
+    for sparsity in ep["sparsities"]:
+        stage(f"edge pruning to {sparsity:.0%} of the edges removed")
+        config = preset_config("demo", float(sparsity), seed=int(settings["seed"]), **dict(ep.get("overrides") or {}))
+        result = prune_edges(model, adapter, data, config, run_dir=out / "edge-pruning" / f"sparsity-{sparsity}")
+        graph, mask = result.graph, result.selection.edges
+        if evaluate is None:
+            evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval",
+                                      batch_size=int(settings["circuit"]["batch_size"]))
+        kept = [graph.edge_names[i] for i in mask.nonzero().flatten().tolist()]
+        runs.append({"sparsity": float(sparsity), "kept": len(kept), "undecided": result.selection.undecided,
+                     "faithfulness": circuit_faithfulness(mask, evaluate, empty),
+                     "key_edges": {e: e in kept for e in key_edges},
+                     "edges": kept if len(kept) <= int(ep["list_up_to"]) else None})
+        log_alphas[float(sparsity)] = result.log_alpha_edges
+    chosen = float(ep["curve_sparsity"])
+    curve = curve_from_scores(log_alphas[chosen], evaluate, empty=empty, absolute=False).to_dict()
+    curve["from_sparsity"] = chosen
+    return {"curve": curve, "runs": runs}
+
+
 def edge_pruning_available() -> bool:
     """Whether this build has Edge Pruning (``methods.edge_pruning``) to run."""
     import importlib.util
@@ -102,13 +142,14 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
         result["curves"]["node-pruning"] = node_pruning_curve(model, tokenizer, task, settings, empty)
     else:
         result["missing"]["node-pruning"] = "node_pruning is off in these settings"
-    # ------------------------------------------------------------------------------------------------
-    # EDGE PRUNING goes here: its curve joins result["curves"] as "edge-pruning", and
-    # result["key_edges_kept"] lists, per target sparsity, whether its circuit keeps each of
-    # steps.mechanism_edges(scores)["k"] (the previous-token head -> induction heads' key edges).
-    # ------------------------------------------------------------------------------------------------
-    if not edge_pruning_available():
+    if not settings.get("edge_pruning"):
+        result["missing"]["edge-pruning"] = "edge_pruning is off in these settings"
+    elif not edge_pruning_available():
         result["missing"]["edge-pruning"] = "this build has no Edge Pruning (subnetlab.methods.edge_pruning)"
+    else:
+        runs = edge_pruning_runs(model, tokenizer, task, scores, settings, empty, out)
+        result["curves"]["edge-pruning"] = runs["curve"]
+        result["key_edges_kept"] = runs["runs"]
     write_json(path, result)
     return result
 

@@ -88,6 +88,10 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
               + [[f"cut {name}", num(m["logit_diff"]), num(m["answer_prob"]), num(m["kl"])]
                  for name, m in mechanism["cut"].items()]),
         "",
+        "Patching replaces an edge's value by the writer's output on the corrupted prompt; where the two prompts "
+        "agree (the query token and everything after the first span are the same in both), cutting an edge changes "
+        "nothing, so query edges cost nothing to remove and circuits found under this ablation need not keep them.",
+        "",
         f"The mechanism's key edges (previous-token head into each induction head's key, induction score >= "
         f"{scores['induction_threshold']}): " + (", ".join(f"`{e}`" for e in mechanism["key_edges"]) or "none") + ".",
         "",
@@ -97,9 +101,20 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
               [[name, c["items"], num(c["cpr"]), num(c["cmd"])] for name, c in curves["curves"].items()]),
         "",
     ]
-    for row in curves.get("key_edges_kept", []):
-        lines += [f"Edge pruning at sparsity {row['sparsity']} ({row['kept']} of {mechanism['edges']} edges kept): "
-                  + ", ".join(f"`{e}` {'kept' if k else 'removed'}" for e, k in row["key_edges"].items()) + ".", ""]
+    runs = curves.get("key_edges_kept", [])
+    if runs:
+        lines += ["Edge pruning's circuits, one per target sparsity (faithfulness by logit difference; the "
+                  "mechanism's key edges kept or removed):", "",
+                  table(["target", "edges kept", "undecided masks", "f (logit diff)", "f (KL)", "key edges"],
+                        [[r["sparsity"], r["kept"], r["undecided"], num(r["faithfulness"]["logit_diff"]),
+                          num(r["faithfulness"]["kl"]),
+                          ", ".join(f"{e.split('->')[1]} {'kept' if k else 'removed'}" for e, k in r["key_edges"].items())]
+                         for r in runs]), ""]
+        for r in runs:
+            if r["edges"] is not None:
+                lines += [f"Edges kept at {r['sparsity']}: " + ", ".join(f"`{e}`" for e in r["edges"]) + ".", ""]
+        lines += [f"The edge-pruning curve ranks edges by the log-alphas of the run at "
+                  f"{curves['curves']['edge-pruning']['from_sparsity']}.", ""]
     for name, why in curves.get("missing", {}).items():
         lines += [f"Not run: **{name}**: {why}.", ""]
     path = out / "report.md"

@@ -57,6 +57,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "induction_threshold": 0.5,  # a last-layer head at least this induction score is an induction head
         "circuit": {"n_train": 200, "n_eval": 200, "batch_size": 50},
         "node_pruning": {"sparsity": 0.7, "overrides": {}},  # Heuristic Core's demo recipe on heads and MLPs
+        "edge_pruning": {"sparsities": [0.8, 0.9, 0.95], "curve_sparsity": 0.9, "list_up_to": 25, "overrides": {}},
     },
     "paper": {
         "study": "ioi-gpt2",
