@@ -23,6 +23,7 @@ def toy_settings() -> dict:
     s["circuit"].update(n_train=4, n_eval=4, batch_size=4)
     s["node_pruning"] = None
     s["edge_pruning"] = None
+    s["ioi"] = None
     return s
 
 
@@ -91,7 +92,15 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
                                                         "means_examples": 4}}
     s["edge_pruning"] = {"sparsities": [0.5, 0.9], "curve_sparsity": 0.9, "list_up_to": 10,
                          "overrides": {"warmup_steps": 2, "total_steps": 3, "batch_size": 2, "checkpoint_every": 3}}
+    s["ioi"] = {"n_train": 8, "n_eval": 4, "steps": 2, "batch_size": 4, "lr": 3e-3, "eval_every": 1,
+                "model": {"family": "llama", "layers": 2, "heads": 2, "width": 16, "mlp_width": 32, "mlp": True},
+                "edge_pruning": {"sparsities": [0.9], "curve_sparsity": 0.9, "list_up_to": 10,
+                                 "overrides": {"warmup_steps": 2, "total_steps": 3, "batch_size": 2,
+                                               "checkpoint_every": 3}}}
     get_reproduction("circuits").run(s, tmp_path)
+    ioi = read_json(tmp_path / "ioi" / "ioi.json")
+    assert [r["step"] for r in ioi["training"]["curve"]] == [0, 1, 2]
+    assert set(ioi["curves"]) == {"random-edges", "edge-pruning"} and (tmp_path / "ioi" / "model").is_dir()
     curves = read_json(tmp_path / "curves.json")
     assert set(curves["curves"]) == {"random-edges", "random-nodes", "node-pruning", "edge-pruning"}
     runs = curves["key_edges_kept"]
@@ -99,4 +108,5 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
     edges = read_json(tmp_path / "mechanism.json")["edges"]
     assert [r["kept"] for r in runs] == [edges - round(0.5 * edges), edges - round(0.9 * edges)]
     assert runs[1]["edges"] is not None and len(runs[1]["edges"]) == runs[1]["kept"]
-    assert "Edge pruning's circuits" in (tmp_path / "report.md").read_text()
+    text = (tmp_path / "report.md").read_text()
+    assert "Edge pruning's circuits" in text and "## 5. IOI-style task on a second small model" in text

@@ -79,33 +79,29 @@ def node_pruning_curve(model, tokenizer, task, settings: dict[str, Any], empty: 
     return curve
 
 
-def edge_pruning_runs(model, tokenizer, task, scores: dict[str, Any], settings: dict[str, Any],
+def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str, Any], seed: int, batch_size: int,
                       empty: dict[str, float], out: Path) -> dict[str, Any]:
     """Edge Pruning at each target sparsity (corrupted-prompt ablation, its ``demo`` recipe): each circuit's
     faithfulness, its kept edges, whether it keeps the mechanism's key edges; and the MIB curve of the
     log-alphas of the run at ``curve_sparsity`` (signed: a pruned edge's log-alpha is very negative)."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
     from subnetlab.analysis.faithfulness import circuit_faithfulness, curve_from_scores
-    from subnetlab.experiments.circuits.steps import mechanism_edges
     from subnetlab.methods.edge_pruning.config import preset_config
     from subnetlab.methods.edge_pruning.data import circuit_data
     from subnetlab.methods.edge_pruning.train import prune_edges
     from subnetlab.models.adapters import get_adapter
 
-    ep = settings["edge_pruning"]
     adapter = get_adapter(model)
     data = circuit_data(task, tokenizer, "train")
     runs, log_alphas = [], {}
     evaluate = None
-    key_edges = mechanism_edges(scores)["k"]
     for sparsity in ep["sparsities"]:
         stage(f"edge pruning to {sparsity:.0%} of the edges removed")
-        config = preset_config("demo", float(sparsity), seed=int(settings["seed"]), **dict(ep.get("overrides") or {}))
+        config = preset_config("demo", float(sparsity), seed=seed, **dict(ep.get("overrides") or {}))
         result = prune_edges(model, adapter, data, config, run_dir=out / "edge-pruning" / f"sparsity-{sparsity}")
         graph, mask = result.graph, result.selection.edges
         if evaluate is None:
-            evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval",
-                                      batch_size=int(settings["circuit"]["batch_size"]))
+            evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=batch_size)
         kept = [graph.edge_names[i] for i in mask.nonzero().flatten().tolist()]
         runs.append({"sparsity": float(sparsity), "kept": len(kept), "undecided": result.selection.undecided,
                      "faithfulness": circuit_faithfulness(mask, evaluate, empty),
@@ -147,7 +143,10 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
     elif not edge_pruning_available():
         result["missing"]["edge-pruning"] = "this build has no Edge Pruning (subnetlab.methods.edge_pruning)"
     else:
-        runs = edge_pruning_runs(model, tokenizer, task, scores, settings, empty, out)
+        from subnetlab.experiments.circuits.steps import mechanism_edges
+
+        runs = edge_pruning_runs(model, tokenizer, task, mechanism_edges(scores)["k"], settings["edge_pruning"],
+                                 int(settings["seed"]), int(settings["circuit"]["batch_size"]), empty, out)
         result["curves"]["edge-pruning"] = runs["curve"]
         result["key_edges_kept"] = runs["runs"]
     write_json(path, result)

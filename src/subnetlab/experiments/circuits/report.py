@@ -32,8 +32,33 @@ def _phase(training: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _ioi_section(settings: dict[str, Any], ioi: dict[str, Any] | None) -> list[str]:
+    if ioi is None:
+        return ["## 5. IOI-style task", "", "Not run (`ioi` is off in these settings).", ""]
+    s, t = settings["ioi"], ioi["training"]
+    m = t["model"]
+    lines = ["## 5. IOI-style task on a second small model trained here", "",
+             f"A {m['layers']}-layer {_FAMILY[m.get('family', 'gpt2')]} ({m['heads']} heads, width {m['width']}"
+             f"{', MLPs' if m['mlp'] else ''}) trained from scratch for {s['steps']} steps on {s['n_train']} clean IOI "
+             f"prompts (`circuit:ioi`, word-level tokenizer of {t['vocabulary']} tokens; loss on the answer only), "
+             f"in {t['seconds']} s. Held-out prompts ({s['n_eval']}, none seen in training):", "",
+             table(["step", "accuracy", "logit diff (IO - S)"],
+                   [[r["step"], num(r["accuracy"]), num(r["logit_diff"])] for r in t["curve"]]), "",
+             f"Circuit task ({ioi['edges']} edges; corrupted = every name replaced, ABC): full model logit diff "
+             f"{num(ioi['full']['logit_diff'])}, corrupted prompts {num(ioi['corrupted']['logit_diff'])}.", "",
+             table(["method", "items", "CPR", "CMD"],
+                   [[name, c["items"], num(c["cpr"]), num(c["cmd"])] for name, c in ioi["curves"].items()]), ""]
+    for r in ioi.get("edge_pruning_runs", []):
+        lines += [f"Edge pruning at {r['sparsity']}: {r['kept']} edges kept ({r['undecided']} masks undecided), "
+                  f"f (logit diff) {num(r['faithfulness']['logit_diff'])}, f (KL) {num(r['faithfulness']['kl'])}.", ""]
+    for name, why in ioi.get("missing", {}).items():
+        lines += [f"Not run: **{name}**: {why}.", ""]
+    return lines
+
+
 def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], scores: dict[str, Any],
-                 mechanism: dict[str, Any], curves: dict[str, Any], timing: dict[str, Any]) -> Path:
+                 mechanism: dict[str, Any], curves: dict[str, Any], timing: dict[str, Any],
+                 ioi: dict[str, Any] | None = None) -> Path:
     task, model = training["task"], training["model"]
     prev, ind = scores["previous_token_head"], scores["induction_head"]
     lines = [
@@ -117,6 +142,7 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
                   f"{curves['curves']['edge-pruning']['from_sparsity']}.", ""]
     for name, why in curves.get("missing", {}).items():
         lines += [f"Not run: **{name}**: {why}.", ""]
+    lines += _ioi_section(settings, ioi)
     path = out / "report.md"
     write_text(path, "\n".join(lines))
     return path

@@ -14,9 +14,12 @@ head in layer 0 feeds the *key* of an induction head in layer 1). The study
    prompts, and with the previous-token head's edge into the induction head's
    key (and, for comparison, query and value) patched from the corrupted prompt;
 4. draws the faithfulness curves (CPR / CMD) of the circuit methods on one
-   scale (``curves``): random edge and node circuits, and the place for edge
-   pruning and node-level pruning;
-5. writes ``report.md``.
+   scale (``curves``): random edge and node circuits, node-level pruning
+   (Heuristic Core) and Edge Pruning, whose circuits are checked for the key
+   edges;
+5. trains a second small model on the IOI-style task (``ioi``) and measures
+   random edge circuits and Edge Pruning on it;
+6. writes ``report.md``.
 
 ``paper``: Edge Pruning's GPT-2 IOI sweep settings (``run_scripts/ioi_sweep.sh``
 of princeton-nlp/Edge-Pruning), for users with a GPU and the Hugging Face hub;
@@ -58,6 +61,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "circuit": {"n_train": 200, "n_eval": 200, "batch_size": 50},
         "node_pruning": {"sparsity": 0.7, "overrides": {}},  # Heuristic Core's demo recipe on heads and MLPs
         "edge_pruning": {"sparsities": [0.8, 0.9, 0.95], "curve_sparsity": 0.9, "list_up_to": 25, "overrides": {}},
+        # the IOI-style task (tasks.circuits.ioi) on a second small model trained here; None skips it
+        "ioi": {"n_train": 5000, "n_eval": 200, "steps": 1000, "batch_size": 32, "lr": 3e-3, "eval_every": 100,
+                "model": {"family": "llama", "layers": 2, "heads": 4, "width": 64, "mlp_width": 256, "mlp": True},
+                "edge_pruning": {"sparsities": [0.9, 0.95], "curve_sparsity": 0.9, "list_up_to": 25,
+                                 "overrides": {}}},
     },
     "paper": {
         "study": "ioi-gpt2",
@@ -143,6 +151,11 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     mechanism = steps.mechanism_check(model, tokenizer, scores, settings, out)
     task = steps.circuit_task(settings).bind(tokenizer)
     curves = faithfulness_curves(model, tokenizer, task, scores, settings, out)
+    ioi = None
+    if settings.get("ioi"):
+        from subnetlab.experiments.circuits.ioi import ioi_study
+
+        ioi = ioi_study(settings, out)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     timing = {"wall_s": round(time.perf_counter() - start_wall, 1),
               "cpu_s": round(usage.ru_utime + usage.ru_stime - start_cpu, 1), "threads": torch.get_num_threads()}
@@ -152,9 +165,12 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
                "mechanism": {k: mechanism[k] for k in ("full", "corrupted", "cut", "key_edges")},
                "cpr_cmd": {name: {"cpr": c["cpr"], "cmd": c["cmd"]} for name, c in curves["curves"].items()},
                "missing": curves["missing"], "timing": timing}
+    if ioi is not None:
+        metrics["ioi"] = {"final": ioi["training"]["curve"][-1], "full": ioi["full"], "corrupted": ioi["corrupted"],
+                          "cpr_cmd": {name: {"cpr": c["cpr"], "cmd": c["cmd"]} for name, c in ioi["curves"].items()}}
     write_json(out / "metrics.json", metrics)
     stage("writing the report")
-    return write_report(out, settings, training, scores, mechanism, curves, timing)
+    return write_report(out, settings, training, scores, mechanism, curves, timing, ioi)
 
 
 __all__ = ["NAME", "PRESETS", "run"]

@@ -82,33 +82,42 @@ class TrainSettings:
 
 def model_config(task: InductionConfig, shape: ModelShape):
     """The ``transformers`` config of ``shape`` over the task's vocabulary (no dropout)."""
-    bos, pad = task.bos_id, task.vocab_size + 1
+    return config_for(shape, task.model_vocab_size, task.length, bos=task.bos_id, pad=task.vocab_size + 1)
+
+
+def config_for(shape: ModelShape, vocab_size: int, positions: int, *, bos: int | None, pad: int):
+    """A ``transformers`` config of ``shape`` for ``vocab_size`` tokens and ``positions`` positions (no dropout)."""
     if shape.family == "llama":
         from transformers import LlamaConfig
 
-        return LlamaConfig(vocab_size=task.model_vocab_size, hidden_size=shape.width,
-                           intermediate_size=shape.mlp_width, num_hidden_layers=shape.layers,
-                           num_attention_heads=shape.heads, num_key_value_heads=shape.heads,
-                           max_position_embeddings=task.length, bos_token_id=bos, eos_token_id=bos,
-                           pad_token_id=pad, tie_word_embeddings=False)
+        return LlamaConfig(vocab_size=vocab_size, hidden_size=shape.width, intermediate_size=shape.mlp_width,
+                           num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                           num_key_value_heads=shape.heads, max_position_embeddings=positions, bos_token_id=bos,
+                           eos_token_id=bos, pad_token_id=pad, tie_word_embeddings=False)
     from transformers import GPT2Config
 
-    return GPT2Config(vocab_size=task.model_vocab_size, n_positions=task.length, n_embd=shape.width,
-                      n_layer=shape.layers, n_head=shape.heads, n_inner=shape.mlp_width, resid_pdrop=0.0,
-                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos, pad_token_id=pad)
+    return GPT2Config(vocab_size=vocab_size, n_positions=positions, n_embd=shape.width, n_layer=shape.layers,
+                      n_head=shape.heads, n_inner=shape.mlp_width, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                      bos_token_id=bos, eos_token_id=bos, pad_token_id=pad)
 
 
-def build_induction_model(task: InductionConfig, shape: ModelShape, seed: int) -> nn.Module:
-    """A fresh causal LM (eager attention, so attention weights can be read) from ``seed``."""
+def build_model_from(config, shape: ModelShape, seed: int) -> nn.Module:
+    """A fresh causal LM from ``config`` (eager attention, so attention weights can be read) from ``seed``;
+    ``shape.mlp=False`` zeroes and freezes its MLPs."""
     from subnetlab.models import build_model
 
-    model = build_model(model_config(task, shape), head="causal-lm", seed=seed, attn_implementation="eager").model
+    model = build_model(config, head="causal-lm", seed=seed, attn_implementation="eager").model
     if not shape.mlp:
         for block in model.base_model.layers if shape.family == "llama" else model.transformer.h:
             for p in block.mlp.parameters():
                 p.data.zero_()
                 p.requires_grad_(False)
     return model
+
+
+def build_induction_model(task: InductionConfig, shape: ModelShape, seed: int) -> nn.Module:
+    """A fresh causal LM for the induction task (see ``build_model_from``)."""
+    return build_model_from(model_config(task, shape), shape, seed)
 
 
 def _losses(model: nn.Module, batch: RepeatedBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -186,5 +195,5 @@ def training_record(task: InductionConfig, shape: ModelShape, cfg: TrainSettings
     return {"task": task.to_dict(), "model": asdict(shape), "training": asdict(cfg)}
 
 
-__all__ = ["ModelShape", "TrainSettings", "build_induction_model", "evaluate", "model_config", "phase_change",
+__all__ = ["ModelShape", "TrainSettings", "build_induction_model", "build_model_from", "config_for", "evaluate", "model_config", "phase_change",
            "train_induction_model", "training_record"]
