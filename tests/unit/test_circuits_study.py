@@ -110,3 +110,11 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
     assert runs[1]["edges"] is not None and len(runs[1]["edges"]) == runs[1]["kept"]
     text = (tmp_path / "report.md").read_text()
     assert "Edge pruning's circuits" in text and "## 5. IOI-style task on a second small model" in text
+    from subnetlab.experiments.circuits.findings import findings
+    from subnetlab.experiments.demo.verdicts import NOT_MEASURABLE, NOT_SHOWN, SHOWN
+
+    rows = findings(tmp_path, tmp_path.parent)
+    assert len(rows) == 3 and all(r.verdict in (SHOWN, NOT_SHOWN) for r in rows)  # every result is there
+    assert rows[2].this_run.startswith("CPR edge pruning") and rows[0].link.startswith(f"{tmp_path.name}/report.md#3-")
+    (tmp_path / "curves.json").unlink()
+    assert [r.verdict for r in findings(tmp_path, tmp_path.parent)][1:] == [NOT_MEASURABLE, NOT_MEASURABLE]

@@ -45,11 +45,11 @@ def reproduce(
     print(f"report: {report}")
 
 
-DEMOS = ("heuristic-core", "subtask-induction")
+DEMOS = ("heuristic-core", "subtask-induction", "circuits")
 
 
 def demo(out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the demo runs go.")) -> None:
-    """The embedded default: the Heuristic Core demo, then the Subtask Induction demo.
+    """The embedded default: the Heuristic Core demo, the Subtask Induction demo, then the circuits demo.
 
     Starts with a few seconds of calibration and says how long the demo should take here; shows the time left
     for the whole demo as it runs; prints each report's path when it is written; ends with DIR/findings.md.
