@@ -118,3 +118,29 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
     assert rows[2].this_run.startswith("CPR edge pruning") and rows[0].link.startswith(f"{tmp_path.name}/report.md#3-")
     (tmp_path / "curves.json").unlink()
     assert [r.verdict for r in findings(tmp_path, tmp_path.parent)][1:] == [NOT_MEASURABLE, NOT_MEASURABLE]
+
+
+def test_paper_preset_runs_the_ioi_sweep_on_a_local_model(tmp_path):
+    """The paper preset's flow on a tiny GPT-2 saved with the IOI word tokenizer (no hub here)."""
+    from subnetlab.experiments.circuits.training import ModelShape, build_model_from, config_for
+    from subnetlab.tasks.ioi_words import ioi_word_tokenizer
+
+    tok = ioi_word_tokenizer()
+    shape = ModelShape(family="gpt2", layers=2, heads=2, width=16, mlp_width=32)
+    model = build_model_from(config_for(shape, len(tok), 32, bos=None, pad=tok.pad_token_id), shape, seed=0)
+    model.save_pretrained(str(tmp_path / "tiny"))
+    tok.save_pretrained(str(tmp_path / "tiny"))
+    module = get_reproduction("circuits")
+    s = copy.deepcopy(settings_for(module, "paper"))
+    s.update(model=str(tmp_path / "tiny"), device="cpu", circuit={"n_train": 4, "n_eval": 4, "batch_size": 4})
+    s["edge_pruning"].update(sparsities=[0.9, 0.95], curve_sparsity=0.95,
+                             overrides={"warmup_steps": 2, "total_steps": 3, "batch_size": 2, "lr_warmup_steps": 1,
+                                        "checkpoint_every": 3})
+    report = module.run(s, tmp_path / "run")
+    result = read_json(tmp_path / "run" / "paper.json")
+    assert set(result["curves"]) == {"random-edges", "edge-pruning"} and [r["sparsity"] for r in result["runs"]] == [0.9, 0.95]
+    assert "GPT-2 IOI sweep" in report.read_text()
+    bad = copy.deepcopy(s)
+    bad["edge_pruning"]["curve_sparsity"] = 0.5
+    with pytest.raises(SubnetlabError, match="curve_sparsity"):
+        module.run(bad, tmp_path / "other")

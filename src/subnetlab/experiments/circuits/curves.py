@@ -80,8 +80,8 @@ def node_pruning_curve(model, tokenizer, task, settings: dict[str, Any], empty: 
 
 
 def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str, Any], seed: int, batch_size: int,
-                      empty: dict[str, float], out: Path) -> dict[str, Any]:
-    """Edge Pruning at each target sparsity (corrupted-prompt ablation, its ``demo`` recipe): each circuit's
+                      empty: dict[str, float], out: Path, preset: str = "demo") -> dict[str, Any]:
+    """Edge Pruning at each target sparsity (corrupted-prompt ablation, its ``preset`` recipe): each circuit's
     faithfulness, its kept edges, whether it keeps the mechanism's key edges; and the MIB curve of the
     log-alphas of the run at ``curve_sparsity`` (signed: a pruned edge's log-alpha is very negative)."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
@@ -97,7 +97,7 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
     evaluate = None
     for sparsity in ep["sparsities"]:
         stage(f"edge pruning to {sparsity:.0%} of the edges removed")
-        config = preset_config("demo", float(sparsity), seed=seed, **dict(ep.get("overrides") or {}))
+        config = preset_config(preset, float(sparsity), seed=seed, **dict(ep.get("overrides") or {}))
         result = prune_edges(model, adapter, data, config, run_dir=out / "edge-pruning" / f"sparsity-{sparsity}")
         graph, mask = result.graph, result.selection.edges
         if evaluate is None:

@@ -43,8 +43,8 @@ NAME = "circuits"
 
 # Edge Pruning's run_scripts/ioi_sweep.sh (with src/prune/fpt2_ioi.py): 17 target edge sparsities, node
 # sparsity 0.72 without the node loss, learning rates 0.8, 3000 steps of which 2500 warm the sparsity up
-PAPER_EDGE_SPARSITIES = [0.94, 0.945, 0.95, 0.955, 0.96, 0.965, 0.97, 0.975, 0.98, 0.985, 0.99, 0.995, 1.0, 1.01,
-                         1.02, 1.05, 1.1]
+# (and 1.0, 1.01, 1.02, 1.05, 1.1, which overshoot on purpose: a target here is a fraction in (0, 1), see paper.py)
+PAPER_EDGE_SPARSITIES = [0.94, 0.945, 0.95, 0.955, 0.96, 0.965, 0.97, 0.975, 0.98, 0.985, 0.99, 0.995]
 
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
@@ -72,10 +72,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "threads": 0,  # 0: leave torch's default
         "seed": 0,
         "model": "gpt2",
-        "circuit": {"task": "circuit:ioi", "n_train": 200, "n_eval": 200, "batch_size": 32},
-        "edge_pruning": {"sparsities": PAPER_EDGE_SPARSITIES, "node_sparsity": 0.72, "node_loss": False,
-                         "lr": 0.8, "lambda_lr": 0.8, "total_steps": 3000, "warmup_steps": 2500,
-                         "lr_warmup_steps": 200, "batch_size": 32, "max_length": 64, "embedding_nodes": True},
+        "device": "auto",
+        "circuit": {"n_train": 200, "n_eval": 200, "batch_size": 32},
+        # methods.edge_pruning's paper recipe (lr 0.8, 3,000 steps, 2,500 of warm-up, batch 32, node masks
+        # without a node target) at each target
+        "edge_pruning": {"sparsities": PAPER_EDGE_SPARSITIES, "curve_sparsity": 0.98, "list_up_to": 100,
+                         "overrides": {}},
     },
 }
 
@@ -107,11 +109,20 @@ def _check(settings: dict[str, Any]) -> None:
                                  setting="scores_size")
     elif settings["study"] == "ioi-gpt2":
         from subnetlab.experiments.circuits.curves import edge_pruning_available
+        from subnetlab.methods.edge_pruning.config import preset_config
 
         if not edge_pruning_available():
             raise SubnetlabError("the paper preset runs Edge Pruning's GPT-2 IOI sweep, and this build has no Edge "
                                  "Pruning method (subnetlab.methods.edge_pruning)", setting="preset")
-        raise SubnetlabError("the paper preset's GPT-2 IOI sweep is not wired into this study yet", setting="preset")
+        from subnetlab.runtime import resolve_device
+
+        resolve_device(settings.get("device", "auto"))
+        ep = settings["edge_pruning"]
+        for sparsity in ep["sparsities"]:  # every target's settings, before the model loads
+            preset_config("paper", float(sparsity), seed=seed, **dict(ep.get("overrides") or {}))
+        if float(ep["curve_sparsity"]) not in [float(x) for x in ep["sparsities"]]:
+            raise SubnetlabError(f"edge_pruning.curve_sparsity {ep['curve_sparsity']} is not one of the sparsities",
+                                 setting="edge_pruning")
     else:
         raise SubnetlabError(f"study {settings['study']!r}: expected 'induction' or 'ioi-gpt2'", setting="study")
 
@@ -146,6 +157,15 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
                              "choose a new output directory, or delete it to start over", setting="out")
     out.mkdir(parents=True, exist_ok=True)
     write_json(previous, config)
+    if settings["study"] == "ioi-gpt2":
+        from subnetlab.experiments.circuits.paper import paper_study, write_paper_report
+
+        result = paper_study(settings, out)
+        timing = {"wall_s": round(time.perf_counter() - start_wall, 1)}
+        write_json(out / "metrics.json", {"full": result["full"], "corrupted": result["corrupted"], "timing": timing,
+                                          "cpr_cmd": {n: {"cpr": c["cpr"], "cmd": c["cmd"]}
+                                                      for n, c in result["curves"].items()}})
+        return write_paper_report(out, settings, result, timing)
     model, tokenizer, training = steps.trained_model(settings, out)
     scores = steps.attention_scores(model, settings, out)
     mechanism = steps.mechanism_check(model, tokenizer, scores, settings, out)
