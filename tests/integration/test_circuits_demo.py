@@ -2,7 +2,8 @@
 
 Independent checks of one another: the attention scores (a layer-0 previous-token head, layer-1 induction heads)
 and the edge intervention (cutting the previous-token head's edges into the induction heads' keys removes most of
-the task, cutting its edges into their queries or values does not).
+the task, cutting its edges into their queries or values does not); Edge Pruning's sparsest faithful circuit
+keeps one of those key edges.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 def test_circuits_demo_finds_the_induction_mechanism(tmp_path):
     module = get_reproduction("circuits")
     s = settings_for(module, "demo")
-    s["node_pruning"] = None  # the mechanism, not the methods' curves
+    s["node_pruning"] = s["ioi"] = None  # the mechanism and edge pruning's circuits
     module.run(s, tmp_path)
     training = read_json(tmp_path / "training.json")
     assert training["curve"][-1]["repeat_accuracy"] > 0.9
@@ -36,3 +37,6 @@ def test_circuits_demo_finds_the_induction_mechanism(tmp_path):
     n = len(m["key_edges"])
     assert kept(f"all {n} k edges") < 0.5
     assert kept(f"all {n} q edges") > 0.9 and kept(f"all {n} v edges") > 0.9
+    runs = read_json(tmp_path / "curves.json")["key_edges_kept"]
+    faithful = [r for r in runs if r["faithfulness"]["logit_diff"] >= 0.5]
+    assert faithful and any(max(faithful, key=lambda r: r["sparsity"])["key_edges"].values())
