@@ -10,7 +10,7 @@ from subnetlab.io import write_text
 from subnetlab.report.markdown import num, table
 
 
-_FAMILY = {"gpt2": "GPT-2 (learned absolute positions)", "llama": "Llama-style decoder (rotary positions)"}
+_FAMILY = {"gpt2": "GPT-2 with learned absolute positions", "llama": "Llama-style decoder with rotary positions"}
 
 
 def _curve_rows(training: dict[str, Any]) -> list[list[Any]]:
@@ -121,6 +121,10 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
         f"{scores['induction_threshold']}): " + (", ".join(f"`{e}`" for e in mechanism["key_edges"]) or "none") + ".",
         "",
         "## 4. Faithfulness of the circuit methods (MIB: CPR higher is better, CMD lower is better)",
+        "",
+        "Every curve is normalised by the model on the corrupted prompts (MIB's m(empty)) and integrated over "
+        "MIB's sizes 0.1 ... 100% of its items; a model with few nodes has empty node circuits below 100% / "
+        "nodes, so node curves are coarse.",
         "",
         table(["method", "items", "CPR", "CMD"],
               [[name, c["items"], num(c["cpr"]), num(c["cmd"])] for name, c in curves["curves"].items()]),
