@@ -24,19 +24,21 @@ import os
 import re
 import shutil
 import signal
+import sys
 from fnmatch import fnmatch
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import yaml
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError  # the error type only: safetensors.torch (and torch) load when tensors are read or written
 
 from subnetlab.errors import SubnetlabError
+
+if TYPE_CHECKING:
+    import torch
 
 
 KILL_AFTER_WRITE = "SUBNETLAB_TEST_KILL_AFTER_WRITE"
@@ -209,7 +211,8 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # not imported yet: the value cannot be a tensor (and the CLI stays light)
+    if torch is not None and isinstance(value, torch.Tensor):
         return value.tolist()
     if isinstance(value, Path):
         return str(value)
@@ -261,6 +264,8 @@ def read_yaml(path: str | os.PathLike) -> Any:
 def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     with atomic_path(path) as tmp:
+        from safetensors.torch import save_file
+
         save_file(tensors, str(tmp), metadata=metadata)
 
 
@@ -269,6 +274,8 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if not p.is_file():
         raise SubnetlabError(f"{p}: no such file")
     try:
+        from safetensors.torch import load_file
+
         return load_file(str(p))
     except (SafetensorError, OSError, ValueError) as e:
         raise SubnetlabError(f"{p}: not a readable safetensors file ({e})") from None

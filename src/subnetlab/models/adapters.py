@@ -24,12 +24,13 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from subnetlab.errors import SubnetlabError
+
+if TYPE_CHECKING:  # torch loads with the first model, not with this table (which every command's help reads)
+    import torch
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -237,12 +238,16 @@ class Adapter:
 
     def params_per_head(self) -> torch.Tensor:
         """``[layers, heads]`` parameter counts (shared K/V counted fractionally)."""
+        import torch
+
         return torch.tensor(
             [[self.count(self.head_params(l, h)) for h in range(self.num_heads)] for l in range(self.num_layers)],
             dtype=torch.float64,
         )
 
     def params_per_mlp(self) -> torch.Tensor:
+        import torch
+
         return torch.tensor([self.count(self.mlp_params(l)) for l in range(self.num_layers)], dtype=torch.float64)
 
     def weight_matrices(self, include: tuple[str, ...] = ("attention", "mlp")) -> list[str]:
@@ -301,6 +306,8 @@ class ResNetAdapter:
 
     def weight_matrices(self) -> list[str]:
         """Every convolution weight (stem, blocks, shortcuts), in forward order: weight-mask targets."""
+        from torch import nn
+
         return [f"{name}.weight" for name, m in self.model.named_modules() if isinstance(m, nn.Conv2d)]
 
     def parameter(self, name: str) -> torch.Tensor:
