@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.progress import stage
+from subnetlab.progress import stage_once
 from subnetlab.tasks.base import Example, Task
 
 SUFFIX_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -348,17 +348,11 @@ def _hold_out(rows: list[Example], fraction: Any, seed: int, where: str, split: 
     return [rows[i] for i in sorted(order[n:])], [rows[i] for i in sorted(order[:n])]
 
 
-_announced: set[str] = set()
-
-
 def _announce(task: Task) -> None:
-    """Say once per process (a sweep builds the task in every job) what the user's data became."""
+    """Say once per run (a sweep builds the task in every job, each worker too) what the user's data became."""
     import json
 
-    key = json.dumps(task.options, sort_keys=True, default=str)
-    if key not in _announced:
-        _announced.add(key)
-        stage(describe(task))
+    stage_once("task " + json.dumps(task.options, sort_keys=True, default=str), describe(task))
 
 
 def describe(task: Task) -> str:
