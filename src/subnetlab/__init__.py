@@ -19,6 +19,7 @@ from subnetlab.errors import SubnetlabError
 __version__ = "0.1.0"
 
 _HOMES = {
+    "subnetlab.api": ("prune", "discover", "transfer_subnetwork"),  # a command's runs in one call
     "subnetlab.intervene": ("ComponentValues", "apply_gates", "capture_activations", "collect_means", "mask_weights"),
     "subnetlab.models": ("build_model", "get_adapter", "load_model"),
     "subnetlab.subnetwork": ("Subnetwork",),
