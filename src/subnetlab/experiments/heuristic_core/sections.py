@@ -60,7 +60,8 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
     controls = sorted({r.get("replacement", "mean") for r in table["rows"]} - {"mean"})
     doc.table(["Ablated head", *[short_name(c) for c in columns]], rows, caption=caption or (
         "Accuracy (%) with heads mean-ablated from the full model, one at a time and jointly; "
-        f"arrows give the change from no ablation. Avg. (non-HC) averages single ablations of {n_avg} heads outside the list. "
+        f"arrows give the change from no ablation. Avg. (non-HC) is the mean of the single ablations of {n_avg} heads "
+        "outside the listed ones (HC: the Heuristic Core heads, or the heads you listed). "
         + ("The joint row (A & B & C) ablates together the listed heads with the largest single drops on the "
            "out-of-domain (non-entailment) columns, as the paper's Table 3 does; the 'all listed heads' row ablates every one. "
            if any(r.get("kind") == "joint" for r in table["rows"]) else "")
