@@ -21,10 +21,14 @@ from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, SweepReport, run_jobs
+from subnetlab.run_directory import lock
 
 
 def _run(jobs: Sequence[Job], out: Path, n_jobs: int | None, what: str) -> SweepReport:
-    report = run_jobs(jobs, backend="processes" if n_jobs and n_jobs > 1 else "local", n_jobs=n_jobs, sweep_dir=out)
+    """Run ``jobs`` into ``out`` holding its writer lock, as the command does; raise on a failed run."""
+    with lock(out):  # a second writer (this call twice, or the command at once) is refused, naming the holder
+        report = run_jobs(jobs, backend="processes" if n_jobs and n_jobs > 1 else "local", n_jobs=n_jobs,
+                          sweep_dir=out)
     failed = [j for j in report.jobs if j.status == "failed"]
     if failed:
         raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} {what} runs failed; {failed[0].name}: "

@@ -261,11 +261,23 @@ def read_yaml(path: str | os.PathLike) -> Any:
         raise SubnetlabError(f"{p}{line}: malformed YAML") from None
 
 
+def save_file(tensors: dict[str, torch.Tensor], filename: str, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_file``, imported on first use (it imports torch)."""
+    from safetensors.torch import save_file as save
+
+    save(tensors, filename, metadata=metadata)
+
+
+def load_file(filename: str) -> dict[str, torch.Tensor]:
+    """``safetensors.torch.load_file``, imported on first use (it imports torch)."""
+    from safetensors.torch import load_file as load
+
+    return load(filename)
+
+
 def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     with atomic_path(path) as tmp:
-        from safetensors.torch import save_file
-
         save_file(tensors, str(tmp), metadata=metadata)
 
 
@@ -274,8 +286,6 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if not p.is_file():
         raise SubnetlabError(f"{p}: no such file")
     try:
-        from safetensors.torch import load_file
-
         return load_file(str(p))
     except (SafetensorError, OSError, ValueError) as e:
         raise SubnetlabError(f"{p}: not a readable safetensors file ({e})") from None
