@@ -24,19 +24,21 @@ import os
 import re
 import shutil
 import signal
+import sys
 from fnmatch import fnmatch
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import yaml
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError  # the error type only: safetensors.torch (and torch) load when tensors are read or written
 
 from subnetlab.errors import SubnetlabError
+
+if TYPE_CHECKING:
+    import torch
 
 
 KILL_AFTER_WRITE = "SUBNETLAB_TEST_KILL_AFTER_WRITE"
@@ -209,7 +211,8 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # not imported yet: the value cannot be a tensor (and the CLI stays light)
+    if torch is not None and isinstance(value, torch.Tensor):
         return value.tolist()
     if isinstance(value, Path):
         return str(value)
@@ -256,6 +259,20 @@ def read_yaml(path: str | os.PathLike) -> Any:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         raise SubnetlabError(f"{p}{line}: malformed YAML") from None
+
+
+def save_file(tensors: dict[str, torch.Tensor], filename: str, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_file``, imported on first use (it imports torch)."""
+    from safetensors.torch import save_file as save
+
+    save(tensors, filename, metadata=metadata)
+
+
+def load_file(filename: str) -> dict[str, torch.Tensor]:
+    """``safetensors.torch.load_file``, imported on first use (it imports torch)."""
+    from safetensors.torch import load_file as load
+
+    return load(filename)
 
 
 def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:

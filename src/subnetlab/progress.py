@@ -18,6 +18,8 @@ hears every stage line through ``listen`` to know where the run is.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +48,32 @@ def stage(message: str) -> None:
         listener(message)
     if not _quiet:
         print(f"[subnetlab] {message}", file=sys.stderr, flush=True)
+
+
+SAID_VARIABLE = "SUBNETLAB_SAID"  # the notices a sweep's parent gave already, handed to its worker processes
+_said: set[str] = set()
+
+
+def _said_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def stage_once(key: str, message: str) -> None:
+    """``stage(message)`` unless a notice under ``key`` was given already in this run.
+
+    A sweep builds the same task in every job: its description is said once by the process that starts the
+    sweep, not again by each worker (which inherit what was said through ``said()``).
+    """
+    hashed = _said_key(key)
+    if hashed in _said or hashed in os.environ.get(SAID_VARIABLE, "").split():
+        return
+    _said.add(hashed)
+    stage(message)
+
+
+def said() -> str:
+    """The notices ``stage_once`` gave in this process and its parents, as the value of ``SAID_VARIABLE``."""
+    return " ".join(sorted(_said | set(os.environ.get(SAID_VARIABLE, "").split())))
 
 
 @contextlib.contextmanager

@@ -528,7 +528,7 @@ def test_a_read_only_parent_is_refused_before_any_work(files, tmp_path, capsys, 
     try:
         if os.access(locked, os.W_OK):  # root
             real = os.access
-            monkeypatch.setattr("subnetlab.runs.directory.os.access",
+            monkeypatch.setattr("subnetlab.run_directory.os.access",
                                 lambda p, mode: False if Path(p) == locked else real(p, mode))
         for args in (PRUNE, FINETUNE, EVALUATE):
             with pytest.raises(SystemExit) as done:

@@ -82,7 +82,9 @@ def test_node_scores_edge_scores_and_circuits(tiny, tmp_path, capsys, one_thread
     assert circuit["faithfulness"]["logit_diff"] == pytest.approx(expected.faithfulness["logit_diff"][1], abs=1e-6)
     _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--scores", str(tmp_path / "alphas.safetensors"),
           "--sizes", "10,50,100", "--out", str(tmp_path / "alphas")], capsys)
-    assert json.loads((tmp_path / "alphas" / "metrics.json").read_text())["cpr"] == pytest.approx(expected.cpr, abs=1e-6)
+    signed = curve_from_scores(scores, edges, sizes=(0.1, 0.5, 1.0), absolute=False)  # log-alphas rank by sign
+    assert json.loads((tmp_path / "alphas" / "metrics.json").read_text())["cpr"] == pytest.approx(signed.cpr, abs=1e-6)
+    assert signed.cpr != pytest.approx(expected.cpr, abs=1e-6)  # the scores have both signs: the two rankings differ
 
     Subnetwork.structured(adapter, torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0.0, 1.0])).save(tmp_path / "sub.safetensors")
     _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--circuit", str(tmp_path / "sub.safetensors"),

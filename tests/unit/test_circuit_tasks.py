@@ -161,7 +161,7 @@ def test_your_own_pairs_from_csv_and_jsonl(tmp_path):
     other = get_task(f"file:{jsonl}", text_column="c", corrupted_column="x", answer_column="a",
                      wrong_answer_column="w", eval_file=str(jsonl)).bind(tok)
     assert other.pairs("eval") == [CircuitPair(*row, where=f"{jsonl}:{i + 1}") for i, row in enumerate(GOOD)]
-    held = _task(csv, eval_fraction=0.34, seed=0).bind(tok)
+    held = _task(csv, eval_fraction=0.34, split_seed=0).bind(tok)
     assert len(held.pairs("train")) == 2 and len(held.pairs("eval")) == 1
 
 

@@ -1,4 +1,4 @@
-"""No import cycles between subnetlab modules.
+"""No import cycles between subnetlab modules, and no import pointing down the layer list of CONTRIBUTING.md.
 
 Every ``import`` / ``from ... import`` statement anywhere in a module counts:
 at top level, inside functions (start-up-speed imports) and under
@@ -16,12 +16,18 @@ on a cycle with it. A submodule that imports a sibling *through* the package
 (``from subnetlab.tasks import Task`` inside ``subnetlab/tasks/spec.py``) does
 depend on the ``__init__``, and when that ``__init__`` re-exports the
 submodule it is a real cycle: import from the defining module instead.
+
+The layers are read from CONTRIBUTING.md (the backquoted ``a / b → c → ...`` list after "imports point up
+the list"), so the rule and its statement cannot drift apart. A module belongs to the floor of its top-level
+package (``subnetlab.tasks.splits`` to ``tasks``) or, at the top of ``subnetlab``, to its own name; the
+``subnetlab`` package itself to the first floor. A module may import from its own floor or those before it.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -182,6 +188,66 @@ def test_no_import_cycles():
     )
 
 
+CONTRIBUTING = Path(__file__).resolve().parents[2] / "CONTRIBUTING.md"
+
+# Imports allowed to point down the list, each with its reason (keep this short).
+EXCEPTIONS = {
+    ("subnetlab.models.loading", "subnetlab.export.save"):
+        "load_model opens a directory written by export through export's own reader of that format, imported "
+        "inside the function that needs it (the format has one home, export/)",
+}
+
+
+def layers(text: str | None = None) -> list[set[str]]:
+    """The floors CONTRIBUTING.md states, first (lowest) first: ``[{"errors", "io", ...}, {"models"}, ...]``."""
+    text = CONTRIBUTING.read_text(encoding="utf-8") if text is None else text
+    match = re.search(r"imports point up\s+the\s+list\s+`([^`]+)`", text)
+    assert match, "CONTRIBUTING.md no longer states the layer list after 'imports point up the list'"
+    return [{name.strip() for name in floor.split("/")} for floor in re.sub(r"\s+", " ", match.group(1)).split("→")]
+
+
+def floor_of(module: str, floors: list[set[str]]) -> int | None:
+    parts = module.split(".")
+    name = parts[1] if len(parts) > 1 else None
+    if name is None:
+        return 0
+    return next((i for i, floor in enumerate(floors) if name in floor), None)
+
+
+def downward_imports(graph: dict[str, set[str]], floors: list[set[str]]) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(edges importing from a later floor, modules on no floor)``."""
+    down, unplaced = [], sorted({m for m in graph if floor_of(m, floors) is None})
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = floor_of(module, floors), floor_of(target, floors)
+            if a is not None and b is not None and b > a:
+                down.append((module, target))
+    return sorted(down), unplaced
+
+
+def test_imports_follow_the_layer_order_contributing_states():
+    graph, lines = import_graph()
+    floors = layers()
+    assert {"models", "runs", "executor", "cli"} <= set().union(*floors)
+    down, unplaced = downward_imports(graph, floors)
+    assert not unplaced, f"modules on no floor of CONTRIBUTING.md's layer list: {', '.join(unplaced)}"
+    wrong = [(a, b) for a, b in down if (a, b) not in EXCEPTIONS]
+    assert not wrong, "imports pointing down the layer list (CONTRIBUTING.md):\n" + "\n".join(
+        f"  {a} -> {b}  (line {lines[(a, b)]})" for a, b in wrong)
+    assert all(edge in down for edge in EXCEPTIONS), "an exception no longer needed: remove it from EXCEPTIONS"
+
+
+def test_other_engineers_new_modules_have_a_floor():
+    """Modules being added beside this one (edge circuits, attribution, health, splits) fall on their package's floor."""
+    floors = layers()
+    for module in ("subnetlab.models.graph", "subnetlab.intervene.edges", "subnetlab.methods.edge_pruning.train",
+                   "subnetlab.methods.attribution", "subnetlab.tasks.circuits.ioi", "subnetlab.analysis.faithfulness",
+                   "subnetlab.runs.health", "subnetlab.tasks.splits", "subnetlab.runs.splits",
+                   "subnetlab.experiments.circuits.reproduce"):
+        assert floor_of(module, floors) is not None, module
+    assert floor_of("subnetlab.tasks.splits", floors) < floor_of("subnetlab.runs.splits", floors)
+
+
 # -- the checker itself ------------------------------------------------------------------------------
 def _write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
@@ -239,3 +305,21 @@ def test_checker_resolves_relative_imports(tmp_path, statement):
         "pkg/b.py": f"{statement}\nB = 1\n",
     })
     assert _cycles(root) == [["subnetlab.pkg.a", "subnetlab.pkg.b"]]
+
+
+def test_layer_checker_reads_the_floors_and_finds_a_downward_import(tmp_path):
+    floors = layers("imports point up\nthe list `errors / io → models → runs → cli`, never down")
+    assert floors == [{"errors", "io"}, {"models"}, {"runs"}, {"cli"}]
+    root = _write(tmp_path, {
+        "__init__.py": "from subnetlab.errors import E\n",
+        "errors.py": "E = 1\n",
+        "models/__init__.py": "",
+        "models/a.py": "def f():\n    from subnetlab.runs import b\n",  # inside a function still counts
+        "runs/__init__.py": "",
+        "runs/b.py": "from subnetlab.models import a\n",
+        "cli.py": "import subnetlab.runs.b\n",
+        "stray.py": "",
+    })
+    graph, _ = import_graph(root)
+    down, unplaced = downward_imports(graph, floors)
+    assert down == [("subnetlab.models.a", "subnetlab.runs.b")] and unplaced == ["subnetlab.stray"]

@@ -1,8 +1,10 @@
-"""`subnetlab results DIR`: one row per run directory, nested keys flattened, CSV + Parquet."""
+"""`subnetlab results DIR`: one long row per measured number in canonical columns plus each run's raw columns
+(``collect_results``: one wide row per run directory, nested keys flattened), CSV + Parquet."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +13,7 @@ import pytest
 from subnetlab.cli import main
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, collect_results, run_jobs
-from subnetlab.executor.results import flatten
+from subnetlab.executor.results import LONG_COLUMNS, flatten, results_table
 from subnetlab.io import write_json, write_text
 
 
@@ -60,15 +62,15 @@ def test_cli_writes_csv_and_parquet_that_round_trip(sweep: Path, tmp_path: Path,
     with pytest.raises(SystemExit) as exit_info:
         main(["results", str(sweep), "--out", str(tmp_path / "table")])
     assert exit_info.value.code == 0
-    expected = collect_results(sweep)
+    expected = results_table(sweep)
     from_csv = pd.read_csv(tmp_path / "table.csv")
     from_parquet = pd.read_parquet(tmp_path / "table.parquet")
-    assert len(from_csv) == len(from_parquet) == 4
+    assert len(from_csv) == len(from_parquet) == 4 * 3  # 4 runs x (2 accuracies + kept_heads)
     pd.testing.assert_frame_equal(from_parquet, expected, check_dtype=False)
     assert list(from_csv.columns) == list(expected.columns)
-    assert from_csv["metrics.accuracy.mnli"].tolist() == pytest.approx(expected["metrics.accuracy.mnli"].tolist())
+    assert from_csv["value"].tolist() == pytest.approx(expected["value"].tolist())
     out = capsys.readouterr().out
-    assert "4 runs" in out and "table.parquet" in out
+    assert "4 runs, 12 measurements" in out and "table.parquet" in out
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -76,7 +78,68 @@ def test_default_output_lives_in_dir_and_is_not_collected_again(sweep: Path) -> 
     for _ in range(2):
         with pytest.raises(SystemExit):
             main(["results", str(sweep)])
-    assert len(pd.read_parquet(sweep / "results.parquet")) == 4
+    assert len(pd.read_parquet(sweep / "results.parquet")) == 12
+
+
+def test_long_table_has_canonical_columns_whatever_command_wrote_the_run(tmp_path: Path) -> None:
+    make_run(tmp_path / "ft", {"command": "finetune", "finetune": {"model": "minilm", "task": "nli-synthetic",
+                                                                   "seed": 3}},
+             {"steps": 10, "final": {"eval": {"accuracy": 0.8, "n": 50}, "test": {"accuracy": 0.7, "n": 40}}})
+    make_run(tmp_path / "p" / "full-model", {"model": "ft/model", "task": "nli-synthetic", "eval": {"batch_size": 8}},
+             {"eval": {"id": {"accuracy": 0.9}}})
+    make_run(tmp_path / "p" / "sparsity-0.50" / "seed-1",
+             {"model": "ft/model", "task": "nli-synthetic", "prune": {"seed": 1, "sparsity": 0.5}},
+             {"target_sparsity": 0.5, "seed": 1, "eval": {"id": {"accuracy": 0.6}, "hans": {"accuracy": 0.5}},
+              "health": {"problems": []}})
+    make_run(tmp_path / "d", {"command": "discover", "model": "lm", "task": "arith:ab", "seed": 0},
+             {"eval_accuracy": 0.4, "test_accuracy": 0.3, "kept_percent_per_layer": {"0": 10.0},
+              "history": [{"loss": 1.0}], "health": {"problems": ["degenerate"]}})
+    make_run(tmp_path / "t", {"model": "lm", "task": "arith:ab", "runs": [{"seed": 4}], "train": {}},
+             {"runs": [{"condition": "subnetwork", "seed": 4, "test_accuracy": 0.25, "curve": [[0, 1.0, 0.2]]}]})
+    make_run(tmp_path / "a", {"command": "ablate", "model": "m", "task": {"task": "nli-synthetic"}},
+             {"rows": [{"label": "None", "accuracy": {"id": 0.6, "hans": 0.55}}], "mask": [[1, 0], [0, 1]]})
+    table = results_table(tmp_path)
+    assert list(table.columns[:len(LONG_COLUMNS)]) == LONG_COLUMNS
+    assert str(table["seed"].dtype) == "Int64" and str(table["value"].dtype) == "float64"
+    accuracy = table[table.metric == "accuracy"].set_index(["run_dir", "split"])
+    assert accuracy["value"].to_dict() == {
+        ("a", "id"): 0.6, ("a", "hans"): 0.55, ("d", "eval"): 0.4, ("d", "test"): 0.3, ("ft", "eval"): 0.8,
+        ("ft", "test"): 0.7, ("p/full-model", "id"): 0.9, ("p/sparsity-0.50/seed-1", "id"): 0.6,
+        ("p/sparsity-0.50/seed-1", "hans"): 0.5, ("t", "test"): 0.25}
+    first = table.drop_duplicates("run_dir").set_index("run_dir")
+    assert first["command"].to_dict() == {"a": "ablate", "d": "discover", "ft": "finetune", "p/full-model": "prune",
+                                          "p/sparsity-0.50/seed-1": "prune", "t": "transfer"}
+    assert first["model"]["ft"] == "minilm" and first["task"]["a"] == "nli-synthetic"
+    assert first["seed"].fillna(-1).to_dict() == {"a": -1, "d": 0, "ft": 3, "p/full-model": -1,
+                                                  "p/sparsity-0.50/seed-1": 1, "t": 4}
+    assert first["sparsity"]["p/full-model"] == 0.0 and first["sparsity"]["p/sparsity-0.50/seed-1"] == 0.5
+    assert first["health"]["p/sparsity-0.50/seed-1"] == "ok" and first["health"]["d"] == "degenerate"
+    mask = table[table.metric == "mask"]
+    assert mask[["position", "value"]].values.tolist() == [["0,0", 1.0], ["0,1", 0.0], ["1,0", 0.0], ["1,1", 1.0]]
+    assert "loss" not in set(table.metric) and "curve" not in " ".join(table.metric_path)  # traces: raw columns only
+    assert table[(table.run_dir == "ft") & (table.metric == "steps")]["split"].isna().all()
+
+
+def test_the_readme_pandas_snippet_runs(sweep: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """The README's snippet, exactly as written there, on a sweep in ``runs/prune``."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    [snippet] = [b for b in blocks if "read_parquet" in b]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    for run in sorted(sweep.rglob("metrics.json")):  # a prune-like sweep: seeds x sparsities
+        seed, sparsity = run.parent.parent.name[4:], run.parent.name[2:]
+        target = tmp_path / "runs" / "prune" / f"sparsity-{sparsity}" / f"seed-{seed}"
+        make_run(target, {"model": "m", "task": "nli-synthetic", "prune": {"seed": int(seed), "sparsity": float(sparsity)}},
+                 {"target_sparsity": float(sparsity), "seed": int(seed),
+                  "eval": {"id": {"accuracy": 0.8 - float(sparsity) / 10}, "hans": {"accuracy": 0.5}}})
+    with pytest.raises(SystemExit) as done:
+        main(["results", "runs/prune"])
+    assert done.value.code == 0
+    capsys.readouterr()
+    exec(compile(snippet, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "hans" in out and "mean" in out and "0.75" in out  # id at sparsity 0.5: 0.8 - 0.05
 
 
 def test_mixed_types_in_one_column_become_text(tmp_path: Path) -> None:
@@ -135,8 +198,8 @@ def test_the_health_column_names_each_runs_problems(tmp_path: Path, capsys: pyte
     with pytest.raises(SystemExit) as exit_info:
         main(["results", str(root), "--out", str(tmp_path / "table")])
     assert exit_info.value.code == 0
-    table = pd.read_csv(tmp_path / "table.csv", keep_default_na=False)
-    assert list(table.columns[:2]) == ["run_dir", "health"]
-    assert dict(zip(table["run_dir"], table["health"])) == {"bad": "undecided,off-target", "good": "ok", "old": ""}
-    out = capsys.readouterr().out
-    assert "undecided,off-target" in out and "metrics.health.undecided_share" in out
+    table = pd.read_csv(tmp_path / "table.csv", keep_default_na=False)  # the long table: one row per number
+    assert "health" in table.columns
+    by_run = table.groupby("run_dir")["health"].unique().map(list).to_dict()
+    assert by_run == {"bad": ["undecided,off-target"], "good": ["ok"], "old": [""]}
+    assert "undecided,off-target" in capsys.readouterr().out

@@ -65,14 +65,22 @@ def fail(message: str) -> "typer.Exit":
 
 
 def _quiet_libraries() -> None:
-    """Library chatter (weight-loading bars, init notices) would drown our one line per stage."""
+    """Library chatter (weight-loading bars, init notices) would drown our one line per stage.
+
+    Set through the environment, read when transformers and huggingface_hub are first imported (by the
+    command that needs them, so ``--help`` stays light) and inherited by the worker processes of a sweep.
+    ``models.loading.quiet_transformers`` also quiets each model load for Python users.
+    """
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers.utils import logging as hf_logging
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # imported already (main() called in-process): the variables came too late
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
 
 
 def _flags_of(argv: list[str] | None) -> dict[str, str]:

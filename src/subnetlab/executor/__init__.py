@@ -45,8 +45,4 @@ def __getattr__(name: str):  # pandas is imported only by those who collect resu
         from subnetlab.executor import results
 
         return getattr(results, name)
-    if name in ("OPTION_NAMES", "executor_options"):  # command-line glue: moved to subnetlab.cli, still importable here
-        from subnetlab.cli.commands import _executor_options
-
-        return getattr(_executor_options, name)
     raise AttributeError(f"module 'subnetlab.executor' has no attribute {name!r}")

@@ -24,7 +24,7 @@ from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json, write_json
-from subnetlab.runs.directory import CONFIG_FILE, METRICS_FILE, check_config, remove_temporaries
+from subnetlab.run_directory import CONFIG_FILE, METRICS_FILE, check_config, remove_temporaries
 from subnetlab.runtime import seed_globals, torch_threads
 
 

@@ -32,7 +32,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.executor.job import Job, load_metrics
 from subnetlab.executor.report import JobResult
 from subnetlab.io import read_json, write_json
-from subnetlab.progress import stage
+from subnetlab.progress import SAID_VARIABLE, said, stage
 
 _UNITS = 1000  # GPU capacity is tracked in thousandths, so 0.1 + 0.2 cannot drift
 
@@ -99,7 +99,8 @@ def _context(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["subnetlab.executor.worker", *preload])
+    # models.loading brings torch and transformers, which ``import subnetlab`` no longer does
+    context.set_forkserver_preload(["subnetlab.executor.worker", "subnetlab.models.loading", *preload])
     return context
 
 
@@ -123,8 +124,9 @@ def _caller_main_not_rerun() -> Iterator[None]:
 
 
 def _worker_env(threads: int, devices: list[str] | None) -> dict[str, str]:
-    """Variables a worker sets before its job runs: thread counts and GPU assignment."""
+    """Variables a worker sets before its job runs: thread counts, GPU assignment, the notices already given."""
     env = {var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    env[SAID_VARIABLE] = said()
     if devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     return env

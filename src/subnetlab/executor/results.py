@@ -1,10 +1,29 @@
 """One table from many runs: every ``config.json`` + ``metrics.json`` under a directory.
 
-A sweep leaves hundreds of run directories; analysis wants one data frame. Each
-directory holding a ``metrics.json`` is one row: ``run_dir`` (relative to the
-root), then the config and the metrics with nested keys flattened by dots
-(``config.prune.lr``, ``metrics.hans.accuracy``). Lists are kept as JSON text so
-every row has the same scalar columns, readable by pandas, Arrow or duckdb.
+A sweep leaves hundreds of run directories; analysis wants one data frame.
+
+``collect_results(dir)`` (wide, the raw record): one row per directory holding a ``metrics.json``:
+``run_dir`` (relative to the root), then the config and the metrics with nested keys flattened by dots
+(``config.prune.lr``, ``metrics.hans.accuracy``). Lists are kept as JSON text so every row has the same
+scalar columns, readable by pandas, Arrow or duckdb; a column of whole numbers stays integer (``Int64``).
+
+``results_table(dir)`` (long, what ``subnetlab results`` writes): one row per number a run measured, in
+the canonical columns ``LONG_COLUMNS`` whatever command wrote the run, then that run's raw columns:
+
+- ``run_dir``; ``command`` (``prune``, ``finetune``, ``evaluate``, ``discover``, ``transfer``, ... as the
+  config names it or its keys show); ``model``; ``task``; ``seed`` and ``sparsity`` (the target; empty where
+  the run has none: ``Int64`` / float with missing values);
+- ``split`` (the data a score is on: ``eval``, ``test``, ``hans``, an ablation column; empty for numbers
+  of the run as a whole, such as ``train_seconds``), ``metric`` (``accuracy``, ``n``, ``labels.five``,
+  ``kept_percent``, ...) and ``value`` (float); ``position`` (``"2,3"``) for an entry of a list or matrix
+  (per-layer percentages, head masks), else empty; ``metric_path``, the number's exact place in
+  ``metrics.json`` (``final.eval.accuracy``, ``runs[0].test_accuracy``);
+- ``health``: ``ok`` or the problems the run's health check found (empty for runs without one).
+
+The split is found the same way for every command: a dict holding an ``accuracy`` is one split's scores
+(its key is the split: ``eval.hans.accuracy``, ``final.test.accuracy``), a number named ``eval_accuracy``
+is ``accuracy`` on ``eval``, and a dict named ``accuracy`` of numbers holds one per split (ablation rows).
+Training traces (``history``, ``curve``) stay in the raw columns only.
 """
 
 from __future__ import annotations
@@ -12,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,6 +95,138 @@ def collect_results(root: str | os.PathLike) -> pd.DataFrame:
     return _uniform_columns(pd.DataFrame(rows))
 
 
+LONG_COLUMNS = ["run_dir", "command", "model", "task", "seed", "sparsity", "split", "metric", "value", "position",
+                "metric_path", "health"]
+SPLIT_PREFIX = re.compile(r"^(eval|test|train|validation|dev)_(.+)$")
+TRACES = {"history", "curve"}  # per-step records: raw columns only
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _get(data: Mapping[str, Any], *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, Mapping) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _command(config: Mapping[str, Any], run_dir: str) -> str | None:
+    """The command that wrote the run: its config says so, or its keys show which job it is."""
+    if isinstance(config.get("command"), str):
+        return config["command"]
+    for key, command in (("prune", "prune"), ("cs", "discover"), ("finetune", "finetune"), ("lottery", "lottery")):
+        if key in config:
+            return command
+    if "runs" in config and "train" in config:
+        return "transfer"
+    if run_dir.rsplit("/", 1)[-1] == "full-model" and "eval" in config:
+        return "prune"  # a pruning sweep's unpruned model: sparsity 0
+    return None
+
+
+def _task(config: Mapping[str, Any]) -> str | None:
+    task = config.get("task", _get(config, "finetune", "task"))
+    if isinstance(task, Mapping):  # a command that stores the task's options: its name or its file
+        task = task.get("task") or (f"file:{task['path']}" if task.get("path") else None)
+    return task if isinstance(task, str) else None
+
+
+def _health(metrics: Mapping[str, Any]) -> str | None:
+    health = metrics.get("health")
+    if isinstance(health, str):
+        return health
+    if isinstance(health, Mapping):
+        problems = health.get("problems") or []
+        return ",".join(str(p) for p in problems) if problems else "ok"
+    return None
+
+
+def _numbers(value: Any, index: tuple[int, ...] = ()) -> list[tuple[str, float]]:
+    """A list or matrix of numbers as ``("2,3", value)`` entries; empty when it holds anything else."""
+    if _is_number(value):
+        return [(",".join(map(str, index)), float(value))]
+    if isinstance(value, list) and value and all(_is_number(v) or isinstance(v, list) for v in value):
+        entries = [e for i, v in enumerate(value) for e in _numbers(v, (*index, i))]
+        return entries if len(entries) == sum(1 for _ in _leaves(value)) else []
+    return []
+
+
+def _leaves(value: Any):
+    if isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _measurements(data: Any, path: str = "", split: str | None = None, metric: str = "",
+                  context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every number under ``data`` as ``{split, metric, value, position, metric_path, seed?}`` (module docstring)."""
+    context = dict(context or {})
+    rows: list[dict[str, Any]] = []
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            key = str(key)
+            if key in TRACES or key == "health":
+                continue
+            where = f"{path}.{key}" if path else key
+            name = f"{metric}.{key}" if metric else key
+            if isinstance(value, Mapping) and _is_number(value.get("accuracy")):  # one split's scores
+                rows += _measurements(value, where, key, "", context)
+            elif key == "accuracy" and isinstance(value, Mapping) and value and all(map(_is_number, value.values())):
+                rows += [{"split": s, "metric": "accuracy", "value": float(v), "position": None,
+                          "metric_path": f"{where}.{s}", **context} for s, v in value.items()]
+            elif isinstance(value, Mapping):
+                rows += _measurements(value, where, split, name, context)
+            elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+                for i, item in enumerate(value):  # records; those with a seed are runs (transfer's): their own rows
+                    if _is_number(item.get("seed")):
+                        rows += _measurements(item, f"{where}[{i}]", split, "", {**context, "seed": item["seed"]})
+                    else:
+                        rows += _measurements(item, f"{where}[{i}]", split, name, context)
+            else:
+                match = SPLIT_PREFIX.match(key) if split is None and not metric else None
+                row_split, row_metric = (match.group(1), match.group(2)) if match else (split, name)
+                rows += [{"split": row_split, "metric": row_metric, "value": v, "position": index or None,
+                          "metric_path": where, **context} for index, v in _numbers(value)]
+    return rows
+
+
+def results_table(root: str | os.PathLike) -> pd.DataFrame:
+    """The long table of every run under ``root``: ``LONG_COLUMNS``, then the run's raw columns (module docstring)."""
+    wide = collect_results(root)
+    root = Path(root)
+    rows = []
+    for record in wide.to_dict("records"):
+        run = root / record["run_dir"]
+        config = _read_object(run / CONFIG_FILE) if (run / CONFIG_FILE).is_file() else {}
+        metrics = _read_object(run / METRICS_FILE)
+        command = _command(config, record["run_dir"])
+        seed = next((v for v in (config.get("seed"), _get(config, "prune", "seed"), _get(config, "finetune", "seed"),
+                                 metrics.get("seed")) if _is_number(v)), None)
+        sparsity = next((v for v in (metrics.get("target_sparsity"), _get(config, "prune", "sparsity"),
+                                     config.get("sparsity")) if _is_number(v)), None)
+        if sparsity is None and command == "prune" and record["run_dir"].rsplit("/", 1)[-1] == "full-model":
+            sparsity = 0.0
+        canonical = {"run_dir": record["run_dir"], "command": command,
+                     "model": config.get("model", _get(config, "finetune", "model")), "task": _task(config),
+                     "seed": seed, "sparsity": sparsity, "health": _health(metrics)}
+        raw = {k: v for k, v in record.items() if k != "run_dir"}
+        for measured in _measurements(metrics):
+            rows.append({**canonical, **measured, **raw})
+    frame = pd.DataFrame(rows, columns=None if rows else LONG_COLUMNS)
+    frame = frame[LONG_COLUMNS + [c for c in frame.columns if c not in LONG_COLUMNS]]
+    frame["seed"] = frame["seed"].astype("Int64")
+    frame["sparsity"] = frame["sparsity"].astype("float64")
+    frame["value"] = frame["value"].astype("float64")
+    for column in ("command", "model", "task", "split", "metric", "position", "metric_path", "health"):
+        frame[column] = frame[column].astype("string")
+    return frame
+
+
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
@@ -87,6 +239,10 @@ def _uniform_columns(frame: pd.DataFrame) -> pd.DataFrame:
         kinds = {type(v) for v in frame[column] if not _missing(v)}
         if len(kinds) > 1 and not kinds <= {int, float}:
             frame[column] = frame[column].map(lambda v: None if _missing(v) else str(v))
+    for column in frame.columns:  # whole numbers stay integers where some runs lack them (not 3.0 and NaN)
+        kinds = {type(v) for v in frame[column] if not _missing(v)}
+        if kinds == {int}:
+            frame[column] = frame[column].astype("Int64")
     return frame
 
 

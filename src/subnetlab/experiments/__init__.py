@@ -24,6 +24,7 @@ REPRODUCTIONS: dict[str, str] = {
     "subtask-induction": "subnetlab.experiments.subtask_induction.reproduce",
     "lottery": "subnetlab.experiments.lottery.reproduce",
     "shape-bias": "subnetlab.experiments.shape_bias.reproduce",
+    "circuits": "subnetlab.experiments.circuits.reproduce",
 }
 
 

@@ -6,7 +6,7 @@ the ``kind`` of each ``FamilySpec`` in ``FAMILIES``) and whether it needs heads 
 MLPs (gates, pruning, attention) or only weights. ``accepted_models(command)`` turns
 an entry into the sentence each command's help ends with, listing the families
 of ``FAMILIES`` that qualify, so a new family appears in every help text at once.
-Commands that load no model (``core``, ``results``) have no entry.
+Commands that load no model (``core``, ``results``, ``lottery-stability``) have no entry.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ COMMAND_MODELS: dict[str, Accepts] = {
     "transfer": Accepts(("decoder",), note=_LM_NOTE),
     "lottery-prune": Accepts(_TEXT, note=_TEXT_NOTE),
     "lottery-retrain": Accepts(_TEXT, note=_TEXT_NOTE),
-    "lottery-stability": Accepts(_TEXT, note=_TEXT_NOTE),
     "lottery-patterns": Accepts(("encoder",)),
     "circuit-eval": Accepts(("decoder",), note="circuit tasks (prompt pairs: circuit:ioi, circuit:greater-than, "
                                                "circuit:arith:*, your own file with a corrupted column); edge circuits "

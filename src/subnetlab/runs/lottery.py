@@ -47,7 +47,7 @@ from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
-from subnetlab.models.loading import refuse_exported
+from subnetlab.models.loading import quiet_transformers, refuse_exported
 from subnetlab.progress import stage
 from subnetlab.runs.health import judge
 from subnetlab.runs.directory import record_runtime
@@ -327,7 +327,8 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
         metrics = train_masked(model, loaded.adapter, loaded.tokenizer, task, sub, cfg)
     if job.save_model:
         with atomic_directory(out / "model") as tmp:  # a failed write leaves no half-written model
-            model.save_pretrained(str(tmp))
+            with quiet_transformers():
+                model.save_pretrained(str(tmp))
             if loaded.tokenizer is not None and hasattr(loaded.tokenizer, "save_pretrained"):
                 loaded.tokenizer.save_pretrained(str(tmp))
     metrics["subnetwork"] = {"method": sub.method, "kind": sub.kind, "control": control, "sparsity": sub.sparsity,

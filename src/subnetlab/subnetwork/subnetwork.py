@@ -31,6 +31,7 @@ from subnetlab.models.adapters import Adapter, head_name, mlp_name
 from subnetlab.models.graph import Graph
 
 FORMAT = "subnetlab.subnetwork/1"
+HEAD_OF_KIND = {"decoder": "causal-lm", "encoder": "classification", "vision": "image-classification"}  # load_model's
 Kind = Literal["structured", "weights", "edges"]
 KINDS = ("structured", "weights", "edges")
 
@@ -191,7 +192,10 @@ class Subnetwork:
             expected = (edge_fingerprint(adapter, self.graph(), check=False) if self.kind == "edges"
                         else adapter.fingerprint(names))
         except AttributeError as e:
+            self._check_head(adapter, names)
             raise SubnetlabError(f"subnetwork does not fit this {adapter.family} model: {e}") from None
+        if self.fingerprint != expected:
+            self._check_head(adapter, names)
         if self.architecture != adapter.family or self.fingerprint != expected:
             raise SubnetlabError(
                 f"subnetwork fingerprint {self.fingerprint} ({self.architecture}) does not match the model's "
@@ -212,6 +216,28 @@ class Subnetwork:
                 shape = tuple(adapter.parameter(name).shape)
                 if tuple(mask.shape) != shape:
                     raise SubnetlabError(f"subnetwork mask for {name} has shape {tuple(mask.shape)}, the parameter {shape}")
+
+    def _check_head(self, adapter: Adapter, names: list[str] | None) -> None:
+        """Refuse, naming the head, a subnetwork found on this checkpoint loaded with the other head.
+
+        ``load_model`` defaults to the bare body (``head="base"``); a subnetwork found on the causal LM or
+        classifier has the same body under other parameter names. Files keep the fingerprint they were
+        written with (every file stays loadable); this only names the cause when it is the head.
+        """
+        if not getattr(adapter.spec, "has_components", False):
+            return
+        try:
+            other = adapter.fingerprint(names, other_head=True)
+        except AttributeError:
+            return
+        if other != self.fingerprint:
+            return
+        head = HEAD_OF_KIND.get(adapter.spec.kind, "classification")
+        if adapter.model.base_model is adapter.model:
+            raise SubnetlabError(f"subnetwork was found on this {adapter.family} checkpoint with its task head, and "
+                                 f"this model was loaded without it (head 'base'): load it with head={head!r}")
+        raise SubnetlabError(f"subnetwork was found on this {adapter.family} checkpoint without a task head (head "
+                             f"'base'), and this model was loaded with one: load it with head='base'", setting="head")
 
     def metadata(self) -> dict[str, str]:
         meta = {

@@ -23,7 +23,7 @@ see ``subnetlab.tasks.hub``):
   scored with their GLUE metric (``subnetlab.tasks.glue``); ``data_dir=`` a
   GLUE release, or ``train=`` / ``eval=`` TSV files or ``hub:`` specs; ``metric=``.
 * ``arith:<op>``: modular arithmetic, e.g. ``arith:a+ab`` (see ``arithmetic``).
-* ``circuit:ioi``, ``circuit:greater-than``, ``circuit:arith:<op>``: prompt pairs
+* ``circuit:ioi``, ``circuit:greater-than``, ``circuit:arith:<op>``, ``circuit:induction``: prompt pairs
   (clean, corrupted) with the answer and the wrong answer, for circuit methods
   and faithfulness (``subnetlab.tasks.circuits``); ``file:PATH`` / ``hub:NAME``
   with ``corrupted_column`` (and ``answer_column``, ``wrong_answer_column``) reads
@@ -48,6 +48,7 @@ from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
 from subnetlab.tasks.circuits.arithmetic import make_arithmetic_pairs_task
 from subnetlab.tasks.circuits.greater_than import make_greater_than_task
 from subnetlab.tasks.circuits.ioi import make_ioi_task
+from subnetlab.tasks.induction import make_induction_task
 from subnetlab.tasks.data_location import SHARED_DATA, find_data_root
 from subnetlab.tasks.glue.task import GLUE_TASKS
 from subnetlab.tasks.nli.hans_generator import generate_hans_style
@@ -164,6 +165,7 @@ def _paws(eval: Any = None, train: PathLike | None = None, not_equivalent_only: 
 CIRCUIT_TASKS: dict[str, Callable[..., Task]] = {
     "circuit:ioi": make_ioi_task,
     "circuit:greater-than": make_greater_than_task,
+    "circuit:induction": make_induction_task,  # repeated random spans (tasks.induction), its own tokenizer
 }
 
 _TASKS: dict[str, Callable[..., Task]] = {

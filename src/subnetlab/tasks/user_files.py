@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.progress import stage
+from subnetlab.progress import stage_once
 from subnetlab.tasks.base import Example, Task
 from subnetlab.tasks.splits import SplitManifest, content_hash
 
@@ -339,17 +339,13 @@ def make_file_task(path: str, text_column: str = "text", text_pair_column: str |
     return task
 
 
-_announced: set[str] = set()
 
 
 def _announce(task: Task) -> None:
-    """Say once per process (a sweep builds the task in every job) what the user's data became."""
+    """Say once per run (a sweep builds the task in every job, each worker too) what the user's data became."""
     import json
 
-    key = json.dumps(task.options, sort_keys=True, default=str)
-    if key not in _announced:
-        _announced.add(key)
-        stage(describe(task))
+    stage_once("task " + json.dumps(task.options, sort_keys=True, default=str), describe(task))
 
 
 def describe(task: Task) -> str:

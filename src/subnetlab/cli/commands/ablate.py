@@ -26,7 +26,7 @@ def ablate(
     data_flags: dict = None,
     id_split: list[str] = typer.Option(["id"], "--id-split", help="In-domain split(s); the others are out-of-domain."),
     subcases: Optional[str] = typer.Option(None, "--subcases", help="OOD subcases to tabulate (comma list, or all) [the paper's four when present]."),
-    non_listed: str = typer.Option("all", "--non-listed", help="Heads behind Avg. (non-HC): all, none, or N drawn at random."),
+    non_listed: str = typer.Option("all", "--non-listed", help="Heads behind the Avg. (non-HC) row, the mean of single ablations of heads outside the listed ones (HC: Heuristic Core): all, none, or N drawn at random."),
     means_examples: int = typer.Option(512, "--means-examples", help="Training examples averaged for mean ablation."),
     batch_size: int = typer.Option(64, "--batch-size"),
     max_length: int = typer.Option(128, "--max-length"),

@@ -10,7 +10,7 @@ import typer
 
 def core(
     runs: list[Path] = typer.Option(..., "--runs", help="Pruning run directories: DIR_A DIR_B (one per sparsity), or one DIR holding both."),
-    more: Optional[list[Path]] = typer.Argument(None, hidden=True),
+    more: Optional[list[Path]] = typer.Argument(None, metavar="DIR", hidden=True),  # DIR_B after --runs DIR_A
     out: Path = typer.Option(..., "--out", help="Where config.json, metrics.json, report.md and the figures go."),
 ) -> None:
     """Head frequencies over seeds at two sparsities, the Figure 5 heatmap, the core,

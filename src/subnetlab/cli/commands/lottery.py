@@ -38,7 +38,7 @@ def lottery_prune(
     model: str = typer.Option(..., "--model", help="The fine-tuned checkpoint (a model directory)."),
     task: str = typer.Option(..., "--task", help="Task name: nli-synthetic, mnli, qqp, ..., file:PATH (your own data), "
                              "hub:NAME[:CONFIG]."),
-    method: str = typer.Option(..., "--method", help="magnitude (weights) or importance (heads and MLPs)."),
+    method: str = typer.Option(..., "--method", help="magnitude (m-pruning: individual weights, smallest magnitude first) or importance (s-pruning: whole heads and MLPs, least important first), the paper's two kinds."),
     out: Path = typer.Option(..., "--out", help="Run directory; a finished run is skipped."),
     data: Optional[str] = typer.Option(None, "--data", help="Development file for file-based tasks (mnli, qqp, ...)."),
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable)."),
@@ -233,5 +233,7 @@ def forward_dtype(dtype: Optional[str], device: str) -> Optional[str]:
 def register(app: typer.Typer) -> None:
     app.command("lottery-prune")(data_flag_options(lottery_prune))
     app.command("lottery-retrain")(data_flag_options(lottery_retrain))
-    app.command("lottery-stability")(lottery_stability)
+    app.command("lottery-stability", epilog="It loads no model and takes no task: it compares the structured "
+                "subnetwork files that lottery-prune --method importance wrote, one per fine-tuning seed of one "
+                "model.")(lottery_stability)
     app.command("lottery-patterns")(data_flag_options(lottery_patterns))

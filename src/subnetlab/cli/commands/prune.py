@@ -61,7 +61,7 @@ def prune(
                       "file:PATH: your own data, hub:NAME[:CONFIG])."),
     sparsity: list[str] = typer.Option([], "--sparsity", help="Target(s) in (0, 1): --sparsity 0.5 0.7, or 0.5,0.7 "
                                        "(linear; a staircase climbs --levels)."),
-    more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="Further targets (--sparsity 0.5 0.7)."),
+    more: Optional[list[str]] = typer.Argument(None, metavar="SPARSITY", help="Further targets (--sparsity 0.5 0.7)."),
     seeds: str = typer.Option("0-11", "--seeds", help="Seeds: 0-11, 0,3,5 or 0-2,7."),
     out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs and resumes killed ones."),
     preset: str = typer.Option("paper", "--preset", help=PRUNE_PRESET_HELP),

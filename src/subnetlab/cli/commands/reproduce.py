@@ -20,7 +20,7 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 
 def reproduce(
-    name: str = typer.Argument(..., help="heuristic-core, subtask-induction, lottery or shape-bias."),
+    name: str = typer.Argument(..., help="heuristic-core, subtask-induction, lottery, shape-bias or circuits."),
     preset: str = typer.Option("demo", "--preset", help="demo (a 2-core CPU) or paper (the paper's setting)."),
     out: Path = typer.Option(..., "--out", help="Run directory; a rerun resumes."),
     set_: list[str] = typer.Option([], "--set", help="Override one preset setting, KEY=VALUE (repeatable)."),
@@ -45,11 +45,11 @@ def reproduce(
     print(f"report: {report}")
 
 
-DEMOS = ("heuristic-core", "subtask-induction")
+DEMOS = ("heuristic-core", "subtask-induction", "circuits")
 
 
 def demo(out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the demo runs go.")) -> None:
-    """The embedded default: the Heuristic Core demo, then the Subtask Induction demo.
+    """The embedded default: the Heuristic Core demo, the Subtask Induction demo, then the circuits demo.
 
     Starts with a few seconds of calibration and says how long the demo should take here; shows the time left
     for the whole demo as it runs; prints each report's path when it is written; ends with DIR/findings.md.

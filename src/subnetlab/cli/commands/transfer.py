@@ -71,7 +71,7 @@ def transfer(
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.experiments.subtask_induction.figures import figure3
-    from subnetlab.experiments.subtask_induction.report import summarise
+    from subnetlab.experiments.subtask_induction.report import summarise, summary_table
     from subnetlab.subnetwork import Subnetwork
     from subnetlab.transfer import CONDITIONS, TrainSettings, check_reinit
     from subnetlab.cli.commands._options import with_data_options
@@ -144,10 +144,7 @@ def transfer(
         write_json(out / "metrics.json", {"summary": summary, "runs": [{k: v for k, v in r.items() if k != "curve"} for r in runs],
                                           **({"health": health.to_dict()} if health is not None else {})})
         figure3(runs, out / "figure3.png")
-        print("condition".ljust(20) + "".join(f"{s:>9}" for s in sizes))
-        for c in summary:
-            cells = summary[c]["by_size"]
-            print(c.ljust(20) + "".join(f"{100 * cells[str(s)]['mean']:8.1f}%" if str(s) in cells else f"{'-':>9}" for s in sizes))
+        print(summary_table(summary, sizes), end="")
         print(f"test accuracy at the best evaluation epoch, mean over seeds; {out / 'metrics.json'}, {out / 'figure3.png'}")
     failed = [j for j in report.jobs if j.status == "failed"]
     if failed:

@@ -67,7 +67,8 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
     controls = sorted({r.get("replacement", "mean") for r in table["rows"]} - {"mean"})
     doc.table(["Ablated head", *[short_name(c) for c in columns]], rows, caption=caption or (
         "Accuracy (%) with heads mean-ablated from the full model, one at a time and jointly; "
-        f"arrows give the change from no ablation. Avg. (non-HC) averages single ablations of {n_avg} heads outside the list. "
+        f"arrows give the change from no ablation. Avg. (non-HC) is the mean of the single ablations of {n_avg} heads "
+        "outside the listed ones (HC: the Heuristic Core heads, or the heads you listed). "
         + ("The joint row (A & B & C) ablates together the listed heads with the largest single drops on the "
            "out-of-domain (non-entailment) columns, as the paper's Table 3 does; the 'all listed heads' row ablates every one. "
            if any(r.get("kind") == "joint" for r in table["rows"]) else "")
@@ -80,16 +81,35 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
     ood = [c for c in columns if c not in id_cols and not _is_entailed(c)]
     for key, what in (("super_additivity", "the joint heads"), ("super_additivity_all", "all listed heads")):
         verdict = table.get(key) or {}
-        if not verdict:
-            continue
-        hits = [c for c in ood if verdict[c]["super_additive"]]
-        doc.para(
-            f"Ablating {what} together is super-additive (it lowers accuracy by more than the single ablations of the "
-            f"same heads together) on {len(hits)} of {len(ood)} out-of-domain columns"
+        if verdict:
+            doc.para(super_additivity_sentence(verdict, what, ood or [c for c in columns if not _is_entailed(c)],
+                                               out_of_domain=bool(ood)))
+
+
+def super_additivity_sentence(verdict: Mapping[str, Mapping[str, Any]], what: str, judged: Sequence[str],
+                              out_of_domain: bool = True) -> str:
+    """Whether ablating ``what`` together drops accuracy by more than its single ablations summed, on ``judged``.
+
+    The paper judges the out-of-domain columns; your own data may have only its evaluation column (then that one
+    is judged, and named). One column gets a sentence stating its joint and summed drops.
+    """
+    judged = [c for c in judged if c in verdict]
+    if not judged:
+        return f"No column to judge whether ablating {what} together is super-additive."
+    if len(judged) == 1:
+        c = judged[0]
+        v = verdict[c]
+        return (f"Ablating {what} together lowers {short_name(c)} accuracy by {pct(v['joint_drop'])} points, against "
+                f"{pct(v['sum_single_drops'])} for the single ablations of the same heads summed: "
+                + ("super-additive." if v["super_additive"] else "not super-additive (super-additive means a larger "
+                                                                 "joint drop than the summed single ones)."))
+    hits = [c for c in judged if verdict[c]["super_additive"]]
+    scope = "out-of-domain columns" if out_of_domain else "columns"
+    return (f"Ablating {what} together is super-additive (it lowers accuracy by more than the single ablations of the "
+            f"same heads together) on {len(hits)} of {len(judged)} {scope}"
             + (f" ({', '.join(short_name(c) for c in hits)})" if hits else "") + "; joint vs summed single drops, in points: "
             + ", ".join(f"{short_name(c)} {pct(verdict[c]['joint_drop'])} vs {pct(verdict[c]['sum_single_drops'])}"
-                        for c in ood) + "."
-        )
+                        for c in judged) + ".")
 
 
 def identification_section(doc: MarkdownReport, identified: Mapping[str, Mapping[str, Sequence]]) -> dict[str, float]:

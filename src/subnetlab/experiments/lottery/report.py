@@ -226,7 +226,10 @@ def write_report(settings: dict[str, Any], results: dict[str, Any], out: Path, e
     split = settings["split"]
     doc = MarkdownReport(f"When BERT plays the lottery: {settings['preset']} preset")
     doc.para("Reproduces Prasanna, Rogers and Rumshisky (2020), sections 3 to 5, at the scale stated below. "
-             "All numbers are measured in this run.")
+             "All numbers are measured in this run. In the paper's terms, m-pruning removes individual weights by "
+             "magnitude and s-pruning (structured) removes whole attention heads and MLPs by importance; good "
+             "subnetworks are what pruning kept, random ones as many components drawn at random, bad ones the "
+             "least important.")
     _setup(doc, settings, results, elapsed)
     for task, r in results.items():
         doc.section(f"{task}: pruning and re-fine-tuning")

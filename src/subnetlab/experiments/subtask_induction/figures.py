@@ -4,7 +4,8 @@ One line per transfer condition (mean over seeds), a band for the spread over
 seeds (mean +- one sample standard deviation, clipped to [0, 1]), a logarithmic x
 axis (symmetric-log, so the ambiguous set alone, 0 samples, has a place).
 With several model depths the left panel averages over them and the right
-shows the deepest, as in the paper.
+shows the deepest, as in the paper. Runs of one size only (your own data has
+no disambiguation rows) have no curve to draw: one bar per condition instead.
 """
 
 from __future__ import annotations
@@ -57,8 +58,30 @@ def _panel(ax, grid: dict[str, dict[int, list[float]]], title: str) -> None:
     ax.set_title(title, fontsize=9)
 
 
+def _bars(ax, grid: dict[str, dict[int, list[float]]], title: str) -> None:
+    """One size: a bar per condition (mean over seeds, +-1 s.d.), not a point on an empty axis."""
+    labels = list(grid)
+    values = [np.asarray([a for accs in grid[c].values() for a in accs]) for c in labels]
+    mean = np.array([v.mean() for v in values])
+    std = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in values])
+    ax.bar(range(len(labels)), 100 * mean, yerr=100 * std, capsize=3,
+           color=[COLORS.get(c.split(",")[0], "tab:gray") for c in labels], label=None)
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    [size] = {s for c in labels for s in grid[c]}
+    ax.set_xlabel("transfer condition" + (f" ({size} disambiguation samples)" if size else ""))
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylim(0, 102)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title(title, fontsize=9)
+
+
 def figure3(runs: Sequence[dict], path: str | os.PathLike) -> Path:
     """Write the Figure 3 plot of ``runs`` (dicts with condition, size, layers, test_accuracy)."""
+    return save_figure(figure3_axes(runs), path)
+
+
+def figure3_axes(runs: Sequence[dict]):
+    """The Figure 3 figure of ``runs``, unsaved: curves over sizes, or bars when every run has one size."""
     depths = sorted({r.get("layers") for r in runs if r.get("layers") is not None})
     panels = [(None, f"average over {len(depths)} depths ({', '.join(map(str, depths))} layers)")] if len(depths) > 1 else []
     if depths:
@@ -66,10 +89,12 @@ def figure3(runs: Sequence[dict], path: str | os.PathLike) -> Path:
     else:
         panels.append((None, "band: +-1 s.d. over seeds"))
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels) + 2.2, 4.0), squeeze=False)
+    one_size = len({int(r["size"]) for r in runs}) == 1
     for ax, (layers, title) in zip(axes[0], panels):
-        _panel(ax, accuracy_grid(runs, layers), title)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside: never over the curves
-    return save_figure(fig, path)
+        (_bars if one_size else _panel)(ax, accuracy_grid(runs, layers), title)
+    if not one_size:
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside: never over the curves
+    return fig
 
 
-__all__ = ["accuracy_grid", "figure3"]
+__all__ = ["accuracy_grid", "figure3", "figure3_axes"]

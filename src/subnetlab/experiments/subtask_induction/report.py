@@ -7,7 +7,7 @@ appear only in the column that says so.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,26 @@ def summarise(runs: Sequence[dict]) -> dict[str, Any]:
             **{f"first_size_{int(t * 100)}": first_size_reaching(by_size, t) for t in THRESHOLDS},
         }
     return out
+
+
+def summary_table(summary: Mapping[str, Any], sizes: Sequence[int]) -> str:
+    """The text table ``subnetlab transfer`` prints: mean test accuracy per condition (rows) and number of
+    disambiguation rows (columns); with one size (your own data, or one arithmetic size) one column that says so."""
+    if len(sizes) == 1:
+        size = sizes[0]
+        head = "test accuracy" + (f" ({size} disambiguation rows)" if size else "")
+        lines = ["condition".ljust(20) + head]
+        for c, entry in summary.items():
+            cell = entry["by_size"].get(str(size))
+            lines.append(c.ljust(20) + (f"{100 * cell['mean']:.1f}%" + (f" (s.d. {100 * cell['sd']:.1f} over "
+                                        f"{cell['n']} seeds)" if cell["n"] > 1 else "") if cell else "-"))
+        return "\n".join(lines) + "\n"
+    lines = ["condition \\ disambiguation rows".ljust(34) + "".join(f"{s:>9}" for s in sizes)]
+    for c, entry in summary.items():
+        cells = entry["by_size"]
+        lines.append(c.ljust(34) + "".join(f"{100 * cells[str(s)]['mean']:8.1f}%" if str(s) in cells else f"{'-':>9}"
+                                           for s in sizes))
+    return "\n".join(lines) + "\n"
 
 
 def late_best(runs: Sequence[dict], tail: float = 0.2) -> dict[str, tuple[int, int]]:
@@ -396,4 +416,5 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
     return doc.write(out / "report.md")
 
 
-__all__ = ["CODE_NOTES", "code_notes", "contrasts", "first_size_reaching", "late_best", "spread", "summarise", "verdict", "write_report"]
+__all__ = ["CODE_NOTES", "code_notes", "contrasts", "first_size_reaching", "late_best", "spread", "summarise",
+           "summary_table", "verdict", "write_report"]

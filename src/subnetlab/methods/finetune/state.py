@@ -25,6 +25,7 @@ from torch import nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import WRITE_ERRORS, load_tensors, save_tensors, seal_directory, write_failed, write_json
+from subnetlab.models.loading import quiet_transformers
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -86,7 +87,8 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        model.save_pretrained(str(tmp))
+        with quiet_transformers():  # no "Writing model shards" bar at every checkpoint
+            model.save_pretrained(str(tmp))
         if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
             tokenizer.save_pretrained(str(tmp))
         opt = optimizer.state_dict()

@@ -3,9 +3,10 @@
 One row per pair, four columns: the clean prompt (``text_column``), the
 corrupted prompt (``corrupted_column``), the answer (``answer_column``) and the
 wrong answer (``wrong_answer_column``). The file is read as ``file:PATH`` tasks
-read theirs (``tasks.user_files``: the same formats, the same held-out rows
-from ``eval_file``, ``eval_split`` or ``eval_fraction`` of the rows drawn with
-``seed``); a ``corrupted_column`` makes it a circuit task.
+read theirs (``tasks.user_files``: the same formats; held-out rows from
+``eval_file``, ``eval_split`` or the file's own ``SplitManifest`` — ``eval_fraction``
+of the rows drawn with ``split_seed``, fixed by the file's content, never by a
+command's seed); a ``corrupted_column`` makes it a circuit task.
 
 Answers follow the clean prompt *as written*: `` Mary`` (with its space) after
 ``... gave a drink to``, ``33`` after ``the year 17``. In a CSV file a column of
@@ -25,7 +26,8 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.circuits.pairs import CircuitPair, CircuitTask
 
 # the row reading of your own data lives in user_files (one home); these are its internal helpers
-from subnetlab.tasks.user_files import HUB_PREFIX, _hold_out, _read, _Source, _sources
+from subnetlab.tasks.splits import SplitManifest, content_hash
+from subnetlab.tasks.user_files import HUB_PREFIX, _fingerprint, _read, _Source, _sources
 
 
 def _column_texts(source: _Source, column: str, setting: str, role: str, *, prompt: bool) -> list[str]:
@@ -56,7 +58,8 @@ def _pairs(source: _Source, columns: dict[str, str]) -> list[CircuitPair]:
 def make_circuit_file_task(path: str, text_column: str = "clean", corrupted_column: str | None = None,
                            answer_column: str | None = "answer", wrong_answer_column: str | None = "wrong",
                            eval_file: str | None = None, eval_split: str | None = None, train_split: str = "train",
-                           eval_fraction: float = 0.1, seed: int = 0) -> CircuitTask:
+                           eval_fraction: float = 0.1, test_fraction: float = 0.0,
+                           split_seed: int = 0) -> CircuitTask:
     """A circuit task from the rows of ``path`` (module doc); splits ``train`` and ``eval``."""
     if corrupted_column is None:
         raise SubnetlabError(f"{path}: prompt pairs need the column of the corrupted prompts (corrupted_column)",
@@ -73,16 +76,22 @@ def make_circuit_file_task(path: str, text_column: str = "clean", corrupted_colu
     train_source, held_source, name = _sources(path, train_split, eval_split)
     for setting, column in columns.items():  # every column named is there, before any row is read
         train_source.column(column, setting, setting.replace("_column", "").replace("_", " "))
+    local = None if path.startswith(HUB_PREFIX) else str(Path(path).expanduser())
+    held_key = None
     if eval_file is not None:
-        local = Path(eval_file).expanduser()
-        held_source = _Source(_read(local), str(local), 2 if local.suffix.lower() in (".csv", ".tsv") else 1)
-    train = _pairs(train_source, columns)
-    options: dict[str, Any] = {"path": path if path.startswith(HUB_PREFIX) else str(Path(path).expanduser()),
-                               **columns, "eval_file": eval_file, "eval_split": eval_split, "seed": seed}
-    if held_source is not None:
-        held = _pairs(held_source, columns)
-    else:
-        train, held = _hold_out(train, eval_fraction, seed, train_source.where, "eval")
-        options["eval_from_train"] = {"fraction": eval_fraction, "rows": len(held)}
-    splits = {"train": train, "eval": held}
-    return CircuitTask(name, lambda tokenizer: splits, ("train", "eval"), options=options)
+        held_path = Path(eval_file).expanduser()
+        held_source = _Source(_read(held_path), str(held_path), 2 if held_path.suffix.lower() in (".csv", ".tsv") else 1)
+        held_key = {"data": held_source.where, "sha256": content_hash(held_source.where)}
+    elif held_source is not None:
+        held_key = {"data": held_source.where, "sha256": _fingerprint(held_source, local)}
+    pairs = _pairs(train_source, columns)
+    manifest = SplitManifest.carve(train_source.where, _fingerprint(train_source, local), len(pairs),
+                                   eval_fraction=eval_fraction, test_fraction=test_fraction, split_seed=split_seed,
+                                   eval_source=held_key)
+    options: dict[str, Any] = {"path": local or path, **columns, "eval_file": eval_file, "eval_split": eval_split,
+                               **manifest.settings}
+    held = _pairs(held_source, columns) if held_source is not None else [pairs[i] for i in manifest.eval]
+    splits = {"train": [pairs[i] for i in manifest.train], "eval": held}
+    if manifest.test:
+        splits["test"] = [pairs[i] for i in manifest.test]
+    return CircuitTask(name, lambda tokenizer: splits, tuple(splits), options=options)

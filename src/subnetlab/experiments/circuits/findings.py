@@ -1,0 +1,104 @@
+"""The circuits demo's headline claims against its run, as rows of ``findings.md`` (``experiments.demo``).
+
+1. The known mechanism (Olsson et al., 2022): the trained model has a layer-0
+   previous-token head and layer-1 induction heads (attention scores > 0.5),
+   and cutting the previous-token head's edges into the induction heads' keys
+   removes most of the task (less than half of the full-minus-corrupted logit
+   difference left) while cutting its query and value edges does not (more
+   than 90% left).
+2. Edge Pruning finds it: the sparsest circuit with faithfulness >= 0.5 (logit
+   difference) keeps at least one of those key edges.
+3. Edge-level circuits are more faithful than node-level and random ones
+   (Bhaskar et al., 2024): edge pruning's CPR exceeds node pruning's and the
+   random edge circuits'.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from subnetlab.experiments.demo.verdicts import (
+    NOT_SHOWN,
+    SHOWN,
+    Finding,
+    Missing,
+    get,
+    missing,
+    read_json_or_missing,
+    section_link,
+)
+
+OLSSON, EDGE_PRUNING = "Induction heads (Olsson et al.)", "Edge Pruning"
+MECHANISM = ("A previous-token head in layer 0 feeds the key of induction heads in layer 1",
+             "the two-head induction circuit through K-composition")
+FOUND = ("Edge pruning's circuit keeps the previous-token head -> induction head key edge",
+         "its circuits recover known mechanisms (the paper checks it on compiled Tracr programs)")
+CPR = ("Edge circuits are more faithful than node-level and random ones",
+       "edge circuits more faithful than other methods' at equal sparsity")
+
+
+def mechanism_row(scores: dict, mechanism: dict) -> tuple[str, str, str]:
+    prev = get(scores, "previous_token_head", "score", what="head_scores.json")
+    heads = get(scores, "induction_heads", what="head_scores.json")
+    full, empty = get(mechanism, "full", "logit_diff"), get(mechanism, "corrupted", "logit_diff")
+    n = len(get(mechanism, "key_edges"))
+
+    def left(kind: str) -> float:
+        return (get(mechanism, "cut", f"all {n} {kind} edges", "logit_diff") - empty) / (full - empty)
+
+    if not heads or n == 0 or full <= empty:
+        return (f"previous-token score {prev:.2f}, {len(heads)} induction heads", NOT_SHOWN,
+                "no induction head (score >= threshold) or the model does not do the task")
+    k, q, v = left("k"), left("q"), left("v")
+    text = (f"previous-token score {prev:.2f}; {len(heads)} induction heads (best {max(h['score'] for h in heads):.2f});"
+            f" logit difference left with the key / query / value edges cut: {k:.0%} / {q:.0%} / {v:.0%}")
+    ok = prev > 0.5 and max(h["score"] for h in heads) > 0.5 and k < 0.5 and q > 0.9 and v > 0.9
+    return text, SHOWN if ok else NOT_SHOWN, "scores > 0.5, key cut < 50% left, query and value cuts > 90% left"
+
+
+def found_row(curves: dict) -> tuple[str, str, str]:
+    runs = get(curves, "key_edges_kept", what="curves.json")
+    faithful = [r for r in runs if r["faithfulness"]["logit_diff"] >= 0.5]
+    if not faithful:
+        return "no edge-pruning circuit reaches faithfulness 0.5", NOT_SHOWN, "needs a circuit with f >= 0.5"
+    best = max(faithful, key=lambda r: r["sparsity"])
+    kept = [e for e, k in best["key_edges"].items() if k]
+    text = (f"at sparsity {best['sparsity']} ({best['kept']} edges, f = {best['faithfulness']['logit_diff']:.2f}): "
+            f"{len(kept)} of {len(best['key_edges'])} key edges kept")
+    return text, SHOWN if kept else NOT_SHOWN, "the sparsest circuit with f >= 0.5 keeps at least one key edge"
+
+
+def cpr_row(curves: dict) -> tuple[str, str, str]:
+    c = get(curves, "curves", what="curves.json")
+    edge, node, rand = (get(c, name, "cpr") for name in ("edge-pruning", "node-pruning", "random-edges"))
+    text = f"CPR edge pruning {edge:.2f}, node pruning {node:.2f}, random edges {rand:.2f}"
+    return text, SHOWN if edge > node and edge > rand else NOT_SHOWN, "edge CPR above both"
+
+
+def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
+    """One row per claim of the circuits run in ``run_dir``; links relative to ``relative_to``."""
+    run_dir, relative_to = Path(run_dir), Path(relative_to)
+    report = run_dir / "report.md"
+    links = {"mechanism": section_link(report, "3. The circuit task and the mechanism's edges", relative_to),
+             "curves": section_link(report, "4. Faithfulness of the circuit methods (MIB: CPR higher is better, "
+                                    "CMD lower is better)", relative_to)}
+    rows: list[Finding] = []
+    for (claim, fig), paper, link, rule in ((MECHANISM, OLSSON, links["mechanism"], "mechanism"),
+                                           (FOUND, EDGE_PRUNING, links["curves"], "found"),
+                                           (CPR, EDGE_PRUNING, links["curves"], "cpr")):
+        try:
+            if rule == "mechanism":
+                text, verdict, why = mechanism_row(read_json_or_missing(run_dir / "head_scores.json"),
+                                                   read_json_or_missing(run_dir / "mechanism.json"))
+            elif rule == "found":
+                text, verdict, why = found_row(read_json_or_missing(run_dir / "curves.json"))
+            else:
+                text, verdict, why = cpr_row(read_json_or_missing(run_dir / "curves.json"))
+        except Missing as e:
+            rows.append(missing(paper, claim, fig, link, str(e)))
+            continue
+        rows.append(Finding(paper, claim, fig, text, verdict, why, link))
+    return rows
+
+
+__all__ = ["findings"]
