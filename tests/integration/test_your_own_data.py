@@ -1,4 +1,4 @@
-"""A new user's first hour: docs/your-own-model.md's `bash` blocks, run verbatim, on their own model and file.
+"""A new user's first hour: docs/your-own-model.md's tutorial `bash` blocks, run verbatim, on their own model and file.
 
 The page's blocks are read from the page itself and run by bash, unchanged, in a folder
 holding what the page asks the user to bring: ``my-model`` and ``train.csv`` (a tiny BERT
@@ -39,11 +39,13 @@ def page_blocks() -> list[str]:
 
 
 def _classification_and_lm_blocks() -> tuple[list[str], list[str]]:
-    """The page's two paths: a classifier's (finetune, prune and core, ablate) and a causal LM's."""
+    """The page's two paths: a classifier's (finetune, prune and core, ablate) and a causal LM's (finetune and
+    prune, then discover and transfer). The circuit blocks after them are another page's subject (prompt pairs)."""
     blocks = page_blocks()
-    lm = [i for i, b in enumerate(blocks) if "qa.jsonl" in b]
-    assert lm, "the page shows no causal-LM block"
-    return blocks[:lm[0]], blocks[lm[0]:]
+    lm = next(i for i, b in enumerate(blocks) if "qa.jsonl" in b)
+    transfer = next(i for i, b in enumerate(blocks) if "subnetlab transfer" in b)
+    assert lm < transfer, "the page shows no causal-LM block before its discover / transfer block"
+    return blocks[:lm], blocks[lm:transfer + 1]
 
 
 def _run_blocks(where: Path, blocks: list[str]) -> str:
