@@ -72,6 +72,18 @@ def test_node_scores_edge_scores_and_circuits(tiny, tmp_path, capsys, one_thread
     assert written["level"] == "edges" and written["counts"] == [graph.num_edges // 10, graph.num_edges // 2, graph.num_edges]
     assert written["cpr"] == pytest.approx(expected.cpr, abs=1e-6) and written["cmd"] == pytest.approx(expected.cmd, abs=1e-6)
 
+    kept = scores.abs() >= scores.abs().sort(descending=True).values[graph.num_edges // 2 - 1]  # the top half
+    Subnetwork.from_edges(adapter, graph, kept.float()).save(tmp_path / "edges.safetensors")
+    save_tensors(tmp_path / "alphas.safetensors", {"log_alpha_edges": scores})
+    _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--circuit", str(tmp_path / "edges.safetensors"),
+          "--out", str(tmp_path / "edge-circuit")], capsys)
+    circuit = json.loads((tmp_path / "edge-circuit" / "faithfulness.json").read_text())
+    assert circuit["level"] == "edges" and circuit["kept"] == graph.num_edges // 2
+    assert circuit["faithfulness"]["logit_diff"] == pytest.approx(expected.faithfulness["logit_diff"][1], abs=1e-6)
+    _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--scores", str(tmp_path / "alphas.safetensors"),
+          "--sizes", "10,50,100", "--out", str(tmp_path / "alphas")], capsys)
+    assert json.loads((tmp_path / "alphas" / "metrics.json").read_text())["cpr"] == pytest.approx(expected.cpr, abs=1e-6)
+
     Subnetwork.structured(adapter, torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0.0, 1.0])).save(tmp_path / "sub.safetensors")
     _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--circuit", str(tmp_path / "sub.safetensors"),
           "--out", str(tmp_path / "one")], capsys)

@@ -3,13 +3,15 @@
 What it reads (the level, edges or nodes, follows from the file):
 
 * scores: a graph file (``graph.json``, ``models.graph``) with
-  a ``score`` on every edge; a ``.safetensors`` file with ``edges`` ``[edges]``;
+  a ``score`` on every edge; a ``.safetensors`` file with ``edges`` ``[edges]``
+  (or an edge-pruning checkpoint's ``log_alpha_edges``);
   or node scores, ``heads`` ``[layers, heads]`` and ``mlps`` ``[layers]`` (or a
   Heuristic Core run's ``gates.safetensors``: ``log_alpha_heads`` /
   ``log_alpha_mlps``). The curve keeps the top-k items at each size
   (``analysis.faithfulness``).
 * circuits (one or more files): graph files with ``in_graph`` on
-  every edge, or structured subnetwork files (heads and MLPs). One circuit
+  every edge, edge subnetwork files (kind ``edges``), or structured subnetwork
+  files (heads and MLPs). One circuit
   gets its faithfulness; several get a curve over their own sizes.
 
 Removed items are patched from the corrupted prompt of each pair (or zeroed).
@@ -125,8 +127,9 @@ def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
         graph, scores = _graph_file(path, adapter, "score")
         return "edges", scores, graph
     tensors = load_tensors(path)
-    if "edges" in tensors:
-        return "edges", tensors["edges"].float().reshape(-1), _edge_graph(adapter, tensors["edges"].numel(), path)
+    for key in ("edges", "log_alpha_edges"):  # scores, or an edge-pruning checkpoint's log-alphas
+        if key in tensors:
+            return "edges", tensors[key].float().reshape(-1), _edge_graph(adapter, tensors[key].numel(), path)
     for heads, mlps in (("heads", "mlps"), ("log_alpha_heads", "log_alpha_mlps")):
         if heads in tensors and mlps in tensors:
             L, H = adapter.num_layers, adapter.num_heads
@@ -148,6 +151,8 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
         graph, keep = _graph_file(path, adapter, "in_graph")
         return "edges", keep.bool(), graph
     sub = Subnetwork.load(path, adapter)
+    if sub.kind == "edges":
+        return "edges", sub.edges.bool(), sub.graph()
     if sub.kind != "structured":
         raise SubnetlabError(f"{path}: a weight-level subnetwork has no heads, MLPs or edges to measure as a circuit",
                              setting="circuits")
