@@ -153,3 +153,16 @@ def test_attribution_refuses_bad_settings(one_thread):
     with pytest.raises(SubnetlabError, match="at least 1"):
         attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, method="eap-ig", steps=0)
     assert all(p.requires_grad for p in m.model.parameters())
+
+
+def test_warm_start_keeps_the_top_scores_and_is_bounded_by_the_cold_constant():
+    from subnetlab.methods.attribution.warm_start import warm_start_log_alphas
+
+    scores = torch.tensor([0.1, -5.0, 0.0, 2.0, -0.3, 1.0, 0.05, -0.2])
+    alphas = warm_start_log_alphas(scores, sparsity=0.75, scale=3.0)  # keeps 2 of 8
+    assert set(torch.nonzero(alphas > 0).flatten().tolist()) == {1, 3}
+    assert float(alphas.abs().max()) <= 3.0 and float(alphas[1]) == 3.0
+    order = scores.abs().argsort(descending=True)
+    assert bool((alphas[order][:-1] >= alphas[order][1:]).all())  # monotone in |score|
+    with pytest.raises(SubnetlabError, match="sparsity"):
+        warm_start_log_alphas(scores, sparsity=1.0, scale=3.0)
