@@ -28,6 +28,8 @@ PRUNE = ["prune", "--model", "{bert}", *NLI, "--sparsity", "0.5", "--seeds", "0"
 FINETUNE = ["finetune", "--model", "{bert}", *NLI, "--max-steps", "2"]
 EVALUATE = ["evaluate", "--model", "{bert}", *NLI]
 CIRCUIT_EVAL = ["circuit-eval", "--model", "{lm}", "--scores", "{nodescores}"]
+CIRCUIT = ["circuit", "--model", "{lm}", "--task", "circuit:ioi", "--task-option", "n_train=4", "--task-option",
+           "n_eval=2"]
 EFFECTIVE = ["effective-size", "--checkpoints", "{ft}", *NLI, "--preset", "demo", "--levels", "0.1:0.3:0.1"]
 
 
@@ -353,6 +355,15 @@ CASES: list[tuple[str, list[str], str]] = [
      "--metric 'prob_diff': task circuit:ioi measures logit_diff, answer_prob, kl"),
     ("circuit-eval-task-option-unknown", [*CIRCUIT_EVAL, "--task", "circuit:greater-than", "--task-option",
                                           "corruption=abc"], "unknown option(s) corruption"),
+    ("circuit-sparsity", [*CIRCUIT, "--sparsity", "1.5"], "--sparsity"),
+    ("circuit-ablation", [*CIRCUIT, "--sparsity", "0.9", "--ablation", "resample"],
+     "--ablation 'resample': expected one of corrupted, mean, zero"),
+    ("circuit-setting-unknown", [*CIRCUIT, "--sparsity", "0.9", "--set", "colour=red"],
+     "unknown edge pruning setting(s) colour"),
+    ("circuit-not-a-circuit-task", ["circuit", "--model", "{lm}", "--task", "arith:ab", "--sparsity", "0.9"],
+     "task arith:ab is not a circuit task"),
+    ("circuit-encoder-model", ["circuit", "--model", "{bert}", "--task", "circuit:ioi", "--sparsity", "0.9"],
+     "is not a causal language model"),
 ]
 
 

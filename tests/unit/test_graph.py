@@ -82,3 +82,16 @@ def test_graph_refuses_what_has_no_components():
         Graph.for_family(FAMILIES["llama"], 2, 4, 2, embedding_nodes=2)
     with pytest.raises(SubnetlabError, match="no attention heads"):
         Graph.for_family(FAMILIES["resnet"], 2, 4)
+
+
+def test_inspect_edges_prints_writers_readers_and_count(tmp_path, capsys):
+    from subnetlab.cli import main
+
+    tiny_model("llama", layers=2).model.save_pretrained(tmp_path / "llama")
+    with pytest.raises(SystemExit) as done:
+        main(["inspect", "--model", str(tmp_path / "llama"), "--edges"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    graph = Graph.for_family(FAMILIES["llama"], 2, 4, 2)
+    assert f"edges: {graph.num_edges}" in out
+    assert f"writers ({len(graph.writers)}): input a0.h0" in out and "a1.kv1<v> m1 logits" in out

@@ -54,6 +54,8 @@ COMMAND_MODELS: dict[str, Accepts] = {
     "circuit-eval": Accepts(("decoder",), note="circuit tasks (prompt pairs: circuit:ioi, circuit:greater-than, "
                                                "circuit:arith:*, your own file with a corrupted column); edge circuits "
                                                "need a pre-LN model, node circuits (heads and MLPs) any of these"),
+    "circuit": Accepts(("decoder",), note="circuit tasks (prompt pairs); edge circuits need a pre-LN model (GPT-2, "
+                                          "Llama, Mistral, Qwen)"),
 }
 
 

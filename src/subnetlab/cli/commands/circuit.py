@@ -1,5 +1,13 @@
-"""`subnetlab circuit`: find a circuit on a circuit task. Here the attribution methods (EAP, EAP-IG) that score
-every edge; ``--method edge-pruning`` (learned edge masks) is the edge-pruning command's (branch ``edges``)."""
+"""`subnetlab circuit`: edge-level circuits by Edge Pruning, over target sparsities and seeds, or attribution
+scores of every edge (``--method eap|eap-ig``, ``_circuit_attribution``).
+
+    subnetlab circuit --model gpt2 --task circuit:ioi --method edge-pruning --sparsity 0.95 0.98 --seeds 0-2 \\
+        --preset paper --out runs/ioi-circuits
+
+One run directory per (sparsity, seed) through ``subnetlab.executor`` (finished
+runs skipped, killed runs resumed); the layout is documented in
+``subnetlab.runs.circuit``. ``DIR/graph.json`` holds the model's graph.
+"""
 
 from __future__ import annotations
 
@@ -8,52 +16,105 @@ from typing import Optional
 
 import typer
 
+from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, with_data_options
+from subnetlab.errors import SubnetlabError
+from subnetlab.executor import ExecutorOptions
+
+METHODS = ("edge-pruning", "eap", "eap-ig")
 
 
 def circuit(
-    model: str = typer.Option(..., "--model", help="A causal language model directory or hub id (pre-LN: GPT-2, "
-                              "Llama, Mistral, Qwen)."),
-    task: str = typer.Option(..., "--task", help="A circuit task: circuit:ioi, circuit:greater-than, circuit:arith:<op>, "
-                             "or file:PATH with --corrupted-column (your own prompt pairs)."),
-    out: Path = typer.Option(..., "--out", help="Where scores.safetensors, graph.json and metrics.json go."),
-    method: str = typer.Option("eap", "--method", help="eap (edge attribution patching: one forward per prompt and "
-                               "one backward) or eap-ig (integrated gradients over --ig-steps interpolations of the "
-                               "input embeddings)."),
+    model: str = typer.Option(..., "--model", help="A pre-LN causal language model (GPT-2, Llama, Mistral, Qwen): "
+                              "a local directory or hub id."),
+    task: str = typer.Option(..., "--task", help="A circuit task: circuit:ioi, circuit:greater-than, "
+                             "circuit:arith:<op>, or file:PATH with --corrupted-column (your own prompt pairs)."),
+    method: str = typer.Option("edge-pruning", "--method", help="edge-pruning (Bhaskar et al., 2024), or eap / eap-ig: "
+                               "attribution scores of every edge (Syed et al. 2023; Hanna et al. 2024) written to "
+                               "DIR/scores.safetensors, on the training pairs (no --sparsity)."),
     ig_steps: int = typer.Option(5, "--ig-steps", help="EAP-IG's interpolation steps k (k forward+backward passes)."),
-    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_train=100."),
+    metric: str = typer.Option("logit_diff", "--metric", help="eap / eap-ig: the metric differentiated "
+                               "(logit_diff, answer_prob or kl)."),
+    init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
+                                             "from attribution scores (a scores.safetensors of eap / eap-ig)."),
+    sparsity: list[str] = typer.Option([], "--sparsity", help="Target edge sparsity (fraction of edges removed) in "
+                                       "(0, 1): --sparsity 0.95 0.98, or 0.95,0.98."),
+    more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="Further targets."),
+    seeds: str = typer.Option("0", "--seeds", help="Seeds: 0-2, 0,3,5 or 0-2,7."),
+    out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs and resumes killed ones."),
+    preset: str = typer.Option("paper", "--preset", help="paper (Edge Pruning's GPT-2 IOI settings) or demo "
+                               "(tiny models on a CPU)."),
+    ablation: Optional[str] = typer.Option(None, "--ablation", help="What a removed edge delivers: corrupted "
+                                           "(default: its writer's output on the corrupted prompt), mean or zero."),
+    embedding_nodes: Optional[int] = typer.Option(None, "--embedding-nodes", help="1 joins the token and position "
+                                                  "embeddings into one writer (default: as many as the family has)."),
+    task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_train=200."),
     data_flags: dict = None,
-    split: str = typer.Option("train", "--split", help="The split of prompt pairs to attribute on."),
-    metric: str = typer.Option("logit_diff", "--metric", help="The metric differentiated: logit_diff, answer_prob or kl."),
-    batch_size: int = typer.Option(16, "--batch-size", help="Prompt pairs per forward pass."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Attribute on the first N pairs of the split."),
-    embedding_nodes: Optional[int] = typer.Option(None, "--embedding-nodes", help="1 joins token and position "
-                                                  "embeddings into one writer (default: the family's, 2 for GPT-2)."),
+    set_: list[str] = typer.Option([], "--set", help="Override an edge-pruning setting KEY=VALUE, e.g. "
+                                   "total_steps=500 or node_masks=false (repeatable)."),
+    split: str = typer.Option("eval", "--split", help="The split of prompt pairs the circuit is measured on."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Measure on the first N pairs of it."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    executor: ExecutorOptions = None,
 ) -> None:
-    """Score every edge of the model's graph by gradient attribution (EAP, Syed et al. 2023; EAP-IG, Hanna et al.
-    2024); `subnetlab circuit-eval --scores DIR/scores.safetensors` measures the circuits the scores pick."""
+    """Find edge-level circuits with Edge Pruning: hard-concrete masks over the edges of the model's computation
+    graph, on the unmodified model; each circuit's faithfulness (MIB) and health go in its metrics.json."""
     from rich.console import Console
+    from rich.table import Table
 
+    from subnetlab.cli.commands._health import report_health
+    from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.errors import SubnetlabError
-    from subnetlab.runs.attribution import SCORES_FILE, AttributionJobConfig, attribution_run
-    from subnetlab.tasks.spec import TaskSpec
+    from subnetlab.cli.commands.prune import _parse_pairs, _parse_sparsities
+    from subnetlab.progress import stage
+    from subnetlab.runs.circuit import CircuitJobConfig, circuit_sweep, load_circuit_task, write_sweep_graph
+    from subnetlab.runs.health import read_health
+    from subnetlab.runtime import describe_runtime, resolve_device
 
-    if method == "edge-pruning":
-        raise SubnetlabError("--method edge-pruning is not in this build of subnetlab circuit (only eap and eap-ig)")
-    job = AttributionJobConfig(
-        model=model, task=TaskSpec(task, with_data_options(task, parse_task_options(task_option, None, "train"),
-                                                           **data_flags)),
-        method=method, ig_steps=ig_steps, split=split, metric=metric, batch_size=batch_size, limit=limit,
-        embedding_nodes=embedding_nodes, device=device)
-    metrics = attribution_run(job, out)
-    console = Console()
-    console.print(f"{metrics['method']}: {metrics['edges']} edges scored on {metrics['pairs']} pairs in "
-                  f"{metrics['seconds']:.2f}s; largest: " +
-                  ", ".join(f"{e['edge']} {e['score']:+.3g}" for e in metrics["top_edges"][:5]))
-    console.print(f"written: {out / SCORES_FILE}")
+    if method not in METHODS:
+        raise SubnetlabError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
+    if method != "edge-pruning":
+        from subnetlab.cli.commands._circuit_attribution import attribution_command
+
+        return attribution_command(model=model, task=task, out=out, method=method, ig_steps=ig_steps,
+                                   task_option=task_option, data_flags=data_flags, metric=metric,
+                                   embedding_nodes=embedding_nodes, limit=limit, device=device)
+    runs_on = resolve_device(device)
+    targets = _parse_sparsities([*sparsity, *(more or [])])
+    seed_list = parse_int_list(seeds, "--seeds")
+    overrides = _parse_pairs(set_, "--set")
+    if ablation is not None:
+        overrides["ablation"] = ablation
+    if embedding_nodes is not None:
+        overrides["embedding_nodes"] = embedding_nodes
+    task_options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
+    base = {"model": model, "task": task, "task_options": task_options, "device": device}
+    jobs = circuit_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, overrides=overrides,
+                         eval_split=split, eval_limit=limit,
+                         init_from=None if init_from is None else str(init_from))  # builds (so checks) every job's config
+    first = CircuitJobConfig.from_dict(jobs[0].config)
+    loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair: refused here
+    built.examples(split)
+    write_sweep_graph(loaded.adapter, out, first.settings.embedding_nodes)
+    stage(describe_runtime(runs_on))
+    report = executor.run(jobs, sweep_dir=out)
+    table = Table(title=f"edge circuits ({method})")
+    for col in ("run", "kept edges", "sparsity", "f(logit_diff)", "kl"):
+        table.add_column(col, justify="right")
+    for job in report.jobs:
+        m = job.metrics or {}
+        if not m:
+            continue
+        f = m["faithfulness"].get("logit_diff")
+        table.add_row(job.name, f"{m['kept_edges']} of {m['edges']}", f"{m['sparsity']:.4f}",
+                      "n/a" if f is None else f"{f:.3f}", f"{m['eval'].get('kl', float('nan')):.4g}")
+    Console().print(table)
+    failed = [j for j in report.jobs if j.status == "failed"]
+    if failed:
+        raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
+                             f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
+    report_health([(job.name, read_health(job.metrics)) for job in report.jobs if job.metrics])
 
 
 def register(app: typer.Typer) -> None:
-    app.command("circuit")(data_flag_options(circuit))
+    app.command("circuit")(executor_options(data_flag_options(circuit)))

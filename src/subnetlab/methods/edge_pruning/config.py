@@ -6,7 +6,7 @@ for the edge (and node) log-alphas and 0.8 for the Lagrange multipliers, 3,000
 steps of which the target edge sparsity rises linearly from 0 over the first
 2,500, a 200-step linear learning-rate warm-up then linear decay, log-alphas
 initialised at 10 with noise 0.01, corrupted-input ablation, node masks trained
-without a node sparsity target (``--disable_node_loss``), batch 32. The objective
+without a node sparsity target (the sweep script disables the node loss), batch 32. The objective
 is the KL divergence from the full model's next-token distribution at the
 prediction position to the circuit's.
 

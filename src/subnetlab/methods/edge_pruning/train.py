@@ -111,7 +111,8 @@ class EdgePruner:
             tiebreak = tiebreak + self.nodes.log_alpha.detach().cpu()[writer]
             undecided, masks = undecided + self.nodes.undecided(), masks + self.nodes.size
         if self.config.selection == "connected":
-            edges = select_connected_edges(self.graph, scores, tiebreak, sparsity)
+            edges = select_connected_edges(self.graph, scores, tiebreak, sparsity,
+                                           corrupted=self.config.ablation == "corrupted")
         else:
             edges = select_top_edges(scores, tiebreak, sparsity)
         return EdgeSelection(edges, undecided, masks)

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.methods.decided import count_undecided
 
 LEFT, RIGHT = -0.1, 1.1  # stretch interval [l, r]
 BETA = 2.0 / 3.0  # temperature
@@ -219,10 +220,9 @@ class HardConcreteMask(nn.Module):
     def deterministic(self) -> Tensor:
         return _deterministic_group(self.log_alpha.detach().cpu())
 
-    def undecided(self, bounds: tuple[float, float] = (0.05, 0.95)) -> int:
-        """Items whose probability of being kept is still between the bounds (see ``select.undecided_gates``)."""
-        p = self.expected_l0().detach()
-        return int(((p > bounds[0]) & (p < bounds[1])).sum())
+    def undecided(self) -> int:
+        """Items whose probability of being kept is still undecided (``methods.decided``)."""
+        return count_undecided(self.expected_l0())
 
     def generator_state(self) -> Tensor:
         return self.generator.get_state()
