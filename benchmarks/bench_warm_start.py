@@ -26,6 +26,8 @@ def main() -> None:
     parser.add_argument("--sparsity", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split", default="eval", help="the pairs faithfulness is measured on")
+    parser.add_argument("--fewer", default="50,100,150,200", help="warm runs with these total steps: the fewest "
+                        "that reach cold pruning's final circuit faithfulness")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -103,6 +105,18 @@ def main() -> None:
             f = f"{circuit_faithfulness(kept, evaluate, empty=evaluate.corrupted_run)['logit_diff']:.3f}"
             size = str(int(kept.sum()))
         print(f"{name:30s} {curve['cpr']:7.3f} {curve['cmd']:7.3f} {f:>10s} {size:>6s} {seconds:8.1f}")
+
+    cold_f = circuit_faithfulness(rows["edge pruning cold"][1], evaluate, empty=evaluate.corrupted_run)["logit_diff"]
+    reached = None
+    for steps in [int(x) for x in args.fewer.split(",") if x]:
+        short = preset_config("demo", args.sparsity, seed=args.seed, total_steps=steps, warmup_steps=int(steps * 2 / 3))
+        kept = prune_edges(model, adapter, data, short, init_log_alpha_edges=warm).selection.edges
+        f = circuit_faithfulness(kept, evaluate, empty=evaluate.corrupted_run)["logit_diff"]
+        print(f"warm edge pruning with {steps:4d} steps: circuit f {f:.3f} (cold at {args.steps}: {cold_f:.3f})")
+        if reached is None and f >= cold_f:
+            reached = steps
+    print(f"fewest warm steps reaching cold pruning's final faithfulness: "
+          f"{reached if reached is not None else f'none of {args.fewer} (warm at {args.steps} steps: see table)'}")
 
 
 if __name__ == "__main__":
