@@ -135,7 +135,10 @@ def _warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
     from subnetlab.methods.attribution.warm_start import warm_start_log_alphas
     from subnetlab.runs.circuit_eval import read_scores
 
-    level, scores, graph = read_scores(job.init_from, adapter)
+    level, scores, graph, attribution = read_scores(job.init_from, adapter)
+    if not attribution:  # log-alphas: the mapping ranks by |score|, which would start the most-closed edges kept
+        raise SubnetlabError(f"{job.init_from}: holds log-alphas, not attribution scores; a warm start maps attribution "
+                             "scores (eap or eap-ig) to starting log-alphas", setting="init_from")
     mine = Graph.from_adapter(adapter, job.settings.embedding_nodes)
     if level != "edges" or graph is None or graph.shape() != mine.shape():
         raise SubnetlabError(f"{job.init_from}: {level} scores{'' if graph is None else f' of {graph.shape()}'}; a "
