@@ -83,7 +83,7 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     from subnetlab.runs.transfer import DiscoverJobConfig, lm_task_options, select_best
 
     out = Path(out)
-    options = lm_task_options(task, dict(task_options or {}))
+    options = lm_task_options(str(model), task, dict(task_options or {}))  # your own data: the fine-tuning's split
     configs = [DiscoverJobConfig.from_dict({"model": str(absolute_input(model)), "task": task, "task_options": options,
                                             "seed": seed, "device": device, "cs": {**cs, "l0_lambda": lam}}).to_dict()
                for lam in lambdas]
@@ -113,9 +113,15 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
 
     out = Path(out)
     check_conditions(list(conditions), has_subnetwork=subnetwork is not None)
+    if subnetwork is not None:  # an empty subnetwork is refused before any training, as the command does
+        from subnetlab.runs.transfer import check_transfer_input, subnetwork_health
+        from subnetlab.subnetwork import Subnetwork
+
+        check_transfer_input(subnetwork_health(Subnetwork.load(subnetwork), subnetwork), list(conditions))
     if sizes is None:
         sizes = (0,) if own_data(task) else (0, 100, 1000)
-    options = lm_task_options(task, dict(task_options or {}))
+    options = lm_task_options(str(model), task, dict(task_options or {}),  # your own data: the earlier runs' split
+                              None if subnetwork is None else str(subnetwork))
     settings = TrainSettings(**train).config()
     sweep = []
     for condition in conditions:

@@ -11,7 +11,10 @@ judges the share against its threshold.
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a type only: the CLI's help reads UNDECIDED (through runs.health) without loading torch
+    from torch import Tensor
 
 UNDECIDED = (0.05, 0.95)  # strictly between: undecided (the Heuristic Core report's 0.05 < P(open) < 0.95)
 

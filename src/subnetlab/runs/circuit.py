@@ -57,10 +57,13 @@ class CircuitJobConfig(ModelAndTask):
     edge_prune: dict[str, Any] = field(default_factory=dict)
     eval_split: str = "eval"
     eval_limit: int | None = None
+    init_from: str | None = None  # attribution scores (edges) to warm-start the log-alphas from
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.settings  # checks the edge-pruning settings
+        if self.init_from is not None and not Path(self.init_from).is_file():
+            raise SubnetlabError(f"{self.init_from}: no such file", setting="init_from")
 
     @cached_property
     def settings(self) -> EdgePruneConfig:
@@ -96,7 +99,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     model, adapter = loaded.model.to(resolve_device(job.device)), loaded.adapter
     data = circuit_data(task, tokenizer, "train")
     stage(f"edge pruning seed {cfg.seed} to {cfg.sparsity:.3f} of the edges removed ({cfg.total_steps} steps)")
-    result = prune_edges(model, adapter, data, cfg, run_dir=out_dir)
+    result = prune_edges(model, adapter, data, cfg, run_dir=out_dir, init_log_alpha_edges=_warm_start(job, adapter))
     graph, kept = result.graph, result.selection.edges
     sub = Subnetwork.from_edges(adapter, graph, kept, method="edge-pruning", seed=cfg.seed,
                                 target_sparsity=cfg.sparsity, ablation=cfg.ablation,
@@ -125,6 +128,25 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     return metrics
 
 
+def _warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
+    """Starting log-alphas from ``job.init_from``'s edge scores (``methods.attribution.warm_start``), or None."""
+    if job.init_from is None:
+        return None
+    from subnetlab.methods.attribution.warm_start import warm_start_log_alphas
+    from subnetlab.runs.circuit_eval import read_scores
+
+    level, scores, graph, attribution = read_scores(job.init_from, adapter)
+    if not attribution:  # log-alphas: the mapping ranks by |score|, which would start the most-closed edges kept
+        raise SubnetlabError(f"{job.init_from}: holds log-alphas, not attribution scores; a warm start maps attribution "
+                             "scores (eap or eap-ig) to starting log-alphas", setting="init_from")
+    mine = Graph.from_adapter(adapter, job.settings.embedding_nodes)
+    if level != "edges" or graph is None or graph.shape() != mine.shape():
+        raise SubnetlabError(f"{job.init_from}: {level} scores{'' if graph is None else f' of {graph.shape()}'}; a "
+                             f"warm start needs edge scores of this run's graph {mine.shape()}", setting="init_from")
+    cfg = job.settings
+    return warm_start_log_alphas(scores, cfg.sparsity, cfg.init_log_alpha)
+
+
 def circuit_health(result: Any, graph: Graph, kept: int, target: float) -> dict[str, Any]:
     """The ``health`` entry of an edge circuit (``runs.health.judge``): units are edges; the gates are the edge
     (and node) masks; the objective is the KL over training."""
@@ -137,7 +159,7 @@ def circuit_health(result: Any, graph: Graph, kept: int, target: float) -> dict[
 
 def circuit_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
                   overrides: Mapping[str, Any] | None = None, eval_split: str = "eval",
-                  eval_limit: int | None = None) -> list[Job]:
+                  eval_limit: int | None = None, init_from: str | None = None) -> list[Job]:
     """One edge-pruning job per (target, seed); ``base`` holds the model and task keys of a job config."""
     if not seeds:
         raise SubnetlabError("seeds: at least one seed", setting="seeds")
@@ -149,7 +171,8 @@ def circuit_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float
         for seed in seeds:
             cfg = preset_config(preset, target, seed=seed, **dict(overrides or {}))
             job = CircuitJobConfig(**common.to_dict(), preset=preset, edge_prune=cfg.to_dict(), eval_split=eval_split,
-                                   eval_limit=eval_limit)
+                                   eval_limit=eval_limit,
+                                   init_from=None if init_from is None else str(Path(init_from).resolve()))
             jobs.append(Job(CIRCUIT_JOB, job.to_dict(), out / run_dir_name(target, seed)))
     return jobs
 

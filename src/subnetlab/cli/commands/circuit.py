@@ -1,4 +1,5 @@
-"""`subnetlab circuit`: edge-level circuits by Edge Pruning, over target sparsities and seeds.
+"""`subnetlab circuit`: edge-level circuits by Edge Pruning, over target sparsities and seeds, or attribution
+scores of every edge (``--method eap|eap-ig``, ``_circuit_attribution``).
 
     subnetlab circuit --model gpt2 --task circuit:ioi --method edge-pruning --sparsity 0.95 0.98 --seeds 0-2 \\
         --preset paper --out runs/ioi-circuits
@@ -20,7 +21,7 @@ from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, with
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
 
-METHODS = ("edge-pruning",)
+METHODS = ("edge-pruning", "eap", "eap-ig")
 
 
 def circuit(
@@ -28,7 +29,14 @@ def circuit(
                               "a local directory or hub id."),
     task: str = typer.Option(..., "--task", help="A circuit task: circuit:ioi, circuit:greater-than, "
                              "circuit:arith:<op>, or file:PATH with --corrupted-column (your own prompt pairs)."),
-    method: str = typer.Option("edge-pruning", "--method", help="edge-pruning (Bhaskar et al., 2024)."),
+    method: str = typer.Option("edge-pruning", "--method", help="edge-pruning (Bhaskar et al., 2024), or eap / eap-ig: "
+                               "attribution scores of every edge (Syed et al. 2023; Hanna et al. 2024) written to "
+                               "DIR/scores.safetensors, on the training pairs (no --sparsity)."),
+    ig_steps: int = typer.Option(5, "--ig-steps", help="EAP-IG's interpolation steps k (k forward+backward passes)."),
+    metric: str = typer.Option("logit_diff", "--metric", help="eap / eap-ig: the metric differentiated "
+                               "(logit_diff, answer_prob or kl)."),
+    init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
+                                             "from attribution scores (a scores.safetensors of eap / eap-ig)."),
     sparsity: list[str] = typer.Option([], "--sparsity", help="Target edge sparsity (fraction of edges removed) in "
                                        "(0, 1): --sparsity 0.95 0.98, or 0.95,0.98."),
     more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="Further targets."),
@@ -65,6 +73,12 @@ def circuit(
 
     if method not in METHODS:
         raise SubnetlabError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
+    if method != "edge-pruning":
+        from subnetlab.cli.commands._circuit_attribution import attribution_command
+
+        return attribution_command(model=model, task=task, out=out, method=method, ig_steps=ig_steps,
+                                   task_option=task_option, data_flags=data_flags, metric=metric,
+                                   embedding_nodes=embedding_nodes, limit=limit, device=device)
     runs_on = resolve_device(device)
     targets = _parse_sparsities([*sparsity, *(more or [])])
     seed_list = parse_int_list(seeds, "--seeds")
@@ -76,7 +90,8 @@ def circuit(
     task_options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
     base = {"model": model, "task": task, "task_options": task_options, "device": device}
     jobs = circuit_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, overrides=overrides,
-                         eval_split=split, eval_limit=limit)  # builds (so checks) every job's config
+                         eval_split=split, eval_limit=limit,
+                         init_from=None if init_from is None else str(init_from))  # builds (so checks) every job's config
     first = CircuitJobConfig.from_dict(jobs[0].config)
     loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair: refused here
     built.examples(split)

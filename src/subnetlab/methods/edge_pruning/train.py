@@ -222,12 +222,15 @@ class EdgePruner:
 
 def prune_edges(model: nn.Module, adapter: Adapter, data: PruningData, config: EdgePruneConfig, *,
                 values: WriterValues | None = None, run_dir: str | Path | None = None,
-                on_step: StepCallback | None = None, teacher: Tensor | None = None) -> EdgePruneResult:
+                on_step: StepCallback | None = None, teacher: Tensor | None = None,
+                init_log_alpha_edges: Tensor | None = None) -> EdgePruneResult:
     """Train edge masks on the frozen ``model`` to ``config.sparsity`` and select the circuit.
 
     ``values``: the ablation's writer values when they are fixed (means computed elsewhere); corrupted
     ablation captures them per batch from the data's corrupted prompts. ``on_step(step)`` runs after each
     step and its checkpoint (tests use it to simulate a kill). ``teacher``: the full model's table.
+    ``init_log_alpha_edges``: ``[edges]`` starting log-alphas (a warm start from attribution scores,
+    ``methods.attribution.warm_start``) instead of the config's constant; a resumed run keeps its checkpoint's.
     """
     if config.batch_size > data.size:
         raise SubnetlabError(f"batch size {config.batch_size} is larger than the {data.size} training examples",
@@ -235,6 +238,12 @@ def prune_edges(model: nn.Module, adapter: Adapter, data: PruningData, config: E
     pruner = EdgePruner(model, adapter, data, config, values, teacher)
     run_dir = Path(run_dir) if run_dir is not None else None
     start = pruner.restore(run_dir) if run_dir is not None else 0
+    if init_log_alpha_edges is not None and not start:
+        if tuple(init_log_alpha_edges.shape) != (pruner.graph.num_edges,):
+            raise SubnetlabError(f"{init_log_alpha_edges.numel()} starting log-alphas for {pruner.graph.num_edges} edges",
+                                 setting="init_from")
+        with torch.no_grad():
+            pruner.edges.log_alpha.copy_(init_log_alpha_edges.to(pruner.edges.log_alpha))
     if start:
         stage(f"resuming edge pruning at step {start} of {config.total_steps}")
     began = time.perf_counter()

@@ -1,0 +1,123 @@
+"""EAP and EAP-IG examples per second against TransformerLens 4.3's ``attribution_patch`` (same model, same batch).
+
+A GPT-2-style model built from a config (no download), float32, CPU. Side by side, interleaved so machine noise
+hits all alike, median over repeats:
+
+* plain: one forward + backward of the metric on the clean prompts (parameters frozen, gradient to the
+  embeddings), and EAP's floor: that plus a no-grad forward on the corrupted prompts;
+* subnetlab EAP (``methods.attribution``, edge scores of every edge, the batch in one pass);
+* subnetlab EAP-IG at k = 5;
+* TransformerLens 4.3 ``attribution_patch(granularity="edge")`` on the same model wrapped with
+  ``TransformerBridge.boot_transformers`` (it scores each pair separately, per position).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src /work/venv-tl/bin/python benchmarks/bench_attribution.py [--layers 4 ...]
+
+Without TransformerLens the TransformerLens row is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import tempfile
+import time
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    from transformers import GPT2Config
+
+    from subnetlab.methods.attribution import attribute_batch
+    from subnetlab.models import build_model, get_adapter
+    from subnetlab.models.graph import Graph
+
+    vocab = 1000
+    config = GPT2Config(vocab_size=vocab, n_positions=128, n_embd=args.hidden, n_layer=args.layers, n_head=args.heads,
+                        bos_token_id=0, eos_token_id=0)
+    model = build_model(config, head="causal-lm", seed=0).model.eval()
+    adapter = get_adapter(model)
+    graph = Graph.from_adapter(adapter, embedding_nodes=1)
+    g = torch.Generator().manual_seed(0)
+    clean_ids = torch.randint(3, vocab, (args.batch, args.length), generator=g)
+    corrupt_ids = clean_ids.clone()
+    corrupt_ids[:, 2] = torch.randint(3, vocab, (args.batch,), generator=g)
+    mask = torch.ones_like(clean_ids)
+    clean, corrupted = {"input_ids": clean_ids, "attention_mask": mask}, {"input_ids": corrupt_ids, "attention_mask": mask}
+
+    def rows(logits, _full):
+        return logits[:, -1, 5] - logits[:, -1, 9]
+
+    def plain(floor: bool) -> None:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        embed = model.transformer.wte
+        handle = embed.register_forward_hook(lambda m, a, out: out.requires_grad_())
+        try:
+            if floor:
+                with torch.no_grad():
+                    model(**corrupted)
+            rows(model(**clean).logits, None).sum().backward()
+        finally:
+            handle.remove()
+
+    runs = {
+        "plain forward+backward": lambda: plain(False),
+        "EAP floor (corrupted forward + forward+backward)": lambda: plain(True),
+        "subnetlab EAP": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows, method="eap"),
+        "subnetlab EAP-IG k=5": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
+                                                         method="eap-ig", steps=5),
+    }
+    try:
+        from transformer_lens.model_bridge import TransformerBridge
+        from transformer_lens.tools.analysis import attribution_patching as ap
+        from transformers import AutoTokenizer, GPT2TokenizerFast  # noqa: F401
+
+        from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+        hf = copy.deepcopy(model)  # the bridge wraps its model's modules in place
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_pretrained(d)
+            gpt2_style_tokenizer().save_pretrained(d)
+            bridge = TransformerBridge.boot_transformers(d, hf_model=hf, tokenizer=AutoTokenizer.from_pretrained(d))
+        bridge.eval()
+        runs["TransformerLens 4.3 attribution_patch (edge)"] = lambda: ap.attribution_patch(
+            bridge, clean_ids, corrupt_ids, lambda logits: logits[0, -1, 5] - logits[0, -1, 9],
+            ap.EdgeAttributionConfig(granularity="edge"))
+    except ImportError as e:
+        print(f"TransformerLens not installed ({e}); its row is left out")
+
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for name, run in runs.items():  # warm-up
+        run()
+    for _ in range(args.repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    print(f"GPT-2-style {args.layers} layers x {args.heads} heads, hidden {args.hidden}; batch {args.batch} x "
+          f"length {args.length}; {graph.num_edges} edges; torch threads 1; median of {args.repeats}")
+    base = statistics.median(times["plain forward+backward"])
+    eap = statistics.median(times["subnetlab EAP"])
+    for name, ts in times.items():
+        t = statistics.median(ts)
+        print(f"{name:52s} {args.batch / t:9.1f} examples/s  {t * 1000:9.1f} ms  x{t / base:6.2f} plain  "
+              f"x{t / eap:6.2f} EAP")
+    tl = "TransformerLens 4.3 attribution_patch (edge)"
+    if tl in times:
+        print(f"subnetlab EAP speed / TransformerLens speed: {statistics.median(times[tl]) / eap:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The attribution run of ``subnetlab circuit`` (methods eap, eap-ig): attribution scores of every edge on a circuit task.
+
+Layout of DIR::
+
+    DIR/
+      config.json            everything to rerun it (written first)
+      scores.safetensors     ``edges`` [edges] in the graph's edge order (the scores file circuit-eval reads),
+                             and node scores ``heads`` [layers, heads], ``mlps`` [layers], ``embeddings``
+      node_scores.safetensors  the node scores alone (circuit-eval measures node circuits from it)
+      graph.json             the model's graph with each edge's score
+      metrics.json           method, steps, pairs, seconds, the largest edges (written last: marks the run done)
+
+Scores are the mean over the pairs of the chosen split of each edge's
+attribution (``methods.attribution``), for the task metric picked (default the
+logit difference; ``kl`` differentiates KL(full || model), which is zero with a
+zero gradient at the clean run, so EAP gives zero there and EAP-IG does not).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.io import save_tensors, write_json
+from subnetlab.methods.attribution.scores import METHODS, check_method
+from subnetlab.runs.job_config import require_positive
+from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
+from subnetlab.tasks.spec import TaskSpec
+
+SCORES_FILE = "scores.safetensors"
+NODE_SCORES_FILE = "node_scores.safetensors"
+FORMAT = "subnetlab.attribution/1"
+
+
+@dataclass(frozen=True)
+class AttributionJobConfig:
+    """A model, a circuit task, the method (``eap`` / ``eap-ig``) and its settings."""
+
+    model: str
+    task: TaskSpec
+    method: str = "eap"
+    ig_steps: int = 5
+    split: str = "train"
+    metric: str = "logit_diff"
+    batch_size: int = 16
+    limit: int | None = None
+    embedding_nodes: int | None = None
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_method(self.method, self.ig_steps)
+        if self.metric not in METRICS + TASK_METRICS:
+            raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS + TASK_METRICS)}",
+                                 setting="metric")
+        require_positive("attribution", "batch_size", self.batch_size)
+        require_positive("attribution", "limit", self.limit, allow_none=True)
+
+    def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
+        from subnetlab.runs.directory import absolute_inputs
+
+        return absolute_inputs({"command": "circuit", "model": self.model, "task": task_options,
+                                "method": self.method, "ig_steps": self.ig_steps if self.method == "eap-ig" else 1,
+                                "split": self.split, "metric": self.metric, "batch_size": self.batch_size,
+                                "limit": self.limit, "embedding_nodes": self.embedding_nodes, "device": self.device})
+
+
+def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
+    """Score every edge and node of the model for ``job`` and write DIR (module doc); returns metrics.json."""
+    from subnetlab.methods.attribution import attribute
+    from subnetlab.models import load_model
+    from subnetlab.models.graph import Graph
+    from subnetlab.intervene.edges import check_edge_family
+    from subnetlab.progress import stage
+    from subnetlab.runtime import describe_runtime, resolve_device, runtime_record
+    from subnetlab.tasks.circuits.pairs import CircuitTask
+
+    device = resolve_device(job.device)
+    stage(describe_runtime(device))
+    task = job.task.build()
+    if not isinstance(task, CircuitTask):
+        raise SubnetlabError(f"task {job.task.name} is not a circuit task (prompt pairs: circuit:ioi, "
+                             "circuit:greater-than, circuit:arith:<op>, or your own file with a corrupted column)",
+                             setting="task")
+    loaded = load_model(job.model, head="causal-lm")
+    check_edge_family(loaded.adapter)
+    tokenizer = task.tokenizer or loaded.tokenizer
+    if tokenizer is None:
+        raise SubnetlabError(f"model {job.model} has no tokenizer to read the prompts with", setting="model")
+    task.bind(tokenizer)
+    if job.metric not in task.metric_names:
+        raise SubnetlabError(f"metric {job.metric!r}: task {task.name} measures {', '.join(task.metric_names)}",
+                             setting="metric")
+    graph = Graph.from_adapter(loaded.adapter, job.embedding_nodes)
+    model = loaded.model.to(device).eval()
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", {**job.record(task.options), **runtime_record(device)})
+    pairs = len(task.examples(job.split)) if job.limit is None else min(job.limit, len(task.examples(job.split)))
+    stage(f"{job.method} scores of {graph.num_edges} edges on {pairs} pairs of {job.split} (metric {job.metric}"
+          f"{f', {job.ig_steps} steps' if job.method == 'eap-ig' else ''})")
+
+    def metric(logits: Any, batch: dict[str, Any], full: Any) -> Any:
+        return task.metrics(logits, batch, full)[job.metric]
+
+    start = time.perf_counter()
+    result = attribute(model, loaded.adapter, graph, task.pair_batches(tokenizer, job.split, job.batch_size, job.limit),
+                       metric, method=job.method, steps=job.ig_steps)  # type: ignore[arg-type]
+    seconds = time.perf_counter() - start
+    nodes = result.node_scores()
+    meta = {"format": FORMAT, "method": job.method, "steps": str(result.steps), "metric": job.metric,
+            "pairs": str(result.pairs), "graph": graph.family, "edges": str(graph.num_edges)}
+    save_tensors(out / SCORES_FILE, {"edges": result.edges, **nodes}, metadata=meta)
+    save_tensors(out / NODE_SCORES_FILE, {"heads": nodes["heads"], "mlps": nodes["mlps"]}, metadata=meta)
+    graph.save(out / "graph.json", scores=result.edges.tolist())
+    order = result.edges.abs().argsort(descending=True)[:10].tolist()
+    metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
+               "edges": graph.num_edges, "seconds": round(seconds, 3),
+               "pairs_per_second": round(result.pairs / max(seconds, 1e-9), 3),
+               "top_edges": [{"edge": graph.edge_names[i], "score": float(result.edges[i])} for i in order]}
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+__all__ = ["AttributionJobConfig", "METHODS", "NODE_SCORES_FILE", "SCORES_FILE", "attribution_run"]

@@ -1,0 +1,76 @@
+"""`subnetlab circuit --method eap|eap-ig`: the scores file is the library's, and circuit-eval reads it; edge
+pruning warm-started from it (``--init-from``) starts from the mapped log-alphas."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from subnetlab.io import load_tensors
+from tests.unit.test_circuit_eval_cli import TASK, _run, tiny  # noqa: F401 (the fixture)
+
+
+@pytest.mark.parametrize("method", ["eap", "eap-ig"])
+def test_circuit_attribution_writes_the_library_scores(tiny, method, tmp_path, capsys, one_thread):  # noqa: F811
+    from subnetlab.methods.attribution import attribute
+    from subnetlab.models.graph import Graph
+    from subnetlab.tasks.spec import TaskSpec
+
+    root, model, adapter, tok = tiny
+    out = tmp_path / method
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(out), "--method", method, "--ig-steps", "3",
+          "--device", "cpu"], capsys)
+    saved = load_tensors(out / "scores.safetensors")
+    task = TaskSpec("circuit:ioi", {"n_train": 2, "n_eval": 6}).build()
+    task.bind(tok)
+    graph = Graph.from_adapter(adapter)
+    mine = attribute(model, adapter, graph, task.pair_batches(tok, "train", 16),
+                     lambda logits, batch, full: task.metrics(logits, batch, full)["logit_diff"],
+                     method=method, steps=3)
+    assert torch.allclose(saved["edges"], mine.edges, atol=1e-6, rtol=1e-5)
+    assert torch.allclose(saved["heads"].sum() + saved["mlps"].sum() + saved["embeddings"].sum(), saved["edges"].sum(),
+                          rtol=1e-4, atol=1e-5)
+    assert json.loads((out / "metrics.json").read_text())["pairs"] == 2
+    _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--out", str(tmp_path / "ev"),
+          "--scores", str(out / "scores.safetensors"), "--sizes", "10,50,100", "--device", "cpu"], capsys)
+    result = json.loads((tmp_path / "ev" / "faithfulness.json").read_text())
+    assert result["level"] == "edges" and result["items"] == graph.num_edges
+    assert result["faithfulness"]["logit_diff"][-1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_edge_pruning_warm_started_from_scores(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """--init-from: the run's log-alphas after two steps at learning rate 1e-9 are the warm-start mapping of the scores."""
+    from subnetlab.methods.attribution.warm_start import warm_start_log_alphas
+
+    root = tiny[0]
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(tmp_path / "eap"), "--method", "eap",
+          "--device", "cpu"], capsys)
+    scores = tmp_path / "eap" / "scores.safetensors"
+    out = tmp_path / "warm"
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--method", "edge-pruning", "--sparsity", "0.9",
+          "--seeds", "0", "--preset", "demo", "--set", "total_steps=2", "--set", "warmup_steps=1", "--set",
+          "batch_size=2", "--set", "lr=1e-9", "--init-from", str(scores), "--out", str(out), "--device", "cpu"], capsys)
+    alphas = [e["score"] for e in json.loads((out / "sparsity-0.900" / "seed-0" / "graph.json").read_text())["edges"]]
+    expected = warm_start_log_alphas(load_tensors(scores)["edges"], 0.9, 3.0)
+    assert torch.allclose(torch.tensor(alphas), expected, atol=1e-6)
+    assert float(expected.abs().max()) == 3.0
+    from subnetlab.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["circuit", "--model", str(root / "model"), *TASK, "--method", "edge-pruning", "--sparsity", "0.9",
+              "--init-from", str(tmp_path / "missing.safetensors"), "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and "--init-from" in err, err
+
+
+def test_circuit_refuses_unknown_method(tiny, tmp_path, capsys):  # noqa: F811
+    from subnetlab.cli import main
+
+    root = tiny[0]
+    with pytest.raises(SystemExit) as e:
+        main(["circuit", "--model", str(root / "model"), *TASK, "--out", str(tmp_path / "x"), "--method", "acdc"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--method" in err and "eap" in err
