@@ -77,7 +77,7 @@ def test_a_partial_edge_circuit_is_refused_and_exports_its_closure_when_asked(tm
     sub = Subnetwork.from_edges(m.adapter, graph, mask, ablation="zero")
     with pytest.raises(SubnetlabError, match="removes 1 edge.*a0.h0->a1.h0<k>.*whole residual stream") as e:
         export_subnetwork(m, sub, tmp_path / "refused", None)
-    assert e.value.setting == "subnetwork" and not (tmp_path / "refused").exists()
+    assert e.value.setting == "edges_as_nodes" and not (tmp_path / "refused").exists()
     result = export_subnetwork(m, sub, tmp_path / "closure", None, edges_as_nodes=True)
     assert any("node-level closure" in n and "differs from the circuit" in n for n in result.notes)
     closed = node_circuit(sub, closure=True)

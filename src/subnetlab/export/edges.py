@@ -105,10 +105,10 @@ def node_circuit(subnetwork: Subnetwork, closure: bool = False) -> NodeCircuit:
         example = ", ".join(missing[:SHOWN]) + (f" and {len(missing) - SHOWN} more" if len(missing) > SHOWN else "")
         if not closure:
             raise SubnetlabError(
-                f"subnetwork: the edge circuit removes {len(missing)} edge(s) between nodes it keeps ({example}); a "
-                "standard transformer's reader sees the whole residual stream, so this circuit is no smaller standard "
-                "model. Export its node-level closure (the edges_as_nodes setting) to keep every edge among the kept "
-                "nodes, a model that differs from the circuit", setting="subnetwork")
+                f"edges_as_nodes is off and the edge circuit removes {len(missing)} edge(s) between nodes it keeps "
+                f"({example}); a standard transformer's reader sees the whole residual stream, so this circuit is no "
+                "smaller standard model. Turn it on to export the node-level closure instead: every edge among the "
+                "kept nodes kept, a model that differs from the circuit", setting="edges_as_nodes")
         notes.append(f"node-level closure: the exported model keeps every edge among the kept nodes, "
                      f"{int(kept.sum()) + len(missing)} edges where the circuit keeps {int(kept.sum())} (added: "
                      f"{example}); it differs from the circuit")
