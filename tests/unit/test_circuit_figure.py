@@ -7,7 +7,7 @@ import pytest
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.models.graph import Graph
-from subnetlab.report.circuit_figure import STYLES, circuit_axes, circuit_layout, draw_circuit
+from subnetlab.report.circuit_figure import READER_DROP, STYLES, circuit_axes, circuit_layout, draw_circuit
 from subnetlab.report.plots import plt
 
 
@@ -45,7 +45,7 @@ def test_grouped_key_value_readers_end_between_their_query_heads():
     graph = Graph("llama", 1, 4, 2, 1)  # two query heads per key/value head
     layout = circuit_layout(graph, _kept(graph, ["input->a0.kv1<k>"]))
     (seg,) = layout.segments
-    assert seg.kind == "k" and seg.end == (2.5, 1.0)  # middle of query heads 2 and 3
+    assert seg.kind == "k" and seg.end == (2.5, 1.0 - READER_DROP)  # middle of query heads 2 and 3
     assert {"a0.h2", "a0.h3", "input"} == set(layout.active)
 
 

@@ -4,7 +4,8 @@ Layout: the embeddings at the bottom, one row per layer (its heads left to
 right, its MLP at the right end, a little higher because it reads its own
 layer's heads), the logits at the top. A kept edge is one line from its writer
 to the node that reads it; an edge into a head ends left of the head's centre
-for its query, at the centre for its key, right of it for its value, and the
+for its query, at the centre for its key, right of it for its value (just under
+the head), and the
 three are drawn in different colours and line styles (legend). With grouped
 key/value heads a key/value reader ends at the middle of the query heads that
 share it. Nodes with no kept edge in or out are grey.
@@ -35,6 +36,7 @@ STYLES = {
     "logits": ("tab:red", "-", 0.0, "logits"),
 }
 MLP_RISE = 0.45
+READER_DROP = 0.15  # Q/K/V edges end just under their head, side by side
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def _reader_point(graph: Graph, reader: str, nodes: dict[str, tuple[float, float
     else:
         node = head
         x, y = nodes[head]
-    return kind, node, (x + STYLES[kind][2], y)
+    return kind, node, (x + STYLES[kind][2], y - READER_DROP)
 
 
 def circuit_layout(graph: Graph, kept: Any) -> CircuitLayout:
@@ -147,4 +149,4 @@ def circuit_axes(graph: Graph, kept: Any, *, title: str = "") -> tuple[Any, Any]
     return fig, ax
 
 
-__all__ = ["CircuitLayout", "EdgeSegment", "STYLES", "circuit_axes", "circuit_layout", "draw_circuit"]
+__all__ = ["CircuitLayout", "EdgeSegment", "READER_DROP", "STYLES", "circuit_axes", "circuit_layout", "draw_circuit"]
