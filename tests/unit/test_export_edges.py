@@ -98,3 +98,33 @@ def test_corrupted_prompt_ablation_has_nothing_to_fold(tmp_path, one_thread):
     with pytest.raises(SubnetlabError, match="corrupted-prompt ablation.*not a fixed value") as e:
         export_files(ExportSettings(str(tmp_path / "lm"), str(tmp_path / "c.safetensors"), str(tmp_path / "out")))
     assert e.value.setting == "ablation"
+
+
+def test_the_export_command_takes_an_edge_circuit_and_notes_the_closure(tmp_path, capsys, one_thread):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from subnetlab.cli import main
+    from subnetlab.models import get_adapter
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    tok = gpt2_style_tokenizer()
+    torch.manual_seed(0)
+    lm = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2))
+    lm.save_pretrained(tmp_path / "lm")
+    tok.save_pretrained(tmp_path / "lm")
+    adapter = get_adapter(lm)
+    graph = Graph.from_adapter(adapter)
+    mask = torch.ones(graph.num_edges)
+    mask[graph.edges_from("a1.h1")] = 0
+    mask[graph.edge_index("a0.h0->a1.h0<v>")] = 0
+    Subnetwork.from_edges(adapter, graph, mask, ablation="zero").save(tmp_path / "c.safetensors")
+    argv = ["export", "--model", str(tmp_path / "lm"), "--subnetwork", str(tmp_path / "c.safetensors")]
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--out", str(tmp_path / "refused")])
+    assert done.value.code == 2 and "--edges-as-nodes is off" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--out", str(tmp_path / "small"), "--edges-as-nodes"])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert "heads per layer: 2 1 (of 2)" in printed
+    assert "note: node-level closure" in printed and "a0.h0->a1.h0<v>" in printed

@@ -99,8 +99,8 @@ def node_circuit(subnetwork: Subnetwork, closure: bool = False) -> NodeCircuit:
                           for l in range(graph.num_layers)])
     mlps = torch.tensor([float(f"m{l}" in live) for l in range(graph.num_layers)])
     removed = int((heads == 0).sum() + (mlps == 0).sum())
-    notes = [f"edge circuit: {int(kept.sum())} of {graph.num_edges} edges; {removed} heads/MLPs reach the logits only "
-             f"through removed edges and are removed"]
+    notes = [f"edge circuit: {int(kept.sum())} of {graph.num_edges} edges; heads and MLPs removed: {removed} (they "
+             "reach the logits only through removed edges)"]
     if missing:
         example = ", ".join(missing[:SHOWN]) + (f" and {len(missing) - SHOWN} more" if len(missing) > SHOWN else "")
         if not closure:
