@@ -128,3 +128,17 @@ def test_the_export_command_takes_an_edge_circuit_and_notes_the_closure(tmp_path
     printed = capsys.readouterr().out
     assert "heads per layer: 2 1 (of 2)" in printed
     assert "note: node-level closure" in printed and "a0.h0->a1.h0<v>" in printed
+
+
+def test_an_embedding_edge_cut_into_a_kept_node_is_no_node_circuit():
+    """The embeddings cannot be removed, so every edge from them into a kept node must stay."""
+    graph = Graph("gpt2", 2, 2, 2, 2)
+    mask = torch.ones(graph.num_edges)
+    mask[graph.edge_index("pos_embeds->a0.h0<q>")] = 0
+    mask[graph.edges_from("a1.h1")] = 0
+    mask[graph.edge_index("tok_embeds->a1.h1<v>")] = 0  # into a removed node: no matter
+    sub = Subnetwork("edges", "gpt2", "", edges=mask, graph_shape=graph.shape(), ablation="zero")
+    with pytest.raises(SubnetlabError, match=r"removes 1 edge\(s\).*\(pos_embeds->a0.h0<q>\)"):
+        node_circuit(sub)
+    closed = node_circuit(sub, closure=True)
+    assert closed.missing == ("pos_embeds->a0.h0<q>",) and closed.heads.tolist() == [[1, 1], [1, 0]]
