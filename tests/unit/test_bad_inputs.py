@@ -139,7 +139,9 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     from tests.unit.circuit_helpers import gpt2_style_tokenizer
 
     tok = gpt2_style_tokenizer()
-    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2)).save_pretrained(root / "lm")
+    lm = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2))
+    lm.save_pretrained(root / "lm")
+    _edge_circuit_files(root, paths, lm)
     tok.save_pretrained(root / "lm")
     paths["lm"] = str(root / "lm")
     clean, corrupted = "When Mary and John went to the store, John gave a drink to", "When Amy and Lisa went to the store, Kate gave a drink to"
@@ -151,6 +153,23 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
         paths[name] = str(root / f"{name}.csv")
     save_tensors(root / "node-scores.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)})
     paths["nodescores"] = str(root / "node-scores.safetensors")
+
+
+def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
+    """Edge circuits on the tiny language model: one missing an edge between kept nodes, one found with
+    corrupted-prompt ablation (nothing fixed to fold into a bias)."""
+    from subnetlab.models import get_adapter
+    from subnetlab.models.graph import Graph
+    from subnetlab.subnetwork import Subnetwork
+
+    adapter = get_adapter(lm)
+    graph = Graph.from_adapter(adapter)
+    partial = torch.ones(graph.num_edges)
+    partial[graph.edge_index("a0.h0->a1.h0<k>")] = 0
+    Subnetwork.from_edges(adapter, graph, partial, ablation="zero").save(root / "edges-partial.safetensors")
+    Subnetwork.from_edges(adapter, graph, torch.ones(graph.num_edges), ablation="corrupted").save(
+        root / "edges-corrupted.safetensors")
+    paths.update({name: str(root / f"{name}.safetensors") for name in ("edges-partial", "edges-corrupted")})
 
 
 CASES: list[tuple[str, list[str], str]] = [
@@ -461,6 +480,11 @@ CASES: list[tuple[str, list[str], str]] = [
      "task arith:ab is not a circuit task"),
     ("circuit-encoder-model", ["circuit", "--model", "{bert}", "--task", "circuit:ioi", "--sparsity", "0.9"],
      "is not a causal language model"),
+    # export of an edge circuit (issue 27): no smaller standard model, or nothing fixed to fold
+    ("export-edges-partial", ["export", "--model", "{lm}", "--subnetwork", "{edges-partial}"],
+     "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),
+    ("export-edges-corrupted", ["export", "--model", "{lm}", "--subnetwork", "{edges-corrupted}"],
+     "--ablation: the edge circuit was found with corrupted-prompt ablation"),
 ]
 
 

@@ -55,6 +55,7 @@ def test_circuit_sweep_writes_graph_circuit_and_metrics(tiny, tmp_path, capsys, 
     assert sub.kept_names() == metrics["kept"]
     in_graph = [e["in_graph"] for e in json.loads((run / "graph.json").read_text())["edges"]]
     assert in_graph == (sub.edges > 0.5).tolist()
+    assert (run / "circuit.png").stat().st_size > 0 and (run / "circuit.png").stat().st_mtime <= (run / "metrics.json").stat().st_mtime
     assert set(metrics["faithfulness"]) >= {"logit_diff", "kl"} and "health" in metrics
     assert metrics["health"]["kept"] == metrics["kept_edges"] and metrics["health"]["maskable"] == graph.num_edges
     # the circuit file is what circuit-eval measures

@@ -1,4 +1,4 @@
-"""Exporting a structured subnetwork as a physically smaller model.
+"""Exporting a structured subnetwork (or an edge circuit that is one, ``edges.py``) as a physically smaller model.
 
 ``slice_subnetwork`` returns the small model in memory; ``export_subnetwork``
 also writes its directory (``save.py``); ``export_files`` is the command's
@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.export.edges import check_edge_ablation, node_circuit, structured_of
 from subnetlab.export.folding import check_values, head_biases, mlp_constants
 from subnetlab.export.save import FORMAT, PRUNING_FILE, head_for, write_directory
 from subnetlab.export.slicing import LayerPlan, Plan, apply_plan
@@ -48,6 +49,7 @@ class ExportSettings:
     out: str
     ablation: str | None = None
     onnx: bool = False
+    edges_as_nodes: bool = False  # an edge circuit that is no node circuit: export its node-level closure
 
     def __post_init__(self) -> None:
         for name in ("model", "subnetwork", "out"):
@@ -205,14 +207,19 @@ def _digest(tensors: list[Tensor]) -> str:
 
 def export_subnetwork(loaded: LoadedModel, subnetwork: Subnetwork, out: str | Path,
                       ablation: ComponentValues | None = None, source: str | None = None,
-                      onnx: bool = False) -> ExportResult:
+                      onnx: bool = False, edges_as_nodes: bool = False) -> ExportResult:
     """Write the small model of ``subnetwork`` to the directory ``out``; ``subnetlab.load_model(out)`` reads it.
 
     ``ablation`` None is zero ablation; mean activations are folded into biases.
     ``out`` must not exist or be empty. ``onnx`` also writes ``model.onnx``
     (needs ``onnx`` and ``onnxscript``; checked with onnxruntime when installed).
+    An edge circuit exports as its node circuit (``export/edges.py``); ``edges_as_nodes`` accepts one that is
+    none, exporting its node-level closure.
     """
     path = check_out(out)
+    notes: list[str] = []
+    if subnetwork.kind == "edges":
+        subnetwork, notes = as_node_circuit(loaded.adapter, subnetwork, ablation, edges_as_nodes)
     if onnx:
         from subnetlab.export.onnx import require_onnx
 
@@ -231,7 +238,7 @@ def export_subnetwork(loaded: LoadedModel, subnetwork: Subnetwork, out: str | Pa
         "ablation": {"kind": ZERO if ablation is None else "mean",
                      "values": None if ablation is None else _digest([*ablation.heads, *ablation.mlps])},
         "parameters": sliced.parameters,
-        "notes": sliced.notes,
+        "notes": notes + sliced.notes,
         "plan": sliced.plan.to_json(),
         "onnx": "model.onnx" if onnx else None,
     }
@@ -241,7 +248,16 @@ def export_subnetwork(loaded: LoadedModel, subnetwork: Subnetwork, out: str | Pa
 
         extra = onnx_writer(sliced.model, sliced.plan)
     write_directory(path, sliced.model, record, loaded.tokenizer, extra)
-    return ExportResult(path, sliced.plan, sliced.parameters, sliced.notes, path / "model.onnx" if onnx else None)
+    return ExportResult(path, sliced.plan, sliced.parameters, notes + sliced.notes,
+                        path / "model.onnx" if onnx else None)
+
+
+def as_node_circuit(adapter: Adapter, subnetwork: Subnetwork, ablation: ComponentValues | None,
+                    closure: bool) -> tuple[Subnetwork, list[str]]:
+    """The structured subnetwork an edge circuit exports as, with the notes its record carries."""
+    circuit = node_circuit(subnetwork, closure)
+    differs = check_edge_ablation(subnetwork, "zero" if ablation is None else "mean")
+    return structured_of(adapter, subnetwork, circuit), [*circuit.notes, *([differs] if differs else [])]
 
 
 def load_ablation(path: str | Path) -> ComponentValues:
@@ -280,6 +296,9 @@ def export_files(settings: ExportSettings) -> ExportResult:
         subnetwork = Subnetwork.load(settings.subnetwork)
     except SubnetlabError as e:
         raise SubnetlabError(f"subnetwork: {e}", setting="subnetwork") from None
+    if subnetwork.kind == "edges":  # refused before the model loads: a partial circuit, corrupted-prompt ablation
+        node_circuit(subnetwork, settings.edges_as_nodes)
+        check_edge_ablation(subnetwork, settings.ablation)
     values = _ablation_for(settings, subnetwork)
     head = "base"
     source = Path(resolve(settings.model)).expanduser()
@@ -295,7 +314,8 @@ def export_files(settings: ExportSettings) -> ExportResult:
             raise SubnetlabError(f"model: {settings.model} is a {', '.join(archs)}; export keeps text "
                                  "classifiers, causal language models, image classifiers and base models",
                                  setting="model")
-    return export_subnetwork(loaded, subnetwork, out, values, source=settings.model, onnx=settings.onnx)
+    return export_subnetwork(loaded, subnetwork, out, values, source=settings.model, onnx=settings.onnx,
+                             edges_as_nodes=settings.edges_as_nodes)
 
 
 __all__ = ["ExportSettings", "ExportResult", "SlicedModel", "build_plan", "check_out", "export_files",

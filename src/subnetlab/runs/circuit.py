@@ -10,6 +10,7 @@ Layout of a circuit sweep's directory DIR (what ``subnetlab circuit`` writes)::
         checkpoint.safetensors/.json      training state; a killed run resumes from it
         subnetwork.safetensors            the circuit: a Subnetwork of kind "edges"
         graph.json                        the graph with each edge's log-alpha (score) and in_graph
+        circuit.png                       the circuit drawn: nodes by layer, kept edges, Q/K/V readers marked
         history.json                      target, expected sparsity, KL, lambdas over training
         metrics.json                      kept edges, sparsity, the circuit's metrics and faithfulness on the
                                           evaluation pairs, health (written last: marks the run finished)
@@ -47,6 +48,7 @@ from subnetlab.tasks.circuits.pairs import CircuitTask
 CIRCUIT_JOB = "subnetlab.runs.circuit:circuit_job"
 SUBNETWORK_FILE = "subnetwork.safetensors"
 GRAPH_FILE = "graph.json"
+CIRCUIT_FIGURE = "circuit.png"
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     sub.save(out_dir / SUBNETWORK_FILE)
     graph.save(out_dir / GRAPH_FILE, scores=result.log_alpha_edges.tolist(), in_graph=(kept > 0.5).tolist())
     write_json(out_dir / "history.json", result.history)
+    _draw(graph, kept, out_dir / CIRCUIT_FIGURE, f"{job.task}: seed {cfg.seed}, target sparsity {cfg.sparsity:.3f}")
     stage(f"seed {cfg.seed}: measuring the circuit ({int(kept.sum())} of {graph.num_edges} edges)")
     evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, job.eval_split, limit=job.eval_limit,
                               batch_size=cfg.eval_batch_size,
@@ -126,6 +129,15 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     }
     metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity)
     return metrics
+
+
+def _draw(graph: Graph, kept: Any, path: Path, title: str) -> None:
+    """``circuit.png`` beside the run's graph.json, before metrics.json marks the run finished (so a finished run
+    always has its figure). Imported here: plotting's home is report/, a floor above (import-graph exception)."""
+    from subnetlab.report.circuit_figure import draw_circuit
+
+    draw_circuit(graph, kept.detach().cpu().numpy(), path,
+                 title=f"{title}: {int((kept > 0.5).sum())} of {graph.num_edges} edges")
 
 
 def _warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
@@ -184,6 +196,6 @@ def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> G
     return graph
 
 
-__all__ = ["CIRCUIT_JOB", "CircuitJobConfig", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task",
+__all__ = ["CIRCUIT_FIGURE", "CIRCUIT_JOB", "CircuitJobConfig", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task",
            "run_dir_name", "write_sweep_graph"]
 

@@ -58,7 +58,8 @@ def circuit(
     executor: ExecutorOptions = None,
 ) -> None:
     """Find edge-level circuits with Edge Pruning: hard-concrete masks over the edges of the model's computation
-    graph, on the unmodified model; each circuit's faithfulness (MIB) and health go in its metrics.json."""
+    graph, on the unmodified model; each circuit's faithfulness (MIB) and health go in its metrics.json, its
+    figure (kept edges, Q/K/V readers marked) in circuit.png."""
     from rich.console import Console
     from rich.table import Table
 

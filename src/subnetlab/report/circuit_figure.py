@@ -1,0 +1,152 @@
+"""An edge circuit as a figure: nodes by layer, the kept edges, each edge's reader input (Q/K/V) marked.
+
+Layout: the embeddings at the bottom, one row per layer (its heads left to
+right, its MLP at the right end, a little higher because it reads its own
+layer's heads), the logits at the top. A kept edge is one line from its writer
+to the node that reads it; an edge into a head ends left of the head's centre
+for its query, at the centre for its key, right of it for its value (just under
+the head), and the
+three are drawn in different colours and line styles (legend). With grouped
+key/value heads a key/value reader ends at the middle of the query heads that
+share it. Nodes with no kept edge in or out are grey.
+
+``circuit_layout`` returns the plain data drawn (positions and one segment per
+kept edge), so that tests and other tools can check it without reading pixels.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.models.graph import Graph
+from subnetlab.report.plots import plt, save_figure
+
+# reader input -> (colour, line style, x offset at the head, legend label)
+STYLES = {
+    "q": ("tab:blue", "-", -0.22, "query (Q)"),
+    "k": ("tab:orange", "--", 0.0, "key (K)"),
+    "v": ("tab:green", ":", 0.22, "value (V)"),
+    "mlp": ("tab:purple", "-", 0.0, "MLP input"),
+    "logits": ("tab:red", "-", 0.0, "logits"),
+}
+MLP_RISE = 0.45
+READER_DROP = 0.15  # Q/K/V edges end just under their head, side by side
+
+
+@dataclass(frozen=True)
+class EdgeSegment:
+    """One kept edge as drawn: its name, its reader input kind (a key of ``STYLES``) and its end points."""
+
+    name: str
+    kind: str
+    start: tuple[float, float]
+    end: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class CircuitLayout:
+    nodes: dict[str, tuple[float, float]]  # writer (and "logits") -> position
+    active: frozenset[str]  # nodes with at least one kept edge
+    segments: tuple[EdgeSegment, ...]
+
+
+def _positions(graph: Graph) -> dict[str, tuple[float, float]]:
+    H = graph.num_heads
+    centre = (H - 1) / 2
+    emb = graph.embeddings
+    nodes = {name: (centre + (i - (len(emb) - 1) / 2) * 1.5, 0.0) for i, name in enumerate(emb)}
+    for layer in range(graph.num_layers):
+        for h in range(H):
+            nodes[f"a{layer}.h{h}"] = (float(h), layer + 1.0)
+        nodes[f"m{layer}"] = (float(H), layer + 1.0 + MLP_RISE)
+    nodes["logits"] = (centre, graph.num_layers + 1.0)
+    return nodes
+
+
+def _reader_point(graph: Graph, reader: str, nodes: dict[str, tuple[float, float]]) -> tuple[str, str, tuple[float, float]]:
+    """``(kind, node, end point)`` of a reader name: ``a1.h2<q>`` -> ("q", "a1.h2", ...)."""
+    if "<" not in reader:
+        return ("logits" if reader == "logits" else "mlp"), reader, nodes[reader]
+    head, kind = reader[:-3], reader[-2]
+    layer, rest = head[1:].split(".", 1)
+    if rest.startswith("kv"):  # grouped key/value head g: the middle of its query heads
+        g = int(rest[2:])
+        heads = [f"a{layer}.h{h}" for h in range(g * graph.group, (g + 1) * graph.group)]
+        x = float(np.mean([nodes[n][0] for n in heads]))
+        y = nodes[heads[0]][1]
+        node = heads[0]
+    else:
+        node = head
+        x, y = nodes[head]
+    return kind, node, (x + STYLES[kind][2], y - READER_DROP)
+
+
+def circuit_layout(graph: Graph, kept: Any) -> CircuitLayout:
+    """Positions of every node and one segment per kept edge (``kept``: one value per edge, > 0.5 = kept)."""
+    mask = np.asarray(kept, dtype=float).reshape(-1)
+    if mask.shape[0] != graph.num_edges:
+        raise SubnetlabError(f"the circuit has {mask.shape[0]} edge values; the graph has {graph.num_edges} edges")
+    nodes = _positions(graph)
+    active: set[str] = set()
+    segments = []
+    for i in np.nonzero(mask > 0.5)[0].tolist():
+        w, r = graph.edges[i]
+        writer, reader = graph.writers[w], graph.readers[r]
+        kind, node, end = _reader_point(graph, reader, nodes)
+        active.update((writer, node))
+        if kind in ("k", "v") and graph.group > 1:  # every query head of the group reads through it
+            layer, g = node[1:].split(".h")
+            base = int(g)
+            active.update(f"a{layer}.h{h}" for h in range(base, base + graph.group))
+        segments.append(EdgeSegment(graph.edge_names[i], kind, nodes[writer], end))
+    return CircuitLayout(nodes, frozenset(active), tuple(segments))
+
+
+def draw_circuit(graph: Graph, kept: Any, path: str | os.PathLike, *, title: str = "") -> Path:
+    """Write the circuit's figure to ``path`` (PNG, atomically) and return the path."""
+    fig, _ = circuit_axes(graph, kept, title=title)
+    return save_figure(fig, path)
+
+
+def circuit_axes(graph: Graph, kept: Any, *, title: str = "") -> tuple[Any, Any]:
+    """The open figure and its axes (one line per kept edge, its ``gid`` the edge's name), for callers that
+    compose or inspect it; ``draw_circuit`` writes and closes it."""
+    layout = circuit_layout(graph, kept)
+    H, L = graph.num_heads, graph.num_layers
+    fig, ax = plt.subplots(figsize=(min(2.0 + 0.55 * (H + 1), 18.0), min(1.6 + 1.1 * (L + 2), 16.0)))
+    for seg in layout.segments:
+        colour, style, _, _ = STYLES[seg.kind]
+        ax.plot([seg.start[0], seg.end[0]], [seg.start[1], seg.end[1]], color=colour, ls=style, lw=1.0,
+                alpha=0.75, zorder=1, gid=seg.name)
+    for name, (x, y) in layout.nodes.items():
+        on = name in layout.active
+        ax.scatter([x], [y], s=260 if name in graph.embeddings or name == "logits" else 160, zorder=2,
+                   color="tab:gray" if not on else ("black" if name == "logits" or name in graph.embeddings
+                                                     else ("tab:purple" if name.startswith("m") else "tab:blue")),
+                   alpha=1.0 if on else 0.25, edgecolors="none")
+        label = name.split(".")[-1] if name.startswith("a") else name
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, -13), ha="center", fontsize=6,
+                    color="black" if on else "tab:gray")
+    for kind in ("q", "k", "v", "mlp", "logits"):
+        colour, style, _, label = STYLES[kind]
+        ax.plot([], [], color=colour, ls=style, label=label)  # legend entries only (no data)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="edge into")
+    ax.set_yticks([0] + [layer + 1 for layer in range(L)] + [L + 1], ["embeddings"] + [f"layer {l}" for l in range(L)]
+                  + ["logits"])
+    ax.set_xticks([])
+    ax.set_xlim(-1, H + 1)
+    ax.set_ylim(-0.6, L + 1.6)
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    kept = len(layout.segments)
+    ax.set_title(title or f"{kept} of {graph.num_edges} edges kept ({graph.family}, {L} x {H})", fontsize=9)
+    return fig, ax
+
+
+__all__ = ["CircuitLayout", "EdgeSegment", "READER_DROP", "STYLES", "circuit_axes", "circuit_layout", "draw_circuit"]
