@@ -219,10 +219,10 @@ def test_circuits_work_by_hand():
     assert stages["node"].work == {"tiny_prune_step": 375, "tiny_eval_pair": 200 + 200 * (2 + 11)}
     # Edge Pruning's demo preset: 300 steps at each of 3 sparsities; each circuit's f (2 passes), one curve
     assert stages["edge"].work == {"tiny_prune_step": 900, "tiny_eval_pair": 200 * (2 + 6 + 11)}
-    # IOI: 1000 steps, 11 held-out evaluations of 200, evaluator, full, random curve; 2 x 300 edge steps
-    assert stages["ioi"].work == {"tiny_train_step": 1000,
-                                  "tiny_eval_pair": 200 * (11 + 2 + 1 + 12) + 200 * (2 + 4 + 11),
-                                  "tiny_prune_step": 600}
+    # IOI: 800 steps, 9 held-out evaluations of 200, evaluator, full, random curve; 300 edge steps at one target
+    assert stages["ioi"].work == {"tiny_train_step": 800,
+                                  "tiny_eval_pair": 200 * (9 + 2 + 1 + 12) + 200 * (2 + 2 + 11),
+                                  "tiny_prune_step": 300}
     without = copy.deepcopy(CIRCUITS["demo"])
     without.update(ioi=None, node_pruning=None)
     assert [s.key for s in circuits_stages(without)] == ["train", "mechanism", "random", "edge"]

@@ -182,6 +182,7 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
 
     import torch
 
+    from subnetlab import progress
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
     from subnetlab.experiments.circuits.steps import model_shape, task_config, train_settings
     from subnetlab.experiments.circuits.training import TrainSettings, build_induction_model, train_induction_model
@@ -200,22 +201,29 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
         model = build_induction_model(task_cfg, shape, 0)
 
         def train(n: int) -> float:
-            t0 = clock()
-            train_induction_model(model, task_cfg, TrainSettings(steps=n, batch_size=train_cfg.batch_size,
-                                                                 lr=train_cfg.lr, eval_every=n, eval_size=1))
-            return clock() - t0
+            quiet = progress._quiet
+            progress.set_quiet(True)  # its step lines are not the demo's stages
+            try:
+                t0 = clock()
+                train_induction_model(model, task_cfg, TrainSettings(steps=n, batch_size=train_cfg.batch_size,
+                                                                     lr=train_cfg.lr, eval_every=n, eval_size=1))
+                return clock() - t0
+            finally:
+                progress.set_quiet(quiet)
 
         train(few)  # warm-up
         train_rate = max(train(more) - train(few), 0.0) / (more - few)
         tokenizer = induction_tokenizer(task_cfg.vocab_size)
-        task = make_induction_task(n_train=batch, n_eval=batch, seed=0, **dict(cs["task"])).bind(tokenizer)
+        overrides = dict((cs.get("edge_pruning") or {}).get("overrides") or {})
+        prune_batch = int(preset_config("demo", 0.9, seed=0, **overrides).batch_size)
+        task = make_induction_task(n_train=max(batch, prune_batch), n_eval=batch, seed=0,
+                                   **dict(cs["task"])).bind(tokenizer)
         adapter = get_adapter(model)
         graph = Graph.from_adapter(adapter)
         evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=batch)
         keep = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(0)) < 0.5
         eval_rate = _median_time(lambda _: evaluate(keep), 3, clock, budget=2.0) / batch
         data = circuit_data(task, tokenizer, "train")
-        overrides = dict((cs.get("edge_pruning") or {}).get("overrides") or {})
 
         def edge_prune(n: int) -> float:
             config = preset_config("demo", 0.9, seed=0, **{**overrides, "warmup_steps": n, "total_steps": n})
