@@ -79,5 +79,5 @@ def test_circuits_rates_are_positive_per_unit():
     s = copy.deepcopy(CIRCUITS["demo"])
     s["circuit"] = {**s["circuit"], "batch_size": 8}
     rates = circuits_rates(s)
-    assert set(rates) == {"tiny_train_step", "tiny_prune_step", "tiny_eval_pair"} <= set(UNITS)
+    assert set(rates) == {"tiny_train_step", "tiny_prune_step", "tiny_node_step", "tiny_eval_pair"} <= set(UNITS)
     assert all(r >= 0 for r in rates.values()) and rates["tiny_eval_pair"] > 0

@@ -216,7 +216,7 @@ def test_circuits_work_by_hand():
     # two evaluators; the random edge curve (full, empty, 10 sizes) and node curve (full, 10 sizes)
     assert stages["random"].work == {"tiny_eval_pair": 200 * (4 + 12 + 11)}
     # Heuristic Core's demo rule at 70%: 60 + 4 * 70 = 340 warm-up steps + 35; means over the 200 train pairs
-    assert stages["node"].work == {"tiny_prune_step": 375, "tiny_eval_pair": 200 + 200 * (2 + 11)}
+    assert stages["node"].work == {"tiny_node_step": 375, "tiny_eval_pair": 200 + 200 * (2 + 11)}
     # Edge Pruning's demo preset: 300 steps at each of 3 sparsities; each circuit's f (2 passes), one curve
     assert stages["edge"].work == {"tiny_prune_step": 900, "tiny_eval_pair": 200 * (2 + 6 + 11)}
     # IOI: 800 steps, 9 held-out evaluations of 200, evaluator, full, random curve; 300 edge steps at one target

@@ -35,7 +35,8 @@ def loud(monkeypatch):
 RATES = {"minilm_gate_step": 0.1, "minilm_finetune_step": 0.2, "minilm_eval_example": 0.001,
          "minilm_job_gate_step": 0.15, "minilm_job_eval_example": 0.0015,
          "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5,
-         "tiny_train_step": 0.01, "tiny_prune_step": 0.02, "tiny_eval_pair": 1e-4}
+         "tiny_train_step": 0.01, "tiny_prune_step": 0.02, "tiny_node_step": 0.01,
+         "tiny_eval_pair": 1e-4}
 
 
 def _fake(name: str, presets: dict, lines: list[tuple[str, float]], clock: FakeClock, log: list):

@@ -33,6 +33,7 @@ UNITS = {
     "gpt2_eval_row": "the arithmetic GPT-2's forward pass over one evaluation row, one thread",
     "tiny_train_step": "one training step of the circuits demo's 2-layer model (its batch and length), one thread",
     "tiny_prune_step": "one edge-pruning optimiser step on the circuits demo's model (its batch), one thread",
+    "tiny_node_step": "one node-level (heads and MLPs) hard-concrete step on the circuits demo's model, one thread",
     "tiny_eval_pair": "one clean/corrupted pair through the circuits demo's edge evaluator, one thread",
 }
 HANS_SUBCASES = 30  # HANS (and the synthetic HANS-style generator) has 30 subcases
@@ -210,8 +211,9 @@ def circuits_stages(settings: Mapping[str, Any], demo: str = "circuits", cores: 
     Evaluations are counted in pairs through an edge evaluator (``tiny_eval_pair``): a curve evaluates the full
     circuit and every MIB size (and the empty one when not given), a one-circuit faithfulness the full circuit and
     the circuit, an evaluator's construction ``EVALUATOR_PASSES`` passes. The training run's held-out evaluations
-    and the head scores count their sequences as pairs too; node-pruning steps count as edge-pruning steps (the
-    same model and batch; the family's correction absorbs the difference). Everything runs in-process, one thread.
+    and the head scores count their sequences as pairs too, and the IOI model's training steps as the induction
+    model's (a model of the same depth and width; the family's correction absorbs the difference). Everything runs
+    in-process, one thread.
     """
     from subnetlab.methods.edge_pruning.config import preset_config as edge_config
     from subnetlab.methods.hard_concrete.config import preset_config as node_config
@@ -238,7 +240,7 @@ def circuits_stages(settings: Mapping[str, Any], demo: str = "circuits", cores: 
         cfg = node_config("demo", float(npr["sparsity"]), seed=seed, **dict(npr.get("overrides") or {}))
         means = min(int(cfg.means_examples), int(settings["circuit"]["n_train"]))
         out.append(Stage(demo, "node", "node-level pruning", {
-            "tiny_prune_step": int(cfg.total_steps),
+            "tiny_node_step": int(cfg.total_steps),
             "tiny_eval_pair": means + n_eval * (EVALUATOR_PASSES + CIRCUIT_SIZES + 1)},
             match="node-level pruning", family="circuits"))
 
