@@ -115,7 +115,7 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
 
     rows = findings(tmp_path, tmp_path.parent)
     assert len(rows) == 3 and all(r.verdict in (SHOWN, NOT_SHOWN) for r in rows)  # every result is there
-    assert rows[2].this_run.startswith("CPR edge pruning") and rows[0].link.startswith(f"{tmp_path.name}/report.md#3-")
+    assert rows[2].this_run.startswith("CPR / CMD: edge pruning") and rows[0].link.startswith(f"{tmp_path.name}/report.md#3-")
     (tmp_path / "curves.json").unlink()
     assert [r.verdict for r in findings(tmp_path, tmp_path.parent)][1:] == [NOT_MEASURABLE, NOT_MEASURABLE]
 

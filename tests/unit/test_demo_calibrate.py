@@ -70,3 +70,14 @@ def test_minilm_rates_time_one_thread_jobs_when_the_sweeps_run_in_processes():
     assert all(r > 0 for r in rates.values()) and torch.get_num_threads() == threads
     hc["backend"] = "local"
     assert set(minilm_rates(hc, steps=1)) == {"minilm_gate_step", "minilm_finetune_step", "minilm_eval_example"}
+
+
+def test_circuits_rates_are_positive_per_unit():
+    from subnetlab.experiments.circuits.reproduce import PRESETS as CIRCUITS
+    from subnetlab.experiments.demo.calibrate import circuits_rates
+
+    s = copy.deepcopy(CIRCUITS["demo"])
+    s["circuit"] = {**s["circuit"], "batch_size": 8}
+    rates = circuits_rates(s)
+    assert set(rates) == {"tiny_train_step", "tiny_prune_step", "tiny_node_step", "tiny_eval_pair"} <= set(UNITS)
+    assert all(r >= 0 for r in rates.values()) and rates["tiny_eval_pair"] > 0

@@ -200,3 +200,30 @@ def test_minutes():
 def test_repeated_stage_keys_refused():
     with pytest.raises(ValueError):
         Plan([Stage("d", "a", "A", {}), Stage("d", "a", "A", {})], {})
+
+
+def test_circuits_work_by_hand():
+    from subnetlab.experiments.circuits.reproduce import PRESETS as CIRCUITS
+    from subnetlab.experiments.demo.estimate import circuits_stages
+
+    stages = {s.key: s for s in circuits_stages(CIRCUITS["demo"], cores=2)}
+    assert list(stages) == ["train", "mechanism", "random", "node", "edge", "ioi"]
+    assert all(s.parallel == 1 and s.family == "circuits" for s in stages.values())
+    # 400 steps; held-out evaluations of 256 sequences at step 0 and every 20 steps (20 of them)
+    assert stages["train"].work == {"tiny_train_step": 400, "tiny_eval_pair": 21 * 256}
+    # 512 scored sequences; the evaluator (2 passes over 200 pairs), full, corrupted, q/k/v cuts, 2 key edges alone
+    assert stages["mechanism"].work == {"tiny_eval_pair": 512 + 200 * (2 + 2 + 3 + 2)}
+    # two evaluators; the random edge curve (full, empty, 10 sizes) and node curve (full, 10 sizes)
+    assert stages["random"].work == {"tiny_eval_pair": 200 * (4 + 12 + 11)}
+    # Heuristic Core's demo rule at 70%: 60 + 4 * 70 = 340 warm-up steps + 35; means over the 200 train pairs
+    assert stages["node"].work == {"tiny_node_step": 375, "tiny_eval_pair": 200 + 200 * (2 + 11)}
+    # Edge Pruning's demo preset: 300 steps at each of 3 sparsities; each circuit's f (2 passes), one curve
+    assert stages["edge"].work == {"tiny_prune_step": 900, "tiny_eval_pair": 200 * (2 + 6 + 11)}
+    # IOI: 800 steps, 9 held-out evaluations of 200, evaluator, full, random curve; 300 edge steps at one target
+    assert stages["ioi"].work == {"tiny_train_step": 800,
+                                  "tiny_eval_pair": 200 * (9 + 2 + 1 + 12) + 200 * (2 + 2 + 11),
+                                  "tiny_prune_step": 300}
+    without = copy.deepcopy(CIRCUITS["demo"])
+    without.update(ioi=None, node_pruning=None)
+    assert [s.key for s in circuits_stages(without)] == ["train", "mechanism", "random", "edge"]
+    assert circuits_stages(CIRCUITS["paper"]) == []  # the GPU preset is not part of the demo

@@ -428,3 +428,55 @@ def test_print_table_on_a_terminal_and_off(capsys):
     print_table(rows, interactive=True)
     out = capsys.readouterr().out
     assert "Findings of the demo" in out and "claim" in out and "measurable" in out and "┃" in out  # cells wrap
+
+
+def _circuits_run(root: Path, *, key_kept=True, edge=(0.80, 0.15), node=(0.60, 0.35), rand=(0.30, 0.70)) -> Path:
+    """A circuits run's saved results with constructed numbers (``experiments/circuits``' file layout)."""
+    run = root / "circuits"
+    key = "a0.h1->a1.h2<k>"
+    _write(run / "head_scores.json", {"previous_token_head": {"layer": 0, "head": 1, "score": 0.9},
+                                      "induction_heads": [{"layer": 1, "head": 2, "score": 0.8}]})
+    # full 4.0, corrupted 0.0: key cut leaves 1.0 (25%), query 3.8 (95%), value 3.9 (97.5%)
+    _write(run / "mechanism.json", {"full": {"logit_diff": 4.0}, "corrupted": {"logit_diff": 0.0}, "key_edges": [key],
+                                    "cut": {"all 1 k edges": {"logit_diff": 1.0}, "all 1 q edges": {"logit_diff": 3.8},
+                                            "all 1 v edges": {"logit_diff": 3.9}}})
+    _write(run / "curves.json", {
+        "curves": {"edge-pruning": {"cpr": edge[0], "cmd": edge[1]}, "node-pruning": {"cpr": node[0], "cmd": node[1]},
+                   "random-edges": {"cpr": rand[0], "cmd": rand[1]}},
+        "key_edges_kept": [{"sparsity": 0.9, "kept": 12, "faithfulness": {"logit_diff": 0.7}, "key_edges": {key: True}},
+                           {"sparsity": 0.95, "kept": 6, "faithfulness": {"logit_diff": 0.6},
+                            "key_edges": {key: key_kept}},
+                           {"sparsity": 0.99, "kept": 1, "faithfulness": {"logit_diff": 0.1},
+                            "key_edges": {key: False}}]})
+    (run / "report.md").write_text("# r\n\n## 3. The circuit task and the mechanism's edges\n\n## 4. Faithfulness of the "
+                                   "circuit methods (MIB: CPR higher is better, CMD lower is better)\n", encoding="utf-8")
+    return run
+
+
+def test_demo_findings_carry_the_circuits_rows(tmp_path):
+    _circuits_run(tmp_path)
+    path, rows = write_findings(tmp_path, ["circuits"])
+    assert [r.paper for r in rows] == ["Induction heads (Olsson et al.)", "Edge Pruning", "Edge Pruning"]
+    mech, found, cpr = rows
+    assert mech.verdict == v.SHOWN and "25% / 95% / 98%" in mech.this_run
+    # the sparsest circuit with f >= 0.5 is the 95% one (the 99% one is not faithful): it keeps the key edge
+    assert found.verdict == v.SHOWN and found.this_run.startswith("at sparsity 0.95 (6 edges, f = 0.60): 1 of 1")
+    assert cpr.verdict == v.SHOWN
+    assert cpr.this_run == "CPR / CMD: edge pruning 0.80 / 0.15, node pruning 0.60 / 0.35, random edges 0.30 / 0.70"
+    text = path.read_text()
+    assert "| Edge Pruning | [Edge pruning's circuit keeps the previous-token head -> induction head key edge]" \
+           "(circuits/report.md#4-faithfulness-of-the-circuit-methods-mib-cpr-higher-is-better-cmd-lower-is-better)" in text
+    assert "3 shown, 0 not shown, 0 not measurable at this scale, of 3 claims." in text
+
+
+def test_demo_circuits_rows_claim_no_more_than_the_numbers(tmp_path):
+    # the key edge dropped by the sparsest faithful circuit; node pruning's CMD below edge pruning's
+    _circuits_run(tmp_path, key_kept=False, edge=(0.80, 0.40))
+    _, (_, found, cpr) = write_findings(tmp_path, ["circuits"])
+    assert found.verdict == v.NOT_SHOWN and "0 of 1 key edges kept" in found.this_run
+    assert cpr.verdict == v.NOT_SHOWN and cpr.rule.endswith("not ahead on CMD vs node pruning")
+    # no curves at all: not measurable, naming the file, never an error
+    (tmp_path / "circuits" / "curves.json").unlink()
+    _, (mech, found, cpr) = write_findings(tmp_path, ["circuits"])
+    assert mech.verdict == v.SHOWN
+    assert found.verdict == cpr.verdict == v.NOT_MEASURABLE and "curves.json does not exist" in cpr.rule

@@ -11,6 +11,7 @@ import pytest
 
 from subnetlab import progress
 from subnetlab.experiments.demo.calibrate import Calibration
+from subnetlab.experiments.circuits import reproduce as circuits_reproduce
 from subnetlab.experiments.demo.run import run_demo
 from subnetlab.experiments.heuristic_core import reproduce as hc_reproduce
 from subnetlab.experiments.subtask_induction import reproduce as si_reproduce
@@ -33,7 +34,9 @@ def loud(monkeypatch):
 
 RATES = {"minilm_gate_step": 0.1, "minilm_finetune_step": 0.2, "minilm_eval_example": 0.001,
          "minilm_job_gate_step": 0.15, "minilm_job_eval_example": 0.0015,
-         "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5}
+         "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5,
+         "tiny_train_step": 0.01, "tiny_prune_step": 0.02, "tiny_node_step": 0.01,
+         "tiny_eval_pair": 1e-4}
 
 
 def _fake(name: str, presets: dict, lines: list[tuple[str, float]], clock: FakeClock, log: list):
@@ -65,6 +68,15 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
         "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [
             ("base model: 2-layer GPT-2 on a+ab mod 7", 20.0), ("sweep: 3 jobs, 0 already done, running 3", 40.0),
             ("transfer: 54 runs", 200.0)], clock, log),
+        "circuits": _fake("circuits", circuits_reproduce.PRESETS, [
+            ("training a 2-layer llama model (4 heads, width 64, attention only) on repeated random spans", 25.0),
+            ("scoring every head's attention: previous-token and induction scores", 2.0),
+            ("the circuit task on the trained model: full model, corrupted prompts, the mechanism's edges cut", 3.0),
+            ("faithfulness curves: random edge and node circuits", 6.0),
+            ("node-level pruning (Heuristic Core) of heads and MLPs", 10.0),
+            ("edge pruning to 80% of the edges removed", 8.0), ("edge pruning to 90% of the edges removed", 8.0),
+            ("IOI: training a 2-layer llama model on 5000 prompts for 1000 steps", 40.0),
+            ("edge pruning to 90% of the edges removed", 9.0)], clock, log),
     }
     calibrated = []
 
@@ -74,19 +86,20 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
 
     result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=calibrate, clock=clock,
                       interactive=False, cores=2)
-    assert calibrated == [["heuristic-core", "subtask-induction"]]
+    assert calibrated == [["circuits", "heuristic-core", "subtask-induction"]]
     captured = capsys.readouterr()
     first = captured.out.splitlines()[0]
-    assert first.startswith("The demo should take about ") and "on this machine (9 stages; calibrated in 9 s" in first
+    assert first.startswith("The demo should take about ") and "on this machine (15 stages; calibrated in 9 s" in first
     # each report's path printed as soon as its demo returned, in order, then the findings
     lines = captured.out.splitlines()
     hc_at = lines.index(f"heuristic-core report: {tmp_path / 'heuristic-core' / 'report.md'}")
     si_at = lines.index(f"subtask-induction report: {tmp_path / 'subtask-induction' / 'report.md'}")
-    assert hc_at < si_at < lines.index(f"findings: {tmp_path / 'findings.md'}")
+    c_at = lines.index(f"circuits report: {tmp_path / 'circuits' / 'report.md'}")
+    assert hc_at < si_at < c_at < lines.index(f"findings: {tmp_path / 'findings.md'}")
     # plain stage lines with the estimate, one per stage change
     board_lines = [line for line in captured.err.splitlines() if line.startswith("[subnetlab] demo: ")]
     assert board_lines[0].startswith("[subnetlab] demo: heuristic-core: nli: fine-tuning (0% done, ")
-    assert len(board_lines) == 9 + 2  # one per stage, one as each demo ends
+    assert len(board_lines) == 15 + 3  # one per stage, one as each demo ends
     assert board_lines[6].startswith("[subnetlab] demo: heuristic-core: done (")
     assert "[subnetlab] demo: heuristic-core: nli: pruning 8 subnetworks (" in captured.err
     assert "min left)" in captured.err or "under a minute left)" in captured.err
@@ -94,16 +107,19 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     measured = {r["stage"]: r["measured_seconds"] for r in timings["stages"]}
     assert measured == {"nli/finetune": 31.0, "nli/prune": 300.0, "nli/curves": 10.0, "nli/ablation": 20.0,
                         "nli/effective_size": 100.0,
-                        "nli/attention": 5.0, "L2/base": 20.0, "L2/discover": 40.0, "transfer": 200.0}
+                        "nli/attention": 5.0, "L2/base": 20.0, "L2/discover": 40.0, "transfer": 200.0,
+                        # the mechanism stage spans the head scores and the cuts; IOI's own edge pruning is in "ioi"
+                        "train": 25.0, "mechanism": 5.0, "random": 6.0, "node": 10.0, "edge": 16.0, "ioi": 49.0}
     # predicted = work x the fake rates (the work itself is checked by hand in test_demo_estimate.py)
     for r in timings["stages"]:
         assert r["predicted_seconds"] == pytest.approx(
             sum(RATES[u] * n for u, n in r["work"].items()) / r["parallel"], abs=0.06)
-    assert timings["wall_seconds"] == pytest.approx(726.0)
+    assert timings["wall_seconds"] == pytest.approx(726.0 + 111.0)
     assert timings["calibration"]["rates"] == RATES
     # the studies wrote no results: every claim is "not measurable", none crashes
     findings = (tmp_path / "findings.md").read_text()
-    assert findings.count("not measurable at this scale |") == 11  # 4 Heuristic Core claims, 7 Subtask Induction
+    # 4 Heuristic Core claims, 7 Subtask Induction, 3 circuits
+    assert findings.count("not measurable at this scale |") == 14
     assert result["findings"] == str(tmp_path / "findings.md")
 
 
@@ -113,15 +129,16 @@ def test_finished_demos_are_not_estimated_again(tmp_path, monkeypatch):
     (tmp_path / "heuristic-core").mkdir()
     (tmp_path / "heuristic-core" / "metrics.json").write_text("{}")
     modules = {"heuristic-core": _fake("heuristic-core", hc_reproduce.PRESETS, [], clock, log),
-               "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [], clock, log)}
+               "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [], clock, log),
+               "circuits": _fake("circuits", circuits_reproduce.PRESETS, [], clock, log)}
     seen = []
     out = io.StringIO()
     run_demo(tmp_path, get_reproduction=modules.__getitem__,
              calibrate=lambda s: seen.append(sorted(s)) or Calibration(dict(RATES), 1.0), clock=clock,
              echo=lambda text: out.write(text + "\n"), interactive=False, cores=2)
-    assert seen == [["subtask-induction"]]  # only the unfinished demo is calibrated and planned
-    assert "(3 stages;" in out.getvalue()
-    assert log == [("ran", "heuristic-core"), ("ran", "subtask-induction")]  # a finished one still re-renders
+    assert seen == [["circuits", "subtask-induction"]]  # only the unfinished demos are calibrated and planned
+    assert "(9 stages;" in out.getvalue()
+    assert log == [("ran", "heuristic-core"), ("ran", "subtask-induction"), ("ran", "circuits")]  # a finished one still re-renders
 
 
 def test_board_plain_lines_only_when_the_stage_changes():

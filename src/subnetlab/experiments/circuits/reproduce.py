@@ -62,9 +62,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "node_pruning": {"sparsity": 0.7, "overrides": {}},  # Heuristic Core's demo recipe on heads and MLPs
         "edge_pruning": {"sparsities": [0.8, 0.9, 0.95], "curve_sparsity": 0.9, "list_up_to": 25, "overrides": {}},
         # the IOI-style task (tasks.circuits.ioi) on a second small model trained here; None skips it
-        "ioi": {"n_train": 5000, "n_eval": 200, "steps": 1000, "batch_size": 32, "lr": 3e-3, "eval_every": 100,
+        # 800 steps: held-out accuracy peaks there (0.98; 0.95 after 1,000); one edge-pruning target, the curve's
+        # (a second one at 95% was as unfaithful, f 0.21 against 0.22, and cost a fifth of the study's time)
+        "ioi": {"n_train": 5000, "n_eval": 200, "steps": 800, "batch_size": 32, "lr": 3e-3, "eval_every": 100,
                 "model": {"family": "llama", "layers": 2, "heads": 4, "width": 64, "mlp_width": 256, "mlp": True},
-                "edge_pruning": {"sparsities": [0.9, 0.95], "curve_sparsity": 0.9, "list_up_to": 25,
+                "edge_pruning": {"sparsities": [0.9], "curve_sparsity": 0.9, "list_up_to": 25,
                                  "overrides": {}}},
     },
     "paper": {

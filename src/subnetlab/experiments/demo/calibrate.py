@@ -9,7 +9,10 @@ runs with the Subtask Induction demo's threads per job: weight-mask steps
 through ``ContinuousSparsification.fit``, transfer-training rows through
 ``transfer.train.train_model`` on a model built by ``build_transfer_model``,
 and evaluation rows through ``transfer.train.accuracy``. Every step is timed
-after one warm-up step; the median counts.
+after one warm-up step; the median counts. The circuits demo's tiny model
+runs untrained at its shape and threads: training and edge-pruning steps
+through ``train_induction_model`` and ``prune_edges``, evaluation pairs
+through ``edge_evaluator`` (``circuits_rates``).
 """
 
 from __future__ import annotations
@@ -169,6 +172,90 @@ def gpt2_rates(si: Mapping[str, Any], batches: int = 4, clock: Callable[[], floa
     return {"gpt2_eval_row": eval_rate, "gpt2_mask_row": mask_rate, "gpt2_train_row": train_rate}
 
 
+def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """``tiny_*`` rates on the circuits demo's model shape, task and batch sizes, untrained (its cost does not
+    depend on its weights), with the study's threads. Training and edge-pruning steps are timed as the
+    difference of a short and a longer run of the real functions (``train_induction_model``, ``prune_edges``,
+    ``hard_concrete.train.prune`` for node-level pruning),
+    so their fixed set-up cost cancels; evaluation pairs through ``edge_evaluator`` on one batch of pairs."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    from subnetlab import progress
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.experiments.circuits.steps import model_shape, task_config, train_settings
+    from subnetlab.experiments.circuits.training import TrainSettings, build_induction_model, train_induction_model
+    from subnetlab.methods.edge_pruning.config import preset_config
+    from subnetlab.methods.edge_pruning.data import circuit_data
+    from subnetlab.methods.edge_pruning.train import prune_edges
+    from subnetlab.methods.hard_concrete.ablation import mean_activations
+    from subnetlab.methods.hard_concrete.config import preset_config as hc_config
+    from subnetlab.methods.hard_concrete.data import PruningData
+    from subnetlab.methods.hard_concrete.train import prune
+    from subnetlab.models.adapters import get_adapter
+    from subnetlab.models.graph import Graph
+    from subnetlab.runtime import torch_threads
+    from subnetlab.tasks.induction import induction_tokenizer, make_induction_task
+
+    few, more = 2, 8
+    task_cfg, shape, train_cfg = task_config(dict(cs)), model_shape(dict(cs)), train_settings(dict(cs))
+    batch = int(cs["circuit"]["batch_size"])
+    quiet = progress._quiet
+    progress.set_quiet(True)  # the timed runs announce their steps and means: not the demo's stages
+    try:
+        with torch_threads(max(0, int(cs.get("threads") or 0))):
+            model = build_induction_model(task_cfg, shape, 0)
+
+            def train(n: int) -> float:
+                t0 = clock()
+                train_induction_model(model, task_cfg, TrainSettings(steps=n, batch_size=train_cfg.batch_size,
+                                                                     lr=train_cfg.lr, eval_every=n, eval_size=1))
+                return clock() - t0
+
+            train(few)  # warm-up
+            train_rate = max(train(more) - train(few), 0.0) / (more - few)
+            tokenizer = induction_tokenizer(task_cfg.vocab_size)
+            overrides = dict((cs.get("edge_pruning") or {}).get("overrides") or {})
+            prune_batch = int(preset_config("demo", 0.9, seed=0, **overrides).batch_size)
+            task = make_induction_task(n_train=max(batch, prune_batch), n_eval=batch, seed=0,
+                                       **dict(cs["task"])).bind(tokenizer)
+            adapter = get_adapter(model)
+            graph = Graph.from_adapter(adapter)
+            evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=batch)
+            keep = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(0)) < 0.5
+            eval_rate = _median_time(lambda _: evaluate(keep), 3, clock, budget=2.0) / batch
+            data = circuit_data(task, tokenizer, "train")
+
+            def edge_prune(n: int) -> float:
+                config = preset_config("demo", 0.9, seed=0, **{**overrides, "warmup_steps": n, "total_steps": n})
+                with tempfile.TemporaryDirectory() as tmp:
+                    t0 = clock()
+                    prune_edges(model, adapter, data, config, run_dir=Path(tmp) / "run")
+                    return clock() - t0
+
+            edge_prune(few)  # warm-up
+            prune_rate = max(edge_prune(more) - edge_prune(few), 0.0) / (more - few)
+            # node-level pruning (Heuristic Core's demo recipe on heads and MLPs, mean ablation), as the study runs it
+            nodes = PruningData.from_task(task, tokenizer, "train", max_length=task_cfg.length)
+            node_overrides = dict((cs.get("node_pruning") or {}).get("overrides") or {})
+            means = mean_activations(model, adapter, nodes, min(batch, nodes.size))
+
+            def node_prune(n: int) -> float:
+                config = hc_config("demo", 0.7, seed=0, **{**node_overrides, "warmup_steps": n, "total_steps": n})
+                t0 = clock()
+                prune(model, adapter, nodes, config, ablation=means)
+                return clock() - t0
+
+            node_prune(few)  # warm-up
+            node_rate = max(node_prune(more) - node_prune(few), 0.0) / (more - few)
+    finally:
+        progress.set_quiet(quiet)
+    return {"tiny_train_step": train_rate, "tiny_prune_step": prune_rate, "tiny_node_step": node_rate,
+            "tiny_eval_pair": eval_rate}
+
+
 def calibrate(settings: Mapping[str, Mapping[str, Any]], clock: Callable[[], float] = time.perf_counter) -> Calibration:
     """Rates for every demo in ``settings`` (``{"heuristic-core": ..., "subtask-induction": ...}``)."""
     started = clock()
@@ -182,7 +269,11 @@ def calibrate(settings: Mapping[str, Mapping[str, Any]], clock: Callable[[], flo
         t0 = clock()
         rates.update(gpt2_rates(settings["subtask-induction"], clock=clock))
         details["gpt2_seconds"] = round(clock() - t0, 2)
+    if "circuits" in settings:
+        t0 = clock()
+        rates.update(circuits_rates(settings["circuits"], clock=clock))
+        details["circuits_seconds"] = round(clock() - t0, 2)
     return Calibration(rates, clock() - started, details)
 
 
-__all__ = ["Calibration", "calibrate", "gpt2_rates", "minilm_rates"]
+__all__ = ["Calibration", "calibrate", "circuits_rates", "gpt2_rates", "minilm_rates"]

@@ -31,10 +31,17 @@ UNITS = {
     "gpt2_train_row": "one training row of the arithmetic GPT-2 (forward, backward, AdamW), one thread",
     "gpt2_mask_row": "one row of weight-mask training on the arithmetic GPT-2, one thread",
     "gpt2_eval_row": "the arithmetic GPT-2's forward pass over one evaluation row, one thread",
+    "tiny_train_step": "one training step of the circuits demo's 2-layer model (its batch and length), one thread",
+    "tiny_prune_step": "one edge-pruning optimiser step on the circuits demo's model (its batch), one thread",
+    "tiny_node_step": "one node-level (heads and MLPs) hard-concrete step on the circuits demo's model, one thread",
+    "tiny_eval_pair": "one clean/corrupted pair through the circuits demo's edge evaluator, one thread",
 }
 HANS_SUBCASES = 30  # HANS (and the synthetic HANS-style generator) has 30 subcases
 ENTAILMENT_SUBCASES = 5  # per heuristic (HANS: 5 entailment and 5 non-entailment subcases per heuristic)
 ABLATED_HEADS_GUESS = 3  # heads in the core (or the top-3 when it is empty): unknown before pruning
+INDUCTION_HEADS_GUESS = 2  # induction heads of the circuits demo (each adds a cut key edge): unknown before training
+CIRCUIT_SIZES = 10  # MIB's circuit sizes (analysis.faithfulness.CIRCUIT_SIZES): one evaluation each per curve
+EVALUATOR_PASSES = 2  # building an evaluator runs every pair twice (the clean capture and the corrupted run)
 
 
 @dataclass(frozen=True)
@@ -198,9 +205,71 @@ def subtask_induction_stages(settings: Mapping[str, Any], demo: str = "subtask-i
     return out
 
 
+def circuits_stages(settings: Mapping[str, Any], demo: str = "circuits", cores: int | None = None) -> list[Stage]:
+    """The circuits study's stages (``experiments/circuits``, ``induction`` study), counted from its settings.
+
+    Evaluations are counted in pairs through an edge evaluator (``tiny_eval_pair``): a curve evaluates the full
+    circuit and every MIB size (and the empty one when not given), a one-circuit faithfulness the full circuit and
+    the circuit, an evaluator's construction ``EVALUATOR_PASSES`` passes. The training run's held-out evaluations
+    and the head scores count their sequences as pairs too, and the IOI model's training steps as the induction
+    model's (a model of the same depth and width; the family's correction absorbs the difference). Everything runs
+    in-process, one thread.
+    """
+    from subnetlab.methods.edge_pruning.config import preset_config as edge_config
+    from subnetlab.methods.hard_concrete.config import preset_config as node_config
+
+    if settings.get("study", "induction") != "induction":
+        return []
+    seed = int(settings.get("seed", 0))
+    tr = settings["training"]
+    steps, every = int(tr["steps"]), int(tr.get("eval_every") or tr["steps"])
+    evals = 1 + steps // every + (1 if steps % every else 0)
+    n_eval = int(settings["circuit"]["n_eval"])
+    out = [Stage(demo, "train", "training the induction model", {
+        "tiny_train_step": steps, "tiny_eval_pair": evals * int(tr.get("eval_size") or 0)},
+        match="training a ", family="circuits")]
+    cuts = 3 + INDUCTION_HEADS_GUESS  # key, query and value edges together, then each key edge alone
+    out.append(Stage(demo, "mechanism", "head scores and the mechanism's edges", {
+        "tiny_eval_pair": int(settings["scores_size"]) + n_eval * (EVALUATOR_PASSES + 2 + cuts)},
+        match="scoring every head", family="circuits"))
+    out.append(Stage(demo, "random", "random edge and node circuits", {
+        "tiny_eval_pair": n_eval * (2 * EVALUATOR_PASSES + (CIRCUIT_SIZES + 2) + (CIRCUIT_SIZES + 1))},
+        match="faithfulness curves: random", family="circuits"))
+    if settings.get("node_pruning"):
+        npr = settings["node_pruning"]
+        cfg = node_config("demo", float(npr["sparsity"]), seed=seed, **dict(npr.get("overrides") or {}))
+        means = min(int(cfg.means_examples), int(settings["circuit"]["n_train"]))
+        out.append(Stage(demo, "node", "node-level pruning", {
+            "tiny_node_step": int(cfg.total_steps),
+            "tiny_eval_pair": means + n_eval * (EVALUATOR_PASSES + CIRCUIT_SIZES + 1)},
+            match="node-level pruning", family="circuits"))
+
+    def edge_work(ep: Mapping[str, Any], pairs: int) -> dict[str, float]:
+        total = sum(int(edge_config("demo", float(sp), seed=seed, **dict(ep.get("overrides") or {})).total_steps)
+                    for sp in ep["sparsities"])
+        return {"tiny_prune_step": total,
+                "tiny_eval_pair": pairs * (EVALUATOR_PASSES + 2 * len(ep["sparsities"]) + CIRCUIT_SIZES + 1)}
+
+    if settings.get("edge_pruning"):
+        out.append(Stage(demo, "edge", f"edge pruning at {len(settings['edge_pruning']['sparsities'])} sparsities",
+                         edge_work(settings["edge_pruning"], n_eval), match="edge pruning to", family="circuits"))
+    ioi = settings.get("ioi")
+    if ioi:
+        io_steps, io_every, io_eval = int(ioi["steps"]), int(ioi.get("eval_every") or ioi["steps"]), int(ioi["n_eval"])
+        work = {"tiny_train_step": io_steps,
+                "tiny_eval_pair": io_eval * (1 + io_steps // io_every + EVALUATOR_PASSES + 1 + CIRCUIT_SIZES + 2)}
+        if ioi.get("edge_pruning"):  # its edge-pruning lines read as the induction model's: one stage for all of IOI
+            for unit, n in edge_work(ioi["edge_pruning"], io_eval).items():
+                work[unit] = work.get(unit, 0) + n
+        out.append(Stage(demo, "ioi", "the IOI-style model and its circuits", work, match="IOI: training",
+                         family="circuits"))
+    return out
+
+
 STAGE_BUILDERS: dict[str, Callable[..., list[Stage]]] = {
     "heuristic-core": heuristic_core_stages,
     "subtask-induction": subtask_induction_stages,
+    "circuits": circuits_stages,
 }
 
 
@@ -355,5 +424,5 @@ def minutes(seconds: float) -> str:
     return f"about {round(seconds / 60):d} min"
 
 
-__all__ = ["ABLATED_HEADS_GUESS", "HANS_SUBCASES", "Plan", "STAGE_BUILDERS", "Stage", "UNITS",
-           "heuristic_core_stages", "minutes", "subtask_induction_stages"]
+__all__ = ["ABLATED_HEADS_GUESS", "CIRCUIT_SIZES", "EVALUATOR_PASSES", "HANS_SUBCASES", "INDUCTION_HEADS_GUESS", "Plan", "STAGE_BUILDERS", "Stage", "UNITS",
+           "circuits_stages", "heuristic_core_stages", "minutes", "subtask_induction_stages"]

@@ -1,6 +1,6 @@
 """The demo's closing table: one row per headline claim of each paper, from each study's ``findings.py``.
 
-    write_findings(Path("runs/demo"), ["heuristic-core", "subtask-induction"])   # -> runs/demo/findings.md
+    write_findings(Path("runs/demo"), ["heuristic-core", "subtask-induction", "circuits"])   # -> runs/demo/findings.md
 
 Each study's rows come from its own module (``experiments/<study>/findings.py``),
 which reads that study's saved results in ``OUT/<study>``; a study whose run is
@@ -19,6 +19,7 @@ from subnetlab.io import write_json, write_text
 MODULES = {
     "heuristic-core": "subnetlab.experiments.heuristic_core.findings",
     "subtask-induction": "subnetlab.experiments.subtask_induction.findings",
+    "circuits": "subnetlab.experiments.circuits.findings",
 }
 VERDICT_MARK = {SHOWN: "**shown**", SHOWN_WEAKLY: "**shown**, weakly identified", NOT_SHOWN: "not shown",
                 NOT_MEASURABLE: "not measurable at this scale"}

@@ -22,7 +22,7 @@ from subnetlab.experiments.demo.estimate import STAGE_BUILDERS, Plan, Stage, min
 from subnetlab.io import write_json
 from subnetlab.progress import Board, Status, listen, stage
 
-DEMOS = ("heuristic-core", "subtask-induction")
+DEMOS = ("heuristic-core", "subtask-induction", "circuits")
 RATE_WORDS = {
     "minilm_gate_step": ("a pruning step", 1.0, "s"),
     "minilm_finetune_step": ("a fine-tuning step", 1.0, "s"),
@@ -30,6 +30,7 @@ RATE_WORDS = {
     "minilm_job_gate_step": ("a one-thread pruning step", 1.0, "s"),
     "gpt2_mask_row": ("a weight-mask row", 1000.0, "ms"),
     "gpt2_train_row": ("a transfer row", 1000.0, "ms"),
+    "tiny_prune_step": ("an edge-pruning step", 1000.0, "ms"),
 }
 
 
