@@ -121,7 +121,7 @@ def test_model_labels_and_registry_errors():
         get_task("mnlii")
     with pytest.raises(SubnetlabError, match="unknown option"):
         get_task("nli-synthetic", n_trian=5)
-    with pytest.raises(SubnetlabError, match="pass train=FILE"):
+    with pytest.raises(SubnetlabError, match="task mnli reads its examples from data files and was given none"):
         get_task("mnli")
     with pytest.raises(SubnetlabError, match="unknown split 'dev'"):
         task.examples("dev")
