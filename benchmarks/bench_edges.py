@@ -25,7 +25,8 @@ Memory, per kind: on CUDA ``torch.cuda.max_memory_allocated`` during one step
 minus what was allocated before it (model, cache, masks); on the CPU a fresh
 child process per kind runs one step with glibc's mmap threshold at 64 KiB (so
 freed tensors go back to the OS and RSS follows live memory) and reports the
-RSS high-water mark minus the RSS before the step. Also printed: the
+peak RSS during the step (a thread samples it every 0.5 ms) minus the RSS
+before it. Also printed: the
 intervention's own activation memory computed analytically, which is what
 grows with the graph: every writer's ``D_w`` ``[batch, pos, hidden]`` is kept
 for the backward (writers x B x P x hidden x 4 bytes), and every reader block
@@ -52,10 +53,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -156,17 +157,25 @@ def rss_bytes() -> int:
 
 
 def memory_child(args: argparse.Namespace) -> None:
-    """One step of ``args.memory_of`` after setup; prints the step's RSS high-water mark above the setup's RSS."""
+    """One step of ``args.memory_of`` after setup; prints the step's peak RSS above the RSS before it."""
     steps, close, _ = steppers(args, (args.memory_of,))
     before = rss_bytes()
-    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    steps[args.memory_of]()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    close()
-    if peak <= peak_before:
-        print("MEMORY unknown (setup's RSS peak was higher than the step's)")
-    else:
-        print(f"MEMORY {peak - before}")
+    peak, done = [before], threading.Event()
+
+    def sample() -> None:  # torch ops release the GIL, so this thread reads RSS while the step runs
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_bytes())
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
+    try:
+        steps[args.memory_of]()
+    finally:
+        done.set()
+        watcher.join()
+        close()
+    print(f"MEMORY {peak[0] - before}")
 
 
 def cpu_memory(args: argparse.Namespace, kind: str) -> float | None:
@@ -174,8 +183,7 @@ def cpu_memory(args: argparse.Namespace, kind: str) -> float | None:
         f"--{k}={getattr(args, k)}" for k in ("layers", "heads", "hidden", "vocab", "batch", "length", "device")]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    line = [ln for ln in done.stdout.splitlines() if ln.startswith("MEMORY")][-1].split()
-    return float(line[1]) if line[1] != "unknown" else None
+    return float([ln for ln in done.stdout.splitlines() if ln.startswith("MEMORY")][-1].split()[1])
 
 
 def cuda_memory(step) -> float:
@@ -200,6 +208,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-kind memory measurement")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after the table, profile one edge step and print its N most expensive ops")
     parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)  # the CPU memory child
     args = parser.parse_args()
     if args.memory_of:
@@ -227,6 +237,16 @@ def main() -> None:
                     steps[name]()
                 sync()
                 times[name].append((time.perf_counter() - started) / args.block)
+        print("per-block ms:", {k: [round(1000 * t, 1) for t in v] for k, v in times.items()})
+        if args.profile:
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+            with profile(activities=activities) as prof:
+                steps["edge"]()
+                sync()
+            key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+            print(prof.key_averages().table(sort_by=key, row_limit=args.profile))
         memory: dict[str, float | None] = {}
         if not args.no_memory:
             for name in KINDS:
@@ -237,7 +257,7 @@ def main() -> None:
         for name in KINDS:
             memory[name] = cpu_memory(args, name)
     med = {k: 1000 * statistics.median(v) for k, v in times.items()}
-    how = "CUDA max_memory_allocated above the pre-step allocation" if cuda else "RSS high-water mark above the pre-step RSS, one fresh process per kind"
+    how = "CUDA max_memory_allocated above the pre-step allocation" if cuda else "peak RSS (sampled every 0.5 ms) above the pre-step RSS, one fresh process per kind"
     print(f"{'kind':<6} {'ms/step':>9} {'/plain':>7} {'/node':>7} {'step memory MiB':>16}")
     for name in KINDS:
         mem = memory.get(name)
