@@ -167,18 +167,19 @@ class EdgeMasks:
     def _read(self, block_index: int, resid: Tensor) -> Tensor:
         """``resid - sum_w (1 - m_wr) D_w`` for every reader of a block: ``[readers, batch, pos, hidden]``."""
         self._flush_embeddings(resid)
-        comp = self._complement(block_index, resid)
-        out = resid.unsqueeze(0).expand(comp.shape[0], *resid.shape)
+        neg = -self._complement(block_index, resid)  # [readers, writers], tiny
         start, flat = 0, resid.numel()
+        # every reader's copy of the stream, then out -= (1 - m) @ D in place, one BLAS call per writer group: no
+        # full-size temporary, subtraction or copy per group (addmm's backward needs only the two small factors)
+        out = resid.reshape(1, flat).expand(neg.shape[0], flat).clone()  # [readers, batch * pos * hidden]
         for delta in self._state["deltas"]:  # [n, batch, pos, hidden] per writer group
             n = delta.shape[0]
-            cut = comp[:, start:start + n] @ delta.reshape(n, flat)  # [readers, batch * pos * hidden]
-            out = out - cut.view(comp.shape[0], *resid.shape)
+            out.addmm_(neg[:, start:start + n], delta.reshape(n, flat))
             start += n
-        if start != comp.shape[1]:
-            raise SubnetlabError(f"edge intervention saw {start} writers before a block that reads {comp.shape[1]}; "
+        if start != neg.shape[1]:
+            raise SubnetlabError(f"edge intervention saw {start} writers before a block that reads {neg.shape[1]}; "
                                  "the model's forward does not run in the order its graph assumes")
-        return out
+        return out.view(neg.shape[0], *resid.shape)
 
     def _flush_embeddings(self, resid: Tensor) -> None:
         """Turn the embedding outputs seen so far into the first writer group (once per forward)."""
