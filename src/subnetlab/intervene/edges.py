@@ -215,7 +215,8 @@ class EdgeMasks:
         parts = []
         for first, count, column in groups:
             w = weight[:, column:column + count * d].reshape(weight.shape[0], count, d)  # [hidden, n, d]
-            part = torch.einsum("nbph,hne->bpne", normed[first:first + count], w).flatten(-2)
+            readers = normed if count == normed.shape[0] else normed[first:first + count]  # a slice's backward zero-fills
+            part = torch.einsum("nbph,hne->bpne", readers, w).flatten(-2)
             if bias is not None:
                 part = part + bias[column:column + count * d]
             parts.append(part)
@@ -290,8 +291,8 @@ class EdgeMasks:
 def _projection_groups(adapter: Adapter) -> dict[str, list[tuple[int, int, int]]]:
     """Per Q/K/V projection module: ``(first reader of the layer's block, readers, first output column)``."""
     s, H, kv, d = adapter.spec, adapter.num_heads, adapter.num_kv_heads, adapter.head_dim
-    if s.key is None:  # fused [q | k | v] (GPT-2)
-        return {s.query: [(0, H, 0), (H, kv, H * d), (H + kv, kv, H * d + kv * d)]}
+    if s.key is None:  # fused [q | k | v] (GPT-2): its columns are in reader order, so one group of every reader
+        return {s.query: [(0, H + 2 * kv, 0)]}
     return {s.query: [(0, H, 0)], s.key: [(H, kv, 0)], s.value: [(H + kv, kv, 0)]}
 
 
