@@ -34,16 +34,60 @@ materialises its readers' inputs (3 x heads per attention block + 1 per MLP,
 each B x P x hidden x 4 bytes, a few copies per block: the subtraction, the
 norm, its output).
 
-Run here (a 2-core machine shared by ~7 sessions, load average 3-5, so
-absolute times are noisy; the ratios are measured side by side):
+Measured here on a 2-core machine shared by ~7 sessions (load average 4-6,
+so single blocks vary by up to 1.5x between runs; the ratios are side by side
+in one run), torch 2.13 CPU, one thread, GPT-2 small's graph (12 x 12, hidden
+768, vocabulary 50,257, 32,936 edges, 158 writers, 445 readers) at a reduced
+batch 4 x length 32:
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py \\
-        --layers 4 --heads 4 --hidden 256 --vocab 8192 --batch 8 --length 32 --steps 6 --block 2
+    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 4 --length 32 \
+        --steps 4 --block 1 --profile 12
 
-FIGURES_SMALL
+    per-block ms: plain [894, 1014, 913, 897], edge [2766, 2884, 2945, 2682], node [882, 1020, 942, 994]
+    kind     ms/step  /plain   /node  step memory MiB
+    plain      904.9    1.00    0.93              177
+    edge      2825.2    3.12    2.92              455
+    node       968.1    1.07    1.00              170
 
-The default size (GPT-2 small, 32 x 64) needs tens of seconds per plain step
-on one CPU thread; FIGURES_DEFAULT
+Edge / plain 3.12 in this run (2.73 in the run before, same code but for the
+Q/K/V change below, when plain measured 1135 ms): at the goal of 3, not
+clearly under it. The edge step includes a gradient-free forward of the
+corrupted batch (``capture_writers``, about a third of a plain step), so the
+intervention itself costs ~1.8x a plain forward+backward here.
+
+Memory: the edge step's extra, 278 MiB here (455 - 177), is the
+intervention's activations, about (writers + 2 x readers) x B x P x hidden x
+4 bytes = (158 + 2 x 445) x 0.38 MiB = 392 MiB by the formula (each writer's
+``D_w`` is kept for the backward; each reader's input is kept by its norm and
+its normed copy by its head's projection). It grows linearly with batch x
+length and with writers + 2 x readers (for a graph of L layers and H heads:
+(2 + L(H+1)) + 2(3HL + L + 1)), not with the edge count itself (the masks
+are 32,936 floats); spread over GPT-2 small's edges, 70-100 bytes per edge per
+token at hidden 768, so x16 at 32 x 64: 4.4 GiB scaled from the measurement,
+6.1 GiB by the formula, on top of the plain step's.
+
+Where the time goes (``--profile 12``, one edge step, 2.85 s in all): ``mm``
+48% (the backward's products and the per-head Q/K/V projections), ``addmm``
+19% and ``addmm_`` 11% (the forward's reader sums), ``bmm`` 8%, layer-norm
+backward 4%. Two changes to ``intervene/edges.py`` came out of this
+profile (tests/unit/test_edges.py passes after each; outputs and mask
+gradients of a tiny GPT-2 and Llama match the previous form to float
+rounding): (1) each block's reader inputs are one copy of the stream with
+``(1 - m) @ D`` subtracted in place by ``addmm_`` per writer group, where a
+temporary and a subtraction per group had made the backward's ``neg`` 10% of
+the step (4-layer profile) and then, as out-of-place ``addmm``, ``copy_`` 20%
+(1.26 of 6.28 s); (2) GPT-2's fused q|k|v projection runs as one einsum over
+all 36 readers instead of three slices whose backward zero-filled a
+readers-sized buffer each (``fill_`` 9%, 0.37 of 4.09 s, now 0.4%). Tried and
+dropped: one GEMM per block over the concatenated deltas (a custom autograd
+function that re-concatenates in the backward): ``cat`` took 21% and the step
+got slower (3.42 s vs 2.83 s) with more memory. What is left is the
+memory-bound per-group ``addmm_`` (each MLP and attention layer's writers
+read and rewrite the readers' buffer once per later block); a fused kernel on
+CUDA, or folding the delta sums into running per-block partial sums, would be
+the next step.
+
+FIGURES_DEFAULT
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_edges.py [--layers 12 --heads 12 --hidden 768 --vocab 50257
         --batch 32 --length 64 --steps 6 --block 2 --warmup 1] [--no-memory]
