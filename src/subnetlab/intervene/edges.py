@@ -167,18 +167,19 @@ class EdgeMasks:
     def _read(self, block_index: int, resid: Tensor) -> Tensor:
         """``resid - sum_w (1 - m_wr) D_w`` for every reader of a block: ``[readers, batch, pos, hidden]``."""
         self._flush_embeddings(resid)
-        comp = self._complement(block_index, resid)
-        out = resid.unsqueeze(0).expand(comp.shape[0], *resid.shape)
+        neg = -self._complement(block_index, resid)  # [readers, writers], tiny
         start, flat = 0, resid.numel()
+        # every reader's copy of the stream, then out -= (1 - m) @ D in place, one BLAS call per writer group: no
+        # full-size temporary, subtraction or copy per group (addmm's backward needs only the two small factors)
+        out = resid.reshape(1, flat).expand(neg.shape[0], flat).clone()  # [readers, batch * pos * hidden]
         for delta in self._state["deltas"]:  # [n, batch, pos, hidden] per writer group
             n = delta.shape[0]
-            cut = comp[:, start:start + n] @ delta.reshape(n, flat)  # [readers, batch * pos * hidden]
-            out = out - cut.view(comp.shape[0], *resid.shape)
+            out.addmm_(neg[:, start:start + n], delta.reshape(n, flat))
             start += n
-        if start != comp.shape[1]:
-            raise SubnetlabError(f"edge intervention saw {start} writers before a block that reads {comp.shape[1]}; "
+        if start != neg.shape[1]:
+            raise SubnetlabError(f"edge intervention saw {start} writers before a block that reads {neg.shape[1]}; "
                                  "the model's forward does not run in the order its graph assumes")
-        return out
+        return out.view(neg.shape[0], *resid.shape)
 
     def _flush_embeddings(self, resid: Tensor) -> None:
         """Turn the embedding outputs seen so far into the first writer group (once per forward)."""
@@ -214,7 +215,8 @@ class EdgeMasks:
         parts = []
         for first, count, column in groups:
             w = weight[:, column:column + count * d].reshape(weight.shape[0], count, d)  # [hidden, n, d]
-            part = torch.einsum("nbph,hne->bpne", normed[first:first + count], w).flatten(-2)
+            readers = normed if count == normed.shape[0] else normed[first:first + count]  # a slice's backward zero-fills
+            part = torch.einsum("nbph,hne->bpne", readers, w).flatten(-2)
             if bias is not None:
                 part = part + bias[column:column + count * d]
             parts.append(part)
@@ -289,8 +291,8 @@ class EdgeMasks:
 def _projection_groups(adapter: Adapter) -> dict[str, list[tuple[int, int, int]]]:
     """Per Q/K/V projection module: ``(first reader of the layer's block, readers, first output column)``."""
     s, H, kv, d = adapter.spec, adapter.num_heads, adapter.num_kv_heads, adapter.head_dim
-    if s.key is None:  # fused [q | k | v] (GPT-2)
-        return {s.query: [(0, H, 0), (H, kv, H * d), (H + kv, kv, H * d + kv * d)]}
+    if s.key is None:  # fused [q | k | v] (GPT-2): its columns are in reader order, so one group of every reader
+        return {s.query: [(0, H + 2 * kv, 0)]}
     return {s.query: [(0, H, 0)], s.key: [(H, kv, 0)], s.value: [(H + kv, kv, 0)]}
 
 
