@@ -10,7 +10,8 @@ hits all alike, median over repeats:
 * TransformerLens 4.3 ``attribution_patch(granularity="edge")`` on the same model wrapped with
   ``TransformerBridge.boot_transformers`` (it scores each pair separately, per position).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src /work/venv-tl/bin/python benchmarks/bench_attribution.py [--layers 4 ...]
+    pip install -e '.[bench]'   # TransformerLens 4.3 beside transformers 5, in the same environment
+    OMP_NUM_THREADS=1 python benchmarks/bench_attribution.py [--layers 4 ...]
 
 Without TransformerLens the TransformerLens row is left out.
 """

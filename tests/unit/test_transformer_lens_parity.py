@@ -13,7 +13,7 @@ attention for edges), each wrapped in memory with ``TransformerBridge.boot_trans
   is "clean" turns one into the other exactly;
 * ``faithfulness`` of one fixed edge set equals subnetlab's ``circuit_faithfulness`` of it.
 
-Run: ``PYTHONPATH=src /work/venv-tl/bin/python -m pytest -s tests/unit/test_transformer_lens_parity.py``
+Run, in an environment with the extra (``pip install -e ".[bench]"``): ``python -m pytest -s tests/unit/test_transformer_lens_parity.py``
 (``-s`` prints the largest differences).
 """
 
