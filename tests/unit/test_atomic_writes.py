@@ -184,7 +184,8 @@ def test_finetune_whose_save_pretrained_hits_a_full_disk_ends_cleanly_and_resume
     out = tmp_path / "ft"
     argv = ["finetune", "--model", str(model), "--task", "nli-synthetic", "--task-option", "n_train=16",
             "--task-option", "n_eval=8", "--task-option", "hans_per_subcase=1", "--max-steps", "3", "--batch-size", "8",
-            "--save-every", "1", "--eval-every", "1", "--device", "cpu", "--out", str(out)]
+            "--save-every", "1", "--eval-every", "1", "--device", "cpu", "--lr", "1e-3",  # a never-trained model's rate:
+            "--out", str(out)]                                                          # no fresh-model warning line
     real = PreTrainedModel.save_pretrained
     saves = []
 
