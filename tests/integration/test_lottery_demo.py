@@ -19,6 +19,8 @@ SMALLEST = {
     "task_options": {"nli-synthetic": {"n_train": 48, "n_eval": 16, "hans_per_subcase": 1}},
     "seeds": [0, 1], "max_steps": 2, "batch_size": 16, "eval_limit": 16, "importance_limit": 16,
     "prune_max_steps": 2, "pattern_pairs": 2,
+    # in-process: the kill test stops the study's own process at a write, which a worker process would absorb
+    "backend": "local", "jobs": None,
 }
 
 

@@ -12,7 +12,9 @@ and evaluation rows through ``transfer.train.accuracy``. Every step is timed
 after one warm-up step; the median counts. The circuits demo's tiny model
 runs untrained at its shape and threads: training and edge-pruning steps
 through ``train_induction_model`` and ``prune_edges``, evaluation pairs
-through ``edge_evaluator`` (``circuits_rates``).
+through ``edge_evaluator`` (``circuits_rates``). The lottery demo's MiniLM: its
+loading, fine-tuning rows, evaluation examples, attention-type readings and a
+worker process's start (``lottery_rates``).
 """
 
 from __future__ import annotations
@@ -256,6 +258,67 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
             "tiny_eval_pair": eval_rate}
 
 
+def lottery_rates(lot: Mapping[str, Any], clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """``lottery_*`` rates on the lottery demo's model, first task, batch size and length, with the threads its
+    jobs get (one in worker processes; this process's otherwise): loading the model with the task's head, a
+    fine-tuning step (``finetune.step.train_step``), the evaluation forward pass, the attention-type reading of
+    one pair (``analysis.attention_types.head_types``), and a worker process's start (a fresh interpreter
+    importing what a job imports)."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from subnetlab.analysis.attention_types import head_types
+    from subnetlab.methods.finetune.model import model_for_task
+    from subnetlab.methods.finetune.step import train_step
+    from subnetlab.models import load_model
+    from subnetlab.optim import make_optimizer
+    from subnetlab.runtime import torch_threads
+    from subnetlab.tasks.spec import TaskSpec
+
+    _quiet_transformers()
+    in_workers = lot.get("backend", "local") != "local"
+    task_name = lot["tasks"][0]
+    batch, length = int(lot["batch_size"]), int(lot["max_length"])
+    rows = 4 * batch
+    options = {**dict(lot["task_options"].get(task_name) or {}), "n_train": rows}
+    task = TaskSpec(task_name, options).build()
+    rates: dict[str, float] = {}
+    with torch_threads(1 if in_workers else 0):
+        t0 = clock()
+        loaded = model_for_task(lot["model"], task, seed=0)
+        rates["lottery_model_load"] = clock() - t0
+        model, tok = loaded.model, loaded.tokenizer if loaded.tokenizer is not None else task.tokenizer
+        opt = make_optimizer(model, "adamw", lr=float(lot["lr"]), weight_decay=0.01, no_decay_1d=True)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+        model.train()
+
+        def step(i: int) -> None:
+            idx = [(i * batch + j) % rows for j in range(batch)]
+            train_step(model, task, task.batch_at(tok, "train", idx, max_length=length), opt, sched, 1.0, i)
+
+        rates["lottery_train_row"] = _median_time(step, 2, clock, budget=2.0) / batch
+        model.eval()
+        eval_batch = task.batch_at(tok, "train", list(range(rows)), max_length=length)
+        inputs = task.model_inputs(eval_batch)
+        with torch.no_grad():
+            rates["lottery_eval_example"] = _median_time(lambda _: model(**inputs), 2, clock, budget=2.0) / rows
+    eager = load_model(lot["model"], head="base", attn_implementation="eager")
+    pairs = [(ex.text_a, ex.text_b or "") for ex in task.examples("train")[:3]]
+    with torch.no_grad():
+        rates["lottery_pattern_pair"] = _median_time(
+            lambda i: head_types(eager.model, eager.tokenizer, [pairs[i % len(pairs)]], max_length=length), 2, clock)
+    if in_workers:
+        t0 = clock()
+        subprocess.run([sys.executable, "-c", "import subnetlab.runs.lottery, transformers, torch"], check=True,
+                       capture_output=True)
+        rates["lottery_process_start"] = clock() - t0
+    else:
+        rates["lottery_process_start"] = 0.0
+    return rates
+
+
 def calibrate(settings: Mapping[str, Mapping[str, Any]], clock: Callable[[], float] = time.perf_counter) -> Calibration:
     """Rates for every demo in ``settings`` (``{"heuristic-core": ..., "subtask-induction": ...}``)."""
     started = clock()
@@ -273,7 +336,11 @@ def calibrate(settings: Mapping[str, Mapping[str, Any]], clock: Callable[[], flo
         t0 = clock()
         rates.update(circuits_rates(settings["circuits"], clock=clock))
         details["circuits_seconds"] = round(clock() - t0, 2)
+    if "lottery" in settings:
+        t0 = clock()
+        rates.update(lottery_rates(settings["lottery"], clock=clock))
+        details["lottery_seconds"] = round(clock() - t0, 2)
     return Calibration(rates, clock() - started, details)
 
 
-__all__ = ["Calibration", "calibrate", "circuits_rates", "gpt2_rates", "minilm_rates"]
+__all__ = ["Calibration", "calibrate", "circuits_rates", "gpt2_rates", "lottery_rates", "minilm_rates"]

@@ -35,10 +35,19 @@ UNITS = {
     "tiny_prune_step": "one edge-pruning optimiser step on the circuits demo's model (its batch), one thread",
     "tiny_node_step": "one node-level (heads and MLPs) hard-concrete step on the circuits demo's model, one thread",
     "tiny_eval_pair": "one clean/corrupted pair through the circuits demo's edge evaluator, one thread",
+    "lottery_train_row": "one fine-tuning row of the lottery demo's MiniLM (its batch and length), a job's threads",
+    "lottery_eval_example": "MiniLM's forward pass over one of the lottery demo's evaluation examples, a job's threads",
+    "lottery_pattern_pair": "one sentence pair's attention maps typed for every head (raw and normed), in-process",
+    "lottery_process_start": "a sweep worker's fixed cost: a Python process importing torch, transformers, subnetlab",
+    "lottery_model_load": "MiniLM loaded with a classification head (each job; each pattern reading)",
 }
 HANS_SUBCASES = 30  # HANS (and the synthetic HANS-style generator) has 30 subcases
 ENTAILMENT_SUBCASES = 5  # per heuristic (HANS: 5 entailment and 5 non-entailment subcases per heuristic)
-ABLATED_HEADS_GUESS = 3  # heads in the core (or the top-3 when it is empty): unknown before pruning
+ABLATED_HEADS_GUESS = 5  # heads in the core (or the top-3 when it is empty): unknown before pruning; the demo's run
+# at 70134cf found 5 with 4 seeds (a core over fewer seeds is at least as large)
+S_PRUNING_STEPS_GUESS = 16  # s-pruning steps tried per seed (joint, then heads-only and MLP-only refinement): the
+# lottery demo tried 18, 12 and 18 (nli-synthetic, seeds 0-2); unknown before the importances are measured
+M_PRUNING_STEPS_GUESS = 9  # m-pruning steps tried (10% of the remaining weights each): the lottery demo tried 9
 INDUCTION_HEADS_GUESS = 2  # induction heads of the circuits demo (each adds a cut key edge): unknown before training
 CIRCUIT_SIZES = 10  # MIB's circuit sizes (analysis.faithfulness.CIRCUIT_SIZES): one evaluation each per curve
 EVALUATOR_PASSES = 2  # building an evaluator runs every pair twice (the clean capture and the corrupted run)
@@ -55,13 +64,36 @@ class Stage:
     match: str = ""  # a substring of the stage line (subnetlab.progress.stage) that starts this stage
     parallel: int = 1
     family: str = ""  # stages of one family share a correction factor (minilm / gpt2)
+    # when given, the stage is these jobs (each one's work; ``work`` is their sum) run by ``parallel`` workers in
+    # this order, each worker taking the next job when it is free: the stage lasts until the last job ends
+    jobs: tuple[Mapping[str, float], ...] = ()
 
     def predicted(self, rates: Mapping[str, float]) -> float:
-        """Seconds this stage should take at ``rates`` (seconds per unit)."""
+        """Seconds this stage should take at ``rates`` (seconds per unit): the work shared ``parallel`` ways, or,
+        with ``jobs``, the time the workers need to run them in order (3 like jobs on 2 workers take 2 rounds)."""
         missing = [u for u in self.work if u not in rates]
         if missing:
             raise KeyError(f"no rate for {', '.join(missing)}")
+        if self.jobs:
+            free = [0.0] * max(1, self.parallel)
+            for job in self.jobs:
+                i = free.index(min(free))
+                free[i] += sum(rates[u] * n for u, n in job.items())
+            return max(free)
         return sum(rates[u] * n for u, n in self.work.items()) / max(1, self.parallel)
+
+
+def like_jobs(work: Mapping[str, float], n: int) -> tuple[Mapping[str, float], ...]:
+    """``n`` jobs sharing ``work`` equally."""
+    return tuple({u: v / n for u, v in work.items()} for _ in range(n)) if n > 0 else ()
+
+
+def summed(jobs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for job in jobs:
+        for u, v in job.items():
+            total[u] = total.get(u, 0) + v
+    return total
 
 
 def _levels(text: Any) -> list[float]:
@@ -107,6 +139,8 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         id_rows = int(opts.get("n_eval", 0))
         if prune.get("eval_limit") is not None:
             id_rows = min(id_rows, int(prune["eval_limit"]))
+        ab = settings.get("ablation") or {}
+        ab_limit = int(ab["limit"]) if ab.get("limit") is not None else None  # per split, in the ablation table
         ood_rows = int(ood.get("per_subcase") or 0) * int(settings.get("n_ood_subcases", 4))
         real_rows = int(real.get("per_subcase") or 0) * int(settings.get("n_ood_subcases", 4)) if real_hans else 0
         eval_rows = id_rows + ood_rows + real_rows
@@ -130,14 +164,14 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         once = int(prune.get("train_limit") or 0) + int(prune.get("means_examples") or 0)
         out.append(Stage(demo, f"{name}/prune", f"{name}: pruning {runs} subnetworks", {
             gate_unit: gate_steps, job_eval: (runs + 1) * eval_rows + once},
-            match=f"[{name}] pruning", parallel=workers, family="minilm"))
+            match=f"[{name}] pruning", parallel=workers, family="minilm",
+            jobs=like_jobs({gate_unit: gate_steps, job_eval: (runs + 1) * eval_rows + once}, runs) if workers > 1 else ()))
         # accuracy curves (study._curves): every saved checkpoint's full model on the report's rows, as sweep jobs
         n_saved = math.ceil(steps / max(1, int(ft.get("save_every") or steps or 1))) if steps else 0
         out.append(Stage(demo, f"{name}/curves", f"{name}: accuracy curves", {job_eval: n_saved * eval_rows},
                          match=f"[{name}] accuracy curves", parallel=workers, family="minilm"))
         # ablation table (steps.ablation_step): no ablation, the non-listed heads sampled, each listed head, the
         # joint row, every listed head jointly; each control replacement repeats the single and joint rows
-        ab = settings.get("ablation") or {}
         others = ab.get("non_listed", 0)
         others = 72 - ABLATED_HEADS_GUESS if others == "all" else int(others or 0)  # MiniLM: 6 x 12 heads
         joint = 1 if ab.get("joint_heads", True) is not None else 0
@@ -146,13 +180,21 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         rows = 1 + others + ABLATED_HEADS_GUESS + joint + every + controls * (ABLATED_HEADS_GUESS + joint)
         # every evaluation also reads the chosen heuristics' entailment subcases (``study._entailed_rows``)
         heuristics = min(int(settings.get("n_ood_subcases", 4)), 3)  # at most the three HANS heuristics
-        entailed = heuristics * ENTAILMENT_SUBCASES * (
-            int(ood.get("entailed_per_subcase", ood.get("per_subcase")) or 0)
-            + (int(real.get("entailed_per_subcase", real.get("per_subcase")) or 0) if real_hans else 0))
+        ood_entailed = heuristics * ENTAILMENT_SUBCASES * int(ood.get("entailed_per_subcase", ood.get("per_subcase")) or 0)
+        real_entailed = (heuristics * ENTAILMENT_SUBCASES
+                         * int(real.get("entailed_per_subcase", real.get("per_subcase")) or 0) if real_hans else 0)
+
+        def capped(n: int) -> int:  # the ablation's ``limit`` caps every split
+            return n if ab_limit is None else min(n, ab_limit)
+
+        per_pass = sum(capped(n) for n in (id_rows, ood_rows, real_rows, ood_entailed, real_entailed))
         out.append(Stage(demo, f"{name}/ablation", f"{name}: ablating the core", {
-            "minilm_eval_example": rows * (eval_rows + entailed)}, match=f"[{name}] ablating", family="minilm"))
+            "minilm_eval_example": rows * per_pass}, match=f"[{name}] ablating", family="minilm"))
         # effective size: one staircase per checkpoint and seed, evaluated (ID + OOD) at every level
         es = settings["effective_size"]
+        if es is None:  # skipped (the tour preset)
+            continue_attention(out, demo, name, settings)
+            continue
         levels = _levels(es["levels"])
         cfg = preset_config(preset, levels[-1], schedule="staircase", levels=tuple(levels),
                             **{k: v for k, v in {**(settings.get("prune") or {}), **(es.get("prune") or {})}.items()
@@ -164,9 +206,66 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
             gate_unit: n_ckpt * n_seeds * per_run,
             job_eval: n_ckpt * (n_seeds * len(levels) + 1) * (id_rows + ood_rows) + n_ckpt * once},
             match=f"[{name}] effective size", parallel=workers, family="minilm"))
-        att = settings.get("attention") or {}
-        out.append(Stage(demo, f"{name}/attention", f"{name}: attention patterns", {
-            "minilm_eval_example": int(att.get("examples") or 0)}, match="attention patterns of", family="minilm"))
+        continue_attention(out, demo, name, settings)
+    return out
+
+
+def continue_attention(out: list[Stage], demo: str, name: str, settings: Mapping[str, Any]) -> None:
+    """The attention-pattern stage that closes each Heuristic Core study."""
+    att = settings.get("attention") or {}
+    out.append(Stage(demo, f"{name}/attention", f"{name}: attention patterns", {
+        "minilm_eval_example": int(att.get("examples") or 0)}, match="attention patterns of", family="minilm"))
+
+
+def lottery_stages(settings: Mapping[str, Any], demo: str = "lottery", cores: int | None = None) -> list[Stage]:
+    """The lottery study's stages per task (``experiments/lottery``): fine-tuning every seed, pruning (s- and
+    m-pruning jobs), re-fine-tuning good / random / bad subnetworks, then the attention pattern types in-process.
+
+    Fine-tuning and re-fine-tuning count their training rows and their closing evaluation (every evaluation split,
+    ``eval_limit`` rows each); a pruning step evaluates ``eval_limit`` rows, and an s-pruning step first takes the
+    importance gradients over ``importance_limit`` rows (counted as training rows: a forward and a backward pass).
+    The numbers of pruning steps are guesses (``S_PRUNING_STEPS_GUESS``, ``M_PRUNING_STEPS_GUESS``).
+    """
+    workers = sweep_workers(settings, cores)
+    in_workers = settings.get("backend", "local") != "local"  # each job then starts a worker process
+    out: list[Stage] = []
+    seeds, m_seeds, r_seeds = (list(settings[k]) for k in ("seeds", "magnitude_seeds", "retrain_seeds"))
+    for task in settings["tasks"]:
+        opts = dict(settings["task_options"].get(task) or {})
+        n_train = int(opts.get("n_train") or 0)
+        if settings.get("max_steps"):
+            rows = int(settings["max_steps"]) * int(settings["batch_size"])
+        else:
+            rows = math.ceil(n_train * float(settings["epochs"]))
+        limit = int(settings.get("eval_limit") or 0)
+        # the synthetic NLI task evaluates its in-domain split and the HANS-style one (30 subcases)
+        split_rows = [int(opts.get("n_eval", 0)), int(opts.get("hans_per_subcase", 0)) * HANS_SUBCASES]
+        eval_rows = sum(min(n, limit) if limit else n for n in split_rows if n)
+        dev = min(int(opts.get("n_eval", 0)), limit) if limit else int(opts.get("n_eval", 0))
+        importance = int(settings.get("importance_limit") or dev)
+
+        start = {"lottery_process_start": 1 if in_workers else 0, "lottery_model_load": 1}
+
+        def sweep(key: str, label: str, match: str, jobs: list[dict[str, float]]) -> Stage:
+            jobs = [{**job, **start} for job in jobs]
+            return Stage(demo, f"{task}/{key}", f"{task}: {label}", summed(jobs), match=f"{task}: {match}",
+                         parallel=workers, family="lottery", jobs=tuple(jobs))
+
+        tuning = {"lottery_train_row": rows, "lottery_eval_example": eval_rows}  # one (re-)fine-tuning run
+        out.append(sweep("finetune", f"fine-tuning {len(seeds)} seeds", "fine-tuning", [tuning] * len(seeds)))
+        # every pruning job: the full model once, its steps, then the random and bad controls once each; the
+        # s-pruning jobs first, as the study submits them
+        s_job = {"lottery_train_row": S_PRUNING_STEPS_GUESS * importance,
+                 "lottery_eval_example": (S_PRUNING_STEPS_GUESS + 3) * dev}
+        m_job = {"lottery_eval_example": (M_PRUNING_STEPS_GUESS + 3) * dev}
+        out.append(sweep("prune", "pruning", "pruning", [s_job] * len(seeds) + [m_job] * len(m_seeds)))
+        n_retrain = len(r_seeds) * 6  # two methods x good / random / bad
+        out.append(sweep("retrain", f"re-fine-tuning {n_retrain} subnetworks", "re-fine-tuning", [tuning] * n_retrain))
+        readings = (len(seeds) if settings.get("pattern_seeds", "first") == "all" else 1) + 1  # and the pre-trained
+        readings *= 2 if settings.get("super_survivor_maps", "full") == "pruned" else 1
+        out.append(Stage(demo, f"{task}/patterns", f"{task}: attention pattern types", {
+            "lottery_pattern_pair": readings * int(settings["pattern_pairs"]), "lottery_model_load": readings},
+            match=f"{task}: attention pattern types", family="lottery"))
     return out
 
 
@@ -270,6 +369,7 @@ STAGE_BUILDERS: dict[str, Callable[..., list[Stage]]] = {
     "heuristic-core": heuristic_core_stages,
     "subtask-induction": subtask_induction_stages,
     "circuits": circuits_stages,
+    "lottery": lottery_stages,
 }
 
 
@@ -424,5 +524,5 @@ def minutes(seconds: float) -> str:
     return f"about {round(seconds / 60):d} min"
 
 
-__all__ = ["ABLATED_HEADS_GUESS", "CIRCUIT_SIZES", "EVALUATOR_PASSES", "HANS_SUBCASES", "INDUCTION_HEADS_GUESS", "Plan", "STAGE_BUILDERS", "Stage", "UNITS",
-           "circuits_stages", "heuristic_core_stages", "minutes", "subtask_induction_stages"]
+__all__ = ["ABLATED_HEADS_GUESS", "like_jobs", "summed", "CIRCUIT_SIZES", "EVALUATOR_PASSES", "HANS_SUBCASES", "INDUCTION_HEADS_GUESS", "Plan", "STAGE_BUILDERS", "Stage", "UNITS",
+           "circuits_stages", "heuristic_core_stages", "lottery_stages", "minutes", "subtask_induction_stages"]

@@ -1,6 +1,6 @@
 """The demo's closing table: one row per headline claim of each paper, from each study's ``findings.py``.
 
-    write_findings(Path("runs/demo"), ["heuristic-core", "subtask-induction", "circuits"])   # -> runs/demo/findings.md
+    write_findings(Path("runs/demo"), ["heuristic-core", "subtask-induction", "lottery", "circuits"])  # -> findings.md
 
 Each study's rows come from its own module (``experiments/<study>/findings.py``),
 which reads that study's saved results in ``OUT/<study>``; a study whose run is
@@ -20,6 +20,7 @@ MODULES = {
     "heuristic-core": "subnetlab.experiments.heuristic_core.findings",
     "subtask-induction": "subnetlab.experiments.subtask_induction.findings",
     "circuits": "subnetlab.experiments.circuits.findings",
+    "lottery": "subnetlab.experiments.lottery.findings",
 }
 VERDICT_MARK = {SHOWN: "**shown**", SHOWN_WEAKLY: "**shown**, weakly identified", NOT_SHOWN: "not shown",
                 NOT_MEASURABLE: "not measurable at this scale"}

@@ -22,7 +22,15 @@ from subnetlab.experiments.demo.estimate import STAGE_BUILDERS, Plan, Stage, min
 from subnetlab.io import write_json
 from subnetlab.progress import Board, Status, listen, stage
 
-DEMOS = ("heuristic-core", "subtask-induction", "circuits")
+DEMOS = ("heuristic-core", "subtask-induction", "lottery", "circuits")
+# each study's preset in ``subnetlab demo``: its ``tour`` preset where it has one (the ``demo`` preset trimmed to its
+# share of the demo's time), else ``demo``
+TOUR = "tour"
+
+
+def demo_preset(module: ModuleType) -> str:
+    return TOUR if TOUR in module.PRESETS else "demo"
+
 RATE_WORDS = {
     "minilm_gate_step": ("a pruning step", 1.0, "s"),
     "minilm_finetune_step": ("a fine-tuning step", 1.0, "s"),
@@ -31,6 +39,7 @@ RATE_WORDS = {
     "gpt2_mask_row": ("a weight-mask row", 1000.0, "ms"),
     "gpt2_train_row": ("a transfer row", 1000.0, "ms"),
     "tiny_prune_step": ("an edge-pruning step", 1000.0, "ms"),
+    "lottery_train_row": ("a lottery fine-tuning row", 1000.0, "ms"),
 }
 
 
@@ -119,7 +128,7 @@ def run_demo(
     out = Path(out)
     started = clock()
     modules = {name: get(name) for name in demos}
-    settings = {name: settings_for(module, "demo") for name, module in modules.items()}
+    settings = {name: settings_for(module, demo_preset(module)) for name, module in modules.items()}
     stages = plan_stages(settings, out, cores or os.cpu_count())
     stage("calibrating: timing a few steps of each demo's real work on this machine")
     cal = calibrate({name: settings[name] for name in {s.demo for s in stages}})
@@ -154,4 +163,4 @@ def run_demo(
     return {"reports": reports, "findings": str(path), "timings": record}
 
 
-__all__ = ["DEMOS", "Tracker", "describe_rates", "plan_stages", "run_demo"]
+__all__ = ["DEMOS", "TOUR", "Tracker", "demo_preset", "describe_rates", "plan_stages", "run_demo"]

@@ -66,6 +66,10 @@ from subnetlab.runs.prune import level_name, prune_sweep
 from subnetlab.runs.prune_search import gates_at, search_stage_job, stage_dir_name
 from subnetlab.subnetwork import Subnetwork
 
+# What a report or findings row says when the settings skip the stage (``effective_size: null``, the ``tour`` preset)
+NOT_RUN = ("`subnetlab reproduce heuristic-core --preset demo` measures it (3 seeds x 4 levels x 3 checkpoints, about "
+           "3 minutes more on a 2-core CPU)")
+
 
 def find_checkpoints(run_dir: str | Path, every: int = 1) -> list[tuple[int, Path]]:
     """``(step, path)`` of the fine-tuning checkpoints of ``run_dir`` (every ``every``-th, always the last)."""

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from subnetlab.analysis.effective_size import size_bound
+from subnetlab.experiments.heuristic_core.effective_size import NOT_RUN
 from subnetlab.experiments.demo.verdicts import (
     MIN_SEEDS,
     NOT_MEASURABLE,
@@ -203,6 +204,11 @@ def effective_size_row(es: dict, seeds: int) -> tuple[str, str, str]:
     return text, SHOWN if grows else NOT_SHOWN, why
 
 
+def not_run_row() -> tuple[str, str, str]:
+    """The row of a run whose settings skip the effective-size stage (the ``tour`` preset of ``subnetlab demo``)."""
+    return ("not run in this demo (its time budget)", NOT_MEASURABLE, NOT_RUN)
+
+
 def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     """One row per claim and study of the Heuristic Core run in ``run_dir``; links relative to ``relative_to``."""
     run_dir, relative_to = Path(run_dir), Path(relative_to)
@@ -221,7 +227,7 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
         settings = {}
     titles = {s.get("name"): s.get("title") for s in settings.get("studies") or [] if isinstance(s, dict)}
     seeds = len(settings.get("seeds") or [])
-    es_seeds = len((settings.get("effective_size") or {}).get("seeds") or [])
+    es_seeds = len((settings.get("effective_size") or {}).get("seeds") or [])  # None: the stage was skipped
     rows: list[Finding] = []
     for name, summary in studies.items():
         def files(rel: str) -> Any:
@@ -231,7 +237,8 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
             "core": lambda: core_row(summary, files("core/metrics.json")),
             "spread": lambda: spread_row(summary, seeds),
             "ablation": lambda: ablation_row(summary),
-            "effective_size": lambda: effective_size_row(files("effective_size/metrics.json"), es_seeds),
+            "effective_size": lambda: (effective_size_row(files("effective_size/metrics.json"), es_seeds)
+                                       if settings.get("effective_size", {}) is not None else not_run_row()),
         }
         prefix = f"[{name}] " if len(studies) > 1 else ""
         for key, make in makers.items():

@@ -16,6 +16,7 @@ from typing import Any
 
 from subnetlab.io import write_json
 from subnetlab.experiments.heuristic_core import sections
+from subnetlab.experiments.heuristic_core.effective_size import NOT_RUN
 from subnetlab.experiments.heuristic_core.plots import seed_accuracy_plot
 from subnetlab.report.markdown import MarkdownReport, moves, pct, points
 from subnetlab.report.plots import curves
@@ -192,7 +193,8 @@ def _setup(doc: MarkdownReport, settings: dict, results: dict, seconds: list[flo
                      f"{'yes' if 'real' in r['data']['files'] else 'not available'}")
     es = settings["effective_size"]
     items.append(f"effective size: {len(es['seeds'])} seeds x levels {es['levels']} x {es['checkpoints']} checkpoints, "
-                 f"faithfulness {pct(es['faithfulness'])} points")
+                 f"faithfulness {pct(es['faithfulness'])} points" if es is not None else
+                 f"effective size: not run by this preset ({NOT_RUN})")
     first = f"wall time: {seconds[0] / 60:.1f} min for the first invocation"
     rest = f", {sum(seconds[1:]) / 60:.1f} min for {len(seconds) - 1} later one(s) (a rerun skips finished stages)" if len(seconds) > 1 else ""
     items.append(first + rest + " on this machine")
@@ -267,8 +269,11 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
     doc.para(ablation_paragraph(eff, hurts, joint_hurts))
     # effective size
     doc.section("Effective size over training", 3)
-    sections.effective_size_section(doc, r["effective_size"], sd / "effective_size" / "effective_size.png", base=out,
-                                    accuracy=cur if one_source else None)
+    if r["effective_size"] is None:
+        doc.para(f"Not run by this preset: {NOT_RUN}.")
+    else:
+        sections.effective_size_section(doc, r["effective_size"], sd / "effective_size" / "effective_size.png",
+                                        base=out, accuracy=cur if one_source else None)
     # attention
     doc.section("Attention patterns of the core heads", 3)
     sections.attention_section(doc, r["attention"], base=out, root=sd / "attention")
@@ -276,7 +281,7 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
             "spearman_p": core["spearman_p"], "expected_random_intersection": core["expected_random_intersection"],
             "spread": spreads, "alike_id_spread_ood": alike, "ablation": eff, "core_hurts_ood_more": hurts,
             "joint_hurts_ood_more": joint_hurts, "undecided_share": undecided,
-            "subcases": subcases, "effective_size": [
+            "subcases": subcases, "effective_size": None if r["effective_size"] is None else [
                 {"step": c["step"], **{on: c["effective_size"][on]["size"] for on in r["effective_size"]["on"]}}
                 for c in r["effective_size"]["checkpoints"]], "seconds": r.get("seconds")}
 

@@ -10,7 +10,8 @@ Presets: ``paper`` is the paper's setting (bert-base-cased on MNLI / HANS and
 QQP / PAWS-QQP, 12 seeds, 50% / 70% and 30% / 60%; a GPU and the Hugging Face
 hub); ``demo`` is MiniLM on the synthetic NLI corpus with HANS-style OOD
 subcases (and the real HANS file when ``../shared/data`` has it), a few seeds,
-sized for a 2-core CPU.
+sized for a 2-core CPU; ``tour`` is ``demo`` trimmed for ``subnetlab demo``
+(three seeds, no effective-size stage, a smaller ablation table).
 
 Where ``paper`` follows the authors' released code rather than the paper's text
 (princeton-nlp/Heuristic-Core), each also available by name:
@@ -90,7 +91,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "prune_hold_steps": None,
         # means over one batch of 128 training examples (one ~20-token batch is ~2,500 tokens)
         "prune": {"eval_limit": None, "train_limit": 800, "means_examples": 128, "eval_batch_size": 128},
-        "effective_size": {"seeds": [0, 1], "levels": "0.1:0.7:0.2", "checkpoints": 3, "on": ["id", "ood", "mixed"],
+        # three seeds: a size from fewer is not a measurement (experiments.demo.verdicts.MIN_SEEDS)
+        "effective_size": {"seeds": [0, 1, 2], "levels": "0.1:0.7:0.2", "checkpoints": 3, "on": ["id", "ood", "mixed"],
                            "faithfulness": 0.03,
                            "prune": {"ramp_steps": 15, "hold_steps": 10, "first_ramp_steps": 25}},
         "ablation": {"non_listed": 24, "joint_heads": "top-3", "all_jointly": True, "controls": ["zero", "resample"],
@@ -143,6 +145,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "jobs": None,
     },
 }
+# ``tour``: the demo trimmed to its share of ``subnetlab demo`` (four studies in about 16 minutes on a 2-core CPU):
+# three pruning seeds (the fewest a seed spread is measured with, experiments.demo.verdicts.MIN_SEEDS) instead of
+# four; no effective-size stage (the demo preset's two seeds cannot measure its claim either, and it cost ~2 min:
+# ``reproduce heuristic-core --preset demo --set 'effective_size={..., seeds: [0, 1, 2]}'`` measures it); the
+# ablation table samples 10 non-listed heads instead of 24, repeats its rows with one control replacement (zero; the
+# demo adds resample) and scores 160 rows per split (all 160 OOD rows; the in-domain split's first 160 of 300, enough
+# to see it unchanged).
+PRESETS["tour"] = {
+    **PRESETS["demo"],
+    "seeds": [0, 1, 2],
+    "effective_size": None,
+    "ablation": {**PRESETS["demo"]["ablation"], "non_listed": 10, "limit": 160, "controls": ["zero"]},
+}
 
 
 def _resolve_auto_paths(settings: dict) -> dict:
@@ -181,9 +196,13 @@ def plan(settings: dict, out: Path) -> dict[str, Any]:
                                                 **{**_scaled_steps(settings, target), **settings.get("prune", {})}).to_dict()
                    for target in study["sparsities"]}
         es = settings["effective_size"]
-        levels = list(parse_levels(es["levels"]))
-        staircase = preset_config(settings["prune_preset"], levels[-1], seed=es["seeds"][0], schedule="staircase",
-                                  levels=tuple(levels), **{**settings.get("prune", {}), **es.get("prune", {})})
+        effective_size = None  # not run (the ``tour`` preset)
+        if es is not None:
+            levels = list(parse_levels(es["levels"]))
+            staircase = preset_config(settings["prune_preset"], levels[-1], seed=es["seeds"][0], schedule="staircase",
+                                      levels=tuple(levels), **{**settings.get("prune", {}), **es.get("prune", {})})
+            effective_size = {**{k: v for k, v in es.items() if k != "prune"}, "levels": levels,
+                              "staircase_prune_config": staircase.to_dict()}
         steps[study["name"]] = {
             "finetune": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(finetune).items()},
             "ood_data": study.get("ood"), "real_ood": study.get("real_ood"),
@@ -191,8 +210,7 @@ def plan(settings: dict, out: Path) -> dict[str, Any]:
                       "config_by_sparsity": pruning},
             "core": {"sparsities": study["sparsities"]},
             "ablation": settings["ablation"],
-            "effective_size": {**{k: v for k, v in es.items() if k != "prune"}, "levels": levels,
-                               "staircase_prune_config": staircase.to_dict()},
+            "effective_size": effective_size,
             "attention": settings["attention"],
         }
     return {"reproduction": NAME, "preset": settings.get("preset"), "out": str(out), "model": settings["model"],
@@ -215,9 +233,10 @@ def check_settings(settings: dict) -> None:
     if not list(settings.get("seeds") or []):
         raise SubnetlabError("seeds: at least one pruning seed is needed", setting="seeds")
     es = settings["effective_size"]
-    if not list(es.get("seeds") or []):
-        raise SubnetlabError("effective_size: at least one seed is needed", setting="effective_size")
-    if SearchSettings.from_dict(es.get("search")) is not None and es.get("sides", "two") != "two":
+    if es is not None and not list(es.get("seeds") or []):
+        raise SubnetlabError("effective_size: at least one seed is needed (or none, to skip the stage)",
+                             setting="effective_size")
+    if es is not None and SearchSettings.from_dict(es.get("search")) is not None and es.get("sides", "two") != "two":
         raise SubnetlabError("effective_size: the level search stops on two-sided faithfulness; with sides=one "
                              "run every level (drop 'search')", setting="effective_size")
     for study in settings["studies"]:

@@ -301,11 +301,15 @@ def pick_checkpoints(found: list, count: int | None) -> list:
     return [found[i] for i in idx]
 
 
-def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core: list[str], subcases: list[str], out: Path) -> dict:
+def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core: list[str], subcases: list[str],
+                    out: Path) -> dict | None:
+    """Figure 6's staircase sweeps; None when the settings skip the stage (``effective_size: null``)."""
     from subnetlab.methods.finetune.state import checkpoint_dirs
     from subnetlab.methods.hard_concrete.schedule import parse_levels
 
     es = settings["effective_size"]
+    if es is None:
+        return None
     checkpoints = pick_checkpoints(checkpoint_dirs(ft_dir), es.get("checkpoints"))
     levels = list(parse_levels(es["levels"]))
     config = {"command": "effective-size", **es, "levels": levels, "steps": [step for step, _ in checkpoints],

@@ -148,16 +148,33 @@ CNN_UNAVAILABLE = ("The paper types maps with a six-layer CNN trained on 400 raw
                    "(`subnetlab.analysis.attention_types`).")
 
 
-def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, out: Path,
-              settings: dict[str, Any] | None = None) -> None:
-    settings = settings or {}
-    counting = settings.get("pattern_counting", "per-head")
-    st, pats = r["stability"], r["patterns"]
+def _super_survivors(st: dict[str, Any]) -> torch.Tensor:
+    """[L, H]: 1 where the head survived s-pruning in every seed."""
     L, H = len(st["head_frequency"]), len(st["head_frequency"][0])
     sup = torch.zeros(L, H)
     for name in st["super_survivor_heads"]:
         layer, head = name[1:].split(".H")
         sup[int(layer), int(head)] = 1.0
+    return sup
+
+
+def super_survivor_correlations(r: dict[str, Any], counting: str) -> dict[str, float] | None:
+    """Pearson r between being a super-survivor and a head's heterogeneous share (fine-tuned model, full), raw and
+    normed; None without super-survivors (undefined)."""
+    st = r["stability"]
+    if not st["super_survivor_heads"]:
+        return None
+    full = HeadTypes.from_dict(r["patterns"]["finetuned"])
+    sup = _super_survivors(st)
+    return {kind: float(pearson(sup, full.type_fraction(kind, "heterogeneous", counting))) for kind in ("raw", "normed")}
+
+
+def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, out: Path,
+              settings: dict[str, Any] | None = None) -> None:
+    settings = settings or {}
+    counting = settings.get("pattern_counting", "per-head")
+    st, pats = r["stability"], r["patterns"]
+    sup = _super_survivors(st)
     unit = "maps" if counting == "per-map" else "heads"
     shares, corr, rows = {}, [], []
     for which in ("finetuned", "pretrained"):
@@ -171,8 +188,7 @@ def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, o
                 if which == "finetuned":
                     shares[f"{group}, {kind}"] = sh
             if which == "finetuned":
-                hetero = full.type_fraction(kind, "heterogeneous", counting)
-                corr.append(f"{kind}: {num(pearson(sup, hetero))}")
+                corr.append(f"{kind}: {num(pearson(sup, full.type_fraction(kind, 'heterogeneous', counting)))}")
     seeds = pats.get("seeds", [r["pattern_seed"]])
     where = ("read in the model pruned to the super-survivors (heads and MLPs kept in every seed)"
              if pats.get("pruned_to_super_survivors") else "read in the full model")

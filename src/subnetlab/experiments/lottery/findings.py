@@ -1,0 +1,166 @@
+"""The lottery study's headline claims against its run, as rows of the demo's ``findings.md`` (``experiments.demo``).
+
+1. m-pruning: re-fine-tuned from the pre-trained weights with the mask fixed,
+   the random and the bad subnetworks fall far below the good one (the paper:
+   the good subnetworks "perform considerably better than similarly-sized
+   subnetworks sampled from other parts of the model").
+2. s-pruning: even the bad subnetworks stay highly trainable (re-fine-tuned
+   random and bad subnetworks close to the good one).
+3. The good s-subnetworks are unstable across fine-tuning seeds: few heads
+   survive in every seed (the super-survivors).
+4. Super-survivors are not preferentially heterogeneous: the correlation
+   between being a super-survivor and a head's heterogeneous share is near
+   zero (the paper: 0.015 raw, 0.025 normed).
+
+The margins are chosen, not calibrated (``FAR_BELOW``, ``CLOSE``, ``UNSTABLE``,
+``NO_CORRELATION``); with fewer than ``MIN_SEEDS`` re-fine-tuning seeds the
+rows compare single runs against the margin and say so (no seed spread).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from subnetlab.experiments.demo.verdicts import (
+    MIN_SEEDS,
+    NOT_MEASURABLE,
+    NOT_SHOWN,
+    SHOWN,
+    Finding,
+    Missing,
+    get,
+    missing,
+    read_json_or_missing,
+    section_link,
+)
+
+PAPER = "BERT lottery tickets (Prasanna et al.)"
+FAR_BELOW = 10.0  # points: "far below" the good subnetwork
+CLOSE = 5.0  # points: "close to" the good subnetwork
+UNSTABLE = 0.5  # mean pairwise Jaccard of the kept heads below this: two seeds share less than half their heads
+NO_CORRELATION = 0.2  # |Pearson r| below this counts as no preference
+CLAIMS = {
+    "magnitude": ("m-pruning: re-fine-tuned random and bad subnetworks fall far below the good one",
+                  "good subnetworks considerably better than similarly-sized ones from the rest of the model "
+                  "(Table 2, 9 GLUE tasks)", "pruning and re-fine-tuning"),
+    "importance": ("s-pruning: even the bad subnetworks stay highly trainable (random and bad close to good)",
+                   "with structured pruning even the worst subnetworks remain highly trainable (Table 2)",
+                   "pruning and re-fine-tuning"),
+    "stability": ("The good s-subnetworks are unstable across fine-tuning seeds",
+                  "good subnetworks unstable across random initialisations; few super-survivors (Section 5.1)",
+                  "stability across fine-tuning seeds"),
+    "patterns": ("Super-survivors are not preferentially heterogeneous (linguistic) heads",
+                 "Pearson r between super-survivor and heterogeneous pattern 0.015 raw, 0.025 normed (Section 5.2)",
+                 "attention pattern types"),
+}
+
+
+def _accuracy(metrics: dict, split: str, name: str) -> float:
+    score = get(metrics, "final", split)
+    return 100.0 * float(score[name] if name in score else get(score, "accuracy"))
+
+
+def tickets(result: dict, method: str) -> dict[str, list[float]]:
+    """Re-fine-tuned score (points) of the good / random / bad subnetworks of ``method``, one per seed."""
+    retrain = get(result, "retrain", what="metrics.json")
+    prune = next(iter(get(result, "prune", what="metrics.json").values()))
+    name, split = str(prune.get("metric_name", "accuracy")), str(prune.get("split", "id"))
+    seeds = sorted({k.rsplit("-seed", 1)[1] for k in retrain if k.startswith(f"{method}-")})
+    if not seeds:
+        raise Missing(f"no re-fine-tuned {method} subnetwork in metrics.json")
+    return {c: [_accuracy(get(retrain, f"{method}-{c}-seed{s}"), split, name) for s in seeds]
+            for c in ("good", "random", "bad")}
+
+
+def _gaps(scores: dict[str, list[float]]) -> tuple[str, float, float]:
+    good = statistics.mean(scores["good"])
+    random, bad = good - statistics.mean(scores["random"]), good - statistics.mean(scores["bad"])
+    n = len(scores["good"])
+    text = (f"good {good:.1f}, random {statistics.mean(scores['random']):.1f}, bad {statistics.mean(scores['bad']):.1f} "
+            f"after re-fine-tuning ({'mean of ' + str(n) + ' seeds' if n > 1 else 'one seed'}): random "
+            f"{random:.1f} and bad {bad:.1f} points below good")
+    return text, random, bad
+
+
+def _seeds_note(n: int) -> str:
+    return "" if n >= MIN_SEEDS else f"; {n} re-fine-tuning seed(s): single runs against the margin, no seed spread"
+
+
+def magnitude_row(result: dict) -> tuple[str, str, str]:
+    scores = tickets(result, "magnitude")
+    text, random, bad = _gaps(scores)
+    ok = random >= FAR_BELOW and bad >= FAR_BELOW
+    return text, SHOWN if ok else NOT_SHOWN, (f"random and bad each at least {FAR_BELOW:g} points below good"
+                                               + _seeds_note(len(scores["good"])))
+
+
+def importance_row(result: dict) -> tuple[str, str, str]:
+    scores = tickets(result, "importance")
+    text, random, bad = _gaps(scores)
+    ok = random <= CLOSE and bad <= CLOSE
+    return text, SHOWN if ok else NOT_SHOWN, (f"random and bad each within {CLOSE:g} points of good"
+                                               + _seeds_note(len(scores["good"])))
+
+
+def stability_row(result: dict) -> tuple[str, str, str]:
+    st = get(result, "stability", what="metrics.json")
+    seeds = len(get(st, "seeds"))
+    heads = get(st, "super_survivor_heads")
+    mean_j = float(get(st, "mean_jaccard"))
+    text = (f"heads kept per seed {get(st, 'heads_kept')}; mean pairwise Jaccard {mean_j:.2f}; "
+            f"{len(heads)} super-survivor heads in all {seeds} seeds")
+    if seeds < MIN_SEEDS:
+        return text, NOT_MEASURABLE, f"{seeds} fine-tuning seed(s), fewer than {MIN_SEEDS}"
+    return text, SHOWN if mean_j < UNSTABLE else NOT_SHOWN, (
+        f"mean pairwise Jaccard of the kept heads below {UNSTABLE:g} over {seeds} fine-tuning seeds")
+
+
+def patterns_row(result: dict, counting: str) -> tuple[str, str, str]:
+    from subnetlab.experiments.lottery.report import super_survivor_correlations
+
+    corr = super_survivor_correlations(result, counting)
+    if corr is None:
+        return "no super-survivors: the correlation is undefined", NOT_MEASURABLE, "needs at least one super-survivor"
+    text = f"Pearson r, super-survivor vs heterogeneous share: raw {corr['raw']:.3f}, normed {corr['normed']:.3f}"
+    ok = all(abs(v) < NO_CORRELATION for v in corr.values())
+    return text, SHOWN if ok else NOT_SHOWN, (f"|r| below {NO_CORRELATION:g} in raw and normed attention (maps typed "
+                                               "by rules, not the paper's CNN)")
+
+
+def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
+    """One row per claim and task of the lottery run in ``run_dir``; links relative to ``relative_to``."""
+    run_dir, relative_to = Path(run_dir), Path(relative_to)
+    report = run_dir / "report.md"
+    try:
+        tasks = get(read_json_or_missing(run_dir / "metrics.json"), "tasks", what="metrics.json")
+        if not isinstance(tasks, dict) or not tasks:
+            raise Missing("no task in metrics.json")
+    except Missing as e:
+        return [missing(PAPER, claim, fig, section_link(report, report_head, relative_to), str(e))
+                for claim, fig, report_head in CLAIMS.values()]
+    try:
+        settings: dict[str, Any] = read_json_or_missing(run_dir / "config.json")
+    except Missing:
+        settings = {}
+    settings = settings.get("settings", settings) if isinstance(settings, dict) else {}
+    counting = str(settings.get("pattern_counting", "per-head"))
+    rows: list[Finding] = []
+    for task, result in tasks.items():
+        makers = {"magnitude": lambda: magnitude_row(result), "importance": lambda: importance_row(result),
+                  "stability": lambda: stability_row(result), "patterns": lambda: patterns_row(result, counting)}
+        prefix = f"[{task}] " if len(tasks) > 1 else ""
+        for key, make in makers.items():
+            claim, fig, head = CLAIMS[key]
+            link = section_link(report, f"{task}: {head}", relative_to)
+            try:
+                text, verdict, why = make()
+            except (Missing, KeyError) as e:
+                rows.append(missing(PAPER, prefix + claim, fig, link, str(e)))
+                continue
+            rows.append(Finding(PAPER, prefix + claim, fig, text, verdict, why, link))
+    return rows
+
+
+__all__ = ["CLAIMS", "PAPER", "findings", "importance_row", "magnitude_row", "patterns_row", "stability_row", "tickets"]
