@@ -38,6 +38,17 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence stage lines and bars while the block runs (timed or nested work), then restore the setting."""
+    global _quiet
+    before, _quiet = _quiet, True
+    try:
+        yield
+    finally:
+        _quiet = before
+
+
 def _interactive() -> bool:
     return sys.stderr.isatty()
 

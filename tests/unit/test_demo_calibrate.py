@@ -48,7 +48,7 @@ def test_gpt2_rates_are_positive_per_row():
 
 
 def test_calibrate_only_the_demos_asked_for():
-    cal = calibrate({"subtask-induction": _tiny()})
+    cal = calibrate({"subtask-induction": {**_tiny(), "backend": "local"}})
     assert set(cal.rates) == {"gpt2_eval_row", "gpt2_mask_row", "gpt2_train_row"}
     assert cal.seconds > 0 and "gpt2_seconds" in cal.details
 
@@ -81,3 +81,26 @@ def test_circuits_rates_are_positive_per_unit():
     rates = circuits_rates(s)
     assert set(rates) == {"tiny_train_step", "tiny_prune_step", "tiny_node_step", "tiny_eval_pair"} <= set(UNITS)
     assert all(r >= 0 for r in rates.values()) and rates["tiny_eval_pair"] > 0
+
+
+def test_lottery_rates_cover_every_lottery_unit_and_restore_the_threads():
+    """The lottery demo's units on MiniLM (a few steps), with the threads restored afterwards."""
+    import torch
+
+    from subnetlab.experiments.demo.calibrate import lottery_rates
+    from subnetlab.experiments.lottery.reproduce import PRESETS
+
+    before = torch.get_num_threads()
+    small = {**PRESETS["demo"], "batch_size": 4}
+    rates = lottery_rates({**small, "backend": "local"})
+    assert set(rates) == {u for u in UNITS if u.startswith("lottery_")}
+    assert all(r > 0 for r in rates.values())
+    assert torch.get_num_threads() == before
+
+
+def test_a_sweep_start_is_timed_only_when_a_study_runs_worker_processes(monkeypatch):
+    import subnetlab.experiments.demo.calibrate as cal
+
+    monkeypatch.setattr(cal, "sweep_start_rate", lambda clock=None: 2.5)
+    assert calibrate({"subtask-induction": {**_tiny(), "backend": "local"}}).rates.get("sweep_start") is None
+    assert calibrate({"subtask-induction": {**_tiny(), "backend": "processes"}}).rates["sweep_start"] == 2.5

@@ -10,13 +10,18 @@ from subnetlab.experiments.demo.estimate import (
     ABLATED_HEADS_GUESS,
     ENTAILMENT_SUBCASES,
     HANS_SUBCASES,
+    M_PRUNING_STEPS_GUESS,
+    S_PRUNING_STEPS_GUESS,
     Plan,
     Stage,
     heuristic_core_stages,
+    like_jobs,
+    lottery_stages,
     minutes,
     subtask_induction_stages,
 )
 from subnetlab.experiments.heuristic_core.reproduce import PRESETS as HC
+from subnetlab.experiments.lottery.reproduce import PRESETS as LOTTERY
 from subnetlab.experiments.subtask_induction.reproduce import PRESETS as SI
 
 
@@ -94,12 +99,13 @@ def test_entailed_rows_per_subcase_count():
 
 
 def test_heuristic_core_ablation_rows_with_controls():
-    """None + 24 sampled others + 3 singles + joint + all jointly, and 2 controls x (3 singles + joint)."""
+    """None + 24 sampled others + the guessed singles + joint + all jointly, and 2 controls x (singles + joint)."""
     s = _hc()
     s["ablation"] = {"non_listed": 24, "joint_heads": "top-3", "all_jointly": True, "controls": ["zero", "resample"]}
     stages = {x.key: x for x in heuristic_core_stages(s, real_hans=False)}
     assert stages["nli/ablation"].work == {
-        "minilm_eval_example": (1 + 24 + 3 + 1 + 1 + 2 * 4) * (300 + 160 + 3 * ENTAILMENT_SUBCASES * 40)}
+        "minilm_eval_example": (1 + 24 + ABLATED_HEADS_GUESS + 1 + 1 + 2 * (ABLATED_HEADS_GUESS + 1))
+        * (300 + 160 + 3 * ENTAILMENT_SUBCASES * 40)}
 
 
 def test_heuristic_core_hold_steps_count():
@@ -133,6 +139,54 @@ def test_subtask_induction_work_by_hand():
     assert stages["transfer"].parallel == 2
     one_core = {s.key: s for s in subtask_induction_stages(SI["demo"], cores=1)}
     assert one_core["transfer"].parallel == 1
+
+
+def test_heuristic_core_tour_skips_effective_size_and_caps_the_ablation():
+    """The tour: 3 seeds, no effective-size stage, 10 sampled heads, one control, 160 rows per split."""
+    stages = {x.key: x for x in heuristic_core_stages(HC["tour"], real_hans=True, cores=2)}
+    assert list(stages) == ["nli/finetune", "nli/prune", "nli/curves", "nli/ablation", "nli/attention"]
+    rows = 1 + 10 + ABLATED_HEADS_GUESS + 1 + 1 + 1 * (ABLATED_HEADS_GUESS + 1)
+    # ID 300 -> 160; synthetic and real OOD 4 x 40 = 160 each; entailed 3 x 5 x 10 = 150 each (under the cap)
+    assert stages["nli/ablation"].work == {"minilm_eval_example": rows * (160 + 160 + 160 + 150 + 150)}
+    assert stages["nli/prune"].work["minilm_job_gate_step"] == 3 * (285 + 375)
+    assert len(stages["nli/prune"].jobs) == 6
+
+
+def test_like_jobs_take_whole_rounds_and_unequal_jobs_fill_the_free_worker():
+    rates = {"u": 1.0}
+    assert Stage("d", "a", "A", {"u": 30}, parallel=2, jobs=like_jobs({"u": 30}, 3)).predicted(rates) == 20.0
+    assert Stage("d", "a", "A", {"u": 30}, parallel=2).predicted(rates) == 15.0  # no jobs: the work shared evenly
+    # 3 long jobs and a short one on 2 workers: the short one waits for a free worker behind the first two
+    jobs = ({"u": 10}, {"u": 10}, {"u": 10}, {"u": 2})
+    assert Stage("d", "a", "A", {"u": 32}, parallel=2, jobs=jobs).predicted(rates) == 20.0
+    assert Stage("d", "a", "A", {"u": 32}, parallel=1, jobs=jobs).predicted(rates) == 32.0
+    # a sweep's start comes first, once
+    assert Stage("d", "a", "A", {"u": 32}, parallel=2, jobs=jobs, serial={"u": 3}).predicted(rates) == 23.0
+
+
+def test_lottery_work_by_hand():
+    """The demo: 3 fine-tuning seeds, 3 s-pruning and 1 m-pruning jobs, 6 re-fine-tunings, as two-worker sweeps."""
+    stages = {x.key: x for x in lottery_stages(LOTTERY["demo"], cores=2)}
+    assert list(stages) == ["nli-synthetic/finetune", "nli-synthetic/prune", "nli-synthetic/retrain",
+                            "nli-synthetic/patterns"]
+    # one epoch of 2,000 rows; the closing evaluation: ID 300 and the HANS-style split 30 x 10 (eval_limit 300)
+    start = {"lottery_model_load": 1}
+    tuning = {"lottery_train_row": 2000, "lottery_eval_example": 600, **start}
+    assert stages["nli-synthetic/finetune"].jobs == (tuning,) * 3
+    assert stages["nli-synthetic/retrain"].jobs == (tuning,) * 6
+    s_job = {"lottery_train_row": S_PRUNING_STEPS_GUESS * 96, "lottery_eval_example": (S_PRUNING_STEPS_GUESS + 3) * 300,
+             **start}
+    m_job = {"lottery_eval_example": (M_PRUNING_STEPS_GUESS + 3) * 300, **start}
+    assert stages["nli-synthetic/prune"].jobs == (s_job,) * 3 + (m_job,)
+    assert stages["nli-synthetic/prune"].work["lottery_model_load"] == 4
+    assert stages["nli-synthetic/prune"].serial == {"sweep_start": 1}  # one fork server per sweep
+    # the fine-tuned seeds and the pre-trained model, each full and pruned to the super-survivors, on 40 pairs
+    assert stages["nli-synthetic/patterns"].work == {"lottery_pattern_pair": 8 * 40, "lottery_model_load": 8}
+    in_process = {x.key: x for x in lottery_stages({**LOTTERY["demo"], "backend": "local"}, cores=2)}
+    assert in_process["nli-synthetic/finetune"].parallel == 1
+    assert in_process["nli-synthetic/finetune"].serial == {}
+    tour = {x.key: x for x in lottery_stages(LOTTERY["tour"], cores=2)}
+    assert tour["nli-synthetic/finetune"].jobs[0]["lottery_eval_example"] == 400  # 200 rows per split
 
 
 def _plan(clock: FakeClock) -> Plan:

@@ -480,3 +480,72 @@ def test_demo_circuits_rows_claim_no_more_than_the_numbers(tmp_path):
     _, (mech, found, cpr) = write_findings(tmp_path, ["circuits"])
     assert mech.verdict == v.SHOWN
     assert found.verdict == cpr.verdict == v.NOT_MEASURABLE and "curves.json does not exist" in cpr.rule
+
+
+def test_effective_size_skipped_by_the_tour_names_the_command_that_measures_it(tmp_path):
+    out = _hc_run(tmp_path)
+    config = json.loads((out / "config.json").read_text())
+    config["settings"]["effective_size"] = None
+    _write(out / "config.json", config)
+    row = _by_claim(hc.findings(out, tmp_path))[hc.CLAIMS["effective_size"][0]]
+    assert row.verdict == v.NOT_MEASURABLE
+    assert "not run in this demo" in row.this_run
+    assert "`subnetlab reproduce heuristic-core` with its demo preset (the default) measures it" in row.rule
+
+
+def _retrained(score: float) -> dict:
+    return {"final": {"id": {"accuracy": score}, "hans-synthetic": {"accuracy": 0.5}}}
+
+
+def _lottery_run(root: Path, m=(0.99, 0.62, 0.33), s=(0.97, 0.95, 0.93), seeds=(0, 1, 2), mean_jaccard=0.32,
+                 super_heads=("L0.H9", "L1.H1")) -> Path:
+    out = root / "lottery"
+    retrain = {}
+    for method, scores in (("magnitude", m), ("importance", s)):
+        for control, score in zip(("good", "random", "bad"), scores):
+            retrain[f"{method}-{control}-seed0"] = _retrained(score)
+    result = {"retrain": retrain,
+              "prune": {"importance-seed0": {"metric_name": "accuracy", "split": "id"}},
+              "stability": {"seeds": list(seeds), "mean_jaccard": mean_jaccard, "heads_kept": [26, 33, 23],
+                            "super_survivor_heads": list(super_heads)}}
+    _write(out / "metrics.json", {"tasks": {"nli-synthetic": result}})
+    _write(out / "config.json", {"pattern_counting": "per-map"})
+    _write(out / "report.md", "# Lottery\n\n## nli-synthetic: pruning and re-fine-tuning\n\n"
+                              "## nli-synthetic: stability across fine-tuning seeds\n\n"
+                              "## nli-synthetic: attention pattern types\n")
+    return out
+
+
+def test_lottery_rows_claim_no_more_than_the_numbers(tmp_path, monkeypatch):
+    from subnetlab.experiments.lottery import findings as lot, report
+
+    monkeypatch.setattr(report, "super_survivor_correlations", lambda r, counting: {"raw": 0.015, "normed": -0.1})
+    _lottery_run(tmp_path)
+    _, rows = write_findings(tmp_path, ["lottery"])
+    m, s, stability, patterns = rows
+    assert {r.paper for r in rows} == {lot.PAPER}
+    assert m.verdict == v.SHOWN and "random 37.0 and bad 66.0 points below good" in m.this_run
+    assert "one seed" in m.this_run and "no seed spread" in m.rule
+    assert m.link == "lottery/report.md#nli-synthetic-pruning-and-re-fine-tuning"
+    assert s.verdict == v.SHOWN and "random 2.0 and bad 4.0 points below good" in s.this_run
+    assert stability.verdict == v.SHOWN and "2 super-survivor heads in all 3 seeds" in stability.this_run
+    assert patterns.verdict == v.SHOWN and "raw 0.015, normed -0.100" in patterns.this_run
+    assert patterns.link == "lottery/report.md#nli-synthetic-attention-pattern-types"
+
+
+def test_lottery_rows_not_shown_and_not_measurable(tmp_path, monkeypatch):
+    from subnetlab.experiments.lottery import report
+
+    monkeypatch.setattr(report, "super_survivor_correlations", lambda r, counting: {"raw": 0.243, "normed": -0.05})
+    # the demo's run: s-pruning's random and bad 13.7 and 30.4 points behind; bad m-subnetwork only 9 points behind
+    _lottery_run(tmp_path, m=(0.99, 0.62, 0.90), s=(0.967, 0.83, 0.663), mean_jaccard=0.6)
+    m, s, stability, patterns = write_findings(tmp_path, ["lottery"])[1]
+    assert m.verdict == s.verdict == stability.verdict == patterns.verdict == v.NOT_SHOWN
+    assert "bad 9.0 points below good" in m.this_run and "random 13.7 and bad 30.4" in s.this_run
+    _lottery_run(tmp_path, seeds=(0, 1), super_heads=())
+    monkeypatch.undo()
+    _, (_, _, stability, patterns) = write_findings(tmp_path, ["lottery"])
+    assert stability.verdict == patterns.verdict == v.NOT_MEASURABLE
+    assert "fewer than 3" in stability.rule and "no super-survivors" in patterns.this_run
+    (tmp_path / "lottery" / "metrics.json").unlink()  # no results: every row not measurable, never an error
+    assert {r.verdict for r in write_findings(tmp_path, ["lottery"])[1]} == {v.NOT_MEASURABLE}

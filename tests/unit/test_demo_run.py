@@ -14,6 +14,7 @@ from subnetlab.experiments.demo.calibrate import Calibration
 from subnetlab.experiments.circuits import reproduce as circuits_reproduce
 from subnetlab.experiments.demo.run import run_demo
 from subnetlab.experiments.heuristic_core import reproduce as hc_reproduce
+from subnetlab.experiments.lottery import reproduce as lottery_reproduce
 from subnetlab.experiments.subtask_induction import reproduce as si_reproduce
 from subnetlab.progress import Board, Status
 
@@ -36,7 +37,11 @@ RATES = {"minilm_gate_step": 0.1, "minilm_finetune_step": 0.2, "minilm_eval_exam
          "minilm_job_gate_step": 0.15, "minilm_job_eval_example": 0.0015,
          "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5,
          "tiny_train_step": 0.01, "tiny_prune_step": 0.02, "tiny_node_step": 0.01,
-         "tiny_eval_pair": 1e-4}
+         "tiny_eval_pair": 1e-4, "lottery_train_row": 0.02, "lottery_eval_example": 0.005,
+         "lottery_pattern_pair": 0.02, "lottery_model_load": 1.0, "sweep_start": 2.0}
+LOTTERY_LINES = [("nli-synthetic: fine-tuning 3 seeds", 60.0), ("nli-synthetic: pruning (4 jobs)", 80.0),
+                 ("nli-synthetic: re-fine-tuning good / random / bad subnetworks (6 jobs)", 120.0),
+                 ("nli-synthetic: attention pattern types of finetuned-seed0 (full) on 40 pairs", 8.0)]
 
 
 def _fake(name: str, presets: dict, lines: list[tuple[str, float]], clock: FakeClock, log: list):
@@ -61,13 +66,13 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     modules = {
         "heuristic-core": _fake("heuristic-core", hc_reproduce.PRESETS, [
             ("heuristic-core: study nli", 1.0), ("[nli] fine-tuning minilm on nli-synthetic", 30.0),
-            ("[nli] pruning: 4 seeds x 2 sparsities", 300.0),
+            ("[nli] pruning: 3 seeds x 2 sparsities", 300.0),
             ("[nli] accuracy curves: 5 checkpoints on the report's evaluation rows", 10.0), ("[nli] ablating 3 heads", 20.0),
-            ("[nli] effective size: 3 checkpoints x 2 seeds x 4 levels", 100.0),
-            ("attention patterns of 72 heads over 60 sentence pairs", 5.0)], clock, log),
+            ("attention patterns of 72 heads over 60 sentence pairs", 5.0)], clock, log),  # the tour: no effective size
         "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [
             ("base model: 2-layer GPT-2 on a+ab mod 7", 20.0), ("sweep: 3 jobs, 0 already done, running 3", 40.0),
-            ("transfer: 54 runs", 200.0)], clock, log),
+            ("transfer: 36 runs", 200.0)], clock, log),
+        "lottery": _fake("lottery", lottery_reproduce.PRESETS, LOTTERY_LINES, clock, log),
         "circuits": _fake("circuits", circuits_reproduce.PRESETS, [
             ("training a 2-layer llama model (4 heads, width 64, attention only) on repeated random spans", 25.0),
             ("scoring every head's attention: previous-token and induction scores", 2.0),
@@ -86,40 +91,52 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
 
     result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=calibrate, clock=clock,
                       interactive=False, cores=2)
-    assert calibrated == [["circuits", "heuristic-core", "subtask-induction"]]
+    assert calibrated == [["circuits", "heuristic-core", "lottery", "subtask-induction"]]
     captured = capsys.readouterr()
     first = captured.out.splitlines()[0]
-    assert first.startswith("The demo should take about ") and "on this machine (15 stages; calibrated in 9 s" in first
+    assert first.startswith("The demo should take about ") and "on this machine (18 stages; calibrated in 9 s" in first
     # each report's path printed as soon as its demo returned, in order, then the findings
     lines = captured.out.splitlines()
-    hc_at = lines.index(f"heuristic-core report: {tmp_path / 'heuristic-core' / 'report.md'}")
-    si_at = lines.index(f"subtask-induction report: {tmp_path / 'subtask-induction' / 'report.md'}")
-    c_at = lines.index(f"circuits report: {tmp_path / 'circuits' / 'report.md'}")
-    assert hc_at < si_at < c_at < lines.index(f"findings: {tmp_path / 'findings.md'}")
+    at = [lines.index(f"{name} report: {tmp_path / name / 'report.md'}")
+          for name in ("heuristic-core", "subtask-induction", "lottery", "circuits")]
+    assert at == sorted(at) and at[-1] < lines.index(f"findings: {tmp_path / 'findings.md'}")
     # plain stage lines with the estimate, one per stage change
     board_lines = [line for line in captured.err.splitlines() if line.startswith("[subnetlab] demo: ")]
     assert board_lines[0].startswith("[subnetlab] demo: heuristic-core: nli: fine-tuning (0% done, ")
-    assert len(board_lines) == 15 + 3  # one per stage, one as each demo ends
-    assert board_lines[6].startswith("[subnetlab] demo: heuristic-core: done (")
-    assert "[subnetlab] demo: heuristic-core: nli: pruning 8 subnetworks (" in captured.err
+    assert len(board_lines) == 18 + 4  # one per stage, one as each demo ends
+    assert board_lines[5].startswith("[subnetlab] demo: heuristic-core: done (")
+    assert "[subnetlab] demo: heuristic-core: nli: pruning 6 subnetworks (" in captured.err
+    assert "[subnetlab] demo: lottery: nli-synthetic: re-fine-tuning 6 subnetworks (" in captured.err
     assert "min left)" in captured.err or "under a minute left)" in captured.err
     timings = json.loads((tmp_path / "demo-timings.json").read_text())
-    measured = {r["stage"]: r["measured_seconds"] for r in timings["stages"]}
-    assert measured == {"nli/finetune": 31.0, "nli/prune": 300.0, "nli/curves": 10.0, "nli/ablation": 20.0,
-                        "nli/effective_size": 100.0,
-                        "nli/attention": 5.0, "L2/base": 20.0, "L2/discover": 40.0, "transfer": 200.0,
+    measured = {f"{r['demo']}:{r['stage']}": r["measured_seconds"] for r in timings["stages"]}
+    assert measured == {"heuristic-core:nli/finetune": 31.0, "heuristic-core:nli/prune": 300.0,
+                        "heuristic-core:nli/curves": 10.0, "heuristic-core:nli/ablation": 20.0,
+                        "heuristic-core:nli/attention": 5.0, "subtask-induction:L2/base": 20.0,
+                        "subtask-induction:L2/discover": 40.0, "subtask-induction:transfer": 200.0,
+                        "lottery:nli-synthetic/finetune": 60.0, "lottery:nli-synthetic/prune": 80.0,
+                        "lottery:nli-synthetic/retrain": 120.0, "lottery:nli-synthetic/patterns": 8.0,
                         # the mechanism stage spans the head scores and the cuts; IOI's own edge pruning is in "ioi"
-                        "train": 25.0, "mechanism": 5.0, "random": 6.0, "node": 10.0, "edge": 16.0, "ioi": 49.0}
-    # predicted = work x the fake rates (the work itself is checked by hand in test_demo_estimate.py)
+                        "circuits:train": 25.0, "circuits:mechanism": 5.0, "circuits:random": 6.0,
+                        "circuits:node": 10.0, "circuits:edge": 16.0, "circuits:ioi": 49.0}
+    # predicted = work x the fake rates (the work itself is checked by hand in test_demo_estimate.py): shared
+    # ``parallel`` ways, or for a sweep of jobs, between that and one worker running them all
     for r in timings["stages"]:
-        assert r["predicted_seconds"] == pytest.approx(
-            sum(RATES[u] * n for u, n in r["work"].items()) / r["parallel"], abs=0.06)
-    assert timings["wall_seconds"] == pytest.approx(726.0 + 111.0)
+        first = sum(RATES[u] * n for u, n in r["serial"].items())  # a sweep's start, before its jobs
+        shared = sum(RATES[u] * n for u, n in r["work"].items()) / r["parallel"]
+        if r["jobs"]:
+            assert first + shared - 0.06 <= r["predicted_seconds"] <= first + shared * r["parallel"] + 0.06
+        else:
+            assert r["predicted_seconds"] == pytest.approx(first + shared, abs=0.06)
+    assert {r["stage"] for r in timings["stages"] if r["serial"]} == {
+        "nli/prune", "nli/curves", "L2/discover", "transfer", "nli-synthetic/finetune", "nli-synthetic/prune",
+        "nli-synthetic/retrain"}
+    assert timings["wall_seconds"] == pytest.approx(366.0 + 260.0 + 268.0 + 111.0)
     assert timings["calibration"]["rates"] == RATES
     # the studies wrote no results: every claim is "not measurable", none crashes
     findings = (tmp_path / "findings.md").read_text()
-    # 4 Heuristic Core claims, 7 Subtask Induction, 3 circuits
-    assert findings.count("not measurable at this scale |") == 14
+    # 4 Heuristic Core claims, 7 Subtask Induction, 4 lottery, 3 circuits
+    assert findings.count("not measurable at this scale |") == 18
     assert result["findings"] == str(tmp_path / "findings.md")
 
 
@@ -130,15 +147,16 @@ def test_finished_demos_are_not_estimated_again(tmp_path, monkeypatch):
     (tmp_path / "heuristic-core" / "metrics.json").write_text("{}")
     modules = {"heuristic-core": _fake("heuristic-core", hc_reproduce.PRESETS, [], clock, log),
                "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [], clock, log),
+               "lottery": _fake("lottery", lottery_reproduce.PRESETS, [], clock, log),
                "circuits": _fake("circuits", circuits_reproduce.PRESETS, [], clock, log)}
     seen = []
     out = io.StringIO()
     run_demo(tmp_path, get_reproduction=modules.__getitem__,
              calibrate=lambda s: seen.append(sorted(s)) or Calibration(dict(RATES), 1.0), clock=clock,
              echo=lambda text: out.write(text + "\n"), interactive=False, cores=2)
-    assert seen == [["circuits", "subtask-induction"]]  # only the unfinished demos are calibrated and planned
-    assert "(9 stages;" in out.getvalue()
-    assert log == [("ran", "heuristic-core"), ("ran", "subtask-induction"), ("ran", "circuits")]  # a finished one still re-renders
+    assert seen == [["circuits", "lottery", "subtask-induction"]]  # only the unfinished demos are calibrated and planned
+    assert "(13 stages;" in out.getvalue()
+    assert log == [("ran", "heuristic-core"), ("ran", "subtask-induction"), ("ran", "lottery"), ("ran", "circuits")]  # a finished one still re-renders
 
 
 def test_board_plain_lines_only_when_the_stage_changes():

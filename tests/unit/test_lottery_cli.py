@@ -58,7 +58,7 @@ def test_reproduction_settings_are_checked():
     settings = settings_for(module, "demo", {"retrain_seeds": "[5]"})
     with pytest.raises(SubnetlabError, match="retrain_seeds"):
         module.run(settings, "/nonexistent/never-written")
-    assert set(module.PRESETS) == {"demo", "paper"}
+    assert set(module.PRESETS) == {"demo", "paper", "tour"}
 
 
 def test_stability_and_patterns_helpers(tmp_path, capsys):

@@ -21,8 +21,8 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 def reproduce(
     name: str = typer.Argument(..., help="heuristic-core, subtask-induction, lottery, shape-bias or circuits."),
-    preset: str = typer.Option("demo", "--preset", help="demo (a 2-core CPU), paper (the paper's setting), or a "
-                                "study's own (heuristic-core: tour, the demo trimmed for `subnetlab demo`)."),
+    preset: str = typer.Option("demo", "--preset", help="demo (a 2-core CPU), paper (the paper's setting), or tour "
+                                "(heuristic-core, subtask-induction, lottery: the demo trimmed for `subnetlab demo`)."),
     out: Path = typer.Option(..., "--out", help="Run directory; a rerun resumes."),
     set_: list[str] = typer.Option([], "--set", help="Override one preset setting, KEY=VALUE (repeatable)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved configuration of every step as JSON; "

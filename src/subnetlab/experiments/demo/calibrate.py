@@ -13,8 +13,10 @@ after one warm-up step; the median counts. The circuits demo's tiny model
 runs untrained at its shape and threads: training and edge-pruning steps
 through ``train_induction_model`` and ``prune_edges``, evaluation pairs
 through ``edge_evaluator`` (``circuits_rates``). The lottery demo's MiniLM: its
-loading, fine-tuning rows, evaluation examples, attention-type readings and a
-worker process's start (``lottery_rates``).
+loading, fine-tuning rows, evaluation examples and attention-type readings
+(``lottery_rates``); and, when a study runs its sweeps in worker processes, how
+long such a sweep takes to start (``sweep_start_rate``). Evaluation is timed
+through ``methods.evaluate`` itself (tokenising and scoring included).
 """
 
 from __future__ import annotations
@@ -57,6 +59,32 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+def _evaluation_rate(model: Any, tokenizer: Any, task: Any, batch_size: int, max_length: int,
+                     clock: Callable[[], float], examples: int = 128) -> float:
+    """Seconds per example of ``methods.evaluate.evaluate`` on ``examples`` rows of the task's first evaluation
+    split (after one warm-up call on a few rows)."""
+    from subnetlab.methods.evaluate import evaluate
+
+    split = list(task.eval_splits)[0]
+    n = min(examples, len(task.examples(split)))
+    evaluate(model, tokenizer, task, [split], batch_size, max_length, limit=min(8, n), show_progress=False)
+    t0 = clock()
+    evaluate(model, tokenizer, task, [split], batch_size, max_length, limit=n, show_progress=False)
+    return (clock() - t0) / n
+
+
+def sweep_start_rate(clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds a sweep of worker processes takes to start: its fork server, a fresh Python importing torch,
+    transformers and the job modules (jobs are then forked from it in milliseconds: ``executor.processes``)."""
+    import subprocess
+    import sys
+
+    t0 = clock()
+    subprocess.run([sys.executable, "-c", "import subnetlab.runs.prune, subnetlab.runs.lottery, transformers, torch"],
+                   check=True, capture_output=True)
+    return clock() - t0
+
+
 def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """``minilm_*`` rates at the Heuristic Core demo's model, data, batch sizes and lengths."""
     import torch
@@ -65,7 +93,6 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
     from subnetlab.methods.finetune.step import train_step
     from subnetlab.methods.hard_concrete.config import preset_config
     from subnetlab.methods.hard_concrete.data import PruningData
-    from subnetlab.methods.hard_concrete.objective import full_model_table
     from subnetlab.methods.hard_concrete.train import Pruner
     from subnetlab.methods.finetune.model import model_for_task
     from subnetlab.optim import make_optimizer
@@ -88,9 +115,7 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
     means = collect_means(model, adapter, [data.batch_at(list(range(min(rows, 16))))])
     config = preset_config(hc["prune_preset"], 0.5, seed=0, **{**prune, "train_limit": rows, "teacher": "cache",
                                                                "warmup_steps": 1000, "total_steps": 1000})
-    t0 = clock()
     pruner = Pruner(model, adapter, data, config, means).__enter__()  # the teacher: one forward over every row
-    eval_rate = (clock() - t0) / rows
     jobs: dict[str, float] = {}
     in_jobs = hc.get("backend", "local") != "local"  # sweep jobs run with one thread each (executor cpus_per_job)
     try:
@@ -100,11 +125,12 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
                 jobs["minilm_job_gate_step"] = _median_time(pruner.step, steps, clock, budget=2.0)
     finally:
         pruner.__exit__()
-    if in_jobs:  # the same forward pass over every row, at one thread
+    # evaluation through ``methods.evaluate`` (tokenising, the forward pass, scoring) on the in-domain split
+    eval_rate = _evaluation_rate(model, tok, task, int(cfg.eval_batch_size), int(cfg.max_length), clock)
+    if in_jobs:  # the same, at one thread
         with torch_threads(1):
-            t0 = clock()
-            full_model_table(model, adapter, data, config.eval_batch_size)
-            jobs["minilm_job_eval_example"] = (clock() - t0) / rows
+            jobs["minilm_job_eval_example"] = _evaluation_rate(model, tok, task, int(cfg.eval_batch_size),
+                                                               int(cfg.max_length), clock)
     model.train()
     opt = make_optimizer(model, "adamw", lr=float(ft.get("lr", 5e-5)), weight_decay=0.01, no_decay_1d=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
@@ -204,9 +230,8 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
     few, more = 2, 8
     task_cfg, shape, train_cfg = task_config(dict(cs)), model_shape(dict(cs)), train_settings(dict(cs))
     batch = int(cs["circuit"]["batch_size"])
-    quiet = progress._quiet
-    progress.set_quiet(True)  # the timed runs announce their steps and means: not the demo's stages
-    try:
+    # the timed runs announce their steps and means: not the demo's stages (``calibrate`` silences them all)
+    with progress.quiet():
         with torch_threads(max(0, int(cs.get("threads") or 0))):
             model = build_induction_model(task_cfg, shape, 0)
 
@@ -252,8 +277,6 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
 
             node_prune(few)  # warm-up
             node_rate = max(node_prune(more) - node_prune(few), 0.0) / (more - few)
-    finally:
-        progress.set_quiet(quiet)
     return {"tiny_train_step": train_rate, "tiny_prune_step": prune_rate, "tiny_node_step": node_rate,
             "tiny_eval_pair": eval_rate}
 
@@ -261,12 +284,8 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
 def lottery_rates(lot: Mapping[str, Any], clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """``lottery_*`` rates on the lottery demo's model, first task, batch size and length, with the threads its
     jobs get (one in worker processes; this process's otherwise): loading the model with the task's head, a
-    fine-tuning step (``finetune.step.train_step``), the evaluation forward pass, the attention-type reading of
-    one pair (``analysis.attention_types.head_types``), and a worker process's start (a fresh interpreter
-    importing what a job imports)."""
-    import subprocess
-    import sys
-
+    fine-tuning step (``finetune.step.train_step``), evaluation (``methods.evaluate``) and the attention-type
+    reading of one pair (``analysis.attention_types.head_types``)."""
     import torch
 
     from subnetlab.analysis.attention_types import head_types
@@ -300,27 +319,25 @@ def lottery_rates(lot: Mapping[str, Any], clock: Callable[[], float] = time.perf
 
         rates["lottery_train_row"] = _median_time(step, 2, clock, budget=2.0) / batch
         model.eval()
-        eval_batch = task.batch_at(tok, "train", list(range(rows)), max_length=length)
-        inputs = task.model_inputs(eval_batch)
-        with torch.no_grad():
-            rates["lottery_eval_example"] = _median_time(lambda _: model(**inputs), 2, clock, budget=2.0) / rows
+        rates["lottery_eval_example"] = _evaluation_rate(model, tok, task, 2 * batch, length, clock)
     eager = load_model(lot["model"], head="base", attn_implementation="eager")
     pairs = [(ex.text_a, ex.text_b or "") for ex in task.examples("train")[:3]]
     with torch.no_grad():
         rates["lottery_pattern_pair"] = _median_time(
             lambda i: head_types(eager.model, eager.tokenizer, [pairs[i % len(pairs)]], max_length=length), 2, clock)
-    if in_workers:
-        t0 = clock()
-        subprocess.run([sys.executable, "-c", "import subnetlab.runs.lottery, transformers, torch"], check=True,
-                       capture_output=True)
-        rates["lottery_process_start"] = clock() - t0
-    else:
-        rates["lottery_process_start"] = 0.0
     return rates
 
 
 def calibrate(settings: Mapping[str, Mapping[str, Any]], clock: Callable[[], float] = time.perf_counter) -> Calibration:
-    """Rates for every demo in ``settings`` (``{"heuristic-core": ..., "subtask-induction": ...}``)."""
+    """Rates for every demo in ``settings`` (``{"heuristic-core": ..., "subtask-induction": ...}``); the timed work's
+    own stage lines (a model given a new head, ...) are not the demo's, and stay silent."""
+    from subnetlab import progress
+
+    with progress.quiet():
+        return _calibrate(settings, clock)
+
+
+def _calibrate(settings: Mapping[str, Mapping[str, Any]], clock: Callable[[], float]) -> Calibration:
     started = clock()
     rates: dict[str, float] = {}
     details: dict[str, Any] = {}
@@ -340,7 +357,10 @@ def calibrate(settings: Mapping[str, Mapping[str, Any]], clock: Callable[[], flo
         t0 = clock()
         rates.update(lottery_rates(settings["lottery"], clock=clock))
         details["lottery_seconds"] = round(clock() - t0, 2)
+    if any(s.get("backend", "local") != "local" for s in settings.values()):
+        rates["sweep_start"] = sweep_start_rate(clock)
     return Calibration(rates, clock() - started, details)
 
 
-__all__ = ["Calibration", "calibrate", "circuits_rates", "gpt2_rates", "lottery_rates", "minilm_rates"]
+__all__ = ["Calibration", "calibrate", "circuits_rates", "gpt2_rates", "lottery_rates", "minilm_rates",
+           "sweep_start_rate"]

@@ -38,8 +38,8 @@ UNITS = {
     "lottery_train_row": "one fine-tuning row of the lottery demo's MiniLM (its batch and length), a job's threads",
     "lottery_eval_example": "MiniLM's forward pass over one of the lottery demo's evaluation examples, a job's threads",
     "lottery_pattern_pair": "one sentence pair's attention maps typed for every head (raw and normed), in-process",
-    "lottery_process_start": "a sweep worker's fixed cost: a Python process importing torch, transformers, subnetlab",
     "lottery_model_load": "MiniLM loaded with a classification head (each job; each pattern reading)",
+    "sweep_start": "a sweep of worker processes starting: its fork server imports torch, transformers and subnetlab",
 }
 HANS_SUBCASES = 30  # HANS (and the synthetic HANS-style generator) has 30 subcases
 ENTAILMENT_SUBCASES = 5  # per heuristic (HANS: 5 entailment and 5 non-entailment subcases per heuristic)
@@ -67,20 +67,28 @@ class Stage:
     # when given, the stage is these jobs (each one's work; ``work`` is their sum) run by ``parallel`` workers in
     # this order, each worker taking the next job when it is free: the stage lasts until the last job ends
     jobs: tuple[Mapping[str, float], ...] = ()
+    serial: Mapping[str, float] = field(default_factory=dict)  # work done once, before the jobs (a sweep's start)
 
     def predicted(self, rates: Mapping[str, float]) -> float:
-        """Seconds this stage should take at ``rates`` (seconds per unit): the work shared ``parallel`` ways, or,
-        with ``jobs``, the time the workers need to run them in order (3 like jobs on 2 workers take 2 rounds)."""
-        missing = [u for u in self.work if u not in rates]
+        """Seconds this stage should take at ``rates`` (seconds per unit): the ``serial`` work, then the work shared
+        ``parallel`` ways, or, with ``jobs``, the time the workers need to run them in order (3 like jobs on 2
+        workers take 2 rounds)."""
+        missing = [u for u in {**self.work, **self.serial} if u not in rates]
         if missing:
             raise KeyError(f"no rate for {', '.join(missing)}")
+        first = sum(rates[u] * n for u, n in self.serial.items())
         if self.jobs:
             free = [0.0] * max(1, self.parallel)
             for job in self.jobs:
                 i = free.index(min(free))
                 free[i] += sum(rates[u] * n for u, n in job.items())
-            return max(free)
-        return sum(rates[u] * n for u, n in self.work.items()) / max(1, self.parallel)
+            return first + max(free)
+        return first + sum(rates[u] * n for u, n in self.work.items()) / max(1, self.parallel)
+
+
+def sweep_start(settings: Mapping[str, Any]) -> dict[str, float]:
+    """The serial work of one sweep: a fork server's start when its jobs run in worker processes, else none."""
+    return {"sweep_start": 1} if settings.get("backend", "local") != "local" else {}
 
 
 def like_jobs(work: Mapping[str, float], n: int) -> tuple[Mapping[str, float], ...]:
@@ -164,12 +172,13 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         once = int(prune.get("train_limit") or 0) + int(prune.get("means_examples") or 0)
         out.append(Stage(demo, f"{name}/prune", f"{name}: pruning {runs} subnetworks", {
             gate_unit: gate_steps, job_eval: (runs + 1) * eval_rows + once},
-            match=f"[{name}] pruning", parallel=workers, family="minilm",
+            match=f"[{name}] pruning", parallel=workers, family="minilm", serial=sweep_start(settings),
             jobs=like_jobs({gate_unit: gate_steps, job_eval: (runs + 1) * eval_rows + once}, runs) if workers > 1 else ()))
         # accuracy curves (study._curves): every saved checkpoint's full model on the report's rows, as sweep jobs
         n_saved = math.ceil(steps / max(1, int(ft.get("save_every") or steps or 1))) if steps else 0
         out.append(Stage(demo, f"{name}/curves", f"{name}: accuracy curves", {job_eval: n_saved * eval_rows},
-                         match=f"[{name}] accuracy curves", parallel=workers, family="minilm"))
+                         match=f"[{name}] accuracy curves", parallel=workers, family="minilm",
+                         serial=sweep_start(settings)))
         # ablation table (steps.ablation_step): no ablation, the non-listed heads sampled, each listed head, the
         # joint row, every listed head jointly; each control replacement repeats the single and joint rows
         others = ab.get("non_listed", 0)
@@ -205,7 +214,7 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         out.append(Stage(demo, f"{name}/effective_size", f"{name}: effective size over training", {
             gate_unit: n_ckpt * n_seeds * per_run,
             job_eval: n_ckpt * (n_seeds * len(levels) + 1) * (id_rows + ood_rows) + n_ckpt * once},
-            match=f"[{name}] effective size", parallel=workers, family="minilm"))
+            match=f"[{name}] effective size", parallel=workers, family="minilm", serial=sweep_start(settings)))
         continue_attention(out, demo, name, settings)
     return out
 
@@ -227,7 +236,6 @@ def lottery_stages(settings: Mapping[str, Any], demo: str = "lottery", cores: in
     The numbers of pruning steps are guesses (``S_PRUNING_STEPS_GUESS``, ``M_PRUNING_STEPS_GUESS``).
     """
     workers = sweep_workers(settings, cores)
-    in_workers = settings.get("backend", "local") != "local"  # each job then starts a worker process
     out: list[Stage] = []
     seeds, m_seeds, r_seeds = (list(settings[k]) for k in ("seeds", "magnitude_seeds", "retrain_seeds"))
     for task in settings["tasks"]:
@@ -244,12 +252,10 @@ def lottery_stages(settings: Mapping[str, Any], demo: str = "lottery", cores: in
         dev = min(int(opts.get("n_eval", 0)), limit) if limit else int(opts.get("n_eval", 0))
         importance = int(settings.get("importance_limit") or dev)
 
-        start = {"lottery_process_start": 1 if in_workers else 0, "lottery_model_load": 1}
-
         def sweep(key: str, label: str, match: str, jobs: list[dict[str, float]]) -> Stage:
-            jobs = [{**job, **start} for job in jobs]
+            jobs = [{**job, "lottery_model_load": 1} for job in jobs]
             return Stage(demo, f"{task}/{key}", f"{task}: {label}", summed(jobs), match=f"{task}: {match}",
-                         parallel=workers, family="lottery", jobs=tuple(jobs))
+                         parallel=workers, family="lottery", jobs=tuple(jobs), serial=sweep_start(settings))
 
         tuning = {"lottery_train_row": rows, "lottery_eval_example": eval_rows}  # one (re-)fine-tuning run
         out.append(sweep("finetune", f"fine-tuning {len(seeds)} seeds", "fine-tuning", [tuning] * len(seeds)))
@@ -289,7 +295,7 @@ def subtask_induction_stages(settings: Mapping[str, Any], demo: str = "subtask-i
         out.append(Stage(demo, f"L{layers}/discover", f"{layers}-layer GPT-2: discovery, {lambdas} lambdas", {
             "gpt2_mask_row": lambdas * int(settings["cs_samples"]) * int(settings["cs_epochs"]),
             "gpt2_eval_row": lambdas * (int(settings["cs_epochs"]) + 2) * n_eval},
-            match=f"sweep: {lambdas} jobs", parallel=min(jobs, lambdas), family="gpt2"))
+            match=f"sweep: {lambdas} jobs", parallel=min(jobs, lambdas), family="gpt2", serial=sweep_start(settings)))
     train_rows = eval_rows = 0
     runs = 0
     for size in settings["sizes"]:
@@ -300,7 +306,7 @@ def subtask_induction_stages(settings: Mapping[str, Any], demo: str = "subtask-i
         train_rows += n * epochs * rows
         eval_rows += n * (math.ceil(epochs / every) * n_eval + int(settings["n_test"]))
     out.append(Stage(demo, "transfer", f"transfer: {runs} runs", {"gpt2_train_row": train_rows, "gpt2_eval_row": eval_rows},
-                     match="transfer: ", parallel=jobs, family="gpt2"))
+                     match="transfer: ", parallel=jobs, family="gpt2", serial=sweep_start(settings)))
     return out
 
 
@@ -512,6 +518,7 @@ class Plan:
     def table(self) -> list[dict[str, Any]]:
         """Per stage: predicted and measured seconds, its work (for the closing timing table)."""
         return [{"demo": s.demo, "stage": s.key, "label": s.label, "work": dict(s.work), "parallel": s.parallel,
+                 "jobs": len(s.jobs), "serial": dict(s.serial),
                  "predicted_seconds": round(self.predicted[self.key(s)], 1),
                  "measured_seconds": None if self.measured(self.key(s)) is None else round(self.measured(self.key(s)), 1)}
                 for s in self.stages]
@@ -524,5 +531,5 @@ def minutes(seconds: float) -> str:
     return f"about {round(seconds / 60):d} min"
 
 
-__all__ = ["ABLATED_HEADS_GUESS", "like_jobs", "summed", "CIRCUIT_SIZES", "EVALUATOR_PASSES", "HANS_SUBCASES", "INDUCTION_HEADS_GUESS", "Plan", "STAGE_BUILDERS", "Stage", "UNITS",
+__all__ = ["ABLATED_HEADS_GUESS", "like_jobs", "summed", "sweep_start", "CIRCUIT_SIZES", "EVALUATOR_PASSES", "HANS_SUBCASES", "INDUCTION_HEADS_GUESS", "Plan", "STAGE_BUILDERS", "Stage", "UNITS",
            "circuits_stages", "heuristic_core_stages", "lottery_stages", "minutes", "subtask_induction_stages"]

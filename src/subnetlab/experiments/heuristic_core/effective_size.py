@@ -67,8 +67,8 @@ from subnetlab.runs.prune_search import gates_at, search_stage_job, stage_dir_na
 from subnetlab.subnetwork import Subnetwork
 
 # What a report or findings row says when the settings skip the stage (``effective_size: null``, the ``tour`` preset)
-NOT_RUN = ("`subnetlab reproduce heuristic-core --preset demo` measures it (3 seeds x 4 levels x 3 checkpoints, about "
-           "3 minutes more on a 2-core CPU)")
+NOT_RUN = ("`subnetlab reproduce heuristic-core` with its demo preset (the default) measures it (3 seeds x 4 levels x "
+           "3 checkpoints, about 3 minutes more on a 2-core CPU)")
 
 
 def find_checkpoints(run_dir: str | Path, every: int = 1) -> list[tuple[int, Path]]:

@@ -19,6 +19,8 @@ from subnetlab.analysis.scores import short_name
 from subnetlab.report.markdown import MarkdownReport, delta_pct, num, pct
 
 
+CONTROL_WORDS = {"zero": "set to zero", "resample": "taken from another example of the batch"}
+
 def core_section(doc: MarkdownReport, core: Mapping[str, Any], heatmap: str | os.PathLike,
                  frequencies: str | os.PathLike, base: str | os.PathLike) -> None:
     la, lb = core["labels"]
@@ -76,8 +78,8 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
            "where following the heuristic gives the right answer: read them beside the non-entailment columns to tell "
            "'the ablated heads carry the heuristic' from 'the ablation pushes the model toward non-entailment' "
            "(the latter raises the non-entailment columns and lowers these together). " if entailed else "")
-        + (f"Rows marked ({', '.join(controls)}) repeat an ablation with the outputs set to zero / taken from another "
-           "example of the batch instead of the mean." if controls else "")))
+        + (f"Rows marked ({', '.join(controls)}) repeat an ablation with the outputs "
+           + " / ".join(CONTROL_WORDS.get(c, c) for c in controls) + " instead of the mean." if controls else "")))
     ood = [c for c in columns if c not in id_cols and not _is_entailed(c)]
     for key, what in (("super_additivity", "the joint heads"), ("super_additivity_all", "all listed heads")):
         verdict = table.get(key) or {}
