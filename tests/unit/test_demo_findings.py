@@ -509,7 +509,7 @@ def _lottery_run(root: Path, m=(0.99, 0.62, 0.33), s=(0.97, 0.95, 0.93), seeds=(
               "stability": {"seeds": list(seeds), "mean_jaccard": mean_jaccard, "heads_kept": [26, 33, 23],
                             "super_survivor_heads": list(super_heads)}}
     _write(out / "metrics.json", {"tasks": {"nli-synthetic": result}})
-    _write(out / "config.json", {"pattern_counting": "per-map"})
+    _write(out / "config.json", {"pattern_counting": "per-map", "epochs": 1.0})
     _write(out / "report.md", "# Lottery\n\n## nli-synthetic: pruning and re-fine-tuning\n\n"
                               "## nli-synthetic: stability across fine-tuning seeds\n\n"
                               "## nli-synthetic: attention pattern types\n")
@@ -526,6 +526,7 @@ def test_lottery_rows_claim_no_more_than_the_numbers(tmp_path, monkeypatch):
     assert {r.paper for r in rows} == {lot.PAPER}
     assert m.verdict == v.SHOWN and "random 37.0 and bad 66.0 points below good" in m.this_run
     assert "one seed" in m.this_run and "no seed spread" in m.rule
+    assert m.rule.endswith("re-fine-tuned for 1 epoch(s), the paper 3")
     assert m.link == "lottery/report.md#nli-synthetic-pruning-and-re-fine-tuning"
     assert s.verdict == v.SHOWN and "random 2.0 and bad 4.0 points below good" in s.this_run
     assert stability.verdict == v.SHOWN and "2 super-survivor heads in all 3 seeds" in stability.this_run

@@ -41,6 +41,7 @@ FAR_BELOW = 10.0  # points: "far below" the good subnetwork
 CLOSE = 5.0  # points: "close to" the good subnetwork
 UNSTABLE = 0.5  # mean pairwise Jaccard of the kept heads below this: two seeds share less than half their heads
 NO_CORRELATION = 0.2  # |Pearson r| below this counts as no preference
+PAPER_EPOCHS = 3.0  # the paper fine-tunes (and re-fine-tunes) for 3 epochs
 CLAIMS = {
     "magnitude": ("m-pruning: re-fine-tuned random and bad subnetworks fall far below the good one",
                   "good subnetworks considerably better than similarly-sized ones from the rest of the model "
@@ -88,20 +89,25 @@ def _seeds_note(n: int) -> str:
     return "" if n >= MIN_SEEDS else f"; {n} re-fine-tuning seed(s): single runs against the margin, no seed spread"
 
 
-def magnitude_row(result: dict) -> tuple[str, str, str]:
+def _length_note(epochs: float | None) -> str:
+    """How long each subnetwork was re-fine-tuned, beside the paper's 3 epochs (the gap depends on it)."""
+    return "" if epochs is None else f"; re-fine-tuned for {epochs:g} epoch(s), the paper {PAPER_EPOCHS:g}"
+
+
+def magnitude_row(result: dict, epochs: float | None = None) -> tuple[str, str, str]:
     scores = tickets(result, "magnitude")
     text, random, bad = _gaps(scores)
     ok = random >= FAR_BELOW and bad >= FAR_BELOW
     return text, SHOWN if ok else NOT_SHOWN, (f"random and bad each at least {FAR_BELOW:g} points below good"
-                                               + _seeds_note(len(scores["good"])))
+                                               + _seeds_note(len(scores["good"])) + _length_note(epochs))
 
 
-def importance_row(result: dict) -> tuple[str, str, str]:
+def importance_row(result: dict, epochs: float | None = None) -> tuple[str, str, str]:
     scores = tickets(result, "importance")
     text, random, bad = _gaps(scores)
     ok = random <= CLOSE and bad <= CLOSE
     return text, SHOWN if ok else NOT_SHOWN, (f"random and bad each within {CLOSE:g} points of good"
-                                               + _seeds_note(len(scores["good"])))
+                                               + _seeds_note(len(scores["good"])) + _length_note(epochs))
 
 
 def stability_row(result: dict) -> tuple[str, str, str]:
@@ -146,9 +152,10 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
         settings = {}
     settings = settings.get("settings", settings) if isinstance(settings, dict) else {}
     counting = str(settings.get("pattern_counting", "per-head"))
+    epochs = float(settings["epochs"]) if isinstance(settings.get("epochs"), (int, float)) else None
     rows: list[Finding] = []
     for task, result in tasks.items():
-        makers = {"magnitude": lambda: magnitude_row(result), "importance": lambda: importance_row(result),
+        makers = {"magnitude": lambda: magnitude_row(result, epochs), "importance": lambda: importance_row(result, epochs),
                   "stability": lambda: stability_row(result), "patterns": lambda: patterns_row(result, counting)}
         prefix = f"[{task}] " if len(tasks) > 1 else ""
         for key, make in makers.items():
