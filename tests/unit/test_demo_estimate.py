@@ -139,6 +139,8 @@ def test_subtask_induction_work_by_hand():
     assert stages["transfer"].parallel == 2
     one_core = {s.key: s for s in subtask_induction_stages(SI["demo"], cores=1)}
     assert one_core["transfer"].parallel == 1
+    in_process = {s.key: s for s in subtask_induction_stages({**SI["demo"], "backend": "local"}, cores=2)}
+    assert in_process["transfer"].serial == {} and stages["transfer"].serial == {"sweep_start": 1}
 
 
 def test_heuristic_core_tour_skips_effective_size_and_caps_the_ablation():
@@ -174,7 +176,7 @@ def test_lottery_work_by_hand():
     tuning = {"lottery_train_row": 2000, "lottery_eval_example": 600, **start}
     assert stages["nli-synthetic/finetune"].jobs == (tuning,) * 3
     assert stages["nli-synthetic/retrain"].jobs == (tuning,) * 6
-    s_job = {"lottery_train_row": S_PRUNING_STEPS_GUESS * 96, "lottery_eval_example": (S_PRUNING_STEPS_GUESS + 3) * 300,
+    s_job = {"lottery_importance_row": S_PRUNING_STEPS_GUESS * 96, "lottery_eval_example": (S_PRUNING_STEPS_GUESS + 3) * 300,
              **start}
     m_job = {"lottery_eval_example": (M_PRUNING_STEPS_GUESS + 3) * 300, **start}
     assert stages["nli-synthetic/prune"].jobs == (s_job,) * 3 + (m_job,)

@@ -37,7 +37,7 @@ RATES = {"minilm_gate_step": 0.1, "minilm_finetune_step": 0.2, "minilm_eval_exam
          "minilm_job_gate_step": 0.15, "minilm_job_eval_example": 0.0015,
          "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5,
          "tiny_train_step": 0.01, "tiny_prune_step": 0.02, "tiny_node_step": 0.01,
-         "tiny_eval_pair": 1e-4, "lottery_train_row": 0.02, "lottery_eval_example": 0.005,
+         "tiny_eval_pair": 1e-4, "lottery_train_row": 0.02, "lottery_eval_example": 0.005, "lottery_importance_row": 0.01,
          "lottery_pattern_pair": 0.02, "lottery_model_load": 1.0, "sweep_start": 2.0}
 LOTTERY_LINES = [("nli-synthetic: fine-tuning 3 seeds", 60.0), ("nli-synthetic: pruning (4 jobs)", 80.0),
                  ("nli-synthetic: re-fine-tuning good / random / bad subnetworks (6 jobs)", 120.0),
@@ -128,7 +128,7 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
             assert first + shared - 0.06 <= r["predicted_seconds"] <= first + shared * r["parallel"] + 0.06
         else:
             assert r["predicted_seconds"] == pytest.approx(first + shared, abs=0.06)
-    assert {r["stage"] for r in timings["stages"] if r["serial"]} == {
+    assert {r["stage"] for r in timings["stages"] if r["serial"]} == {  # the sweeps in worker processes
         "nli/prune", "nli/curves", "L2/discover", "transfer", "nli-synthetic/finetune", "nli-synthetic/prune",
         "nli-synthetic/retrain"}
     assert timings["wall_seconds"] == pytest.approx(366.0 + 260.0 + 268.0 + 111.0)

@@ -123,14 +123,12 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
         if in_jobs:
             with torch_threads(1):
                 jobs["minilm_job_gate_step"] = _median_time(pruner.step, steps, clock, budget=2.0)
+                jobs["minilm_job_eval_example"] = _evaluation_rate(model, tok, task, int(cfg.eval_batch_size),
+                                                                   int(cfg.max_length), clock)
     finally:
         pruner.__exit__()
     # evaluation through ``methods.evaluate`` (tokenising, the forward pass, scoring) on the in-domain split
     eval_rate = _evaluation_rate(model, tok, task, int(cfg.eval_batch_size), int(cfg.max_length), clock)
-    if in_jobs:  # the same, at one thread
-        with torch_threads(1):
-            jobs["minilm_job_eval_example"] = _evaluation_rate(model, tok, task, int(cfg.eval_batch_size),
-                                                               int(cfg.max_length), clock)
     model.train()
     opt = make_optimizer(model, "adamw", lr=float(ft.get("lr", 5e-5)), weight_decay=0.01, no_decay_1d=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
@@ -284,13 +282,15 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
 def lottery_rates(lot: Mapping[str, Any], clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """``lottery_*`` rates on the lottery demo's model, first task, batch size and length, with the threads its
     jobs get (one in worker processes; this process's otherwise): loading the model with the task's head, a
-    fine-tuning step (``finetune.step.train_step``), evaluation (``methods.evaluate``) and the attention-type
-    reading of one pair (``analysis.attention_types.head_types``)."""
+    fine-tuning step (``finetune.step.train_step``), s-pruning's importance on a batch (the study's criterion),
+    evaluation (``methods.evaluate``) and the attention-type reading of one pair
+    (``analysis.attention_types.head_types``)."""
     import torch
 
     from subnetlab.analysis.attention_types import head_types
     from subnetlab.methods.finetune.model import model_for_task
     from subnetlab.methods.finetune.step import train_step
+    from subnetlab.methods.lottery.importance import classification_loss, get_criterion
     from subnetlab.models import load_model
     from subnetlab.optim import make_optimizer
     from subnetlab.runtime import torch_threads
@@ -319,6 +319,13 @@ def lottery_rates(lot: Mapping[str, Any], clock: Callable[[], float] = time.perf
 
         rates["lottery_train_row"] = _median_time(step, 2, clock, budget=2.0) / batch
         model.eval()
+        # s-pruning's importance: the study's criterion on one batch (gradients reach the gates, not the weights)
+        criterion = get_criterion(lot["criterion"])
+        adapter = loaded.adapter
+        heads, mlps = torch.ones(adapter.num_layers, adapter.num_heads), torch.ones(adapter.num_layers)
+        rows_batch = task.batch_at(tok, "train", list(range(batch)), max_length=length)
+        rates["lottery_importance_row"] = _median_time(
+            lambda _: criterion(model, adapter, rows_batch, classification_loss, heads, mlps), 2, clock) / batch
         rates["lottery_eval_example"] = _evaluation_rate(model, tok, task, 2 * batch, length, clock)
     eager = load_model(lot["model"], head="base", attn_implementation="eager")
     pairs = [(ex.text_a, ex.text_b or "") for ex in task.examples("train")[:3]]
