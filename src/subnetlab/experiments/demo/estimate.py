@@ -98,6 +98,7 @@ def like_jobs(work: Mapping[str, float], n: int) -> tuple[Mapping[str, float], .
 
 
 def summed(jobs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The work of ``jobs`` together, unit by unit."""
     total: dict[str, float] = {}
     for job in jobs:
         for u, v in job.items():
@@ -203,7 +204,7 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
         # effective size: one staircase per checkpoint and seed, evaluated (ID + OOD) at every level
         es = settings["effective_size"]
         if es is None:  # skipped (the tour preset)
-            continue_attention(out, demo, name, settings)
+            add_attention_stage(out, demo, name, settings)
             continue
         levels = _levels(es["levels"])
         cfg = preset_config(preset, levels[-1], schedule="staircase", levels=tuple(levels),
@@ -216,11 +217,11 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
             gate_unit: n_ckpt * n_seeds * per_run,
             job_eval: n_ckpt * (n_seeds * len(levels) + 1) * (id_rows + ood_rows) + n_ckpt * once},
             match=f"[{name}] effective size", parallel=workers, family="minilm", serial=sweep_start(settings)))
-        continue_attention(out, demo, name, settings)
+        add_attention_stage(out, demo, name, settings)
     return out
 
 
-def continue_attention(out: list[Stage], demo: str, name: str, settings: Mapping[str, Any]) -> None:
+def add_attention_stage(out: list[Stage], demo: str, name: str, settings: Mapping[str, Any]) -> None:
     """The attention-pattern stage that closes each Heuristic Core study."""
     att = settings.get("attention") or {}
     out.append(Stage(demo, f"{name}/attention", f"{name}: attention patterns", {
@@ -535,5 +536,7 @@ def minutes(seconds: float) -> str:
     return f"about {round(seconds / 60):d} min"
 
 
-__all__ = ["ABLATED_HEADS_GUESS", "like_jobs", "summed", "sweep_start", "CIRCUIT_SIZES", "EVALUATOR_PASSES", "HANS_SUBCASES", "INDUCTION_HEADS_GUESS", "Plan", "STAGE_BUILDERS", "Stage", "UNITS",
-           "circuits_stages", "heuristic_core_stages", "lottery_stages", "minutes", "subtask_induction_stages"]
+__all__ = ["ABLATED_HEADS_GUESS", "CIRCUIT_SIZES", "EVALUATOR_PASSES", "HANS_SUBCASES", "INDUCTION_HEADS_GUESS",
+           "M_PRUNING_STEPS_GUESS", "Plan", "S_PRUNING_STEPS_GUESS", "STAGE_BUILDERS", "Stage", "UNITS",
+           "add_attention_stage", "circuits_stages", "heuristic_core_stages", "like_jobs", "lottery_stages", "minutes",
+           "subtask_induction_stages", "summed", "sweep_start"]

@@ -29,6 +29,7 @@ TOUR = "tour"
 
 
 def demo_preset(module: ModuleType) -> str:
+    """The preset ``subnetlab demo`` runs a study with."""
     return TOUR if TOUR in module.PRESETS else "demo"
 
 RATE_WORDS = {

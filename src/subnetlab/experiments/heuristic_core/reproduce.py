@@ -147,8 +147,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 # ``tour``: the demo trimmed to its share of ``subnetlab demo`` (four studies in about 16 minutes on a 2-core CPU):
 # three pruning seeds (the fewest a seed spread is measured with, experiments.demo.verdicts.MIN_SEEDS) instead of
-# four; no effective-size stage (the demo preset's two seeds cannot measure its claim either, and it cost ~2 min:
-# ``reproduce heuristic-core --preset demo --set 'effective_size={..., seeds: [0, 1, 2]}'`` measures it); the
+# four; no effective-size stage (about 3 minutes with the demo preset's three seeds: ``reproduce heuristic-core
+# --preset demo`` measures it, and the tour's findings row says so); the
 # ablation table samples 10 non-listed heads instead of 24, repeats its rows with one control replacement (zero; the
 # demo adds resample) and scores 160 rows per split (all 160 OOD rows; the in-domain split's first 160 of 300, enough
 # to see it unchanged).
