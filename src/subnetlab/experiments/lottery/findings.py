@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
 
 from subnetlab.experiments.demo.verdicts import (
     MIN_SEEDS,
@@ -58,20 +57,18 @@ CLAIMS = {
 }
 
 
-def _accuracy(metrics: dict, split: str, name: str) -> float:
-    score = get(metrics, "final", split)
-    return 100.0 * float(score[name] if name in score else get(score, "accuracy"))
-
-
 def tickets(result: dict, method: str) -> dict[str, list[float]]:
-    """Re-fine-tuned score (points) of the good / random / bad subnetworks of ``method``, one per seed."""
+    """Re-fine-tuned score (points) of the good / random / bad subnetworks of ``method``, one per seed, in the
+    metric and on the split the task was pruned on (``report.metric_name``, ``report.score``)."""
+    from subnetlab.experiments.lottery.report import metric_name, score
+
     retrain = get(result, "retrain", what="metrics.json")
     prune = next(iter(get(result, "prune", what="metrics.json").values()))
-    name, split = str(prune.get("metric_name", "accuracy")), str(prune.get("split", "id"))
+    name, split = metric_name(result), str(prune.get("split", "id"))
     seeds = sorted({k.rsplit("-seed", 1)[1] for k in retrain if k.startswith(f"{method}-")})
     if not seeds:
         raise Missing(f"no re-fine-tuned {method} subnetwork in metrics.json")
-    return {c: [_accuracy(get(retrain, f"{method}-{c}-seed{s}"), split, name) for s in seeds]
+    return {c: [100.0 * score(get(retrain, f"{method}-{c}-seed{s}"), split, name) for s in seeds]
             for c in ("good", "random", "bad")}
 
 
@@ -147,10 +144,10 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
         return [missing(PAPER, claim, fig, section_link(report, report_head, relative_to), str(e))
                 for claim, fig, report_head in CLAIMS.values()]
     try:
-        settings: dict[str, Any] = read_json_or_missing(run_dir / "config.json")
+        settings = read_json_or_missing(run_dir / "config.json")  # the study's settings, as ``run`` saved them
     except Missing:
         settings = {}
-    settings = settings.get("settings", settings) if isinstance(settings, dict) else {}
+    settings = settings if isinstance(settings, dict) else {}
     counting = str(settings.get("pattern_counting", "per-head"))
     epochs = float(settings["epochs"]) if isinstance(settings.get("epochs"), (int, float)) else None
     rows: list[Finding] = []

@@ -40,13 +40,14 @@ def _job_time(results: dict[str, Any]) -> str:
     return f"the {len(known)} jobs ran for {sum(known) / 60:.1f} min in total{missing}"
 
 
-def _metric_name(r: dict[str, Any]) -> str:
+def metric_name(r: dict[str, Any]) -> str:
     """The metric the task was pruned on (and is reported in): the prune jobs record it."""
     return str(next(iter(r["prune"].values())).get("metric_name", "accuracy"))
 
 
-def _acc(metrics: dict[str, Any], split: str, name: str = "accuracy") -> float:
-    """The split's ``name`` metric (accuracy when a split's scores do not hold it)."""
+def score(metrics: dict[str, Any], split: str, name: str = "accuracy") -> float:
+    """A run's final ``name`` metric on ``split`` (accuracy when a split's scores do not hold it), a fraction;
+    the report's tables and the demo's findings rows (``lottery.findings``) read runs through it."""
     score = metrics["final"][split]
     return float(score[name] if name in score else score["accuracy"])
 
@@ -85,7 +86,7 @@ def _pruning_table(doc: MarkdownReport, task: str, r: dict[str, Any], split: str
         rows.append([key, pct(m["full_metric"]), pct(m["metric"]), pct(m["sparsity"]), pct(m["parameter_sparsity"]),
                      f"{accepted} / {len(m['steps'])}", kept, health])
     doc.table(["run", f"full {split}", "pruned", "removed", "removed params", "steps kept / tried", "kept", "health"], rows,
-              caption=f"{task}: pruning the fine-tuned models (no re-fine-tuning). {_metric_name(r)} in %; "
+              caption=f"{task}: pruning the fine-tuned models (no re-fine-tuning). {metric_name(r)} in %; "
                       "'removed' counts weights (m) or heads + MLPs (s); health: degenerate when a subnetwork keeps "
                       "nothing or everything (subnetlab.runs.health; '-': run written before health was recorded).")
 
@@ -93,9 +94,9 @@ def _pruning_table(doc: MarkdownReport, task: str, r: dict[str, Any], split: str
 def _tickets(doc: MarkdownReport, task: str, r: dict[str, Any], split: str, figdir: Path, out: Path) -> None:
     seeds = sorted({k.rsplit("-seed", 1)[1] for k in r["retrain"]})
     other = [s for s in next(iter(r["retrain"].values()))["final"] if s != split]
-    name = _metric_name(r)
-    full = [_acc(r["finetune"][s], split, name) for s in seeds]
-    rows = [["full model", "-", "-", _mean_sd(full)] + [_mean_sd([_acc(r["finetune"][s], o, name) for s in seeds]) for o in other]]
+    name = metric_name(r)
+    full = [score(r["finetune"][s], split, name) for s in seeds]
+    rows = [["full model", "-", "-", _mean_sd(full)] + [_mean_sd([score(r["finetune"][s], o, name) for s in seeds]) for o in other]]
     dots: dict[str, list[float]] = {}
     for method in ("magnitude", "importance"):
         for control in ("good", "random", "bad"):
@@ -105,9 +106,9 @@ def _tickets(doc: MarkdownReport, task: str, r: dict[str, Any], split: str, figd
             pruned = [x for x in pruned if x is not None]
             sub = runs[0]["subnetwork"]
             label = f"{GROUP[method]} {control}"
-            dots[label] = [_acc(x, split, name) for x in runs]
+            dots[label] = [score(x, split, name) for x in runs]
             rows.append([label, pct(sub["sparsity"]), _mean_sd(pruned), _mean_sd(dots[label])]
-                        + [_mean_sd([_acc(x, o, name) for x in runs]) for o in other])
+                        + [_mean_sd([score(x, o, name) for x in runs]) for o in other])
     doc.table(["subnetwork", "removed", f"pruned, {split}", f"re-fine-tuned, {split}"] + [f"re-fine-tuned, {o}" for o in other],
               rows, caption=f"{task}: good, random and bad subnetworks, applied to the fine-tuned model ('pruned') and "
                             f"re-fine-tuned from the pre-trained weights with the mask fixed (Table 2 of the paper; "
