@@ -13,7 +13,7 @@ each pair is another random row of the same length. Three kinds of step:
   to capture every writer's output, one hard-concrete sample over 32,936 edges
   and 158 writer nodes, the edge intervention (``intervene.edges``), KL to the
   cached full-model distribution, the Lagrangian, one Adam step;
-* ``node``: ``hard_concrete.Pruner.step`` (Heuristic Core's node-level
+* ``node``: ``head_pruning.train.Pruner.step`` (Heuristic Core's node-level
   pruning: 144 head + 12 MLP gates, mean ablation, accumulation 1, KL,
   Lagrangian, Adam).
 
@@ -128,8 +128,8 @@ from subnetlab.intervene import collect_means
 from subnetlab.methods.edge_pruning.config import preset_config
 from subnetlab.methods.edge_pruning.data import paired_data, prediction_logits
 from subnetlab.methods.edge_pruning.train import EdgePruner
-from subnetlab.methods.hard_concrete.config import PruneConfig
-from subnetlab.methods.hard_concrete.train import Pruner
+from subnetlab.methods.head_pruning.config import PruneConfig
+from subnetlab.methods.head_pruning.train import Pruner
 from subnetlab.models.graph import Graph
 from subnetlab.models.loading import build_model
 

@@ -70,7 +70,7 @@ def grid(fn: str, base: dict, root: Path):
 def prune_grid(base: dict, steps: int, root: Path):
     """The ``subnetlab prune --preset demo`` jobs, shortened to ``steps`` steps."""
     from subnetlab.executor import Job
-    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.methods.head_pruning.config import preset_config
     from subnetlab.runs.prune import PRUNE_JOB
 
     short = dict(total_steps=steps, warmup_steps=max(1, int(0.8 * steps)), batch_size=8, means_examples=64,

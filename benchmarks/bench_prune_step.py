@@ -21,9 +21,9 @@ import time
 import torch
 
 from subnetlab.intervene import collect_means
-from subnetlab.methods.hard_concrete.config import PruneConfig
-from subnetlab.methods.hard_concrete.data import PruningData
-from subnetlab.methods.hard_concrete.train import Pruner
+from subnetlab.methods.head_pruning.config import PruneConfig
+from subnetlab.methods.l0.data import PruningData
+from subnetlab.methods.head_pruning.train import Pruner
 from subnetlab.models import load_model
 
 

@@ -43,8 +43,8 @@ from subnetlab.cli.commands.prune import _parse_pairs
 from subnetlab.executor import run_jobs
 from subnetlab.experiments.heuristic_core.effective_size import SearchSettings, search_steps, search_sweep
 from subnetlab.io import read_json
-from subnetlab.methods.hard_concrete.config import preset_config
-from subnetlab.methods.hard_concrete.schedule import parse_levels
+from subnetlab.methods.head_pruning.config import preset_config
+from subnetlab.methods.l0.schedule import parse_levels
 from subnetlab.runs.prune import level_name
 
 LEVELS = "0.05:0.70:0.05"

@@ -15,7 +15,7 @@ from subnetlab.executor import run_jobs
 from subnetlab.experiments.heuristic_core import data
 from subnetlab.experiments.heuristic_core.study import ID_SPLITS, _curves
 from subnetlab.methods.finetune.state import STATE_FILE
-from subnetlab.methods.hard_concrete.config import preset_config
+from subnetlab.methods.head_pruning.config import preset_config
 from subnetlab.models import resolve
 from subnetlab.runs.prune import prune_sweep
 from subnetlab.tasks import NLI3

@@ -121,8 +121,8 @@ def test_presets_resolve_to_valid_configurations(preset):
     """Every setting of a preset reaches a validated config (no data is loaded, so the paper preset needs no hub)."""
     from subnetlab.experiments import get_reproduction, settings_for
     from subnetlab.methods.finetune.config import resolve_config
-    from subnetlab.methods.hard_concrete.config import preset_config
-    from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.methods.head_pruning.config import preset_config
+    from subnetlab.methods.l0.schedule import parse_levels
 
     module = get_reproduction("heuristic-core")
     s = settings_for(module, preset)

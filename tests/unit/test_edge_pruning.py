@@ -14,7 +14,7 @@ from subnetlab.methods.edge_pruning.data import paired_data
 from subnetlab.intervene.edges import apply_edges, capture_writers
 from subnetlab.methods.edge_pruning.select import select_top_edges
 from subnetlab.methods.edge_pruning.train import prune_edges
-from subnetlab.methods.hard_concrete.distribution import HardConcreteGates, HardConcreteMask
+from subnetlab.methods.l0.distribution import HardConcreteGates, HardConcreteMask
 from subnetlab.models.graph import Graph
 from tests.conftest import tiny_model
 

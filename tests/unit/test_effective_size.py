@@ -14,7 +14,7 @@ from subnetlab.analysis.effective_size import (
     level_grid,
 )
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.hard_concrete.schedule import parse_levels
+from subnetlab.methods.l0.schedule import parse_levels
 
 
 def stub_curve(model: float, drop_after: float, seeds: int = 3) -> dict[float, list[float]]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from subnetlab.intervene import apply_gates
-from subnetlab.methods.hard_concrete.distribution import BETA, EPS, LEFT, RIGHT, HardConcreteGates
+from subnetlab.methods.l0.distribution import BETA, EPS, LEFT, RIGHT, HardConcreteGates
 from tests.conftest import tiny_inputs, tiny_model
 
 ALPHAS = [-2.0, 0.0, 1.5, 4.0]
@@ -133,7 +133,7 @@ def test_source_samples_once_per_forward() -> None:
 def test_undecided_gates_closed_form() -> None:
     """P(z != 0) = sigmoid(log_alpha - beta * log(-l / r)) (Louizos et al., eq. 12); a gate is undecided between 5%
     and 95%. Log-alphas 2 (0.97), -5 (0.03) and 0, -3 (0.83, 0.20) give two undecided gates of four."""
-    from subnetlab.methods.hard_concrete.select import undecided_gates
+    from subnetlab.methods.head_pruning.select import undecided_gates
 
     gates = HardConcreteGates(1, 3, seed=0, prune_mlps=True)
     with torch.no_grad():

@@ -9,7 +9,7 @@ import pytest
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.experiments.heuristic_core.effective_size import sweep_jobs
-from subnetlab.methods.hard_concrete.config import preset_config
+from subnetlab.methods.head_pruning.config import preset_config
 from subnetlab.runs.prune import FULL_MODEL_JOB, PRUNE_JOB, prune_sweep
 from subnetlab.runs.prune_setup import PruneJobConfig
 

@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from subnetlab.intervene import collect_means
-from subnetlab.methods.hard_concrete.checkpoint import load_checkpoint
-from subnetlab.methods.hard_concrete.config import PruneConfig
-from subnetlab.methods.hard_concrete.data import PruningData
-from subnetlab.methods.hard_concrete.objective import NonFiniteLoss
-from subnetlab.methods.hard_concrete.train import prune
+from subnetlab.methods.l0.checkpoint import load_checkpoint
+from subnetlab.methods.head_pruning.config import PruneConfig
+from subnetlab.methods.l0.data import PruningData
+from subnetlab.methods.l0.objective import NonFiniteLoss
+from subnetlab.methods.head_pruning.train import prune
 from tests.conftest import VOCAB, tiny_model
 
 N, T = 256, 8
@@ -146,8 +146,8 @@ def test_authors_recipe_adamw_warmup_and_sampled_sparsity(trained) -> None:
     on the sampled gates' sparsity."""
     from transformers import get_linear_schedule_with_warmup
 
-    from subnetlab.methods.hard_concrete.config import preset_config
-    from subnetlab.methods.hard_concrete.train import Pruner
+    from subnetlab.methods.head_pruning.config import preset_config
+    from subnetlab.methods.head_pruning.train import Pruner
 
     paper = preset_config("paper", 0.5)
     assert (paper.optimizer, paper.weight_decay, paper.lr_warmup_steps, paper.sparsity_estimate) == (

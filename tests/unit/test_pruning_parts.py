@@ -7,13 +7,13 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, collect_means
-from subnetlab.methods.hard_concrete.distribution import HardConcreteGates
-from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
-from subnetlab.methods.hard_concrete.data import DataOrder, PruningData
-from subnetlab.methods.hard_concrete.objective import FullModelOutputs, Lagrangian, kl_full_to_pruned
-from subnetlab.methods.hard_concrete.schedule import LinearSchedule, StaircaseSchedule, paper_steps, parse_levels
+from subnetlab.methods.l0.distribution import HardConcreteGates
+from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
+from subnetlab.methods.l0.data import DataOrder, PruningData
+from subnetlab.methods.l0.objective import FullModelOutputs, Lagrangian, kl_full_to_pruned
+from subnetlab.methods.l0.schedule import LinearSchedule, StaircaseSchedule, paper_steps, parse_levels
 from subnetlab.optim import lr_factor
-from subnetlab.methods.hard_concrete.select import select_threshold, select_topk
+from subnetlab.methods.head_pruning.select import select_threshold, select_topk
 from tests.conftest import tiny_inputs, tiny_model
 
 
@@ -131,7 +131,7 @@ def test_data_order_is_a_function_of_the_step() -> None:
 
 
 def test_means_are_token_weighted_and_cached(tmp_path) -> None:
-    from subnetlab.methods.hard_concrete.ablation import mean_activations
+    from subnetlab.methods.head_pruning.ablation import mean_activations
 
     m = tiny_model("bert")
     x = tiny_inputs("bert", batch=6, length=9, pad=3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from subnetlab.cli import main
-from subnetlab.methods.hard_concrete.config import PRESETS, preset_config
+from subnetlab.methods.head_pruning.config import PRESETS, preset_config
 
 
 @pytest.mark.parametrize("sparsity, warmup, total", [(0.5, 200, 225), (0.7, 240, 275)])

@@ -43,9 +43,9 @@ from subnetlab.executor import Job
 from subnetlab.intervene import apply_gates
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.evaluate import evaluate
-from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
-from subnetlab.methods.hard_concrete.select import Selection
-from subnetlab.methods.hard_concrete.train import prune
+from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
+from subnetlab.methods.head_pruning.select import Selection
+from subnetlab.methods.head_pruning.train import prune
 from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.health import Health, judge

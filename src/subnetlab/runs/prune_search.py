@@ -47,10 +47,10 @@ from subnetlab.analysis.effective_size import StopRule, id_ood_accuracy
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.io import load_tensors, read_json, save_tensors, write_json
-from subnetlab.methods.hard_concrete.config import PruneConfig, preset_config
-from subnetlab.methods.hard_concrete.objective import full_model_table
-from subnetlab.methods.hard_concrete.select import Selection
-from subnetlab.methods.hard_concrete.train import gate_tensors, prune
+from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
+from subnetlab.methods.l0.objective import full_model_table
+from subnetlab.methods.head_pruning.select import Selection
+from subnetlab.methods.head_pruning.train import gate_tensors, prune
 from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.job_config import JobConfig

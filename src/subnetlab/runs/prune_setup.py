@@ -21,9 +21,9 @@ from transformers import PreTrainedModel
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues
-from subnetlab.methods.hard_concrete.ablation import ablation_values, mean_activations
-from subnetlab.methods.hard_concrete.config import PruneConfig
-from subnetlab.methods.hard_concrete.data import PruningData
+from subnetlab.methods.head_pruning.ablation import ablation_values, mean_activations
+from subnetlab.methods.head_pruning.config import PruneConfig
+from subnetlab.methods.l0.data import PruningData
 from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
 from subnetlab.models.loading import refuse_exported, refuse_pickled_weights

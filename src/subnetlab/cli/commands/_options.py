@@ -20,7 +20,7 @@ SETTING_PARAMETERS: dict[str, str | tuple[str, ...]] = {
     "n_jobs": "jobs",  # run_jobs(n_jobs=...) is --jobs
 }
 
-# --preset of the commands that prune with hard-concrete gates (methods/hard_concrete/config.py's PRESETS)
+# --preset of the commands that prune with hard-concrete gates (methods/head_pruning/config.py's PRESETS)
 PRUNE_PRESET_HELP = ("paper (Appendix B: 9,300 steps x 4 batches of 32 per run; hours per run for BERT-base on a "
                      "CPU), demo (the demo reproduction's: MiniLM on a 2-core CPU) or quick (your own small model "
                      "on a CPU: 225-275 steps of 16 rows per run, minutes per sweep).")

@@ -39,8 +39,8 @@ def ablate(
     super-additive over exactly the jointly ablated heads."""
     from subnetlab.cli.commands._heuristic_core import task_from_flags, parse_non_listed, parse_subcases
     from subnetlab.experiments.heuristic_core.steps import ablation_step, default_subcases, parse_joint, resolve_heads
-    from subnetlab.methods.hard_concrete.ablation import mean_activations
-    from subnetlab.methods.hard_concrete.data import PruningData
+    from subnetlab.methods.head_pruning.ablation import mean_activations
+    from subnetlab.methods.l0.data import PruningData
     from subnetlab.errors import SubnetlabError
     from subnetlab.runs.prune_setup import load_pruning_model
     from subnetlab.runtime import resolve_device

@@ -53,7 +53,7 @@ def effective_size(
         SearchSettings, analyse_sweep, check_sweep, find_checkpoints, search_sweep, sweep_jobs)
     from subnetlab.experiments.heuristic_core.steps import default_subcases, effective_size_outputs
     from subnetlab.io import read_json
-    from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.methods.l0.schedule import parse_levels
     from subnetlab.runtime import resolve_device
 
     resolve_device(device)  # an unknown or absent device is refused before anything loads
@@ -120,7 +120,7 @@ OWN_SETTINGS = {"seed": "--seeds", "sparsity": "--levels", "levels": "--levels",
 def check_overrides(overrides: dict, preset: str, levels: list[float]) -> None:
     """``--set`` may not name what the command's own options set, and must make valid pruning settings."""
     from subnetlab.errors import SubnetlabError
-    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.methods.head_pruning.config import preset_config
 
     clash = [k for k in overrides if k in OWN_SETTINGS]
     if clash:

@@ -84,7 +84,7 @@ def prune(
     warning lines; subnetlab --strict prune ... exits 2 instead."""
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
-    from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.methods.l0.schedule import parse_levels
     from subnetlab.runs.prune import prune_sweep
     from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model
     from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options

@@ -9,7 +9,7 @@ so edge and node circuits share one scale (``analysis.faithfulness``):
   scores drawn uniformly from the study's seed, at every MIB size; the floor a
   method has to beat;
 * ``node-pruning``: Heuristic Core's hard-concrete pruning of heads and MLPs
-  (``methods.hard_concrete``, KL to the full model on the clean prompts, mean
+  (``methods.head_pruning``, KL to the full model on the clean prompts, mean
   ablation while training), its gates' log-alphas ranking the nodes;
 * ``edge-pruning``: Edge Pruning's hard-concrete masks over the graph's edges
   (``methods.edge_pruning``) at each target sparsity: each circuit's
@@ -57,10 +57,10 @@ def node_pruning_curve(model, tokenizer, task, settings: dict[str, Any], empty: 
     ablation) to ``node_pruning.sparsity``; the final log-alphas rank the nodes for the curve."""
     from subnetlab.analysis.circuit_evaluation import node_evaluator, node_vector
     from subnetlab.analysis.faithfulness import curve_from_scores
-    from subnetlab.methods.hard_concrete.ablation import mean_activations
-    from subnetlab.methods.hard_concrete.config import preset_config
-    from subnetlab.methods.hard_concrete.data import PruningData
-    from subnetlab.methods.hard_concrete.train import prune
+    from subnetlab.methods.head_pruning.ablation import mean_activations
+    from subnetlab.methods.head_pruning.config import preset_config
+    from subnetlab.methods.l0.data import PruningData
+    from subnetlab.methods.head_pruning.train import prune
     from subnetlab.models.adapters import get_adapter
 
     np_settings = settings["node_pruning"]

@@ -91,9 +91,9 @@ def minilm_rates(hc: Mapping[str, Any], steps: int = 3, clock: Callable[[], floa
 
     from subnetlab.intervene import collect_means
     from subnetlab.methods.finetune.step import train_step
-    from subnetlab.methods.hard_concrete.config import preset_config
-    from subnetlab.methods.hard_concrete.data import PruningData
-    from subnetlab.methods.hard_concrete.train import Pruner
+    from subnetlab.methods.head_pruning.config import preset_config
+    from subnetlab.methods.l0.data import PruningData
+    from subnetlab.methods.head_pruning.train import Pruner
     from subnetlab.methods.finetune.model import model_for_task
     from subnetlab.optim import make_optimizer
     from subnetlab.runtime import torch_threads
@@ -202,7 +202,7 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
     """``tiny_*`` rates on the circuits demo's model shape, task and batch sizes, untrained (its cost does not
     depend on its weights), with the study's threads. Training and edge-pruning steps are timed as the
     difference of a short and a longer run of the real functions (``train_induction_model``, ``prune_edges``,
-    ``hard_concrete.train.prune`` for node-level pruning),
+    ``head_pruning.train.prune`` for node-level pruning),
     so their fixed set-up cost cancels; evaluation pairs through ``edge_evaluator`` on one batch of pairs."""
     import tempfile
     from pathlib import Path
@@ -216,10 +216,10 @@ def circuits_rates(cs: Mapping[str, Any], clock: Callable[[], float] = time.perf
     from subnetlab.methods.edge_pruning.config import preset_config
     from subnetlab.methods.edge_pruning.data import circuit_data
     from subnetlab.methods.edge_pruning.train import prune_edges
-    from subnetlab.methods.hard_concrete.ablation import mean_activations
-    from subnetlab.methods.hard_concrete.config import preset_config as hc_config
-    from subnetlab.methods.hard_concrete.data import PruningData
-    from subnetlab.methods.hard_concrete.train import prune
+    from subnetlab.methods.head_pruning.ablation import mean_activations
+    from subnetlab.methods.head_pruning.config import preset_config as hc_config
+    from subnetlab.methods.l0.data import PruningData
+    from subnetlab.methods.head_pruning.train import prune
     from subnetlab.models.adapters import get_adapter
     from subnetlab.models.graph import Graph
     from subnetlab.runtime import torch_threads

@@ -107,7 +107,7 @@ def summed(jobs: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def _levels(text: Any) -> list[float]:
-    from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.methods.l0.schedule import parse_levels
 
     return list(parse_levels(text)) if isinstance(text, str) else [float(x) for x in text]
 
@@ -131,7 +131,7 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
     effective size run as sweep jobs: with the ``processes`` backend they count in ``minilm_job_*`` units (one
     thread) and share the machine ``sweep_workers`` ways; fine-tuning and the ablation table run in-process.
     """
-    from subnetlab.methods.hard_concrete.config import PRESETS as PRUNE_PRESETS, STEP_RULES, preset_config
+    from subnetlab.methods.head_pruning.config import PRESETS as PRUNE_PRESETS, STEP_RULES, preset_config
 
     workers = sweep_workers(settings, cores)
     in_process = settings.get("backend", "local") == "local"
@@ -326,7 +326,7 @@ def circuits_stages(settings: Mapping[str, Any], demo: str = "circuits", cores: 
     in-process, one thread.
     """
     from subnetlab.methods.edge_pruning.config import preset_config as edge_config
-    from subnetlab.methods.hard_concrete.config import preset_config as node_config
+    from subnetlab.methods.head_pruning.config import preset_config as node_config
 
     if settings.get("study", "induction") != "induction":
         return []

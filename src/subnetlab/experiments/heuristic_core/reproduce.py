@@ -16,7 +16,7 @@ sized for a 2-core CPU; ``tour`` is ``demo`` trimmed for ``subnetlab demo``
 Where ``paper`` follows the authors' released code rather than the paper's text
 (princeton-nlp/Heuristic-Core), each also available by name:
 
-* pruning: the ``paper`` pruning preset (``methods.hard_concrete.config``):
+* pruning: the ``paper`` pruning preset (``methods.head_pruning.config``):
   AdamW with weight decay 0.01 on both groups, a 200-step linear learning-rate
   warm-up then linear decay, the Lagrangian on the sampled sparsity;
 * effective size: ``sides="one"``, a subnetwork at most 3 points *worse* than
@@ -182,8 +182,8 @@ def plan(settings: dict, out: Path) -> dict[str, Any]:
 
     from subnetlab.experiments.heuristic_core.study import _scaled_steps
     from subnetlab.methods.finetune.config import resolve_config
-    from subnetlab.methods.hard_concrete.config import preset_config
-    from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.methods.head_pruning.config import preset_config
+    from subnetlab.methods.l0.schedule import parse_levels
 
     settings = _resolve_auto_paths(copy.deepcopy(settings))
     steps: dict[str, Any] = {}
@@ -223,7 +223,7 @@ def check_settings(settings: dict) -> None:
     from subnetlab.errors import SubnetlabError
     from subnetlab.experiments.heuristic_core.effective_size import SearchSettings
 
-    from subnetlab.methods.hard_concrete.config import PRESETS as PRUNE_PRESETS
+    from subnetlab.methods.head_pruning.config import PRESETS as PRUNE_PRESETS
 
     if not settings.get("studies"):
         raise SubnetlabError("studies: at least one study is needed", setting="studies")

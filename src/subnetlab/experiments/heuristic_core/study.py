@@ -32,7 +32,7 @@ from subnetlab.experiments.heuristic_core.effective_size import (
     sweep_jobs,
 )
 from subnetlab.io import read_json, write_json
-from subnetlab.methods.hard_concrete.config import PruneConfig
+from subnetlab.methods.head_pruning.config import PruneConfig
 from subnetlab.progress import stage
 from subnetlab.runs.directory import finished_metrics
 
@@ -158,7 +158,7 @@ def _scaled_steps(settings: dict, target: float) -> dict[str, int]:
     """The pruning runs' step counts when the study changes the preset's step rule: ``prune_steps_scale`` shrinks
     warm-up and total for a small CPU budget; ``prune_hold_steps`` sets how long the target is held after the
     warm-up (total = warm-up + hold). Empty when neither is set."""
-    from subnetlab.methods.hard_concrete.config import STEP_RULES
+    from subnetlab.methods.head_pruning.config import STEP_RULES
 
     scale, hold = settings.get("prune_steps_scale"), settings.get("prune_hold_steps")
     if scale is None and hold is None:
@@ -258,8 +258,8 @@ def _heads_to_study(core: dict, k: int = 3) -> tuple[list[tuple[int, int]], str]
 
 def _ablation(study: dict, settings: dict, base: dict, prepared: dict, heads: list, pruning: dict, subcases: list[str],
               out: Path) -> dict:
-    from subnetlab.methods.hard_concrete.ablation import mean_activations
-    from subnetlab.methods.hard_concrete.data import PruningData
+    from subnetlab.methods.head_pruning.ablation import mean_activations
+    from subnetlab.methods.l0.data import PruningData
     from subnetlab.runs.prune_setup import load_pruning_model
     from subnetlab.tasks.spec import task_from_config
 
@@ -305,7 +305,7 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
                     out: Path) -> dict | None:
     """Figure 6's staircase sweeps; None when the settings skip the stage (``effective_size: null``)."""
     from subnetlab.methods.finetune.state import checkpoint_dirs
-    from subnetlab.methods.hard_concrete.schedule import parse_levels
+    from subnetlab.methods.l0.schedule import parse_levels
 
     es = settings["effective_size"]
     if es is None:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from subnetlab.errors import SubnetlabError, check_field_types
-from subnetlab.methods.hard_concrete.schedule import LinearSchedule
+from subnetlab.methods.l0.schedule import LinearSchedule
 
 ABLATIONS = ("corrupted", "mean", "zero")
 
@@ -100,7 +100,7 @@ class EdgePruneConfig:
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(warmup_steps=2500, total_steps=3000, batch_size=32, lr=0.8, lambda_lr=0.8, lr_warmup_steps=200,
                   init_log_alpha=10.0, checkpoint_every=64),
-    # tiny models on a CPU: fewer steps, gates starting nearer the decision (see hard_concrete.config's demo note)
+    # tiny models on a CPU: fewer steps, gates starting nearer the decision (see head_pruning.config's demo note)
     "demo": dict(warmup_steps=200, total_steps=300, batch_size=16, lr=0.1, lambda_lr=0.5, lr_warmup_steps=0,
                  init_log_alpha=3.0, checkpoint_every=50),
 }

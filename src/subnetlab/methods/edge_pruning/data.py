@@ -5,7 +5,7 @@ A batch is ``CircuitTask.pair_batch``'s: the clean prompt's ``input_ids`` and
 length), ``answer_index`` (the position whose next-token distribution is the
 task's output), ``answer_id`` and ``wrong_id``. ``circuit_data`` wraps a bound
 ``CircuitTask``; ``paired_data`` builds the same from tensors (tests, your own
-pairs). Both give the ``hard_concrete.data.PruningData`` the trainer and the
+pairs). Both give the ``l0.data.PruningData`` the trainer and the
 full-model cache take.
 """
 
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.hard_concrete.data import PruningData, output_logits
+from subnetlab.methods.l0.data import PruningData, output_logits
 from subnetlab.tasks.circuits.pairs import CircuitTask
 
 

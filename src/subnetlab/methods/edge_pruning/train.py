@@ -12,7 +12,7 @@ with ``s`` the edge sparsity, ``t`` the target rising linearly over the
 warm-up; a removed edge's reader sees the corrupted prompt's (or the mean, or
 zero) output of its writer (``intervene.edges``). The distribution, the
 Lagrangian, the schedule, the full-model cache, the data order and the
-checkpoint file are ``methods.hard_concrete``'s. A rerun with ``run_dir``
+checkpoint file are ``methods.l0``'s. A rerun with ``run_dir``
 resumes from the last checkpoint; on the CPU the result is bit-identical.
 
     result = prune_edges(model, adapter, data, preset_config("demo", 0.9, seed=1), run_dir=out)
@@ -35,13 +35,13 @@ from subnetlab.intervene.edges import EdgeMasks, WriterValues, apply_edges, capt
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig
 from subnetlab.tasks.circuits.pairs import corrupted_inputs
 from subnetlab.methods.edge_pruning.select import EdgeSelection, select_connected_edges, select_top_edges
-from subnetlab.methods.hard_concrete.checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
-from subnetlab.methods.hard_concrete.data import DataOrder, PruningData, to_device
-from subnetlab.methods.hard_concrete.distribution import HardConcreteMask
-from subnetlab.methods.hard_concrete.objective import (FullModelOutputs, Lagrangian, NonFiniteLoss, check_finite,
+from subnetlab.methods.l0.checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
+from subnetlab.methods.l0.data import DataOrder, PruningData, to_device
+from subnetlab.methods.l0.distribution import HardConcreteMask
+from subnetlab.methods.l0.objective import (FullModelOutputs, Lagrangian, NonFiniteLoss, check_finite,
                                                        kl_full_to_pruned)
-from subnetlab.methods.hard_concrete.schedule import LinearSchedule
-from subnetlab.methods.hard_concrete.train import _Frozen
+from subnetlab.methods.l0.schedule import LinearSchedule
+from subnetlab.methods.head_pruning.train import _Frozen
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 from subnetlab.optim import lr_factor

@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import load_tensors, save_tensors
 from subnetlab.intervene.gates import ComponentGates
-from subnetlab.methods.hard_concrete.ablation import weights_digest
-from subnetlab.methods.hard_concrete.data import PruningData, to_device
+from subnetlab.models.digest import weights_digest
+from subnetlab.methods.l0.data import PruningData, to_device
 from subnetlab.models.adapters import Adapter
 from subnetlab.runtime import model_device
 

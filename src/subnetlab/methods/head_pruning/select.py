@@ -18,7 +18,7 @@ from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.methods.decided import UNDECIDED, count_undecided
-from subnetlab.methods.hard_concrete.distribution import HardConcreteGates
+from subnetlab.methods.l0.distribution import HardConcreteGates
 
 THRESHOLD_STRIDE = 0.05
 

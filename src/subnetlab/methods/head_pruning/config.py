@@ -8,8 +8,8 @@ Pruning" and "Details of Pruning and L0 Regularization"):
 * effective batch 128 including gradient accumulation (here 32 x 4);
 * maximum sequence length 128 ("as before", the fine-tuning length of Appendix A);
 * ``warmup_steps = 6500 + 50 * sp``, ``total_steps = warmup_steps + 6 * sp``
-  (``hard_concrete.schedule.paper_steps``); checkpoints every 64 steps;
-* hard-concrete constants ``l, r, beta, eps`` (``hard_concrete``).
+  (``l0.schedule.paper_steps``); checkpoints every 64 steps;
+* hard-concrete constants ``l, r, beta, eps`` (``methods.l0.distribution``).
 
 Taken from the authors' released code (princeton-nlp/Heuristic-Core), which the
 paper does not spell out: log-alpha initialised at 10 with noise 0.01; Adam on
@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from subnetlab.errors import SubnetlabError, check_field_types
-from subnetlab.methods.hard_concrete.schedule import LinearSchedule, StaircaseSchedule, paper_steps
+from subnetlab.methods.l0.schedule import LinearSchedule, StaircaseSchedule, paper_steps
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": ("linear", "staircase"),

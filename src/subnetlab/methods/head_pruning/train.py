@@ -11,8 +11,8 @@ with ``s`` the (expected) sparsity over components, ``t`` the scheduled target;
 gradient descent on ``log_alpha``, ascent on the lambdas. Gated components are
 replaced by their mean activation (or zero, or another example's value).
 
-    from subnetlab.methods.hard_concrete.train import prune
-    from subnetlab.methods.hard_concrete.config import preset_config
+    from subnetlab.methods.head_pruning.train import prune
+    from subnetlab.methods.head_pruning.config import preset_config
     result = prune(model, adapter, data, preset_config("demo", 0.5, seed=3), ablation=means, run_dir=out)
     result.subnetwork.save(out / "subnetwork.safetensors")
 
@@ -42,13 +42,13 @@ from torch import nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues, apply_gates
-from subnetlab.methods.hard_concrete.distribution import HardConcreteGates
-from subnetlab.methods.hard_concrete.ablation import resample_values
-from subnetlab.methods.hard_concrete.checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
-from subnetlab.methods.hard_concrete.config import PruneConfig
-from subnetlab.methods.hard_concrete.data import DataOrder, PruningData, to_device
-from subnetlab.methods.hard_concrete.objective import FullModelOutputs, Lagrangian, NonFiniteLoss, check_finite, kl_full_to_pruned
-from subnetlab.methods.hard_concrete.select import Selection, select_threshold, select_topk, undecided_gates
+from subnetlab.methods.l0.distribution import HardConcreteGates
+from subnetlab.methods.head_pruning.ablation import resample_values
+from subnetlab.methods.l0.checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
+from subnetlab.methods.head_pruning.config import PruneConfig
+from subnetlab.methods.l0.data import DataOrder, PruningData, to_device
+from subnetlab.methods.l0.objective import FullModelOutputs, Lagrangian, NonFiniteLoss, check_finite, kl_full_to_pruned
+from subnetlab.methods.head_pruning.select import Selection, select_threshold, select_topk, undecided_gates
 from subnetlab.models.adapters import Adapter
 from subnetlab.optim import lr_factor
 from subnetlab.runtime import model_device

@@ -23,20 +23,11 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues, collect_means
 from subnetlab.intervene.gates import ComponentGates
 from subnetlab.intervene.resample import rolled_values
-from subnetlab.methods.hard_concrete.data import PruningData, to_device
+from subnetlab.methods.l0.data import PruningData, to_device
 from subnetlab.runtime import model_device
 from subnetlab.models.adapters import Adapter
+from subnetlab.models.digest import weights_digest
 from subnetlab.progress import stage
-
-
-def weights_digest(model: nn.Module) -> str:
-    """A short hash of every parameter and buffer (names, shapes, bytes)."""
-    h = hashlib.blake2b(digest_size=16)
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
 
 
 def means_key(adapter: Adapter, model: nn.Module, data: PruningData, examples: int) -> str:
