@@ -204,11 +204,11 @@ def steppers(args: argparse.Namespace, kinds: tuple[str, ...]):
             return run
 
         plain_step = out.get("plain")
-        out["edge"] = only(edge.ctl, node.gates_ctl, edge_step)
-        out["node"] = only(node.gates_ctl, edge.ctl, node_step)
+        out["edge"] = only(edge.ctl, node.ctl, edge_step)
+        out["node"] = only(node.ctl, edge.ctl, node_step)
         if plain_step is not None:
             def plain_only() -> None:
-                edge.ctl.enabled = node.gates_ctl.enabled = False
+                edge.ctl.enabled = node.ctl.enabled = False
                 plain_step()
             out["plain"] = plain_only
     return out, lambda: [c() for c in reversed(closers)], adapter

@@ -61,7 +61,7 @@ def main() -> None:
     try:
         for step in range(args.steps + 2):
             for name in times:
-                cached.gates_ctl.enabled = name == "mask (cached teacher)"
+                cached.ctl.enabled = name == "mask (cached teacher)"
                 if name == "mask (online teacher)":
                     with online:
                         start = time.perf_counter()
@@ -74,7 +74,7 @@ def main() -> None:
                 if step >= 2:  # warm-up
                     times[name].append(elapsed)
     finally:
-        cached.gates_ctl.enabled = True
+        cached.ctl.enabled = True
         cached.__exit__()
     plain = statistics.median(times["plain"])
     print(f"threads={torch.get_num_threads()} batch={args.batch} length={args.length} steps={args.steps} model={args.model}")

@@ -29,6 +29,7 @@ from typing import Any
 
 from subnetlab.errors import SubnetlabError, check_field_types
 from subnetlab.methods.l0.schedule import LinearSchedule
+from subnetlab.methods.l0.settings import OPTIMIZERS, check_grad_norm
 
 ABLATIONS = ("corrupted", "mean", "zero")
 
@@ -42,8 +43,12 @@ class EdgePruneConfig:
     warmup_steps: int = 2500  # the target rises linearly from 0 over these steps
     total_steps: int = 3000
     batch_size: int = 32
+    accumulation: int = 1  # micro-batches of batch_size per optimiser step
     lr: float = 0.8
     lambda_lr: float = 0.8
+    optimizer: str = "adam"
+    weight_decay: float = 0.0  # on log-alphas and lambdas alike, as AdamW applies it
+    max_grad_norm: float | None = None  # clip the gradient norm of log-alphas and lambdas together (None: no clipping)
     lr_warmup_steps: int = 200
     lr_decay: str = "linear"
     init_log_alpha: float = 10.0
@@ -64,12 +69,12 @@ class EdgePruneConfig:
         if self.node_sparsity is not None and not 0.0 <= self.node_sparsity < 1.0:
             raise SubnetlabError(f"node_sparsity: {self.node_sparsity} is outside [0, 1)", setting="node_sparsity")
         choices = {"ablation": ABLATIONS, "sparsity_estimate": ("expected", "sample"), "selection": ("connected", "topk"),
-                   "lr_decay": ("linear", "constant")}
+                   "lr_decay": ("linear", "constant"), "optimizer": OPTIMIZERS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise SubnetlabError(f"{name} {getattr(self, name)!r}: expected one of {', '.join(allowed)}",
                                      setting=name)
-        for name in ("batch_size", "checkpoint_every", "eval_batch_size"):
+        for name in ("batch_size", "accumulation", "checkpoint_every", "eval_batch_size"):
             if int(getattr(self, name)) < 1:
                 raise SubnetlabError(f"{name} {getattr(self, name)} must be at least 1", setting=name)
         if self.lr <= 0 or self.lambda_lr <= 0:
@@ -78,6 +83,9 @@ class EdgePruneConfig:
         if self.lr_warmup_steps < 0:
             raise SubnetlabError(f"lr_warmup_steps {self.lr_warmup_steps} must be non-negative",
                                  setting="lr_warmup_steps")
+        if self.weight_decay < 0:
+            raise SubnetlabError(f"weight_decay {self.weight_decay} must be non-negative", setting="weight_decay")
+        check_grad_norm(self.max_grad_norm)
         if self.node_sparsity is not None and not self.node_masks:
             raise SubnetlabError("a node sparsity target needs node masks", setting="node_sparsity")
         self.make_schedule()

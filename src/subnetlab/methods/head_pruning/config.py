@@ -23,13 +23,13 @@ the paper is silent:
 
 * ``optimizer="adamw"``, ``weight_decay=0.01``: ``torch.optim.AdamW`` with its
   default weight decay on both parameter groups (log-alphas, and the lambdas it
-  maximises); the earlier default here was Adam without decay (``optimizer="adam"``);
+  maximises); ``demo`` and ``quick`` use Adam without decay (``optimizer="adam"``);
 * ``lr_warmup_steps=200``: the shell script's ``warmup_steps 200`` with
   ``get_linear_schedule_with_warmup``, a linear learning-rate warm-up over 200
-  steps, then linear decay to 0 (both groups); earlier: no warm-up;
+  steps, then linear decay to 0 (both groups); ``demo`` and ``quick``: no warm-up;
 * ``sparsity_estimate="sample"``: the Lagrangian on the sparsity of the sampled
-  gates (``1 - z_sum / num_alpha_params`` in ``modeling_pert.py``); earlier and
-  still the ``demo`` preset's: the expected L0 of the gates (Louizos et al.;
+  gates (``1 - z_sum / num_alpha_params`` in ``modeling_pert.py``); the
+  ``demo`` preset's: the expected L0 of the gates (Louizos et al.;
   CoFi), a lower-variance estimate of the same quantity.
 
 Deliberate difference kept in both presets: the frozen model runs in eval mode
@@ -60,6 +60,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from subnetlab.errors import SubnetlabError, check_field_types
+from subnetlab.methods.l0.settings import check_grad_norm
 from subnetlab.methods.l0.schedule import LinearSchedule, StaircaseSchedule, paper_steps
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -95,6 +96,7 @@ class PruneConfig:
     lr_warmup_steps: int = 0  # linear learning-rate warm-up (both groups), then ``lr_decay``
     optimizer: str = "adam"
     weight_decay: float = 0.0
+    max_grad_norm: float | None = None  # clip the gradient norm of log-alphas and lambdas together (None: no clipping)
     init_log_alpha: float = 10.0
     init_std: float = 0.01
     prune_mlps: bool = True
@@ -124,6 +126,7 @@ class PruneConfig:
                                  "non-negative", setting="lr_warmup_steps" if self.lr_warmup_steps < 0 else "weight_decay")
         if self.lr <= 0 or self.lambda_lr <= 0:
             raise SubnetlabError(f"learning rates must be positive, got lr={self.lr}, lambda_lr={self.lambda_lr}")
+        check_grad_norm(self.max_grad_norm)
         object.__setattr__(self, "levels", tuple(float(x) for x in self.levels))
         self.make_schedule()  # validates the step counts and levels
 

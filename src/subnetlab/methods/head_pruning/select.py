@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.decided import UNDECIDED, count_undecided
 from subnetlab.methods.l0.distribution import HardConcreteGates
 
 THRESHOLD_STRIDE = 0.05
@@ -31,7 +30,7 @@ class Selection:
     heads: Tensor
     mlps: Tensor
     threshold: float | None = None
-    undecided: int | None = None  # prunable gates still undecided when it was chosen (``undecided_gates``)
+    undecided: int | None = None  # prunable gates still undecided when it was chosen (``HardConcreteMask.undecided``)
     gates: int | None = None  # prunable gates in all
     expected_sparsity: float | None = None  # the gates' expected sparsity when it was chosen (top-k meets the target
     #                                         whatever the gates learnt: this says whether training got there)
@@ -73,19 +72,6 @@ def select_threshold(gates: HardConcreteGates, sparsity: float, stride: float = 
             best = sel
     assert best is not None
     return best
-
-
-def undecided_gates(gates: HardConcreteGates, bounds: tuple[float, float] = UNDECIDED) -> int:
-    """How many prunable gates are still undecided: ``low < P(z != 0) < high``.
-
-    A selection taken while many gates are undecided depends on small log-alpha
-    differences (top-k) or on where the threshold falls, so it is weakly
-    identified: the share of undecided gates says how much to trust one run's
-    subnetwork (the Jaccard of the two selections says it another way)."""
-    open_heads, open_mlps = gates.expected_l0()
-    probs = torch.cat([open_heads.detach().reshape(-1), open_mlps.detach().reshape(-1)]) if gates.prune_mlps \
-        else open_heads.detach().reshape(-1)
-    return count_undecided(probs, bounds)
 
 
 def select(gates: HardConcreteGates, sparsity: float, method: str) -> Selection:

@@ -18,21 +18,25 @@ Closed forms (used for the sparsity in the Lagrangian and checked in tests)::
     E[L0]      = 1 - P(z = 0)
     P(z = 1)   = sigmoid(log_alpha - beta * log((1 - l) / (r - 1)))
 
-The module is a ``source`` for ``subnetlab.intervene.apply_gates``: calling it
-returns ``(heads, mlps)``; in training mode a fresh sample (one per model
-forward, shared by the batch, as in the paper's code), in eval mode the
-deterministic gates. All of it is float32.
+``HardConcreteMask`` is the distribution over a flat vector of items (edges,
+nodes); ``HardConcreteGates`` is the same masks seen as a layers x heads grid
+plus one gate per MLP, and is a ``source`` for ``subnetlab.intervene.apply_gates``:
+calling it returns ``(heads, mlps)``. In training mode a call draws a fresh
+sample (one per model forward, shared by the batch, as in the paper's code), in
+eval mode it gives the deterministic masks. All of it is float32.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
+
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.decided import count_undecided
+from subnetlab.methods.decided import UNDECIDED, count_undecided
 
 LEFT, RIGHT = -0.1, 1.1  # stretch interval [l, r]
 BETA = 2.0 / 3.0  # temperature
@@ -43,89 +47,176 @@ _LOG_RATIO_ZERO = math.log(-LEFT / RIGHT)  # logit of where the stretched sample
 _LOG_RATIO_ONE = math.log((1.0 - LEFT) / (RIGHT - 1.0))  # ... and where it crosses 1
 
 
-class HardConcreteGates(nn.Module):
-    """Learnable hard-concrete gates ``[L, H]`` for heads and ``[L]`` for MLPs.
+def stretch(u: Tensor, log_alpha: Tensor) -> Tensor:
+    """``z`` for given uniform noise ``u`` (differentiable in ``log_alpha``)."""
+    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / BETA)
+    return (s * (RIGHT - LEFT) + LEFT).clamp(0.0, 1.0)
 
-    ``init_log_alpha`` (default 10: every gate starts open with probability
-    ~0.9998) plus ``init_std`` Gaussian noise drawn from the seeded generator, so
-    different seeds start from slightly different points as in the paper's code.
+
+def prob_closed(log_alpha: Tensor) -> Tensor:
+    """``P(z = 0)`` per item."""
+    return torch.sigmoid(BETA * _LOG_RATIO_ZERO - log_alpha)
+
+
+def prob_open(log_alpha: Tensor) -> Tensor:
+    """``P(z = 1)`` per item."""
+    return torch.sigmoid(log_alpha - BETA * _LOG_RATIO_ONE)
+
+
+def deterministic_group(log_alpha: Tensor) -> Tensor:
+    """Test-time masks of one group, as in CoFi, the Heuristic Core and Edge Pruning code.
+
+    The expected number of closed masks ``round(sum P(z = 0))`` is set to 0 (smallest log-alphas first); the
+    others get the soft value ``sigmoid(log_alpha / beta * 0.8)``. Thresholds are searched on these values.
+    """
+    soft = torch.sigmoid(log_alpha / BETA * DETERMINISTIC_FACTOR).clone()
+    zeros = int(torch.round(prob_closed(log_alpha).sum()).item())
+    if zeros > 0:
+        order = torch.argsort(soft, stable=True)
+        soft[order[:zeros]] = 0.0
+    return soft
+
+
+class HardConcreteMask(nn.Module):
+    """Learnable hard-concrete masks over a flat vector of ``size`` items (edges of a graph, its nodes, gates).
+
+    ``init_log_alpha`` (default 10: every mask starts open with probability ~0.9998) plus ``init_std`` Gaussian
+    noise from the module's seeded generator, so seeds start from slightly different points as in the papers'
+    code. ``groups``: sizes of consecutive groups the deterministic rule counts closed masks in (default: the whole
+    vector at once, Edge Pruning's ``deterministic_z_from_log_alpha``).
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        num_heads: int,
-        *,
-        seed: int = 0,
-        init_log_alpha: float = 10.0,
-        init_std: float = 0.01,
-        prune_mlps: bool = True,
-    ) -> None:
+    def __init__(self, size: int, *, seed: int = 0, init_log_alpha: float = 10.0, init_std: float = 0.01,
+                 groups: Sequence[int] | None = None) -> None:
         super().__init__()
-        if num_layers < 1 or num_heads < 1:
-            raise SubnetlabError(f"gates need at least one layer and head, got {num_layers} x {num_heads}")
+        if size < 1:
+            raise SubnetlabError(f"masks need at least one item, got {size}")
         if init_std < 0:
             raise SubnetlabError(f"init_std {init_std} must be non-negative")
-        self.num_layers, self.num_heads, self.prune_mlps = num_layers, num_heads, prune_mlps
+        self.size = int(size)
+        self.groups = tuple(int(n) for n in groups) if groups is not None else (self.size,)
+        if sum(self.groups) != self.size:
+            raise SubnetlabError(f"mask groups of {sum(self.groups)} items for {self.size} masks")
         self.generator = torch.Generator().manual_seed(int(seed))
-        heads = init_log_alpha + init_std * torch.randn(num_layers, num_heads, generator=self.generator)
-        mlps = init_log_alpha + init_std * torch.randn(num_layers, generator=self.generator)
-        self.log_alpha_heads = nn.Parameter(heads.float())  # [L, H]
-        self.log_alpha_mlps = nn.Parameter(mlps.float(), requires_grad=prune_mlps)  # [L]
-        self.last_sample: tuple[Tensor, Tensor] | None = None
+        self.log_alpha = nn.Parameter(self.initial_log_alpha(init_log_alpha, init_std).float())  # [size]
+        self.last_sample: Tensor | None = None
 
-    # -- sizes ----------------------------------------------------------------------
+    stretch = staticmethod(stretch)
+    prob_closed = staticmethod(prob_closed)
+    prob_open = staticmethod(prob_open)
+
+    def initial_log_alpha(self, init_log_alpha: float, init_std: float) -> Tensor:
+        """The starting log-alphas, drawn from ``self.generator``."""
+        return init_log_alpha + init_std * torch.randn(self.size, generator=self.generator)
+
+    # -- sampling -------------------------------------------------------------------
+    def sample(self) -> Tensor:
+        """One draw of every mask (differentiable in ``log_alpha``); remembered in ``last_sample``."""
+        u = torch.rand((self.size,), generator=self.generator, dtype=torch.float32)  # drawn on the CPU generator
+        u = (u * (1.0 - 2.0 * EPS) + EPS).to(self.log_alpha.device)  # U(eps, 1 - eps)
+        self.last_sample = stretch(u, self.log_alpha)
+        return self.last_sample
+
+    def forward(self) -> Tensor:
+        """A sample while training, the deterministic masks in eval mode."""
+        return self.sample() if self.training else self.deterministic().to(self.log_alpha.device)
+
+    # -- closed forms -----------------------------------------------------------------
+    def expected_l0(self) -> Tensor:
+        """``E[z != 0]`` per item (differentiable)."""
+        return 1.0 - prob_closed(self.log_alpha)
+
+    def expected_sparsity(self) -> Tensor:
+        """``1 - E[kept items] / items`` (differentiable)."""
+        return 1.0 - self.expected_l0().sum() / self.size
+
+    def sample_sparsity(self) -> Tensor:
+        """``1 - sum(z) / items`` of the last sample (the papers' released code uses this)."""
+        if self.last_sample is None:
+            raise SubnetlabError("no mask sample drawn yet")
+        return 1.0 - self.last_sample.sum() / self.size
+
+    @torch.no_grad()
+    def deterministic(self) -> Tensor:
+        """Test-time masks (on the CPU): ``deterministic_group`` over each group."""
+        log_alpha = self.log_alpha.detach().cpu()
+        if len(self.groups) == 1:
+            return deterministic_group(log_alpha)
+        return torch.cat([deterministic_group(part) for part in log_alpha.split(self.groups)])
+
+    def undecided(self, bounds: tuple[float, float] = UNDECIDED) -> int:
+        """Items whose probability of being kept is still undecided (``methods.decided``)."""
+        return count_undecided(HardConcreteMask.expected_l0(self), bounds)
+
+    # -- state ---------------------------------------------------------------------------
+    def generator_state(self) -> Tensor:
+        return self.generator.get_state()
+
+    def set_generator_state(self, state: Tensor) -> None:
+        self.generator.set_state(state.to(torch.uint8))
+
+
+class HardConcreteGates(HardConcreteMask):
+    """The masks of one model's heads ``[L, H]`` and MLPs ``[L]``: a ``HardConcreteMask`` over the prunable gates.
+
+    The flat vector holds the heads row by row, then the MLPs when ``prune_mlps``; otherwise every MLP gate is
+    fixed open and its log-alpha (``log_alpha_mlps``) is a constant buffer. The deterministic rule counts closed
+    gates per layer's heads and per MLP, as CoFi and the Heuristic Core code do. ``log_alpha_heads`` and
+    ``log_alpha_mlps`` are views of the one parameter.
+    """
+
+    def __init__(self, num_layers: int, num_heads: int, *, seed: int = 0, init_log_alpha: float = 10.0,
+                 init_std: float = 0.01, prune_mlps: bool = True) -> None:
+        if num_layers < 1 or num_heads < 1:
+            raise SubnetlabError(f"gates need at least one layer and head, got {num_layers} x {num_heads}")
+        self.num_layers, self.num_heads, self.prune_mlps = num_layers, num_heads, prune_mlps
+        groups = [num_heads] * num_layers + ([1] * num_layers if prune_mlps else [])
+        super().__init__(sum(groups), seed=seed, init_log_alpha=init_log_alpha, init_std=init_std, groups=groups)
+        if not prune_mlps:
+            self.register_buffer("fixed_mlps", self.mlp_start.float())
+        del self.mlp_start
+
+    def initial_log_alpha(self, init_log_alpha: float, init_std: float) -> Tensor:
+        L, H = self.num_layers, self.num_heads
+        heads = init_log_alpha + init_std * torch.randn(L, H, generator=self.generator)  # heads, then MLPs
+        self.mlp_start = init_log_alpha + init_std * torch.randn(L, generator=self.generator)
+        return torch.cat([heads.reshape(-1), self.mlp_start]) if self.prune_mlps else heads.reshape(-1)
+
+    # -- the grid --------------------------------------------------------------------
     @property
     def num_gates(self) -> int:
         """Components that count for sparsity: every head and every MLP (a fixed MLP counts as kept)."""
         return self.num_layers * self.num_heads + self.num_layers
 
-    # -- sampling -------------------------------------------------------------------
-    def _noise(self, shape: tuple[int, ...]) -> Tensor:
-        u = torch.rand(shape, generator=self.generator, dtype=torch.float32)  # drawn on the CPU generator
-        return (u * (1.0 - 2.0 * EPS) + EPS).to(self.log_alpha_heads.device)  # U(eps, 1 - eps)
+    @property
+    def log_alpha_heads(self) -> Tensor:
+        return self.log_alpha[: self.num_layers * self.num_heads].view(self.num_layers, self.num_heads)
 
-    @staticmethod
-    def stretch(u: Tensor, log_alpha: Tensor) -> Tensor:
-        """``z`` for given uniform noise ``u`` (differentiable in ``log_alpha``)."""
-        s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / BETA)
-        return (s * (RIGHT - LEFT) + LEFT).clamp(0.0, 1.0)
+    @property
+    def log_alpha_mlps(self) -> Tensor:
+        return self.log_alpha[self.num_layers * self.num_heads:] if self.prune_mlps else self.fixed_mlps
 
-    def sample(self) -> tuple[Tensor, Tensor]:
-        """One draw of every gate, ``(heads [L, H], mlps [L])``; remembered in ``last_sample``."""
-        heads = self.stretch(self._noise((self.num_layers, self.num_heads)), self.log_alpha_heads)
-        if self.prune_mlps:
-            mlps = self.stretch(self._noise((self.num_layers,)), self.log_alpha_mlps)
-        else:
-            mlps = torch.ones(self.num_layers, device=heads.device)
-        self.last_sample = (heads, mlps)
+    def split(self, flat: Tensor) -> tuple[Tensor, Tensor]:
+        """A flat vector over the prunable gates as ``(heads [L, H], mlps [L])``, fixed MLPs as 1."""
+        heads = flat[: self.num_layers * self.num_heads].view(self.num_layers, self.num_heads)
+        mlps = flat[self.num_layers * self.num_heads:] if self.prune_mlps else torch.ones(self.num_layers,
+                                                                                          device=flat.device)
         return heads, mlps
 
-    def forward(self) -> tuple[Tensor, Tensor]:
+    def sample(self) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        """One draw of every gate, ``(heads [L, H], mlps [L])``; remembered in ``last_sample``."""
+        return self.split(super().sample())
+
+    def forward(self) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         """A sample while training, the deterministic gates in eval mode."""
         if self.training:
             return self.sample()
         heads, mlps = self.deterministic()
-        device = self.log_alpha_heads.device
-        return heads.to(device), mlps.to(device)
+        return heads.to(self.log_alpha.device), mlps.to(self.log_alpha.device)
 
-    # -- closed forms -----------------------------------------------------------------
-    @staticmethod
-    def prob_closed(log_alpha: Tensor) -> Tensor:
-        """``P(z = 0)`` per gate."""
-        return torch.sigmoid(BETA * _LOG_RATIO_ZERO - log_alpha)
-
-    @staticmethod
-    def prob_open(log_alpha: Tensor) -> Tensor:
-        """``P(z = 1)`` per gate."""
-        return torch.sigmoid(log_alpha - BETA * _LOG_RATIO_ONE)
-
-    def expected_l0(self) -> tuple[Tensor, Tensor]:
+    def expected_l0(self) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         """``E[z != 0]`` per gate: ``(heads [L, H], mlps [L])`` (MLPs count 1 when not prunable)."""
-        heads = 1.0 - self.prob_closed(self.log_alpha_heads)
-        mlps = (1.0 - self.prob_closed(self.log_alpha_mlps) if self.prune_mlps
-                else torch.ones(self.num_layers, device=heads.device))
-        return heads, mlps
+        return self.split(super().expected_l0())
 
     def expected_sparsity(self) -> Tensor:
         """``1 - E[kept components] / components`` (differentiable; heads and MLPs count alike)."""
@@ -136,96 +227,10 @@ class HardConcreteGates(nn.Module):
         """``1 - sum(z) / components`` of the last sample (the paper's released code uses this)."""
         if self.last_sample is None:
             raise SubnetlabError("no gate sample drawn yet")
-        heads, mlps = self.last_sample
+        heads, mlps = self.split(self.last_sample)
         return 1.0 - (heads.sum() + mlps.sum()) / self.num_gates
 
-    # -- deterministic gates ------------------------------------------------------------
-    @torch.no_grad()
-    def deterministic(self) -> tuple[Tensor, Tensor]:
-        """Test-time gates as in CoFi and the Heuristic Core code (on the CPU).
+    def deterministic(self) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        """Test-time gates (on the CPU) ``(heads [L, H], mlps [L])``: per layer's heads and per MLP."""
+        return self.split(super().deterministic())
 
-        Per group (a layer's heads; each MLP) the expected number of closed gates
-        ``round(sum P(z = 0))`` is set to 0 (smallest log-alphas first); the others
-        get the soft value ``sigmoid(log_alpha / beta * 0.8)``. The paper's
-        threshold search runs on these values.
-        """
-        heads = torch.stack([_deterministic_group(row) for row in self.log_alpha_heads.detach().cpu()])
-        if self.prune_mlps:
-            mlps = torch.stack([_deterministic_group(a.view(1))[0] for a in self.log_alpha_mlps.detach().cpu()])
-        else:
-            mlps = torch.ones(self.num_layers)
-        return heads, mlps
-
-    # -- state ---------------------------------------------------------------------------
-    def generator_state(self) -> Tensor:
-        return self.generator.get_state()
-
-    def set_generator_state(self, state: Tensor) -> None:
-        self.generator.set_state(state.to(torch.uint8))
-
-
-def _deterministic_group(log_alpha: Tensor) -> Tensor:
-    soft = torch.sigmoid(log_alpha / BETA * DETERMINISTIC_FACTOR).clone()
-    zeros = int(torch.round(HardConcreteGates.prob_closed(log_alpha).sum()).item())
-    if zeros > 0:
-        order = torch.argsort(soft, stable=True)
-        soft[order[:zeros]] = 0.0
-    return soft
-
-
-class HardConcreteMask(nn.Module):
-    """Learnable hard-concrete masks over a flat vector of ``size`` items (edges of a graph, its nodes).
-
-    The same distribution, constants, initialisation and deterministic rule as
-    ``HardConcreteGates`` (whose static ``stretch`` / ``prob_closed`` /
-    ``prob_open`` it calls), for masks that are not a layers x heads grid. In
-    training mode a call draws one sample per forward; in eval mode it gives
-    the deterministic masks, computed over the whole vector at once (Edge
-    Pruning's ``deterministic_z_from_log_alpha``).
-    """
-
-    def __init__(self, size: int, *, seed: int = 0, init_log_alpha: float = 10.0, init_std: float = 0.01) -> None:
-        super().__init__()
-        if size < 1:
-            raise SubnetlabError(f"masks need at least one item, got {size}")
-        if init_std < 0:
-            raise SubnetlabError(f"init_std {init_std} must be non-negative")
-        self.size = int(size)
-        self.generator = torch.Generator().manual_seed(int(seed))
-        self.log_alpha = nn.Parameter((init_log_alpha + init_std * torch.randn(size, generator=self.generator)).float())
-        self.last_sample: Tensor | None = None
-
-    def sample(self) -> Tensor:
-        u = torch.rand((self.size,), generator=self.generator, dtype=torch.float32)
-        u = (u * (1.0 - 2.0 * EPS) + EPS).to(self.log_alpha.device)
-        self.last_sample = HardConcreteGates.stretch(u, self.log_alpha)
-        return self.last_sample
-
-    def forward(self) -> Tensor:
-        return self.sample() if self.training else self.deterministic().to(self.log_alpha.device)
-
-    def expected_l0(self) -> Tensor:
-        """``E[z != 0]`` per item (differentiable)."""
-        return 1.0 - HardConcreteGates.prob_closed(self.log_alpha)
-
-    def expected_sparsity(self) -> Tensor:
-        return 1.0 - self.expected_l0().sum() / self.size
-
-    def sample_sparsity(self) -> Tensor:
-        if self.last_sample is None:
-            raise SubnetlabError("no mask sample drawn yet")
-        return 1.0 - self.last_sample.sum() / self.size
-
-    @torch.no_grad()
-    def deterministic(self) -> Tensor:
-        return _deterministic_group(self.log_alpha.detach().cpu())
-
-    def undecided(self) -> int:
-        """Items whose probability of being kept is still undecided (``methods.decided``)."""
-        return count_undecided(self.expected_l0())
-
-    def generator_state(self) -> Tensor:
-        return self.generator.get_state()
-
-    def set_generator_state(self, state: Tensor) -> None:
-        self.generator.set_state(state.to(torch.uint8))
