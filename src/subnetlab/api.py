@@ -75,7 +75,7 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     (``subnetlab discover``).
 
     ``cs`` are ``ContinuousSparsification`` settings (``epochs``, ``lr``, ``batch_size``, ``include``, ...);
-    ``selection`` a ``methods.continuous_sparsification.Selection`` (default: the sparsest subnetwork within
+    ``selection`` a ``methods.continuous_sparsification.LambdaChoice`` (default: the sparsest subnetwork within
     a point of the best evaluation accuracy). Returns the chosen run's metrics with ``"subnetwork"`` (its
     file) and ``"sweep"`` (every lambda's metrics).
     """

@@ -13,7 +13,7 @@ from subnetlab.methods.continuous_sparsification import (
     SELECTION_RULES,
     ContinuousMask,
     ContinuousSparsification,
-    Selection,
+    LambdaChoice,
     beta_at,
     kept_percentages,
     sweep,
@@ -268,19 +268,19 @@ def test_selection_rules_pick_by_hand():
     assert SELECTION_RULES == ("sparsest", "best-accuracy", "lambda")
     # the default: the sparsest within 1 point of the best accuracy (3% keeps 99.5%; 1% loses 10 points)
     assert select_best(SWEEP) is SWEEP[2]
-    assert select_best(SWEEP, Selection("sparsest", tolerance=0.0)) is SWEEP[1]  # only the perfect ones
-    assert select_best(SWEEP, Selection("sparsest", tolerance=0.2)) is SWEEP[3]
-    assert select_best(SWEEP, Selection("best-accuracy")) is SWEEP[1]  # the earlier rule: best, ties to the sparser
-    assert select_best(SWEEP, Selection("lambda", l0_lambda=1e-6)) is SWEEP[0]  # the released code's fixed lambda
+    assert select_best(SWEEP, LambdaChoice("sparsest", tolerance=0.0)) is SWEEP[1]  # only the perfect ones
+    assert select_best(SWEEP, LambdaChoice("sparsest", tolerance=0.2)) is SWEEP[3]
+    assert select_best(SWEEP, LambdaChoice("best-accuracy")) is SWEEP[1]  # the earlier rule: best, ties to the sparser
+    assert select_best(SWEEP, LambdaChoice("lambda", l0_lambda=1e-6)) is SWEEP[0]  # the released code's fixed lambda
     tie = [dict(SWEEP[1]), {**SWEEP[1], "l0_lambda": 5e-6, "eval_accuracy": 0.999}]
     assert select_best(tie) is tie[0]  # equally sparse: the more accurate
     with pytest.raises(SubnetlabError, match="selection_lambda 5e-07 is not among") as missing:
-        select_best(SWEEP, Selection("lambda", l0_lambda=5e-7))
+        select_best(SWEEP, LambdaChoice("lambda", l0_lambda=5e-7))
     assert missing.value.setting == "selection_lambda"
     for bad, setting in ((dict(rule="densest"), "selection"), (dict(tolerance=-0.1), "selection_tolerance"),
                          (dict(rule="lambda"), "selection_lambda")):
         with pytest.raises(SubnetlabError) as refused:
-            Selection(**bad)
+            LambdaChoice(**bad)
         assert refused.value.setting == setting and "--" not in str(refused.value)
     with pytest.raises(SubnetlabError, match="no discovery results"):
         select_best([])

@@ -86,7 +86,7 @@ def test_round_trip_through_metrics() -> None:
 
 
 def test_select_best_passes_over_a_degenerate_lambda() -> None:
-    from subnetlab.methods.continuous_sparsification import Selection
+    from subnetlab.methods.continuous_sparsification import LambdaChoice
     from subnetlab.runs.transfer import degenerate_passed_over, select_best
 
     def run(lam: float, acc: float, kept: int) -> dict:
@@ -94,9 +94,9 @@ def test_select_best_passes_over_a_degenerate_lambda() -> None:
 
     sweep = [run(1e-7, 0.54, 0), run(1e-8, 0.54, 12), run(1e-9, 0.55, 100)]  # empty, healthy, everything
     assert select_best(sweep) is sweep[1]  # the sparsest rule alone would pick the empty one
-    assert select_best(sweep, Selection("best-accuracy")) is sweep[1]  # ... and this one the full one
+    assert select_best(sweep, LambdaChoice("best-accuracy")) is sweep[1]  # ... and this one the full one
     assert degenerate_passed_over(sweep) == [sweep[0], sweep[2]]
-    assert select_best(sweep, Selection("lambda", l0_lambda=1e-7)) is sweep[0]  # named by the user: kept, reported
-    assert degenerate_passed_over(sweep, Selection("lambda", l0_lambda=1e-7)) == []
+    assert select_best(sweep, LambdaChoice("lambda", l0_lambda=1e-7)) is sweep[0]  # named by the user: kept, reported
+    assert degenerate_passed_over(sweep, LambdaChoice("lambda", l0_lambda=1e-7)) == []
     empty = [run(1e-7, 0.5, 0), run(1e-8, 0.5, 0)]
     assert select_best(empty) is empty[0] and degenerate_passed_over(empty) == []  # none healthy: the rule decides

@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 PAPER_LAMBDAS = (1e-7, 5e-7, 1e-8)  # appendix B.1
 KEEP = ("best", "best-latest", "last")  # which epoch's hard mask a discovery run keeps (ContinuousSparsification)
-SELECTION_RULES = ("sparsest", "best-accuracy", "lambda")  # which run of a lambda sweep wins (Selection)
+SELECTION_RULES = ("sparsest", "best-accuracy", "lambda")  # which run of a lambda sweep wins (LambdaChoice)
 
 
 def beta_at(epoch: int, epochs: int, beta_final: float = 100.0, beta_start: float = 1.0) -> float:
@@ -286,7 +286,7 @@ class ContinuousSparsification:
 
 
 @dataclass(frozen=True)
-class Selection:
+class LambdaChoice:
     """Which run of a lambda sweep gives the subnetwork (``rule`` one of ``SELECTION_RULES``).
 
     * ``"sparsest"``: the sparsest subnetwork whose evaluation accuracy is within
@@ -353,7 +353,7 @@ def sweep(
     strategy: ContinuousSparsification,
     lambdas: Sequence[float],
     run: Callable[[ContinuousSparsification], DiscoveryResult],
-    selection: Selection | None = None,
+    selection: LambdaChoice | None = None,
 ) -> tuple[DiscoveryResult, list[DiscoveryResult]]:
     """Run ``run`` once per ``lambda``; ``selection`` picks the winner (default: the best by evaluation
     accuracy, ties to the sparser, the vision study's rule)."""
@@ -363,7 +363,7 @@ def sweep(
     for lam in lambdas:
         stage(f"continuous sparsification: lambda={lam:g}")
         results.append(run(replace(strategy, l0_lambda=float(lam))))
-    selection = selection or Selection("best-accuracy")
+    selection = selection or LambdaChoice("best-accuracy")
     best = selection.choose(results, lambda r: r.eval_accuracy, lambda r: r.kept_fraction, lambda r: r.l0_lambda)
     return best, results
 
@@ -398,5 +398,5 @@ def layer_matrices(adapter: Adapter, layer: int) -> list[str]:
 
 __all__ = [
     "KEEP", "PAPER_LAMBDAS", "SELECTION_RULES", "ContinuousMask", "ContinuousSparsification", "DiscoveryResult",
-    "EpochRecord", "Selection", "beta_at", "kept_percentages", "layer_matrices", "sweep",
+    "EpochRecord", "LambdaChoice", "beta_at", "kept_percentages", "layer_matrices", "sweep",
 ]

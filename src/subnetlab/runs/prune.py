@@ -44,7 +44,7 @@ from subnetlab.intervene import apply_gates
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.evaluate import evaluate
 from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
-from subnetlab.methods.head_pruning.select import Selection
+from subnetlab.methods.head_pruning.select import GateSelection
 from subnetlab.methods.head_pruning.train import prune
 from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
@@ -70,7 +70,7 @@ def run_dir_name(sparsity: float, seed: int, schedule: str) -> str:
     return f"sparsity-{level_name(sparsity)}/seed-{seed}"
 
 
-def _subnetwork(setup: PruningSetup, sel: Selection, cfg: PruneConfig, target: float, job: PruneJobConfig) -> Subnetwork:
+def _subnetwork(setup: PruningSetup, sel: GateSelection, cfg: PruneConfig, target: float, job: PruneJobConfig) -> Subnetwork:
     extra = {"selection": sel.method, "schedule": cfg.schedule, "task": str(job.task), "model": str(job.model)}
     if sel.threshold is not None:
         extra["threshold"] = repr(sel.threshold)
@@ -86,17 +86,17 @@ def evaluate_gates(setup: PruningSetup, heads, mlps, cfg: PruneConfig) -> dict[s
                         max_length=cfg.max_length, limit=cfg.eval_limit)
 
 
-def pruning_health(sel: Selection, cfg: PruneConfig, target: float, history: Sequence[Mapping[str, Any]] = ()) -> Health:
+def pruning_health(sel: GateSelection, cfg: PruneConfig, target: float, history: Sequence[Mapping[str, Any]] = ()) -> Health:
     """The health of a selection at ``target``: its kept prunable components, the gates still undecided,
     their expected sparsity against the target, and the KL to the full model over training (the objective the
     subnetwork fits; the Lagrangian term's own convergence is what "off target" measures)."""
     kept = int(sel.heads.sum()) + (int(sel.mlps.sum()) if cfg.prune_mlps else 0)
-    return judge(kept=kept, maskable=sel.gates, undecided=sel.undecided, gates=sel.gates,
+    return judge(kept=kept, maskable=sel.num_gates, undecided=sel.undecided, gates=sel.num_gates,
                  expected_sparsity=sel.expected_sparsity, target_sparsity=target,
                  objective=[h["kl"] for h in history if "kl" in h] if history else None)
 
 
-def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selection], cfg: PruneConfig,
+def write_selections(out: Path, setup: PruningSetup, selections: dict[str, GateSelection], cfg: PruneConfig,
                      target: float, job: PruneJobConfig, history: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Save the chosen subnetwork (and the other), evaluate the chosen one; return its metrics (its ``health``
     judged from the selection and, at the end of a run, the training ``history``)."""
@@ -117,7 +117,7 @@ def write_selections(out: Path, setup: PruningSetup, selections: dict[str, Selec
     sel = selections[cfg.selection]
     if sel.undecided is not None:
         described["undecided_gates"] = sel.undecided
-        described["gates"] = sel.gates
+        described["gates"] = sel.num_gates
     return {"target_sparsity": target, "seed": cfg.seed, "selection": cfg.selection, "sparsity": chosen.sparsity,
             "parameter_sparsity": chosen.parameter_sparsity(adapter), "selections": described, "eval": scores,
             "eval_ablation": "mean" if cfg.ablation == "resample" else cfg.ablation,
@@ -132,7 +132,7 @@ def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     setup = PruningSetup.from_job(job)
     levels: dict[str, Any] = {}
 
-    def on_level(level: float, selections: dict[str, Selection], step: int) -> None:
+    def on_level(level: float, selections: dict[str, GateSelection], step: int) -> None:
         where = out_dir / "levels" / level_name(level)
         if (where / "metrics.json").is_file():  # written before a kill; the replay is identical
             levels[level_name(level)] = _level_summary(read_json(where / "metrics.json"))

@@ -49,7 +49,7 @@ from subnetlab.executor import Job
 from subnetlab.io import load_tensors, read_json, save_tensors, write_json
 from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
 from subnetlab.methods.l0.objective import full_model_table
-from subnetlab.methods.head_pruning.select import Selection
+from subnetlab.methods.head_pruning.select import GateSelection
 from subnetlab.methods.head_pruning.train import gate_tensors, prune
 from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
@@ -209,7 +209,7 @@ def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
             run_dir = out_dir / f"seed-{seed}"
             where = run_dir / "levels" / level_name(level)
 
-            def on_level(lvl: float, selections: dict[str, Selection], step: int, where: Path = where,
+            def on_level(lvl: float, selections: dict[str, GateSelection], step: int, where: Path = where,
                          cfg: PruneConfig = cfg, seed_job: PruneJobConfig = seed_job) -> None:
                 if (where / "metrics.json").is_file():  # written before a kill; the replay is identical
                     return

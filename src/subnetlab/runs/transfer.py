@@ -267,17 +267,17 @@ def sweep_health(metrics: list[dict]) -> list[Health]:
 
 def select_best(metrics: list[dict], selection: Any = None) -> dict:
     """The lambda sweep's winner among ``discover_job`` metrics, by ``selection``
-    (a ``continuous_sparsification.Selection``; default: the sparsest subnetwork within 1 point of the
-    best evaluation accuracy, the paper's principle; ``Selection("best-accuracy")`` is the earlier rule).
+    (a ``continuous_sparsification.LambdaChoice``; default: the sparsest subnetwork within 1 point of the
+    best evaluation accuracy, the paper's principle; ``LambdaChoice("best-accuracy")`` is the earlier rule).
 
     A degenerate subnetwork (keeping no weight, or every one) is never chosen while another run's is not:
     the rules choose among the others (``degenerate_passed_over`` names the runs left out). The ``lambda``
     rule names its run and keeps it whatever its health (its problems are reported, not overruled)."""
-    from subnetlab.methods.continuous_sparsification import Selection
+    from subnetlab.methods.continuous_sparsification import LambdaChoice
 
     if not metrics:
         raise SubnetlabError("no discovery results to choose from")
-    selection = selection if selection is not None else Selection()
+    selection = selection if selection is not None else LambdaChoice()
     candidates = metrics if selection.rule == "lambda" else _not_degenerate(metrics) or metrics
     return selection.choose(candidates, lambda m: m["eval_accuracy"], lambda m: m["kept_percent"],
                             lambda m: m["l0_lambda"])

@@ -71,7 +71,7 @@ def discover(
     from subnetlab.cli.commands.finetune import parse_task_options
     from subnetlab.io import write_json
     from subnetlab.runs.directory import claim
-    from subnetlab.methods.continuous_sparsification import ContinuousSparsification, Selection
+    from subnetlab.methods.continuous_sparsification import ContinuousSparsification, LambdaChoice
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.progress import stage
     from subnetlab.runs.directory import record_runtime
@@ -90,7 +90,7 @@ def discover(
     parts = tuple(p.strip() for p in include.split(",") if p.strip())
     cs = dict(epochs=epochs, lr=lr, batch_size=batch_size, include=list(parts), keep=keep, beta_final=beta_final, init=init)
     ContinuousSparsification(**{**cs, "include": parts})  # validate before any job starts
-    chooser = Selection(selection, selection_tolerance, selection_lambda)
+    chooser = LambdaChoice(selection, selection_tolerance, selection_lambda)
     if chooser.rule == "lambda" and not any(abs(v - selection_lambda) <= 1e-9 * abs(v) for v in values):
         raise SubnetlabError(f"selection_lambda {selection_lambda:g} is not among the lambdas to run", setting="selection_lambda")
     from subnetlab.runs.directory import absolute_input

@@ -92,7 +92,7 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, run_jobs
 from subnetlab.io import read_json, write_json
-from subnetlab.methods.continuous_sparsification import Selection
+from subnetlab.methods.continuous_sparsification import LambdaChoice
 from subnetlab.progress import stage
 from subnetlab.runs.directory import claim
 from subnetlab.transfer.conditions import CONDITIONS, check_conditions, check_reinit
@@ -159,10 +159,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESETS["tour"] = {**PRESETS["demo"], "sizes": [10, 100]}
 
 
-def selection_of(settings: dict) -> Selection:
-    """The ``Selection`` the settings ask for."""
+def selection_of(settings: dict) -> LambdaChoice:
+    """The ``LambdaChoice`` the settings ask for."""
     lam = settings.get("selection_lambda")
-    return Selection(settings["selection"], float(settings["selection_tolerance"]),
+    return LambdaChoice(settings["selection"], float(settings["selection_tolerance"]),
                      None if lam is None else float(lam))
 
 

@@ -23,7 +23,7 @@ THRESHOLD_STRIDE = 0.05
 
 
 @dataclass(frozen=True)
-class Selection:
+class GateSelection:
     """A binary mask ``heads [L, H]``, ``mlps [L]`` (1 = kept) and how it was chosen."""
 
     method: str
@@ -31,7 +31,7 @@ class Selection:
     mlps: Tensor
     threshold: float | None = None
     undecided: int | None = None  # prunable gates still undecided when it was chosen (``HardConcreteMask.undecided``)
-    gates: int | None = None  # prunable gates in all
+    num_gates: int | None = None  # prunable gates in all
     expected_sparsity: float | None = None  # the gates' expected sparsity when it was chosen (top-k meets the target
     #                                         whatever the gates learnt: this says whether training got there)
 
@@ -40,41 +40,38 @@ class Selection:
         return 1.0 - float(self.heads.sum() + self.mlps.sum()) / (self.heads.numel() + self.mlps.numel())
 
 
-def select_topk(gates: HardConcreteGates, sparsity: float) -> Selection:
+def select_topk(gates: HardConcreteGates, sparsity: float) -> GateSelection:
     """Keep all but the ``round(sparsity * components)`` prunable gates with the smallest log-alpha."""
     if not 0.0 <= sparsity < 1.0:
         raise SubnetlabError(f"target sparsity {sparsity} is outside [0, 1)")
-    L, H = gates.num_layers, gates.num_heads
-    heads_la = gates.log_alpha_heads.detach().cpu().reshape(-1)  # [L * H]
-    scores = torch.cat([heads_la, gates.log_alpha_mlps.detach().cpu()]) if gates.prune_mlps else heads_la
+    scores = gates.log_alpha.detach().cpu()  # the prunable gates: heads row by row, then MLPs
     remove = round(sparsity * gates.num_gates)
     if remove > scores.numel():
         raise SubnetlabError(f"sparsity {sparsity} needs {remove} components removed, only {scores.numel()} are prunable")
     keep = torch.ones(scores.numel())
     keep[torch.argsort(scores, stable=True)[:remove]] = 0.0
-    heads = keep[: L * H].reshape(L, H)
-    mlps = keep[L * H :] if gates.prune_mlps else torch.ones(L)
-    return Selection("topk", heads, mlps)
+    heads, mlps = gates.split(keep)
+    return GateSelection("topk", heads, mlps)
 
 
-def select_threshold(gates: HardConcreteGates, sparsity: float, stride: float = THRESHOLD_STRIDE) -> Selection:
+def select_threshold(gates: HardConcreteGates, sparsity: float, stride: float = THRESHOLD_STRIDE) -> GateSelection:
     """Keep deterministic gates above the grid threshold whose sparsity is closest to the target.
 
     Ties go to the smaller threshold. The grid is ``0, stride, ..., 1``.
     """
     det_heads, det_mlps = (g.detach().cpu() for g in gates.deterministic())  # selections live on the CPU
     steps = int(round(1.0 / stride))
-    best: Selection | None = None
+    best: GateSelection | None = None
     for i in range(steps + 1):
         threshold = round(i * stride, 10)
-        sel = Selection("threshold", (det_heads > threshold).float(), (det_mlps > threshold).float(), threshold)
+        sel = GateSelection("threshold", (det_heads > threshold).float(), (det_mlps > threshold).float(), threshold)
         if best is None or abs(sel.sparsity - sparsity) < abs(best.sparsity - sparsity) - 1e-12:
             best = sel
     assert best is not None
     return best
 
 
-def select(gates: HardConcreteGates, sparsity: float, method: str) -> Selection:
+def select(gates: HardConcreteGates, sparsity: float, method: str) -> GateSelection:
     if method == "topk":
         return select_topk(gates, sparsity)
     if method == "threshold":

@@ -47,11 +47,11 @@ from subnetlab.methods.head_pruning.config import PruneConfig
 from subnetlab.methods.l0.data import PruningData
 from subnetlab.methods.l0.objective import Lagrangian
 from subnetlab.methods.l0.trainer import MaskTrainer, StepCallback, train
-from subnetlab.methods.head_pruning.select import Selection, select_threshold, select_topk
+from subnetlab.methods.head_pruning.select import GateSelection, select_threshold, select_topk
 from subnetlab.models.adapters import Adapter
 from subnetlab.runtime import model_device
 
-LevelCallback = Callable[[float, dict[str, Selection], int], None]
+LevelCallback = Callable[[float, dict[str, GateSelection], int], None]
 
 
 @dataclass
@@ -61,23 +61,23 @@ class PruneResult:
     config: PruneConfig
     gates: HardConcreteGates
     lagrangian: Lagrangian
-    selections: dict[str, Selection]
+    selections: dict[str, GateSelection]
     history: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
     resumed_from: int = 0
 
     @property
-    def selection(self) -> Selection:
+    def selection(self) -> GateSelection:
         """The selection named by ``config.selection`` (top-k by default)."""
         return self.selections[self.config.selection]
 
 
-def selections(gates: HardConcreteGates, sparsity: float) -> dict[str, Selection]:
+def selections(gates: HardConcreteGates, sparsity: float) -> dict[str, GateSelection]:
     """Both selections at ``sparsity``, each recording how many gates were still undecided and the gates'
     expected sparsity (the raw numbers ``runs.health`` judges)."""
     with torch.no_grad():
         expected = float(gates.expected_sparsity())
-    counts = {"undecided": gates.undecided(), "gates": gates.num_gates, "expected_sparsity": expected}
+    counts = {"undecided": gates.undecided(), "num_gates": gates.num_gates, "expected_sparsity": expected}
     return {"topk": replace(select_topk(gates, sparsity), **counts),
             "threshold": replace(select_threshold(gates, sparsity), **counts)}
 
