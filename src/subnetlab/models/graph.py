@@ -32,6 +32,11 @@ layer's attention readers form one ``[readers, writers]`` block
 (``reader_blocks``), which ``intervene.edges`` reads masks from.
 
 GPT-2 small (12 x 12): 32,936 edges with two embedding nodes, 32,491 with one.
+
+What each writer is (``writer_nodes``), what each reader is (``reader_kinds``)
+and which writers compute from it (``reader_owners``) are data here, so no code
+reads them out of names. The rules over a graph with scores and kept edges
+(selection, connectivity, files with scores) are ``models.circuit``'s.
 """
 
 from __future__ import annotations

@@ -205,7 +205,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         raise SubnetlabError("the circuits mix levels or graphs (edges of two graphs, or edges and nodes); give one kind",
                              setting="circuits")
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", {**job.record(task.options), **runtime_record(device), "level": level})
+    config = {**job.record(task.options), **runtime_record(device), "level": level}
+    write_json(out / "config.json", config)
     model = loaded.model.to(device).eval()
     stage(f"{level} circuits on {len(task.examples(job.split))} pairs of {job.split}"
           f"{f' (first {job.limit})' if job.limit else ''}: metric {job.metric}, ablation {job.ablation}")
