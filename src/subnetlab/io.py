@@ -289,3 +289,14 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         return load_file(str(p))
     except (SafetensorError, OSError, ValueError) as e:
         raise SubnetlabError(f"{p}: not a readable safetensors file ({e})") from None
+
+
+def load_tensor_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The string metadata of a ``.safetensors`` file (empty when it has none)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            return dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError) as e:
+        raise SubnetlabError(f"{path}: not a readable safetensors file ({e})") from None

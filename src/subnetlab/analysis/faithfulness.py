@@ -19,10 +19,11 @@ items (not a percentage, not a log scale) on the x axis, as MIB's
 
 The x axis starts at 0.001, not 0, so a circuit with ``f = 1`` at every size
 has CPR 0.999 and CMD 0, as in MIB's numbers. Ties in the scores are broken by
-item index (lower first), so a curve is reproducible; MIB's ``argsort`` leaves
-them to the sort. MIB then prunes edges that no longer connect the input to the
-logits; under patching such edges carry their writer's corrupted output anyway,
-so ``m(C)`` is unchanged and this module keeps the top-k set as it is.
+item index (lower first), so a curve is reproducible (``models.circuit``'s
+ranking); MIB's ``argsort`` leaves them to the sort. MIB then prunes edges that
+no longer connect the input to the logits; under patching such edges carry
+their writer's corrupted output anyway, so ``m(C)`` is unchanged and this
+module keeps the top-k set as it is.
 
 The evaluation is a callable ``evaluate(keep) -> {metric: value}`` over a
 boolean ``[items]`` tensor, so this module does not know how items are applied:
@@ -43,6 +44,7 @@ import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.models.circuit import top_k_mask
 
 CIRCUIT_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -58,14 +60,7 @@ def circuit_size(fraction: float, items: int) -> int:
 
 def top_k(scores: Tensor, k: int, absolute: bool = True) -> Tensor:
     """``[items]`` bool: the ``k`` items with the highest (absolute) score, ties to the lower index."""
-    flat = scores.detach().reshape(-1).float().cpu()
-    if bool(torch.isnan(flat).any()):
-        raise SubnetlabError(f"scores hold {int(torch.isnan(flat).sum())} NaN values; every item needs a score",
-                             setting="scores")
-    order = torch.sort(flat.abs() if absolute else flat, descending=True, stable=True).indices
-    keep = torch.zeros(flat.numel(), dtype=torch.bool)
-    keep[order[:k]] = True
-    return keep
+    return top_k_mask(scores.detach().reshape(-1).float(), k, absolute=absolute)
 
 
 def area(xs: Sequence[float], ys: Sequence[float]) -> float:

@@ -10,13 +10,15 @@ the same ablation values (tests/unit/test_edges.py), so:
   the top down, since a reader lies downstream of its writers. The embeddings
   cannot be removed and count as live. Every other node only reaches the logits
   through removed edges or through nodes that do not: it is removed (ablated),
-  and the structured export slices it away and folds its ablation value.
+  and the structured export slices it away and folds its ablation value
+  (``Circuit.live_writers``).
 * the circuit is **exactly** that node circuit when every edge from a live
   writer into a live reader is kept. Otherwise some kept node reads only part of
   the residual stream, which no standard transformer can: its reader sees the
   sum of everything upstream. Such a circuit is refused, naming the missing
   edges, unless the caller asks for its node-level closure (every edge among
-  the live nodes kept), which the record's notes state differs from the circuit.
+  the live nodes kept, ``Circuit.closure_edges``), which the record's notes
+  state differs from the circuit.
 
 Ablation: mean and zero values are fixed and fold into biases (mean: a file of
 the components' mean activations, ``ComponentValues``). Corrupted-prompt
@@ -32,6 +34,7 @@ import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 from subnetlab.subnetwork.subnetwork import Subnetwork
 
@@ -48,56 +51,22 @@ class NodeCircuit:
     notes: tuple[str, ...]
 
 
-def _reader_node(graph: Graph, reader: str) -> list[str]:
-    """The writer nodes whose life makes ``reader`` live (empty for the logits: always live)."""
-    if reader == "logits":
-        return []
-    if "<" not in reader:
-        return [reader]
-    head, _ = reader.split("<")
-    layer, rest = head[1:].split(".", 1)
-    if rest.startswith("kv"):
-        g = int(rest[2:])
-        return [f"a{layer}.h{h}" for h in range(g * graph.group, (g + 1) * graph.group)]
-    return [head]
-
-
 def live_nodes(graph: Graph, kept: Tensor) -> set[str]:
     """Writers with a path of kept edges to the logits, and the embeddings (see the module docstring)."""
-    into: dict[int, list[int]] = {}
-    for i, (w, r) in enumerate(graph.edges):
-        if kept[i] > 0.5:
-            into.setdefault(w, []).append(r)
-    live: set[str] = set(graph.embeddings)
-    for w in reversed(range(len(graph.writers))):  # every reader of a writer belongs to a later writer
-        name = graph.writers[w]
-        if name in live:
-            continue
-        for r in into.get(w, []):
-            nodes = _reader_node(graph, graph.readers[r])
-            if not nodes or any(n in live for n in nodes):
-                live.add(name)
-                break
-    return live
+    return {graph.writers[w] for w in Circuit(graph, in_graph=kept).live_writers()}
 
 
 def node_circuit(subnetwork: Subnetwork, closure: bool = False) -> NodeCircuit:
     """The heads and MLPs an edge circuit keeps; refused when it is no node circuit, unless ``closure``."""
     if subnetwork.kind != "edges":
         raise SubnetlabError("subnetwork: not an edge circuit", setting="subnetwork")
-    graph = subnetwork.graph()
-    kept = subnetwork.edges
-    live = live_nodes(graph, kept)
-    missing = []
-    for i, (w, r) in enumerate(graph.edges):
-        if kept[i] > 0.5 or graph.writers[w] not in live:
-            continue
-        nodes = _reader_node(graph, graph.readers[r])
-        if not nodes or any(n in live for n in nodes):
-            missing.append(graph.edge_names[i])
-    heads = torch.tensor([[float(f"a{l}.h{h}" in live) for h in range(graph.num_heads)]
+    circuit = subnetwork.circuit()
+    graph, kept = circuit.graph, subnetwork.edges
+    live = circuit.live_writers()
+    missing = [graph.edge_names[i] for i in circuit.closure_edges()]
+    heads = torch.tensor([[float(graph.head_writer(l, h) in live) for h in range(graph.num_heads)]
                           for l in range(graph.num_layers)])
-    mlps = torch.tensor([float(f"m{l}" in live) for l in range(graph.num_layers)])
+    mlps = torch.tensor([float(graph.mlp_writer(l) in live) for l in range(graph.num_layers)])
     removed = int((heads == 0).sum() + (mlps == 0).sum())
     notes = [f"edge circuit: {int(kept.sum())} of {graph.num_edges} edges; heads and MLPs removed: {removed} (they "
              "reach the logits only through removed edges)"]

@@ -43,7 +43,8 @@ def apply_subnetwork(wrapped: Any, subnetwork: Any, values: Any = None) -> Itera
     adapter = get_adapter(model)
     device = next(model.parameters()).device
     if subnetwork.kind == "edges":
-        with apply_edges(model, adapter, subnetwork.graph(), subnetwork.edges.float().to(device), values):
+        circuit = subnetwork.circuit()
+        with apply_edges(model, adapter, circuit.graph, circuit.kept().float().to(device), values):
             yield
     elif subnetwork.kind == "structured":
         with apply_gates(model, adapter, subnetwork.heads.float().to(device), subnetwork.mlps.float().to(device),

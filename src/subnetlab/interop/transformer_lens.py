@@ -176,9 +176,9 @@ def apply_subnetwork(bridge: Any, subnetwork: Any, corrupted_tokens: Tensor | No
     """A ``Subnetwork`` (kind ``structured`` or ``edges``) on ``bridge``; removed parts deliver their output on
     ``corrupted_tokens`` (patching) or zero (None)."""
     if subnetwork.kind == "edges":
-        graph = subnetwork.graph()
+        circuit = subnetwork.circuit()
         values = None if corrupted_tokens is None else bridge_values(bridge, corrupted_tokens, "edges")
-        with apply_edges(bridge, graph, subnetwork.edges.float(), values):
+        with apply_edges(bridge, circuit.graph, circuit.kept().float(), values):
             yield
     elif subnetwork.kind == "structured":
         values = None if corrupted_tokens is None else bridge_values(bridge, corrupted_tokens, "nodes")

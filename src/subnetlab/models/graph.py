@@ -32,6 +32,11 @@ layer's attention readers form one ``[readers, writers]`` block
 (``reader_blocks``), which ``intervene.edges`` reads masks from.
 
 GPT-2 small (12 x 12): 32,936 edges with two embedding nodes, 32,491 with one.
+
+What each writer is (``writer_nodes``), what each reader is (``reader_kinds``)
+and which writers compute from it (``reader_owners``) are data here, so no code
+reads them out of names. The rules over a graph with scores and kept edges
+(selection, connectivity, files with scores) are ``models.circuit``'s.
 """
 
 from __future__ import annotations
@@ -62,6 +67,16 @@ class ReaderBlock:
     @property
     def stop(self) -> int:
         return self.start + len(self.readers) * self.writers
+
+
+@dataclass(frozen=True)
+class Node:
+    """What a writer is: ``kind`` "embedding", "head" or "mlp"; its layer (-1 for embeddings); its index (the
+    embedding's or the head's number, 0 for an MLP)."""
+
+    kind: str
+    layer: int
+    index: int
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,41 @@ class Graph:
             names += [f"{self._kv(layer, g)}<v>" for g in range(self.num_kv_heads)]
             names.append(f"m{layer}")
         return tuple(names + ["logits"])
+
+    @cached_property
+    def writer_nodes(self) -> tuple[Node, ...]:
+        """Per writer, what it is (in writer order)."""
+        nodes = [Node("embedding", -1, i) for i in range(self.num_embeddings)]
+        for layer in range(self.num_layers):
+            nodes += [Node("head", layer, h) for h in range(self.num_heads)] + [Node("mlp", layer, 0)]
+        return tuple(nodes)
+
+    @cached_property
+    def reader_kinds(self) -> tuple[str, ...]:
+        """Per reader, the input it is: "q", "k", "v" (of a head), "mlp" or "logits"."""
+        per_layer = ["q"] * self.num_heads + ["k"] * self.num_kv_heads + ["v"] * self.num_kv_heads + ["mlp"]
+        return tuple(per_layer * self.num_layers + ["logits"])
+
+    @cached_property
+    def reader_owners(self) -> tuple[tuple[int, ...], ...]:
+        """Per reader, the writers whose output it computes: its head (query), its key/value head's group of query
+        heads (key, value), its MLP; none for the logits. The one map from readers to nodes."""
+        owners: list[tuple[int, ...]] = []
+        for layer in range(self.num_layers):
+            owners += [(self.head_writer(layer, h),) for h in range(self.num_heads)]
+            groups = [tuple(self.head_writer(layer, g * self.group + i) for i in range(self.group))
+                      for g in range(self.num_kv_heads)]
+            owners += groups + groups + [(self.mlp_writer(layer),)]
+        return tuple(owners + [()])
+
+    @cached_property
+    def writer_inputs(self) -> tuple[tuple[int, ...], ...]:
+        """Per writer, the readers whose inputs it computes from (the inverse of ``reader_owners``)."""
+        inputs: list[list[int]] = [[] for _ in self.writers]
+        for r, owners in enumerate(self.reader_owners):
+            for w in owners:
+                inputs[w].append(r)
+        return tuple(tuple(r) for r in inputs)
 
     def writer_index(self, name: str) -> int:
         return self._writer_index[name]
@@ -221,14 +271,19 @@ class Graph:
                 "num_edges": self.num_edges, "edges": edges}
 
     @classmethod
+    def from_shape(cls, shape: dict[str, Any], source: str = "graph") -> "Graph":
+        """The graph of a ``shape()`` record."""
+        try:
+            return cls(str(shape["family"]), int(shape["layers"]), int(shape["heads"]), int(shape["kv_heads"]),
+                       int(shape["embedding_nodes"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SubnetlabError(f"{source}: graph shape unreadable ({e})") from None
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "graph") -> "Graph":
         if data.get("format") != FORMAT:
             raise SubnetlabError(f"{source}: not a subnetlab graph (format {data.get('format')!r})")
-        try:
-            graph = cls(str(data["family"]), int(data["layers"]), int(data["heads"]), int(data["kv_heads"]),
-                        int(data["embedding_nodes"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise SubnetlabError(f"{source}: graph shape unreadable ({e})") from None
+        graph = cls.from_shape(data, source)
         if "edges" in data and [e.get("name") for e in data["edges"]] != list(graph.edge_names):
             raise SubnetlabError(f"{source}: its edges are not those of a {graph.family} graph of its shape")
         return graph

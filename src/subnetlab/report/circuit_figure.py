@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 from subnetlab.report.plots import plt, save_figure
 
@@ -35,6 +36,7 @@ STYLES = {
     "mlp": ("tab:purple", "-", 0.0, "MLP input"),
     "logits": ("tab:red", "-", 0.0, "logits"),
 }
+NODE_COLOURS = {"head": "tab:blue", "mlp": "tab:purple"}
 MLP_RISE = 0.45
 READER_DROP = 0.15  # Q/K/V edges end just under their head, side by side
 
@@ -59,52 +61,45 @@ class CircuitLayout:
 def _positions(graph: Graph) -> dict[str, tuple[float, float]]:
     H = graph.num_heads
     centre = (H - 1) / 2
-    emb = graph.embeddings
-    nodes = {name: (centre + (i - (len(emb) - 1) / 2) * 1.5, 0.0) for i, name in enumerate(emb)}
-    for layer in range(graph.num_layers):
-        for h in range(H):
-            nodes[f"a{layer}.h{h}"] = (float(h), layer + 1.0)
-        nodes[f"m{layer}"] = (float(H), layer + 1.0 + MLP_RISE)
+    E = graph.num_embeddings
+    nodes = {}
+    for name, node in zip(graph.writers, graph.writer_nodes):
+        if node.kind == "embedding":
+            nodes[name] = (centre + (node.index - (E - 1) / 2) * 1.5, 0.0)
+        elif node.kind == "head":
+            nodes[name] = (float(node.index), node.layer + 1.0)
+        else:
+            nodes[name] = (float(H), node.layer + 1.0 + MLP_RISE)
     nodes["logits"] = (centre, graph.num_layers + 1.0)
     return nodes
 
 
-def _reader_point(graph: Graph, reader: str, nodes: dict[str, tuple[float, float]]) -> tuple[str, str, tuple[float, float]]:
-    """``(kind, node, end point)`` of a reader name: ``a1.h2<q>`` -> ("q", "a1.h2", ...)."""
-    if "<" not in reader:
-        return ("logits" if reader == "logits" else "mlp"), reader, nodes[reader]
-    head, kind = reader[:-3], reader[-2]
-    layer, rest = head[1:].split(".", 1)
-    if rest.startswith("kv"):  # grouped key/value head g: the middle of its query heads
-        g = int(rest[2:])
-        heads = [f"a{layer}.h{h}" for h in range(g * graph.group, (g + 1) * graph.group)]
-        x = float(np.mean([nodes[n][0] for n in heads]))
-        y = nodes[heads[0]][1]
-        node = heads[0]
-    else:
-        node = head
-        x, y = nodes[head]
-    return kind, node, (x + STYLES[kind][2], y - READER_DROP)
+def _reader_end(graph: Graph, reader: int, nodes: dict[str, tuple[float, float]]) -> tuple[float, float]:
+    """Where an edge into ``reader`` ends: under its head (a grouped key/value head: the middle of the query heads
+    sharing it), left of centre for a query and right for a value; at the MLP; at the logits."""
+    kind, owners = graph.reader_kinds[reader], graph.reader_owners[reader]
+    if not owners:
+        return nodes["logits"]
+    points = [nodes[graph.writers[w]] for w in owners]
+    if kind == "mlp":
+        return points[0]
+    x = float(np.mean([p[0] for p in points]))
+    return x + STYLES[kind][2], points[0][1] - READER_DROP
 
 
 def circuit_layout(graph: Graph, kept: Any) -> CircuitLayout:
     """Positions of every node and one segment per kept edge (``kept``: one value per edge, > 0.5 = kept)."""
-    mask = np.asarray(kept, dtype=float).reshape(-1)
-    if mask.shape[0] != graph.num_edges:
-        raise SubnetlabError(f"the circuit has {mask.shape[0]} edge values; the graph has {graph.num_edges} edges")
+    circuit = Circuit(graph, in_graph=np.asarray(kept, dtype=float).reshape(-1))
     nodes = _positions(graph)
     active: set[str] = set()
     segments = []
-    for i in np.nonzero(mask > 0.5)[0].tolist():
+    for i in torch.nonzero(circuit.kept()).flatten().tolist():
         w, r = graph.edges[i]
-        writer, reader = graph.writers[w], graph.readers[r]
-        kind, node, end = _reader_point(graph, reader, nodes)
-        active.update((writer, node))
-        if kind in ("k", "v") and graph.group > 1:  # every query head of the group reads through it
-            layer, g = node[1:].split(".h")
-            base = int(g)
-            active.update(f"a{layer}.h{h}" for h in range(base, base + graph.group))
-        segments.append(EdgeSegment(graph.edge_names[i], kind, nodes[writer], end))
+        owners = graph.reader_owners[r]
+        # a key/value reader serves every query head of its group: all of them read through it
+        active.update([graph.writers[w]] + ([graph.writers[o] for o in owners] if owners else ["logits"]))
+        segments.append(EdgeSegment(graph.edge_names[i], graph.reader_kinds[r], nodes[graph.writers[w]],
+                                    _reader_end(graph, r, nodes)))
     return CircuitLayout(nodes, frozenset(active), tuple(segments))
 
 
@@ -124,13 +119,15 @@ def circuit_axes(graph: Graph, kept: Any, *, title: str = "") -> tuple[Any, Any]
         colour, style, _, _ = STYLES[seg.kind]
         ax.plot([seg.start[0], seg.end[0]], [seg.start[1], seg.end[1]], color=colour, ls=style, lw=1.0,
                 alpha=0.75, zorder=1, gid=seg.name)
+    kinds = {name: node for name, node in zip(graph.writers, graph.writer_nodes)}
     for name, (x, y) in layout.nodes.items():
         on = name in layout.active
-        ax.scatter([x], [y], s=260 if name in graph.embeddings or name == "logits" else 160, zorder=2,
-                   color="tab:gray" if not on else ("black" if name == "logits" or name in graph.embeddings
-                                                     else ("tab:purple" if name.startswith("m") else "tab:blue")),
+        node = kinds.get(name)  # None: the logits
+        big = node is None or node.kind == "embedding"
+        ax.scatter([x], [y], s=260 if big else 160, zorder=2,
+                   color="tab:gray" if not on else ("black" if big else NODE_COLOURS[node.kind]),
                    alpha=1.0 if on else 0.25, edgecolors="none")
-        label = name.split(".")[-1] if name.startswith("a") else name
+        label = f"h{node.index}" if node is not None and node.kind == "head" else name
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, -13), ha="center", fontsize=6,
                     color="black" if on else "tab:gray")
     for kind in ("q", "k", "v", "mlp", "logits"):

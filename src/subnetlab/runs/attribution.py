@@ -5,9 +5,10 @@ Layout of DIR::
     DIR/
       config.json            everything to rerun it (written first)
       scores.safetensors     ``edges`` [edges] in the graph's edge order (the scores file circuit-eval reads),
-                             and node scores ``heads`` [layers, heads], ``mlps`` [layers], ``embeddings``
+                             and node scores ``heads`` [layers, heads], ``mlps`` [layers], ``embeddings``;
+                             its metadata holds the graph's shape and the scores' sign (``Circuit.metadata``)
       node_scores.safetensors  the node scores alone (circuit-eval measures node circuits from it)
-      graph.json             the model's graph with each edge's score
+      graph.json             the model's graph with each edge's score (a ``models.circuit.Circuit``)
       metrics.json           method, steps, pairs, seconds, the largest edges (written last: marks the run done)
 
 Scores are the mean over the pairs of the chosen split of each edge's
@@ -71,6 +72,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     """Score every edge and node of the model for ``job`` and write DIR (module doc); returns metrics.json."""
     from subnetlab.methods.attribution import attribute
     from subnetlab.models import load_model
+    from subnetlab.models.circuit import Circuit
     from subnetlab.models.graph import Graph
     from subnetlab.intervene.edges import check_edge_family
     from subnetlab.progress import stage
@@ -109,11 +111,12 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
                        metric, method=job.method, steps=job.ig_steps)  # type: ignore[arg-type]
     seconds = time.perf_counter() - start
     nodes = result.node_scores()
+    circuit = Circuit(graph, result.edges, score_sign="absolute")
     meta = {"format": FORMAT, "method": job.method, "steps": str(result.steps), "metric": job.metric,
             "pairs": str(result.pairs), "graph": graph.family, "edges": str(graph.num_edges)}
-    save_tensors(out / SCORES_FILE, {"edges": result.edges, **nodes}, metadata=meta)
+    save_tensors(out / SCORES_FILE, {"edges": result.edges, **nodes}, metadata={**meta, **circuit.metadata()})
     save_tensors(out / NODE_SCORES_FILE, {"heads": nodes["heads"], "mlps": nodes["mlps"]}, metadata=meta)
-    graph.save(out / "graph.json", scores=result.edges.tolist())
+    circuit.save(out / "graph.json")
     order = result.edges.abs().argsort(descending=True)[:10].tolist()
     metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
                "edges": graph.num_edges, "seconds": round(seconds, 3),

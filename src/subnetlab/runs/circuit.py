@@ -9,7 +9,8 @@ Layout of a circuit sweep's directory DIR (what ``subnetlab circuit`` writes)::
         config.json                       everything to rerun it (written first)
         checkpoint.safetensors/.json      training state; a killed run resumes from it
         subnetwork.safetensors            the circuit: a Subnetwork of kind "edges"
-        graph.json                        the graph with each edge's log-alpha (score) and in_graph
+        graph.json                        the circuit (``models.circuit``): each edge's log-alpha (score,
+                                          signed) and in_graph
         circuit.png                       the circuit drawn: nodes by layer, kept edges, Q/K/V readers marked
         history.json                      target, expected sparsity, KL, lambdas over training
         metrics.json                      kept edges, sparsity, the circuit's metrics and faithfulness on the
@@ -36,6 +37,7 @@ from subnetlab.io import write_json
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig, preset_config
 from subnetlab.methods.edge_pruning.data import circuit_data
 from subnetlab.methods.edge_pruning.train import prune_edges
+from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
 from subnetlab.runs.directory import absolute_inputs
@@ -108,7 +110,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                                 extra={"task": str(job.task), "model": str(job.model),
                                        "selection": cfg.selection})
     sub.save(out_dir / SUBNETWORK_FILE)
-    graph.save(out_dir / GRAPH_FILE, scores=result.log_alpha_edges.tolist(), in_graph=(kept > 0.5).tolist())
+    Circuit(graph, result.log_alpha_edges, kept, score_sign="signed").save(out_dir / GRAPH_FILE)
     write_json(out_dir / "history.json", result.history)
     _draw(graph, kept, out_dir / CIRCUIT_FIGURE, f"{job.task}: seed {cfg.seed}, target sparsity {cfg.sparsity:.3f}")
     stage(f"seed {cfg.seed}: measuring the circuit ({int(kept.sum())} of {graph.num_edges} edges)")

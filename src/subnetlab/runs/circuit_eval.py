@@ -2,9 +2,10 @@
 
 What it reads (the level, edges or nodes, follows from the file):
 
-* scores: a graph file (``graph.json``, ``models.graph``) with
+* scores: a graph file (``graph.json``, a ``models.circuit.Circuit``) with
   a ``score`` on every edge; a ``.safetensors`` file with ``edges`` ``[edges]``
-  (or an edge-pruning checkpoint's ``log_alpha_edges``);
+  (or an edge-pruning checkpoint's ``log_alpha_edges``), its graph's shape in
+  its metadata (files without it: the model's graph with as many edges);
   or node scores, ``heads`` ``[layers, heads]`` and ``mlps`` ``[layers]`` (or a
   Heuristic Core run's ``gates.safetensors``: ``log_alpha_heads`` /
   ``log_alpha_mlps``). The curve keeps the top-k items at each size
@@ -17,9 +18,10 @@ What it reads (the level, edges or nodes, follows from the file):
 Removed items are patched from the corrupted prompt of each pair (or zeroed).
 Node curves are normalised by the model on the corrupted prompts, MIB's
 ``m(empty)`` at every level, so node and edge runs compare on one scale
-(``analysis.circuit_evaluation``). The run writes ``config.json``,
-``faithfulness.json`` (the curve: sizes, kept items, every metric's values and
-``f``, CPR / CMD of each), the caller's figure, and ``metrics.json`` last.
+(``analysis.circuit_evaluation``). The run writes ``config.json`` first (once
+its inputs are read and checked), then ``faithfulness.json`` (the curve: sizes,
+kept items, every metric's values and ``f``, CPR / CMD of each), the caller's
+figure, and ``metrics.json`` last.
 """
 
 from __future__ import annotations
@@ -86,36 +88,30 @@ class CircuitEvalJobConfig:
 
 
 # ------------------------------------------------------------------ reading scores and circuits
-def _graph_file(path: str, adapter: Any, field: str) -> tuple[Any, Tensor]:
-    """The graph of a ``graph.json`` (checked against the model) and its per-edge ``field`` values."""
-    from subnetlab.models.graph import Graph
+def _graph_file(path: str, adapter: Any, setting: str) -> Any:
+    """The ``Circuit`` of a ``graph.json``, its graph checked against the model."""
+    from subnetlab.models.circuit import Circuit, check_model_graph
 
-    graph = Graph.load(path)
-    mine = Graph.from_adapter(adapter, embedding_nodes=graph.num_embeddings)
-    if graph.shape() != mine.shape():
-        raise SubnetlabError(f"{path}: a graph of {graph.shape()}, the model's is {mine.shape()}; it belongs to "
-                             "another model", setting="scores")
-    edges = json.loads(Path(path).read_text()).get("edges") or []
-    values = [e.get(field) for e in edges]
-    if len(values) != graph.num_edges or any(v is None or isinstance(v, str) for v in values):
-        missing = next((i for i, v in enumerate(values) if v is None or isinstance(v, str)), len(values))
-        raise SubnetlabError(f"{path}: edge {missing} has no {field!r} (every edge needs one)",
-                             setting="scores" if field == "score" else "circuits")
-    return graph, torch.tensor([float(v) for v in values])
+    circuit = Circuit.load(path, setting)
+    check_model_graph(circuit.graph, adapter, path, setting)
+    return circuit
 
 
-def _edge_graph(adapter: Any, count: int, path: str) -> Any:
-    from subnetlab.models.graph import Graph
+def _edge_scores(path: str, adapter: Any, tensors: dict[str, Tensor]) -> Any:
+    """The ``Circuit`` of an edge scores file: attribution scores (``edges``, ranked by magnitude unless the file
+    says otherwise) or an edge-pruning checkpoint's log-alphas (``log_alpha_edges``, ranked by value)."""
+    from subnetlab.io import load_tensor_metadata
+    from subnetlab.models.circuit import Circuit
 
-    for nodes in (2, 1):
-        try:
-            graph = Graph.from_adapter(adapter, embedding_nodes=nodes)
-        except SubnetlabError:
-            continue
-        if graph.num_edges == count:
-            return graph
-    raise SubnetlabError(f"{path}: {count} edge scores, the model's graph has {Graph.from_adapter(adapter).num_edges}",
-                         setting="scores")
+    metadata = load_tensor_metadata(path)
+    if "edges" in tensors:
+        return Circuit.from_tensor(tensors["edges"], adapter, metadata, path)
+    try:  # the checkpoint's state records its graph's shape
+        shape = json.loads(metadata.get("state") or "{}").get("graph")
+    except (json.JSONDecodeError, AttributeError):
+        shape = None
+    recorded = {} if not isinstance(shape, dict) else {"graph_shape": json.dumps(shape)}
+    return Circuit.from_tensor(tensors["log_alpha_edges"], adapter, recorded, path, score_sign="signed")
 
 
 def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any, bool]:
@@ -123,18 +119,19 @@ def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any, bool]:
 
     ``absolute``: attribution scores rank by magnitude (MIB's ``absolute=True``: a large negative effect is still
     an important edge); log-alphas rank by their signed value, since a very negative log-alpha is a gate training
-    closed, the least important item, not the most."""
+    closed, the least important item, not the most. Edge files record theirs (``models.circuit``)."""
     from subnetlab.analysis.circuit_evaluation import node_vector
     from subnetlab.io import load_tensors
 
     if path.endswith(".json"):
-        graph, scores = _graph_file(path, adapter, "score")
-        return "edges", scores, graph, True
+        circuit = _graph_file(path, adapter, "scores")
+        if circuit.scores is None:
+            raise SubnetlabError(f"{path}: edge 0 has no 'score' (every edge needs one)", setting="scores")
+        return "edges", circuit.scores, circuit.graph, circuit.absolute
     tensors = load_tensors(path)
-    for key in ("edges", "log_alpha_edges"):  # scores, or an edge-pruning checkpoint's log-alphas
-        if key in tensors:
-            return ("edges", tensors[key].float().reshape(-1), _edge_graph(adapter, tensors[key].numel(), path),
-                    not key.startswith("log_alpha"))
+    if "edges" in tensors or "log_alpha_edges" in tensors:
+        circuit = _edge_scores(path, adapter, tensors)
+        return "edges", circuit.scores, circuit.graph, circuit.absolute
     for heads, mlps in (("heads", "mlps"), ("log_alpha_heads", "log_alpha_mlps")):
         if heads in tensors and mlps in tensors:
             L, H = adapter.num_layers, adapter.num_heads
@@ -153,8 +150,10 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
     from subnetlab.subnetwork import Subnetwork
 
     if path.endswith(".json"):
-        graph, keep = _graph_file(path, adapter, "in_graph")
-        return "edges", keep.bool(), graph
+        circuit = _graph_file(path, adapter, "circuits")
+        if circuit.in_graph is None:
+            raise SubnetlabError(f"{path}: edge 0 has no 'in_graph' (every edge needs one)", setting="circuits")
+        return "edges", circuit.in_graph, circuit.graph
     sub = Subnetwork.load(path, adapter)
     if sub.kind == "edges":  # an edge circuit (subnetlab circuit's subnetwork.safetensors)
         return "edges", sub.edges.bool(), sub.graph()
@@ -205,7 +204,9 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     if len(shapes) > 1:
         raise SubnetlabError("the circuits mix levels or graphs (edges of two graphs, or edges and nodes); give one kind",
                              setting="circuits")
+    out.mkdir(parents=True, exist_ok=True)
     config = {**job.record(task.options), **runtime_record(device), "level": level}
+    write_json(out / "config.json", config)
     model = loaded.model.to(device).eval()
     stage(f"{level} circuits on {len(task.examples(job.split))} pairs of {job.split}"
           f"{f' (first {job.limit})' if job.limit else ''}: metric {job.metric}, ablation {job.ablation}")
@@ -226,8 +227,6 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         f = circuit_faithfulness(keep, evaluate, empty)
         result = {"metric": job.metric, "items": keep.numel(), "kept": int(keep.sum()), "faithfulness": f}
     result = {"level": level, "ablation": job.ablation, "split": job.split, "pairs": evaluate.count, **result}
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", config)
     write_json(out / "faithfulness.json", result)
     if figure is not None:
         figure(result, out)

@@ -28,6 +28,7 @@ from torch import Tensor
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import load_tensors, save_tensors
 from subnetlab.models.adapters import Adapter, head_name, mlp_name
+from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 
 FORMAT = "subnetlab.subnetwork/1"
@@ -106,6 +107,10 @@ class Subnetwork:
             raise SubnetlabError("this operation needs an edge circuit")
         g = self.graph_shape
         return Graph(g["family"], g["layers"], g["heads"], g["kv_heads"], g["embedding_nodes"])
+
+    def circuit(self) -> Circuit:
+        """An edge circuit as a ``Circuit``: its graph with ``in_graph`` the kept edges."""
+        return Circuit(self.graph(), in_graph=self.edges)
 
     # -- measures ----------------------------------------------------------------
     @property
