@@ -123,7 +123,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     metrics: dict[str, Any] = {
         "target_sparsity": cfg.sparsity, "seed": cfg.seed, "edges": graph.num_edges, "kept_edges": sub.count(),
         "sparsity": sub.sparsity, "selection": cfg.selection, "kept": sub.kept_names(),
-        "undecided_masks": result.selection.undecided, "masks": result.selection.masks,
+        "undecided_masks": result.selection.undecided, "masks": result.selection.num_masks,
         "eval": {"split": job.eval_split, **scores}, "faithfulness": faithful,
         "eval_ablation": "zero" if cfg.ablation == "zero" else "corrupted",
         "steps": cfg.total_steps, "resumed_from": result.resumed_from, "train_seconds": round(result.seconds, 3),
@@ -166,7 +166,7 @@ def circuit_health(result: Any, graph: Graph, kept: int, target: float) -> dict[
     (and node) masks; the objective is the KL over training."""
     expected = result.history[-1].get("expected_sparsity") if result.history else None
     health = judge(kept=kept, maskable=graph.num_edges, undecided=result.selection.undecided,
-                   gates=result.selection.masks, expected_sparsity=expected, target_sparsity=target,
+                   gates=result.selection.num_masks, expected_sparsity=expected, target_sparsity=target,
                    objective=[h.get("kl") for h in result.history])
     return health.to_dict()
 

@@ -24,7 +24,7 @@ class EdgeSelection:
 
     edges: Tensor  # [edges] float 0/1
     undecided: int  # masks still undecided (``methods.decided``)
-    masks: int  # masks trained (edges, plus nodes when masked)
+    num_masks: int  # masks trained (edges, plus nodes when masked)
 
     @property
     def sparsity(self) -> float:

@@ -96,18 +96,18 @@ class EdgePruner(MaskTrainer):
         sparsity = self.config.sparsity if sparsity is None else sparsity
         scores = self.edges.deterministic()
         tiebreak = self.edges.log_alpha.detach().cpu().clone()
-        undecided, masks = self.edges.undecided(), self.edges.size
+        undecided, num_masks = self.edges.undecided(), self.edges.size
         if self.nodes is not None:
             writer = self.writer_of.cpu()
             scores = scores * self.nodes.deterministic()[writer]
             tiebreak = tiebreak + self.nodes.log_alpha.detach().cpu()[writer]
-            undecided, masks = undecided + self.nodes.undecided(), masks + self.nodes.size
+            undecided, num_masks = undecided + self.nodes.undecided(), num_masks + self.nodes.size
         if self.config.selection == "connected":
             edges = select_connected_edges(self.graph, scores, tiebreak, sparsity,
                                            corrupted=self.config.ablation == "corrupted")
         else:
             edges = select_top_edges(scores, tiebreak, sparsity)
-        return EdgeSelection(edges, undecided, masks)
+        return EdgeSelection(edges, undecided, num_masks)
 
     # -- the trainer's parts ----------------------------------------------------------------------
     def install(self) -> EdgeMasks:
