@@ -1,106 +1,59 @@
-"""Calibration: the timing loop on a fake clock, and the GPT-2 rates on a one-layer arithmetic model."""
+"""Calibration: the short-and-long timing on a fake clock, which studies are timed, and one real call path (GPT-2,
+tiny) returning every unit the estimate counts. No test reads the time."""
 
 from __future__ import annotations
 
 import copy
 
-from subnetlab.experiments.demo.calibrate import _median_time, calibrate, gpt2_rates
-from subnetlab.experiments.demo.estimate import UNITS
+from subnetlab.experiments.demo import calibrate as cal
+from subnetlab.experiments.demo.estimate import subtask_induction_stages
 from subnetlab.experiments.subtask_induction.reproduce import PRESETS as SI
 
 
 class StepClock:
-    """Each call to the timed function advances the clock by the next of ``durations``."""
+    """``run(n)`` advances the clock by a set-up cost and ``n`` steps of a fixed cost."""
 
-    def __init__(self, durations):
-        self.t, self.durations, self.calls = 0.0, list(durations), 0
+    def __init__(self, setup: float, step: float) -> None:
+        self.t, self.setup, self.step, self.calls = 0.0, setup, step, []
 
     def __call__(self) -> float:
         return self.t
 
-    def step(self, _i: int) -> None:
-        self.t += self.durations[self.calls]
-        self.calls += 1
+    def run(self, n: int) -> None:
+        self.calls.append(n)
+        self.t += self.setup + n * self.step
 
 
-def test_median_after_a_warm_up_call():
-    clock = StepClock([10.0, 1.0, 3.0, 2.0])
-    assert _median_time(clock.step, 3, clock) == 2.0  # the 10 s warm-up is not counted
-    assert clock.calls == 4
+def test_per_unit_cancels_set_up_after_a_warm_up():
+    clock = StepClock(setup=7.0, step=0.5)
+    assert cal.per_unit(clock.run, 2, 6, clock) == 0.5
+    assert clock.calls == [2, 6, 2]  # the warm-up, then the long and the short run
 
 
-def test_budget_stops_early_but_times_at_least_once():
-    clock = StepClock([5.0, 4.0, 1.0, 1.0])
-    assert _median_time(clock.step, 3, clock, budget=2.0) == 4.0
-    assert clock.calls == 2
+def test_per_unit_is_never_negative():
+    clock = StepClock(setup=0.0, step=-1.0)
+    assert cal.per_unit(clock.run, 1, 3, clock) == 0.0
 
 
-def _tiny() -> dict:
+def _tiny_si() -> dict:
     s = copy.deepcopy(SI["demo"])
-    s.update(layers=[1], n_eval=64, cs_batch=16, transfer_batch=16, max_number=20)
+    s.update(layers=[1], n_eval=64, cs_batch=16, transfer_batch=16, max_number=20, backend="local")
     return s
 
 
-def test_gpt2_rates_are_positive_per_row():
-    rates = gpt2_rates(_tiny(), batches=2)
-    assert set(rates) == {"gpt2_eval_row", "gpt2_mask_row", "gpt2_train_row"} <= set(UNITS)
-    assert all(r > 0 for r in rates.values())
-
-
-def test_calibrate_only_the_demos_asked_for():
-    cal = calibrate({"subtask-induction": {**_tiny(), "backend": "local"}})
-    assert set(cal.rates) == {"gpt2_eval_row", "gpt2_mask_row", "gpt2_train_row"}
-    assert cal.seconds > 0 and "gpt2_seconds" in cal.details
-
-
-def test_minilm_rates_time_one_thread_jobs_when_the_sweeps_run_in_processes():
-    """The Heuristic Core demo's sweeps run as one-thread jobs: calibration times those units too (MiniLM, a few
-    steps), and only then; the threads are restored afterwards."""
-    import torch
-
-    from subnetlab.experiments.demo.calibrate import minilm_rates
-    from subnetlab.experiments.heuristic_core.reproduce import PRESETS as HC
-
-    hc = copy.deepcopy(HC["demo"])
-    hc["studies"][0]["task_options"] = {**hc["studies"][0]["task_options"], "n_train": 64}
-    threads = torch.get_num_threads()
-    rates = minilm_rates(hc, steps=1)
-    assert set(rates) == {"minilm_gate_step", "minilm_finetune_step", "minilm_eval_example", "minilm_job_gate_step",
-                          "minilm_job_eval_example"} <= set(UNITS)
-    assert all(r > 0 for r in rates.values()) and torch.get_num_threads() == threads
-    hc["backend"] = "local"
-    assert set(minilm_rates(hc, steps=1)) == {"minilm_gate_step", "minilm_finetune_step", "minilm_eval_example"}
-
-
-def test_circuits_rates_are_positive_per_unit():
-    from subnetlab.experiments.circuits.reproduce import PRESETS as CIRCUITS
-    from subnetlab.experiments.demo.calibrate import circuits_rates
-
-    s = copy.deepcopy(CIRCUITS["demo"])
-    s["circuit"] = {**s["circuit"], "batch_size": 8}
-    rates = circuits_rates(s)
-    assert set(rates) == {"tiny_train_step", "tiny_prune_step", "tiny_node_step", "tiny_eval_pair"} <= set(UNITS)
-    assert all(r >= 0 for r in rates.values()) and rates["tiny_eval_pair"] > 0
-
-
-def test_lottery_rates_cover_every_lottery_unit_and_restore_the_threads():
-    """The lottery demo's units on MiniLM (a few steps), with the threads restored afterwards."""
-    import torch
-
-    from subnetlab.experiments.demo.calibrate import lottery_rates
-    from subnetlab.experiments.lottery.reproduce import PRESETS
-
-    before = torch.get_num_threads()
-    small = {**PRESETS["demo"], "batch_size": 4}
-    rates = lottery_rates({**small, "backend": "local"})
-    assert set(rates) == {u for u in UNITS if u.startswith("lottery_")}
-    assert all(r > 0 for r in rates.values())
-    assert torch.get_num_threads() == before
-
-
-def test_a_sweep_start_is_timed_only_when_a_study_runs_worker_processes(monkeypatch):
-    import subnetlab.experiments.demo.calibrate as cal
-
+def test_only_the_studies_asked_for_are_timed_and_a_sweep_start_only_for_worker_processes(monkeypatch):
+    timed = []
+    monkeypatch.setattr(cal, "RATES", {"a": lambda s, clock: timed.append("a") or {"a_unit": 1.0},
+                                       "b": lambda s, clock: timed.append("b") or {"b_unit": 2.0}})
     monkeypatch.setattr(cal, "sweep_start_rate", lambda clock=None: 2.5)
-    assert calibrate({"subtask-induction": {**_tiny(), "backend": "local"}}).rates.get("sweep_start") is None
-    assert calibrate({"subtask-induction": {**_tiny(), "backend": "processes"}}).rates["sweep_start"] == 2.5
+    clock = StepClock(0.0, 0.0)
+    result = cal.calibrate({"b": {"backend": "local"}}, clock=clock)
+    assert timed == ["b"] and result.rates == {"b_unit": 2.0} and "b_seconds" in result.details
+    assert cal.calibrate({"a": {"backend": "processes"}}, clock=clock).rates == {"a_unit": 1.0, "sweep_start": 2.5}
+
+
+def test_gpt2_rates_cover_every_unit_the_estimate_counts():
+    """The real call path on a one-layer arithmetic GPT-2: one rate per unit of the study's stages."""
+    rates = cal.gpt2_rates(_tiny_si())
+    counted = {u for s in subtask_induction_stages(_tiny_si()) for u in {**s.work, **s.serial}}
+    assert set(rates) == counted and all(r >= 0 for r in rates.values())

@@ -33,12 +33,11 @@ def loud(monkeypatch):
     monkeypatch.setattr(progress, "_quiet", False)
 
 
-RATES = {"minilm_gate_step": 0.1, "minilm_finetune_step": 0.2, "minilm_eval_example": 0.001,
-         "minilm_job_gate_step": 0.15, "minilm_job_eval_example": 0.0015,
+RATES = {"hc_train_row": 0.01, "hc_eval_row": 0.001, "hc_job_gate_step": 0.15, "hc_job_eval_row": 0.0015,
          "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5,
          "tiny_train_step": 0.01, "tiny_prune_step": 0.02, "tiny_node_step": 0.01,
-         "tiny_eval_pair": 1e-4, "lottery_train_row": 0.02, "lottery_eval_example": 0.005, "lottery_importance_row": 0.01,
-         "lottery_pattern_pair": 0.02, "lottery_model_load": 1.0, "sweep_start": 2.0}
+         "tiny_eval_pair": 1e-4, "lottery_train_row": 0.02, "lottery_eval_row": 0.005, "lottery_importance_row": 0.01,
+         "lottery_pattern_pair": 0.02, "lottery_load": 1.0, "sweep_start": 2.0}
 LOTTERY_LINES = [("nli-synthetic: fine-tuning 3 seeds", 60.0), ("nli-synthetic: pruning (4 jobs)", 80.0),
                  ("nli-synthetic: re-fine-tuning good / random / bad subnetworks (6 jobs)", 120.0),
                  ("nli-synthetic: attention pattern types of finetuned-seed0 (full) on 40 pairs", 8.0)]
@@ -95,6 +94,8 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     captured = capsys.readouterr()
     first = captured.out.splitlines()[0]
     assert first.startswith("The demo should take about ") and "on this machine (18 stages; calibrated in 9 s" in first
+    # work the data decides is counted at the most the settings allow, and the line says so
+    assert "counted at the most the settings allow: heuristic-core: a core of at most 23 heads" in first
     # each report's path printed as soon as its demo returned, in order, then the findings
     lines = captured.out.splitlines()
     at = [lines.index(f"{name} report: {tmp_path / name / 'report.md'}")

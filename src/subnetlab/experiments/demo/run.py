@@ -33,10 +33,9 @@ def demo_preset(module: ModuleType) -> str:
     return TOUR if TOUR in module.PRESETS else "demo"
 
 RATE_WORDS = {
-    "minilm_gate_step": ("a pruning step", 1.0, "s"),
-    "minilm_finetune_step": ("a fine-tuning step", 1.0, "s"),
-    "minilm_eval_example": ("an evaluation example", 1000.0, "ms"),
-    "minilm_job_gate_step": ("a one-thread pruning step", 1.0, "s"),
+    "hc_job_gate_step": ("a pruning step", 1.0, "s"),
+    "hc_train_row": ("a fine-tuning row", 1000.0, "ms"),
+    "hc_eval_row": ("an evaluated row", 1000.0, "ms"),
     "gpt2_mask_row": ("a weight-mask row", 1000.0, "ms"),
     "gpt2_train_row": ("a transfer row", 1000.0, "ms"),
     "tiny_prune_step": ("an edge-pruning step", 1000.0, "ms"),
@@ -134,8 +133,9 @@ def run_demo(
     stage("calibrating: timing a few steps of each demo's real work on this machine")
     cal = calibrate({name: settings[name] for name in {s.demo for s in stages}})
     plan = Plan(stages, cal.rates, clock=clock)
+    bounds = f"; counted at the most the settings allow: {'; '.join(plan.bounds())}" if plan.bounds() else ""
     echo(f"The demo should take {minutes(plan.total())} on this machine "
-         f"({len(stages)} stages; calibrated in {cal.seconds:.0f} s: {describe_rates(cal.rates)}).")
+         f"({len(stages)} stages; calibrated in {cal.seconds:.0f} s: {describe_rates(cal.rates)}{bounds}).")
     tracker = Tracker(plan)
     reports: dict[str, str] = {}
     record: dict[str, Any] = {"calibration": {"rates": cal.rates, "seconds": round(cal.seconds, 1),
