@@ -68,7 +68,7 @@ def discover(
 
     A degenerate lambda (its mask keeps no weight, or every one) is never selected while another is not;
     health problems are warning lines (subnetlab --strict discover ... exits 2 instead)."""
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.io import write_json
     from subnetlab.runs.directory import claim
     from subnetlab.methods.continuous_sparsification import ContinuousSparsification, Selection

@@ -65,7 +65,7 @@ def lottery_prune(
 ) -> None:
     """Prune a fine-tuned model and write subnetwork.safetensors plus random.safetensors and bad.safetensors."""
     from subnetlab.cli.commands._options import with_data_options
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.runs.lottery import prune_config
     from subnetlab.runs.splits import held_out_options, held_out_task
     from subnetlab.tasks.spec import TaskSpec
@@ -120,7 +120,7 @@ def lottery_retrain(
 ) -> None:
     """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
     from subnetlab.cli.commands._options import with_data_options
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.methods.finetune.config import resolve_config
     from subnetlab.runs.lottery import check_retrain_subnetwork
 
@@ -179,7 +179,7 @@ def lottery_patterns(
 ) -> None:
     """Kovaleva pattern type of every head, from raw and from normed (Kobayashi) attention."""
     from subnetlab.analysis.attention_types import TYPES, HeadTypes
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.experiments.lottery.jobs import pattern_types, sentence_pairs
     from subnetlab.io import write_json
     from subnetlab.experiments.lottery.figures import pattern_types_plot

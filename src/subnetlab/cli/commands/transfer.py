@@ -67,7 +67,7 @@ def transfer(
 
     An empty subnetwork is refused (only the empty-mask condition may use one); the subnetwork's other health
     problems are warning lines (subnetlab --strict transfer ... refuses them before any training)."""
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.experiments.subtask_induction.figures import figure3

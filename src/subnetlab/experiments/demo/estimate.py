@@ -164,11 +164,11 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, demo: st
             "minilm_finetune_step": steps, "minilm_eval_example": evals * curve_rows},
             match=f"[{name}] fine-tuning", family="minilm"))
         # pruning: every seed at every sparsity, each evaluated once; the full model once; teacher and means once
-        from subnetlab.experiments.heuristic_core.study import _scaled_steps
+        from subnetlab.experiments.heuristic_core.study import step_overrides
 
         gate_steps = 0
         for target in study["sparsities"]:  # the study's own step rule (preset, scale, hold)
-            total = _scaled_steps(settings, float(target)).get("total_steps") or STEP_RULES[preset](float(target))[1]
+            total = step_overrides(settings, float(target)).get("total_steps") or STEP_RULES[preset](float(target))[1]
             gate_steps += total * len(settings["seeds"])
         runs = len(settings["seeds"]) * len(study["sparsities"])
         once = int(prune.get("train_limit") or 0) + int(prune.get("means_examples") or 0)
