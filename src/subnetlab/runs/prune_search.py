@@ -52,7 +52,7 @@ from subnetlab.methods.l0.objective import full_model_table
 from subnetlab.methods.head_pruning.select import Selection
 from subnetlab.methods.head_pruning.train import gate_tensors, prune
 from subnetlab.progress import stage
-from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
+from subnetlab.run_directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.job_config import JobConfig
 from subnetlab.runs.prune import level_name, write_selections
 from subnetlab.runs.prune_summary import health_counts

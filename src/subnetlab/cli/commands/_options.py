@@ -255,7 +255,7 @@ def guard_out(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(callback)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        from subnetlab.runs.directory import check_writable, lock
+        from subnetlab.run_directory import check_writable, lock
 
         out = kwargs.get("out")
         if out is None:

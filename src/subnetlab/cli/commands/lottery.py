@@ -24,7 +24,7 @@ def run_one(fn: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
     from subnetlab.executor import Job, execute
     from subnetlab.executor.job import check_existing_config, load_metrics
     from subnetlab.progress import stage
-    from subnetlab.runs.directory import absolute_inputs
+    from subnetlab.run_directory import absolute_inputs
 
     job = Job(fn, absolute_inputs(config), out)  # input files absolute: the same run from any working directory
     check_existing_config(job)  # a different config in --out is an error, not an overwrite

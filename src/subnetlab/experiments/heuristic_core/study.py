@@ -34,7 +34,7 @@ from subnetlab.experiments.heuristic_core.effective_size import (
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.head_pruning.config import PruneConfig
 from subnetlab.progress import stage
-from subnetlab.runs.directory import finished_metrics
+from subnetlab.run_directory import finished_metrics
 
 ID_SPLITS = ["id"]
 

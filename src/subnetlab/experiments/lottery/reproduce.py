@@ -81,7 +81,7 @@ from subnetlab.executor import Job, run_jobs
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.finetune.config import FinetuneConfig, validate
 from subnetlab.progress import stage
-from subnetlab.runs.directory import claim
+from subnetlab.run_directory import claim
 
 NAME = "lottery"
 CONTROLS = ("good", "random", "bad")

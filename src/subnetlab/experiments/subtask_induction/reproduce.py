@@ -94,7 +94,7 @@ from subnetlab.executor import Job, run_jobs
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.continuous_sparsification import Selection
 from subnetlab.progress import stage
-from subnetlab.runs.directory import claim
+from subnetlab.run_directory import claim
 from subnetlab.transfer.conditions import CONDITIONS, check_conditions, check_reinit
 
 NAME = "subtask-induction"
