@@ -180,7 +180,7 @@ def check_max_length_option(model: str, max_length: int | None, parameter: str =
 
     Read from a local model's ``config.json`` (no weights loaded). Only a value the user
     gave is checked this way: a default longer than a small model's positions (128 on a
-    16-position arithmetic GPT-2) is refused only when some input is that long, as before.
+    16-position arithmetic GPT-2) is refused only when some input is that long.
     A hub id is checked once the command has loaded it.
     """
     from typer._click.core import ParameterSource  # typer 0.2x vendors click: its context, not click's
