@@ -298,8 +298,8 @@ class LambdaChoice:
       states no number).
     * ``"best-accuracy"``: the most accurate, ties to the sparser. The vision
       study's rule ("we always transfer the subnetwork with highest accuracy",
-      appendix C.1) and subnetlab's earlier default; with a weak L0 term it picks
-      the densest mask, since density buys a little accuracy.
+      appendix C.1); with a weak L0 term it picks the densest mask, since
+      density buys a little accuracy.
     * ``"lambda"``: the run with ``l0_lambda``. The released arithmetic code
       (``math/checkpoints/*layers_val/transfer_1e-7_*/configs.yaml``) transfers the
       lambda = 1e-7 subnetwork at every depth; no code there compares the sweep.

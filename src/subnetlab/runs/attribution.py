@@ -60,7 +60,7 @@ class AttributionJobConfig:
         require_positive("attribution", "limit", self.limit, allow_none=True)
 
     def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
-        from subnetlab.runs.directory import absolute_inputs
+        from subnetlab.run_directory import absolute_inputs
 
         return absolute_inputs({"command": "circuit", "model": self.model, "task": task_options,
                                 "method": self.method, "ig_steps": self.ig_steps if self.method == "eap-ig" else 1,

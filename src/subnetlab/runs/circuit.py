@@ -40,7 +40,7 @@ from subnetlab.methods.edge_pruning.train import prune_edges
 from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
-from subnetlab.runs.directory import absolute_inputs
+from subnetlab.run_directory import absolute_inputs
 from subnetlab.runs.health import judge
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
 from subnetlab.runtime import resolve_device

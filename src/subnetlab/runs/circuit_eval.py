@@ -79,7 +79,7 @@ class CircuitEvalJobConfig:
         require_positive("circuit evaluation", "limit", self.limit, allow_none=True)
 
     def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
-        from subnetlab.runs.directory import absolute_inputs
+        from subnetlab.run_directory import absolute_inputs
 
         return absolute_inputs({"command": "circuit-eval", "model": self.model, "task": task_options,
                                 "scores": self.scores, "circuits": list(self.circuits), "split": self.split,

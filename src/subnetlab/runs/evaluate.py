@@ -61,8 +61,8 @@ class EvaluateJobConfig:
                 raise SubnetlabError(f"{name} {path}: no such file", setting=name)
 
     def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
-        """The run's ``config.json`` (local input files absolute: ``runs.directory.absolute_inputs``)."""
-        from subnetlab.runs.directory import absolute_inputs
+        """The run's ``config.json`` (local input files absolute: ``run_directory.absolute_inputs``)."""
+        from subnetlab.run_directory import absolute_inputs
 
         return absolute_inputs({"command": "evaluate", "model": self.model, "task": task_options, "eval_data": list(self.eval_data),
                 "splits": list(self.splits) if self.splits else None, "subnetwork": self.subnetwork,

@@ -27,7 +27,7 @@ from subnetlab.models import load_model
 from subnetlab.models.loading import LoadedModel
 from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.progress import stage
-from subnetlab.runs.directory import record_runtime
+from subnetlab.run_directory import record_runtime
 from subnetlab.runs.health import Health, judge, read_health
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options, save_splits

@@ -64,9 +64,7 @@ def circuit(
     from rich.table import Table
 
     from subnetlab.cli.commands._health import report_health
-    from subnetlab.cli.commands._options import parse_int_list
-    from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.cli.commands.prune import _parse_pairs, _parse_sparsities
+    from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
     from subnetlab.progress import stage
     from subnetlab.runs.circuit import CircuitJobConfig, circuit_sweep, load_circuit_task, write_sweep_graph
     from subnetlab.runs.health import read_health
@@ -81,9 +79,9 @@ def circuit(
                                    task_option=task_option, data_flags=data_flags, metric=metric,
                                    embedding_nodes=embedding_nodes, limit=limit, device=device)
     runs_on = resolve_device(device)
-    targets = _parse_sparsities([*sparsity, *(more or [])])
+    targets = parse_sparsities([*sparsity, *(more or [])])
     seed_list = parse_int_list(seeds, "--seeds")
-    overrides = _parse_pairs(set_, "--set")
+    overrides = parse_key_values(set_, "--set")
     if ablation is not None:
         overrides["ablation"] = ablation
     if embedding_nodes is not None:

@@ -100,7 +100,7 @@ def ioi_study(settings: dict[str, Any], out: Path) -> dict[str, Any]:
     """Train the IOI model, then its circuit task: full, corrupted, random edge circuits, Edge Pruning."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
     from subnetlab.analysis.faithfulness import curve_from_scores
-    from subnetlab.experiments.circuits.curves import edge_pruning_available, edge_pruning_runs
+    from subnetlab.experiments.circuits.curves import edge_pruning_runs
     from subnetlab.models.adapters import get_adapter
     from subnetlab.models.graph import Graph
 
@@ -122,8 +122,6 @@ def ioi_study(settings: dict[str, Any], out: Path) -> dict[str, Any]:
                               "corrupted": evaluate.corrupted_run, "curves": curves, "missing": {}}
     if not s.get("edge_pruning"):
         result["missing"]["edge-pruning"] = "ioi.edge_pruning is off in these settings"
-    elif not edge_pruning_available():
-        result["missing"]["edge-pruning"] = "this build has no Edge Pruning (subnetlab.methods.edge_pruning)"
     else:
         runs = edge_pruning_runs(model, tokenizer, task, [], s["edge_pruning"], seed, int(s["batch_size"]),
                                  curves["random-edges"]["empty"], out)

@@ -22,8 +22,7 @@ head in layer 0 feeds the *key* of an induction head in layer 1). The study
 6. writes ``report.md``.
 
 ``paper``: Edge Pruning's GPT-2 IOI sweep settings (``run_scripts/ioi_sweep.sh``
-of princeton-nlp/Edge-Pruning), for users with a GPU and the Hugging Face hub;
-it needs the Edge Pruning method in this build and says so otherwise.
+of princeton-nlp/Edge-Pruning), for users with a GPU and the Hugging Face hub.
 
 Every step writes its result under ``out/`` and is skipped when a rerun finds
 it; a run directory refuses settings other than its own. Any setting can be
@@ -110,12 +109,7 @@ def _check(settings: dict[str, Any]) -> None:
             raise SubnetlabError(f"scores_size {size!r}: expected a positive number of sequences",
                                  setting="scores_size")
     elif settings["study"] == "ioi-gpt2":
-        from subnetlab.experiments.circuits.curves import edge_pruning_available
         from subnetlab.methods.edge_pruning.config import preset_config
-
-        if not edge_pruning_available():
-            raise SubnetlabError("the paper preset runs Edge Pruning's GPT-2 IOI sweep, and this build has no Edge "
-                                 "Pruning method (subnetlab.methods.edge_pruning)", setting="preset")
         from subnetlab.runtime import resolve_device
 
         resolve_device(settings.get("device", "auto"))
