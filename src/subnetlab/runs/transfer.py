@@ -268,7 +268,7 @@ def sweep_health(metrics: list[dict]) -> list[Health]:
 def select_best(metrics: list[dict], selection: Any = None) -> dict:
     """The lambda sweep's winner among ``discover_job`` metrics, by ``selection``
     (a ``continuous_sparsification.LambdaChoice``; default: the sparsest subnetwork within 1 point of the
-    best evaluation accuracy, the paper's principle; ``LambdaChoice("best-accuracy")`` is the earlier rule).
+    best evaluation accuracy, the paper's principle; ``LambdaChoice("best-accuracy")``: the most accurate, the vision study's rule).
 
     A degenerate subnetwork (keeping no weight, or every one) is never chosen while another run's is not:
     the rules choose among the others (``degenerate_passed_over`` names the runs left out). The ``lambda``
