@@ -56,7 +56,8 @@ class AttributionJobConfig:
             raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS + TASK_METRICS)}",
                                  setting="metric")
         require_positive("attribution", "batch_size", self.batch_size)
-        require_positive("attribution", "limit", self.limit, allow_none=True)
+        require_positive("attribution", "limit", self.limit, allow_none=True,
+                         counts=f"the number of {self.split} pairs the edges are scored on")
 
     def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
         from subnetlab.runs.directory import absolute_inputs

@@ -71,12 +71,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def require_positive(owner: str, name: str, value: Any, allow_none: bool = False) -> None:
-    """``value`` must be an integer >= 1 (or None when allowed)."""
+def require_positive(owner: str, name: str, value: Any, allow_none: bool = False, counts: str | None = None) -> None:
+    """``value`` must be an integer >= 1 (or None when allowed); ``counts`` says what it counts, where the name
+    alone does not (``limit 0: the number of train pairs ... must be an integer of at least 1``)."""
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SubnetlabError(f"{owner}: {name} {value!r} must be an integer of at least 1", setting=name)
+        problem = f"{owner}: {name} {value!r}" if counts is None else f"{name} {value!r}: {counts}"
+        raise SubnetlabError(f"{problem} must be an integer of at least 1", setting=name)
 
 
 __all__ = ["JobConfig", "optional", "require_positive"]
