@@ -18,6 +18,7 @@ SETTING_PARAMETERS: dict[str, str | tuple[str, ...]] = {
     "task_options": "task_option",  # the task's options, given one --task-option KEY=VALUE at a time
     "task_data": ("data", "task_option"),  # a file task's data: --data where the command has it
     "n_jobs": "jobs",  # run_jobs(n_jobs=...) is --jobs
+    "eval_limit": "limit",  # circuit's evaluation pairs (a command with --eval-limit keeps its own)
 }
 
 # --preset of the commands that prune with hard-concrete gates (methods/head_pruning/config.py's PRESETS)
@@ -175,6 +176,25 @@ def dtype_option() -> Any:
     return typer.Option(None, "--dtype", help=DTYPE_HELP)
 
 
+def given_options() -> dict[str, str]:
+    """Parameter name -> its long flag (an argument: its metavar), for each parameter of the running command that
+    the user set (command line or environment), in the command's order. A parameter left at its default is not
+    among them, whatever its value; outside a command, none is."""
+    from typer._click.core import ParameterSource  # typer 0.2x vendors click: its context, not click's
+    from typer._click.globals import get_current_context
+
+    context = get_current_context(silent=True)
+    if context is None:
+        return {}
+    given = {}
+    for param in context.command.params:
+        if param.name and context.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
+                                                                       ParameterSource.ENVIRONMENT):
+            longs = [opt for opt in param.opts if opt.startswith("--")]
+            given[param.name] = longs[0] if longs else (param.metavar or param.name.upper())
+    return given
+
+
 def check_max_length_option(model: str, max_length: int | None, parameter: str = "max_length") -> None:
     """A ``--max-length`` typed on the command line must fit the model's positions; checked before any work.
 
@@ -183,13 +203,7 @@ def check_max_length_option(model: str, max_length: int | None, parameter: str =
     16-position arithmetic GPT-2) is refused only when some input is that long.
     A hub id is checked once the command has loaded it.
     """
-    from typer._click.core import ParameterSource  # typer 0.2x vendors click: its context, not click's
-    from typer._click.globals import get_current_context
-
-    context = get_current_context(silent=True)
-    given = context is not None and context.get_parameter_source(parameter) in (ParameterSource.COMMANDLINE,
-                                                                                ParameterSource.ENVIRONMENT)
-    if max_length is None or not given:
+    if max_length is None or parameter not in given_options():
         return
     from subnetlab.methods.model_fit import check_max_length
     from subnetlab.models import resolve
