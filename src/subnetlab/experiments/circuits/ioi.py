@@ -24,7 +24,7 @@ from subnetlab import optim
 from subnetlab.io import atomic_directory, read_json, write_json
 from subnetlab.progress import stage
 
-from subnetlab.experiments.circuits.training import ModelShape, build_model_from, config_for
+from subnetlab.experiments.circuits.training import ModelShape, build_model_from, config_for, load_trained_model
 
 
 def _split(task, tokenizer, split: str) -> dict[str, torch.Tensor]:
@@ -51,8 +51,6 @@ def _evaluate(model, batch: dict[str, torch.Tensor]) -> dict[str, float]:
 
 def train_ioi_model(settings: dict[str, Any], out: Path):
     """The trained IOI model, its tokenizer, its task and its training record (trained unless saved before)."""
-    from transformers import AutoModelForCausalLM
-
     from subnetlab.tasks.circuits.ioi import make_ioi_task
     from subnetlab.tasks.ioi_words import ioi_word_tokenizer
 
@@ -61,7 +59,7 @@ def train_ioi_model(settings: dict[str, Any], out: Path):
     task = make_ioi_task(n_train=int(s["n_train"]), n_eval=int(s["n_eval"]), seed=seed).bind(tokenizer)
     model_dir, record_file = out / "model", out / "training.json"
     if model_dir.is_dir() and record_file.is_file():
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+        model = load_trained_model(model_dir)
         return model, tokenizer, task, read_json(record_file)
     shape = ModelShape(**s["model"])
     train, held = _split(task, tokenizer, "train"), _split(task, tokenizer, "eval")
