@@ -46,7 +46,7 @@ Clock = Callable[[], float]
 
 
 def per_unit(run: Callable[[int], Any], few: int, more: int, clock: Clock = time.perf_counter) -> float:
-    """Seconds per unit of ``run(n)``: ``(t(more) - t(few)) / (more - few)`` after a warm-up ``run(few)``, at least 0."""
+    """Seconds per unit of ``run(n)``: ``(t(more) - t(few)) / (more - few)`` after a warm-up ``run(few)``, >= 0."""
     def timed(n: int) -> float:
         t0 = clock()
         run(n)
@@ -64,13 +64,14 @@ def job_threads(*settings: Mapping[str, Any] | None) -> int:
 def minilm_rates(hc: Mapping[str, Any] | None, lot: Mapping[str, Any] | None,
                  clock: Clock = time.perf_counter) -> dict[str, float]:
     """``minilm_*``, one set for the Heuristic Core and the lottery (both fine-tune MiniLM), on the first one's task:
-    a training row (``train_step``) and an evaluated row (``evaluate``) in-process and in a job; in a job, loading
-    the model, a pruning step (``head_pruning.prune``) and a row of the lottery's importance criterion; in-process,
-    the attention types of one sentence pair (``head_types``)."""
+    a training row (``train_step``) and an evaluated row (``evaluate``, at the Heuristic Core's evaluation batch)
+    in-process and in a job; in a job, loading the model, a pruning step (``head_pruning.prune``) and a row of the
+    lottery's importance criterion; in-process, the attention types of one sentence pair (``head_types``)."""
     name = hc["studies"][0]["task"] if hc else lot["tasks"][0]
     opts = (hc["studies"][0].get("task_options") if hc else lot["task_options"].get(name)) or {}
-    batch, length = (hc["finetune"]["batch_size"], hc["finetune"]["max_length"]) if hc else (
-        lot["batch_size"], lot["max_length"])
+    ft = hc["finetune"] if hc else {}
+    batch, length = (ft["batch_size"], ft["max_length"]) if hc else (lot["batch_size"], lot["max_length"])
+    eval_batch = int(ft.get("eval_batch_size") or 2 * batch)
     task, job = TaskSpec(name, {**opts, "n_train": 8 * batch}).build(), job_threads(hc, lot)
     t0 = clock()
     loaded = model_for_task((hc or lot)["model"], task, seed=0)
@@ -91,7 +92,7 @@ def minilm_rates(hc: Mapping[str, Any] | None, lot: Mapping[str, Any] | None,
         with torch_threads(threads):
             rates[f"{prefix}train_row"] = per_unit(train, 1, 3, clock) / batch
             rates[f"{prefix}eval_row"] = per_unit(lambda n: evaluate(
-                model, tok, task, [split], 2 * batch, length, limit=n, show_progress=False), 16, 144, clock)
+                model, tok, task, [split], eval_batch, length, limit=n, show_progress=False), 16, 144, clock)
     with torch_threads(job):
         if hc:
             prune_opts = {k: v for k, v in (hc.get("prune") or {}).items() if v is not None}

@@ -118,8 +118,8 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, cores: i
                 Stage(demo, f"{name}/prune", f"{name}: pruning {len(runs)} subnetworks", f"[{name}] pruning",
                       (*runs, full), workers, start),
                 Stage(demo, f"{name}/curves", f"{name}: accuracy curves", f"[{name}] accuracy curves",
-                      ({"minilm_load": 1, "minilm_job_eval_row": rows},) * math.ceil(ft["max_steps"] / ft["save_every"]),
-                      workers, start),
+                      ({"minilm_load": 1, "minilm_job_eval_row": rows},) * math.ceil(
+                          ft["max_steps"] / ft["save_every"]), workers, start),
                 Stage(demo, f"{name}/ablation", f"{name}: ablating the core", f"[{name}] ablating",
                       ({"minilm_eval_row": ablations * per_pass},),
                       bound=f"a core of at most {core} heads", count=r"ablating (\d+) heads", most=core,
