@@ -41,19 +41,29 @@ def _tiny_si() -> dict:
     return s
 
 
-def test_only_the_studies_asked_for_are_timed_and_a_sweep_start_only_for_worker_processes(monkeypatch):
+def test_only_the_studies_asked_for_are_timed_minilm_once_and_a_sweep_start_only_for_worker_processes(monkeypatch):
     timed = []
-    monkeypatch.setattr(cal, "RATES", {"a": lambda s, clock: timed.append("a") or {"a_unit": 1.0},
-                                       "b": lambda s, clock: timed.append("b") or {"b_unit": 2.0}})
+    monkeypatch.setattr(cal, "minilm_rates", lambda hc, lot, clock: timed.append(("minilm", hc, lot)) or {"m": 1.0})
+    monkeypatch.setattr(cal, "gpt2_rates", lambda s, clock: timed.append(("gpt2",)) or {"g": 2.0})
+    monkeypatch.setattr(cal, "circuits_rates", lambda s, clock: timed.append(("tiny",)) or {"t": 3.0})
     monkeypatch.setattr(cal, "sweep_start_rate", lambda clock=None: 2.5)
     clock = StepClock(0.0, 0.0)
-    result = cal.calibrate({"b": {"backend": "local"}}, clock=clock)
-    assert timed == ["b"] and result.rates == {"b_unit": 2.0} and "b_seconds" in result.details
-    assert cal.calibrate({"a": {"backend": "processes"}}, clock=clock).rates == {"a_unit": 1.0, "sweep_start": 2.5}
+    hc, lot = {"backend": "local", "name": "hc"}, {"backend": "local", "name": "lot"}
+    assert cal.calibrate({"circuits": {"backend": "local"}}, clock=clock) == {"t": 3.0} and timed == [("tiny",)]
+    timed.clear()
+    assert cal.calibrate({"heuristic-core": hc, "lottery": lot}, clock=clock) == {"m": 1.0}
+    assert timed == [("minilm", hc, lot)]  # the two MiniLM studies share one timing
+    assert cal.calibrate({"lottery": {"backend": "processes"}}, clock=clock) == {"m": 1.0, "sweep_start": 2.5}
+    assert timed[-1] == ("minilm", None, {"backend": "processes"})
+
+
+def test_job_threads_one_for_worker_processes():
+    assert cal.job_threads({"backend": "local"}, None) == 0
+    assert cal.job_threads(None, {"backend": "processes"}) == 1
 
 
 def test_gpt2_rates_cover_every_unit_the_estimate_counts():
     """The real call path on a one-layer arithmetic GPT-2: one rate per unit of the study's stages."""
     rates = cal.gpt2_rates(_tiny_si())
-    counted = {u for s in subtask_induction_stages(_tiny_si()) for u in {**s.work, **s.serial}}
+    counted = {u for s in subtask_induction_stages(_tiny_si()) for job in (*s.jobs, s.serial) for u in job}
     assert set(rates) == counted and all(r >= 0 for r in rates.values())

@@ -1,5 +1,6 @@
-"""The demo's estimate: work read off the presets (changing with them), bounds where the data decides, the plan's
-sum of counts x rates and its re-calibration on a fake clock. No test reads the time."""
+"""The demo's estimate: work read off the presets (changing with them), bounds where the data decides and the
+ablation counted again from its line, the plan's sum of counts x rates and its re-scaling on a fake clock. No test
+reads the time."""
 
 from __future__ import annotations
 
@@ -42,7 +43,6 @@ def test_jobs_go_to_the_first_free_worker_after_the_serial_start():
     assert Stage("d", "a", "A", "", jobs, parallel=2).predicted(rates) == 20.0
     assert Stage("d", "a", "A", "", jobs, parallel=1).predicted(rates) == 32.0
     assert Stage("d", "a", "A", "", jobs, parallel=2, serial={"s": 1}).predicted(rates) == 23.0
-    assert Stage("d", "a", "A", "", jobs).work == {"u": 32}
 
 
 def _fake_si() -> dict:
@@ -73,7 +73,7 @@ def test_counts_follow_the_preset():
     changed = _fake_si()
     changed.update(cs_epochs=8, seeds=[0, 1])
     after = _by_key(subtask_induction_stages(changed, cores=2))
-    assert after["L2/discover"].work["gpt2_mask_row"] == 2 * before["L2/discover"].work["gpt2_mask_row"]
+    assert after["L2/discover"].jobs[0]["gpt2_mask_row"] == 2 * before["L2/discover"].jobs[0]["gpt2_mask_row"]
     assert len(after["transfer"].jobs) == 2 * len(before["transfer"].jobs)
     local = _by_key(subtask_induction_stages({**_fake_si(), "backend": "local"}, cores=2))
     assert local["transfer"].parallel == 1 and local["transfer"].serial == {}
@@ -85,10 +85,12 @@ def test_heuristic_core_pruning_steps_are_the_study_plans():
     stages = _by_key(heuristic_core_stages(settings, real_hans=False, cores=2))
     assert list(stages) == ["nli/finetune", "nli/prune", "nli/curves", "nli/ablation", "nli/attention"]
     per_seed = sum(c["total_steps"] for c in planned.values())
-    assert stages["nli/prune"].work["hc_job_gate_step"] == len(settings["seeds"]) * per_seed
-    assert stages["nli/finetune"].work["hc_train_row"] == 200 * 16  # max_steps x batch_size
+    steps = [job.get("minilm_job_gate_step", 0) for job in stages["nli/prune"].jobs]
+    assert sum(steps) == len(settings["seeds"]) * per_seed and len(steps) == 3 * 2 + 1  # and the full model's job
+    # max_steps x batch_size; evaluated at the start and the end on 300 ID rows and 30 subcases x 10
+    assert stages["nli/finetune"].jobs == ({"minilm_train_row": 200 * 16, "minilm_eval_row": 2 * (300 + 30 * 10)},)
     held = _by_key(heuristic_core_stages({**settings, "prune_hold_steps": 125}, real_hans=False, cores=2))
-    assert held["nli/prune"].work["hc_job_gate_step"] > stages["nli/prune"].work["hc_job_gate_step"]
+    assert sum(j.get("minilm_job_gate_step", 0) for j in held["nli/prune"].jobs) > sum(steps)
 
 
 def test_heuristic_core_ablation_counts_a_core_bound_by_the_sparsity():
@@ -99,7 +101,11 @@ def test_heuristic_core_ablation_counts_a_core_bound_by_the_sparsity():
     # none, 10 sampled others, 23 singles, the joint row, all jointly, one control x (23 singles + joint)
     rows = 1 + 10 + 23 + 1 + 1 + 1 * (23 + 1)
     # per pass (160 rows at most per split): ID 160 of 300, OOD 4 x 40, the 3 heuristics' 5 entailment subcases x 10
-    assert stage.work == {"hc_eval_row": rows * (160 + 160 + 3 * 5 * 10)}
+    per_pass = 160 + 160 + 3 * 5 * 10
+    assert stage.jobs == ({"minilm_eval_row": rows * per_pass},)
+    # counted again for a core of 7: 16 fewer singles and 16 fewer control rows
+    rates = {"minilm_eval_row": 0.001}
+    assert stage.predicted(rates, 7) == pytest.approx((rows - 16 * 2) * per_pass * 0.001)
     settings["studies"][0]["sparsities"] = [0.5, 0.9]
     assert _by_key(heuristic_core_stages(settings, real_hans=False))["nli/ablation"].bound == \
         "a core of at most 8 heads"
@@ -111,12 +117,12 @@ def test_lottery_pruning_is_counted_at_its_loops_bounds():
     # s-pruning: 7 heads a joint step, 3 a heads-only step, one MLP at a time: at most 1 + 71 // 3 + 1 + 6 + 1 = 32
     assert prune.bound == "at most 32 s-pruning and 10 m-pruning steps"
     s_job, m_job = prune.jobs[0], prune.jobs[-1]
-    assert s_job == {"lottery_load": 1, "lottery_importance_row": 32 * 96, "lottery_eval_row": (32 + 3) * 200}
-    assert m_job == {"lottery_load": 1, "lottery_eval_row": (10 + 3) * 200}
+    assert s_job == {"minilm_load": 1, "minilm_job_importance_row": 32 * 96, "minilm_job_eval_row": (32 + 3) * 200}
+    assert m_job == {"minilm_load": 1, "minilm_job_eval_row": (10 + 3) * 200}
     assert len(prune.jobs) == 3 + 1 and prune.serial == {"sweep_start": 1}
     capped = _by_key(lottery_stages({**LOTTERY["tour"], "prune_max_steps": 5}, cores=2))["nli-synthetic/prune"]
     assert capped.bound == "at most 5 s-pruning and 5 m-pruning steps"
-    tuning = {"lottery_load": 1, "lottery_train_row": 2000, "lottery_eval_row": 400}  # 1 epoch; 200 + 200 rows
+    tuning = {"minilm_load": 1, "minilm_job_train_row": 2000, "minilm_job_eval_row": 400}  # 1 epoch; 200 + 200 rows
     assert stages["nli-synthetic/finetune"].jobs == (tuning,) * 3
     assert stages["nli-synthetic/retrain"].jobs == (tuning,) * 6
 
@@ -124,74 +130,70 @@ def test_lottery_pruning_is_counted_at_its_loops_bounds():
 def test_circuits_counts_follow_the_preset():
     stages = _by_key(circuits_stages(CIRCUITS["demo"], cores=2))
     assert list(stages) == ["train", "mechanism", "random", "node", "edge", "ioi"]
-    assert stages["train"].work == {"tiny_train_step": 400, "tiny_eval_pair": 21 * 256}
+    assert stages["train"].jobs == ({"tiny_train_step": 400, "tiny_eval_pair": 21 * 256},)
     assert stages["mechanism"].bound == "at most 4 induction heads"
     longer = copy.deepcopy(CIRCUITS["demo"])
     longer["training"]["steps"] = 800
     longer.update(ioi=None, node_pruning=None)
     other = _by_key(circuits_stages(longer))
     assert list(other) == ["train", "mechanism", "random", "edge"]
-    assert other["train"].work["tiny_train_step"] == 800
-    assert circuits_stages(CIRCUITS["paper"]) == []  # the GPU preset is not part of the demo
+    assert other["train"].jobs[0]["tiny_train_step"] == 800
 
 
 def _plan(clock: FakeClock) -> Plan:
-    stages = [Stage("d", "a", "A", "start a", ({"u": 10},)), Stage("d", "b", "B", "start b", ({"v": 5},)),
+    stages = [Stage("d", "a", "A", "start a", ({"u": 10},)), Stage("d", "b", "B", "start b",
+                                                                     ({"v": 5},), bound="at most 5 v", count=r"(\d) of",
+                                                                     most=5, per={"v": 1}),
               Stage("e", "c", "C", "start c", ({"u": 20},) * 2, parallel=2)]
     return Plan(stages, {"u": 1.0, "v": 2.0}, clock=clock)
 
 
-def test_plan_total_and_recalibration_on_a_fake_clock():
+def test_plan_total_rescaling_and_recount_on_a_fake_clock():
     clock = FakeClock()
     plan = _plan(clock)
     assert plan.total() == pytest.approx(10 + 10 + 20)
-    plan.start("d:a")
+    assert plan.total(exact=True) == 30.0 and plan.total(exact=False) == 10.0 and plan.bounds() == ["d: at most 5 v"]
+    assert plan.status().stage == "starting"
+    plan.begin("d")
     clock.t = 4.0
     assert plan.remaining() == pytest.approx(6 + 10 + 20)
-    clock.t = 20.0  # a took 20 s for 10 predicted: d's factor 2; e has none of its own and takes the overall one
-    assert plan.on_line("d", "now start b") == "d:b"
-    assert plan.measured("d:a") == pytest.approx(20.0)
-    assert plan.factor("d") == pytest.approx(2.0) and plan.factor("e") == pytest.approx(2.0)
-    assert plan.remaining() == pytest.approx(20 + 40)
-    clock.t = 25.0
-    plan.finish_demo("d")  # b took 5 s for 10 predicted: d's factor (20 + 5) / 20
-    assert plan.factor("d") == pytest.approx(25 / 20)
-    plan.on_line("e", "start c")
-    clock.t = 100.0  # c is past its 25 s: a tenth of its elapsed 75 s more
-    assert plan.remaining() == pytest.approx(7.5)
-    assert plan.current().key == "c"
-    plan.finish_demo("e")
-    assert plan.remaining() == 0.0 and plan.done_fraction() == pytest.approx(1.0)
+    assert plan.status().stage == "d: A" and plan.status().done == pytest.approx(4 / 40)
+    clock.t = 20.0  # a took 20 s for 10 predicted: factor 2; b's line names 4 of its 5: 8 s predicted
+    assert plan.on_line("start b (4 of at most 5)")
+    assert plan.measured(0) == pytest.approx(20.0) and plan.predicted[1] == pytest.approx(8.0)
+    assert plan.factor() == pytest.approx(2.0)
+    assert plan.remaining() == pytest.approx(16 + 40)
+    clock.t = 24.0
+    plan.end()  # b took 4 s for 8 predicted: the factor (20 + 4) / (10 + 8)
+    assert plan.factor() == pytest.approx(24 / 18) and plan.status().stage == "d: done"
+    plan.begin("e")
+    clock.t = 100.0  # c is past its 20 x 24 / 18 s: a tenth of its elapsed 76 s more
+    assert plan.remaining() == pytest.approx(7.6)
+    assert plan.status().stage == "e: C"
+    plan.end()
+    assert plan.remaining() == 0.0 and plan.status().done == pytest.approx(1.0)
     rows = {r["stage"]: r for r in plan.table()}
-    assert rows["c"]["measured_seconds"] == pytest.approx(75.0) and rows["c"]["predicted_seconds"] == 20.0
-    assert rows["c"]["work"] == {"u": 40} and rows["c"]["jobs"] == 2
+    assert rows["c"]["measured_seconds"] == pytest.approx(76.0) and rows["c"]["predicted_seconds"] == 20.0
+    assert rows["b"]["bound"] == "at most 5 v" and rows["b"]["predicted_seconds"] == 8.0
 
 
-def test_short_stages_do_not_recalibrate_and_lines_match_in_order():
+def test_bounded_and_short_stages_do_not_rescale_and_lines_match_in_order():
     clock = FakeClock()
     plan = _plan(clock)
-    assert plan.on_line("d", "start b") == "d:b"  # a later line: the earlier stage ends unstarted
-    assert plan.on_line("d", "start a") == "d:a"
-    assert plan.on_line("d", "start b") is None  # started once only
-    assert plan.on_line("d", "start c") is None  # another demo's stage
+    plan.demo = "d"
+    assert plan.on_line("start b (2 of at most 5)")  # a later line: the earlier stage ends unstarted
+    assert plan.on_line("start a")
+    assert not plan.on_line("start b")  # started once only
+    assert not plan.on_line("start c")  # another demo's stage
     clock.t = 0.5
-    plan.finish_demo("d")
-    assert plan.factor("d") == 1.0  # shorter than min_seconds: a resumed, skipped stage
-
-
-def test_done_fraction_counts_running_stages_by_elapsed_share():
-    clock = FakeClock()
-    plan = _plan(clock)
-    plan.start("d:a")
-    clock.t = 5.0
-    assert plan.done_fraction() == pytest.approx(10 * 0.5 / 40)
-
-
-def test_bounds_are_listed_and_keys_unique():
-    plan = Plan([Stage("d", "a", "A", "", ({"u": 1},), bound="at most 3 steps")], {"u": 1.0})
-    assert plan.bounds() == ["d: at most 3 steps"]
-    with pytest.raises(ValueError):
-        Plan([Stage("d", "a", "A", "", ()), Stage("d", "a", "A", "", ())], {})
+    plan.end()
+    assert plan.factor() == 1.0  # shorter than min_seconds: a resumed, skipped stage
+    bounded = _plan(clock)
+    bounded.demo = "d"
+    bounded.on_line("start b (at most 5)")  # no count on the line: b stays at its bound
+    clock.t = 10.0
+    bounded.end()
+    assert bounded.factor() == 1.0 and bounded.predicted[1] == 10.0
 
 
 def test_minutes():

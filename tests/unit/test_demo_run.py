@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from subnetlab import progress
-from subnetlab.experiments.demo.calibrate import Calibration
 from subnetlab.experiments.circuits import reproduce as circuits_reproduce
-from subnetlab.experiments.demo.run import run_demo
+from subnetlab.experiments.demo.estimate import Plan
+from subnetlab.experiments.demo.run import plan_stages, run_demo
 from subnetlab.experiments.heuristic_core import reproduce as hc_reproduce
 from subnetlab.experiments.lottery import reproduce as lottery_reproduce
 from subnetlab.experiments.subtask_induction import reproduce as si_reproduce
@@ -33,11 +34,11 @@ def loud(monkeypatch):
     monkeypatch.setattr(progress, "_quiet", False)
 
 
-RATES = {"hc_train_row": 0.01, "hc_eval_row": 0.001, "hc_job_gate_step": 0.15, "hc_job_eval_row": 0.0015,
-         "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4, "gpt2_eval_row": 1e-5,
-         "tiny_train_step": 0.01, "tiny_prune_step": 0.02, "tiny_node_step": 0.01,
-         "tiny_eval_pair": 1e-4, "lottery_train_row": 0.02, "lottery_eval_row": 0.005, "lottery_importance_row": 0.01,
-         "lottery_pattern_pair": 0.02, "lottery_load": 1.0, "sweep_start": 2.0}
+RATES = {"minilm_train_row": 0.01, "minilm_eval_row": 0.001, "minilm_job_train_row": 0.02,
+         "minilm_job_eval_row": 0.0015, "minilm_job_gate_step": 0.15, "minilm_job_importance_row": 0.01,
+         "minilm_pattern_pair": 0.02, "minilm_load": 1.0, "gpt2_train_row": 1e-4, "gpt2_mask_row": 1e-4,
+         "gpt2_eval_row": 1e-5, "tiny_train_step": 0.01, "tiny_prune_step": 0.02, "tiny_node_step": 0.01,
+         "tiny_eval_pair": 1e-4, "sweep_start": 2.0}
 LOTTERY_LINES = [("nli-synthetic: fine-tuning 3 seeds", 60.0), ("nli-synthetic: pruning (4 jobs)", 80.0),
                  ("nli-synthetic: re-fine-tuning good / random / bad subnetworks (6 jobs)", 120.0),
                  ("nli-synthetic: attention pattern types of finetuned-seed0 (full) on 40 pairs", 8.0)]
@@ -86,16 +87,23 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
 
     def calibrate(settings):
         calibrated.append(sorted(settings))
-        return Calibration(dict(RATES), 9.0, {})
+        clock.t += 9.0
+        return dict(RATES)
 
     result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=calibrate, clock=clock,
                       interactive=False, cores=2)
     assert calibrated == [["circuits", "heuristic-core", "lottery", "subtask-induction"]]
     captured = capsys.readouterr()
     first = captured.out.splitlines()[0]
-    assert first.startswith("The demo should take about ") and "on this machine (18 stages; calibrated in 9 s" in first
-    # work the data decides is counted at the most the settings allow, and the line says so
-    assert "counted at the most the settings allow: heuristic-core: a core of at most 23 heads" in first
+    # the exactly counted stages' time, then the bounded ones' (at their bound) with what the data decides
+    stages = plan_stages({name: m.PRESETS["tour" if "tour" in m.PRESETS else "demo"] for name, m in modules.items()},
+                         tmp_path, 2)
+    plan = Plan(stages, RATES)
+    assert first == (f"The demo should take about {round(plan.total(exact=True) / 60)} min on this machine for the 14 "
+                     f"stages its settings fix, and up to {math.ceil(plan.total(exact=False) / 60)} min more for the 4 "
+                     "whose size the data decides (heuristic-core: a core of at most 23 heads; lottery: at most 32 "
+                     "s-pruning and 10 m-pruning steps; lottery: at most 8 attention readings; circuits: at most 4 "
+                     "induction heads); calibrated in 9 s.")
     # each report's path printed as soon as its demo returned, in order, then the findings
     lines = captured.out.splitlines()
     at = [lines.index(f"{name} report: {tmp_path / name / 'report.md'}")
@@ -120,19 +128,14 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
                         # the mechanism stage spans the head scores and the cuts; IOI's own edge pruning is in "ioi"
                         "circuits:train": 25.0, "circuits:mechanism": 5.0, "circuits:random": 6.0,
                         "circuits:node": 10.0, "circuits:edge": 16.0, "circuits:ioi": 49.0}
-    # predicted = work x the fake rates (the work itself is checked by hand in test_demo_estimate.py): shared
-    # ``parallel`` ways, or for a sweep of jobs, between that and one worker running them all
-    for r in timings["stages"]:
-        first = sum(RATES[u] * n for u, n in r["serial"].items())  # a sweep's start, before its jobs
-        shared = sum(RATES[u] * n for u, n in r["work"].items()) / r["parallel"]
-        if r["jobs"]:
-            assert first + shared - 0.06 <= r["predicted_seconds"] <= first + shared * r["parallel"] + 0.06
-        else:
-            assert r["predicted_seconds"] == pytest.approx(first + shared, abs=0.06)
-    assert {r["stage"] for r in timings["stages"] if r["serial"]} == {  # the sweeps in worker processes
-        "nli/prune", "nli/curves", "L2/discover", "transfer", "nli-synthetic/finetune", "nli-synthetic/prune",
-        "nli-synthetic/retrain"}
-    assert timings["wall_seconds"] == pytest.approx(366.0 + 260.0 + 268.0 + 111.0)
+    # predicted = each stage's counted work at the fake rates (counts are checked by hand in test_demo_estimate.py);
+    # the ablation counted again with the 3 heads its line names
+    by_key = {f"{s.demo}:{s.key}": s for s in stages}
+    predicted = {k: round(s.predicted(RATES, 3 if s.count else None), 1) for k, s in by_key.items()}
+    assert {f"{r['demo']}:{r['stage']}": r["predicted_seconds"] for r in timings["stages"]} == predicted
+    assert predicted["heuristic-core:nli/ablation"] < round(by_key["heuristic-core:nli/ablation"].predicted(RATES), 1)
+    assert timings["predicted_seconds"] == pytest.approx(sum(s.predicted(RATES) for s in stages), abs=0.1)
+    assert timings["wall_seconds"] == pytest.approx(9.0 + 366.0 + 260.0 + 268.0 + 111.0)  # with the calibration
     assert timings["calibration"]["rates"] == RATES
     # the studies wrote no results: every claim is "not measurable", none crashes
     findings = (tmp_path / "findings.md").read_text()
@@ -153,10 +156,10 @@ def test_finished_demos_are_not_estimated_again(tmp_path, monkeypatch):
     seen = []
     out = io.StringIO()
     run_demo(tmp_path, get_reproduction=modules.__getitem__,
-             calibrate=lambda s: seen.append(sorted(s)) or Calibration(dict(RATES), 1.0), clock=clock,
+             calibrate=lambda s: seen.append(sorted(s)) or dict(RATES), clock=clock,
              echo=lambda text: out.write(text + "\n"), interactive=False, cores=2)
     assert seen == [["circuits", "lottery", "subtask-induction"]]  # only the unfinished demos are calibrated and planned
-    assert "(13 stages;" in out.getvalue()
+    assert "for the 10 stages its settings fix" in out.getvalue()
     assert log == [("ran", "heuristic-core"), ("ran", "subtask-induction"), ("ran", "lottery"), ("ran", "circuits")]  # a finished one still re-renders
 
 

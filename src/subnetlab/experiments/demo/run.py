@@ -5,12 +5,13 @@ print each report's path as soon as it exists, and end with the findings table.
 
 Writes ``OUT/<study>/`` (each reproduction's run directory and ``report.md``),
 ``OUT/findings.md`` (and ``findings.json``) and ``OUT/demo-timings.json``: the
-calibrated rates, each stage's work, predicted and measured seconds, and the
-wall time of the whole demo, so a slow machine or a slow stage is visible.
+calibrated rates, each stage's predicted and measured seconds, and the wall
+time of the whole demo, so a slow machine or a slow stage is visible.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import Any
 
 from subnetlab.experiments.demo.estimate import STAGE_BUILDERS, Plan, Stage, minutes
 from subnetlab.io import write_json
-from subnetlab.progress import Board, Status, listen, stage
+from subnetlab.progress import Board, listen, stage
 
 DEMOS = ("heuristic-core", "subtask-induction", "lottery", "circuits")
 # each study's preset in ``subnetlab demo``: its ``tour`` preset where it has one (the ``demo`` preset trimmed to its
@@ -31,16 +32,6 @@ TOUR = "tour"
 def demo_preset(module: ModuleType) -> str:
     """The preset ``subnetlab demo`` runs a study with."""
     return TOUR if TOUR in module.PRESETS else "demo"
-
-RATE_WORDS = {
-    "hc_job_gate_step": ("a pruning step", 1.0, "s"),
-    "hc_train_row": ("a fine-tuning row", 1000.0, "ms"),
-    "hc_eval_row": ("an evaluated row", 1000.0, "ms"),
-    "gpt2_mask_row": ("a weight-mask row", 1000.0, "ms"),
-    "gpt2_train_row": ("a transfer row", 1000.0, "ms"),
-    "tiny_prune_step": ("an edge-pruning step", 1000.0, "ms"),
-    "lottery_train_row": ("a lottery fine-tuning row", 1000.0, "ms"),
-}
 
 
 def _real_hans() -> bool:
@@ -63,43 +54,6 @@ def plan_stages(settings: Mapping[str, Mapping[str, Any]], out: Path, cores: int
         else:
             stages += STAGE_BUILDERS[name](s, cores=cores)
     return stages
-
-
-def describe_rates(rates: Mapping[str, float]) -> str:
-    return ", ".join(f"{words} {rates[k] * scale:.2f} {unit}" for k, (words, scale, unit) in RATE_WORDS.items()
-                     if k in rates)
-
-
-class Tracker:
-    """The plan, the demo running now, and the ``Status`` a board shows."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.demo: str | None = None
-        self.board: Board | None = None
-
-    def status(self) -> Status:
-        current = self.plan.current()
-        label = f"{current.demo}: {current.label}" if current is not None else (
-            f"{self.demo}: done" if self.demo else "starting")
-        return Status(label, self.plan.done_fraction(), self.plan.remaining())
-
-    def on_line(self, message: str) -> None:
-        if self.demo is not None and self.plan.on_line(self.demo, message) and self.board is not None:
-            self.board.update()
-
-    def begin(self, name: str) -> None:
-        self.demo = name
-        first = next((s for s in self.plan.stages if s.demo == name), None)
-        if first is not None:
-            self.plan.start(Plan.key(first))
-        if self.board is not None:
-            self.board.update()
-
-    def end(self, name: str) -> None:
-        self.plan.finish_demo(name)
-        if self.board is not None:
-            self.board.update()
 
 
 def run_demo(
@@ -131,24 +85,27 @@ def run_demo(
     settings = {name: settings_for(module, demo_preset(module)) for name, module in modules.items()}
     stages = plan_stages(settings, out, cores or os.cpu_count())
     stage("calibrating: timing a few steps of each demo's real work on this machine")
-    cal = calibrate({name: settings[name] for name in {s.demo for s in stages}})
-    plan = Plan(stages, cal.rates, clock=clock)
-    bounds = f"; counted at the most the settings allow: {'; '.join(plan.bounds())}" if plan.bounds() else ""
-    echo(f"The demo should take {minutes(plan.total())} on this machine "
-         f"({len(stages)} stages; calibrated in {cal.seconds:.0f} s: {describe_rates(cal.rates)}{bounds}).")
-    tracker = Tracker(plan)
-    reports: dict[str, str] = {}
-    record: dict[str, Any] = {"calibration": {"rates": cal.rates, "seconds": round(cal.seconds, 1),
-                                              "details": getattr(cal, "details", {})},
+    t0 = clock()
+    rates = calibrate({name: settings[name] for name in {s.demo for s in stages}})
+    plan, calibrated = Plan(stages, rates, clock=clock), clock() - t0
+    fixed, bounded = sum(not s.bound for s in stages), plan.bounds()
+    decided = (f", and up to {math.ceil(plan.total(exact=False) / 60)} min more for the {len(bounded)} whose size "
+               f"the data decides ({'; '.join(bounded)})") if bounded else ""
+    echo(f"The demo should take {minutes(plan.total(exact=True))} on this machine for the {fixed} stages its "
+         f"settings fix{decided}; calibrated in {calibrated:.0f} s.")
+    record: dict[str, Any] = {"calibration": {"rates": rates, "seconds": round(calibrated, 1)},
                               "predicted_seconds": round(plan.total(), 1)}
+    reports: dict[str, str] = {}
     if demos:
-        tracker.begin(demos[0])  # the board's first line names the first stage
-    with Board("demo", tracker.status, interactive=interactive) as board, listen(tracker.on_line):
-        tracker.board = board
+        plan.begin(demos[0])  # the board's first line names the first stage
+    with Board("demo", plan.status, interactive=interactive) as board, listen(
+            lambda line: plan.on_line(line) and board.update()):
         for name in demos:
-            tracker.begin(name)
+            plan.begin(name)
+            board.update()
             report = modules[name].run(settings[name], out / name)
-            tracker.end(name)
+            plan.end()
+            board.update()
             reports[name] = str(report)
             board.print(f"{name} report: {report}")
     record.update(stages=plan.table(), wall_seconds=round(clock() - started, 1), reports=reports)
@@ -164,4 +121,4 @@ def run_demo(
     return {"reports": reports, "findings": str(path), "timings": record}
 
 
-__all__ = ["DEMOS", "TOUR", "Tracker", "demo_preset", "describe_rates", "plan_stages", "run_demo"]
+__all__ = ["DEMOS", "TOUR", "demo_preset", "plan_stages", "run_demo"]
