@@ -155,6 +155,16 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
         paths[name] = str(root / f"{name}.csv")
     save_tensors(root / "node-scores.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)})
     paths["nodescores"] = str(root / "node-scores.safetensors")
+    (root / "latin1.jsonl").write_bytes(b'{"clean": "When Mary and John went to the caf\xe9, John gave a drink to", '
+                                        b'"corrupted": "When Amy and Lisa went to the caf\xe9, Kate gave a drink to", '
+                                        b'"answer": " Mary", "wrong": " John"}\n')
+    (root / "list-graph.json").write_text("[1, 2, 3]")
+    junk = root / "junk-run"
+    junk.mkdir()
+    (junk / "config.json").write_text('{"command": "prune"}')
+    (junk / "metrics.json").write_bytes(bytes(range(256)) * 4)
+    paths.update({name: str(root / file) for name, file in (("latin1", "latin1.jsonl"), ("listgraph", "list-graph.json"),
+                                                            ("junkrun", "junk-run"))})
 
 
 def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
@@ -509,6 +519,13 @@ CASES: list[tuple[str, list[str], str]] = [
      "--limit 0: the number of eval pairs each circuit is measured on (not the training pairs, which are all used)"),
     ("circuit-eap-limit-counts-train-pairs", [*EAP, "--limit", "0"],
      "--limit 0: the number of train pairs the edges are scored on"),
+    # hostile files and values the circuit commands met (issue 36)
+    ("circuit-ig-steps-unbounded", [*EAP_IG, "--ig-steps", "1000000000"], "--ig-steps 1000000000"),
+    ("circuit-pairs-not-utf8", ["circuit", "--model", "{lm}", "--task", "file:{latin1}", "--method", "eap",
+                                "--corrupted-column", "corrupted"], "latin1.jsonl"),
+    ("circuit-eval-graph-json-list", [*CIRCUIT_EVAL[:-2], "--scores", "{listgraph}", "--task", "circuit:ioi",
+                                      "--task-option", "n_train=4", "--task-option", "n_eval=2"], "list-graph.json"),
+    ("results-metrics-random-bytes", ["results", "{junkrun}"], "metrics.json"),
     # export of an edge circuit (issue 27): no smaller standard model, or nothing fixed to fold
     ("export-edges-partial", ["export", "--model", "{lm}", "--subnetwork", "{edges-partial}"],
      "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),
