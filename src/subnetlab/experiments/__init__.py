@@ -39,7 +39,10 @@ def get_reproduction(name: str) -> ModuleType:
         raise
 
 
-def settings_for(module: ModuleType, preset: str, overrides: dict | None = None) -> dict:
+def settings_for(module: ModuleType, preset: str, overrides: dict | None = None):
+    """The module's typed settings (``module.Settings``): preset ``preset`` with ``overrides`` (KEY: text or value)."""
+    if hasattr(module, "Settings"):
+        return module.Settings.from_preset(module.PRESETS, preset, overrides)
     if preset not in module.PRESETS:
         raise SubnetlabError(f"unknown preset {preset!r} for {module.NAME}; choose one of {', '.join(module.PRESETS)}")
     settings = dict(module.PRESETS[preset])
