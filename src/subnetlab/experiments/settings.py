@@ -32,7 +32,7 @@ def optional(default: Any = None) -> Any:
 class StudySettings:
     """Base class: ``from_preset`` and ``from_dict`` check the keys and types, the subclass's ``check`` the rest."""
 
-    study: ClassVar[str] = "study"  # the reproduction's name, as messages call it
+    reproduction: ClassVar[str] = "study"  # the reproduction's name (``reproduce NAME``), as messages call it
     preset: str | None = optional()
 
     def __post_init__(self) -> None:
@@ -41,7 +41,7 @@ class StudySettings:
             value = getattr(self, f.name)
             ok, read = typed(value, hints.get(f.name, Any))
             if not ok:
-                raise SubnetlabError(f"setting {f.name} of {self.study}: expected {type_name(hints[f.name])}, "
+                raise SubnetlabError(f"setting {f.name} of {self.reproduction}: expected {type_name(hints[f.name])}, "
                                      f"got {value!r}", setting=f.name)
             if read is not value:
                 object.__setattr__(self, f.name, read)
@@ -58,16 +58,16 @@ class StudySettings:
     @classmethod
     def from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
         if not isinstance(data, Mapping):
-            raise SubnetlabError(f"settings of {cls.study}: expected a mapping, got {type(data).__name__}")
+            raise SubnetlabError(f"settings of {cls.reproduction}: expected a mapping, got {type(data).__name__}")
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise SubnetlabError(f"unknown setting(s) {', '.join(unknown)} for {cls.study}; known: "
+            raise SubnetlabError(f"unknown setting(s) {', '.join(unknown)} for {cls.reproduction}; known: "
                                  f"{', '.join(sorted(known))}", setting=unknown[0])
         missing = [n for n, f in known.items() if n not in data and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]
         if missing:
-            raise SubnetlabError(f"missing setting(s) {', '.join(missing)} for {cls.study}", setting=missing[0])
+            raise SubnetlabError(f"missing setting(s) {', '.join(missing)} for {cls.reproduction}", setting=missing[0])
         return cls(**data)
 
     @classmethod
@@ -75,12 +75,12 @@ class StudySettings:
                     overrides: Mapping[str, Any] | None = None) -> S:
         """Preset ``preset`` with ``overrides`` (``KEY: VALUE``; text is read as YAML, then as the key's type)."""
         if preset not in presets:
-            raise SubnetlabError(f"unknown preset {preset!r} for {cls.study}; choose one of {', '.join(presets)}")
+            raise SubnetlabError(f"unknown preset {preset!r} for {cls.reproduction}; choose one of {', '.join(presets)}")
         values = copy.deepcopy(dict(presets[preset]))
         hints = get_type_hints(cls)
         for key, text in (overrides or {}).items():
             if key not in values:
-                raise SubnetlabError(f"unknown setting {key!r} for {cls.study}; known: {', '.join(sorted(values))}",
+                raise SubnetlabError(f"unknown setting {key!r} for {cls.reproduction}; known: {', '.join(sorted(values))}",
                                      setting=key)
             values[key] = cls._override(key, text, hints[key], values[key])
         return cls.from_dict({**values, "preset": preset})
@@ -92,14 +92,14 @@ class StudySettings:
         try:
             value = yaml.safe_load(text) if isinstance(text, str) else text
         except yaml.YAMLError:
-            raise SubnetlabError(f"setting {key} of {cls.study}: cannot read {text!r}", setting=key) from None
+            raise SubnetlabError(f"setting {key} of {cls.reproduction}: cannot read {text!r}", setting=key) from None
         ok, read = typed(value, hint)
         if not ok and isinstance(text, str):
             ok, read = typed(text, hint)
         if not ok:
             shown = repr(example)
             has = f" (the preset has {shown})" if example is not None and len(shown) <= 60 else ""
-            raise SubnetlabError(f"setting {key} of {cls.study}: expected {type_name(hint)}{has}, got {text!r}",
+            raise SubnetlabError(f"setting {key} of {cls.reproduction}: expected {type_name(hint)}{has}, got {text!r}",
                                  setting=key)
         return read
 

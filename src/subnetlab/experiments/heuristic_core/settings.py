@@ -15,7 +15,7 @@ class HeuristicCoreSettings(StudySettings):
     ``task``, ``ood``, ``sparsities`` ...). ``prune_steps_scale`` / ``prune_hold_steps`` change the pruning preset's
     step rule (``study._scaled_steps``); ``effective_size`` None skips that stage."""
 
-    study = "heuristic-core"
+    reproduction = "heuristic-core"
 
     model: str
     finetune_preset: str | None

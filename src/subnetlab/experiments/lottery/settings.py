@@ -19,7 +19,7 @@ class LotterySettings(StudySettings):
     (``threshold`` ... ``bad_fill``), good / random / bad re-fine-tuning for ``retrain_seeds``, then stability and
     the attention pattern types (``pattern_*``, ``super_survivor_maps``)."""
 
-    study = "lottery"
+    reproduction = "lottery"
 
     model: str
     tasks: list[str]

@@ -15,7 +15,7 @@ class SubtaskInductionSettings(StudySettings):
     (``conditions`` x ``sizes`` x ``seeds``, ``transfer_*``; ``secondary_conditions`` again under
     ``secondary_reinit``)."""
 
-    study = "subtask-induction"
+    reproduction = "subtask-induction"
 
     layers: list[int]
     max_number: int
