@@ -101,9 +101,9 @@ def test_report_verdict_numbers_from_hand_made_results():
     t = compact_table(table)
     assert t["by_sparsity"]["50%"]["real HANS (mean)"] == pytest.approx([0.2, 0.4])
     s = spread(t, "50%")
-    assert s.id_sd == pytest.approx(math.sqrt(2) * 0.01)
-    assert s.ood_mean_range == pytest.approx(0.2)  # seed means 0.3 and 0.5
-    assert s.ood_subcase_sd == pytest.approx((math.sqrt(2) * 0.2 + 0.0) / 2)
+    assert s["id_sd"] == pytest.approx(math.sqrt(2) * 0.01)
+    assert s["ood_mean_range"] == pytest.approx(0.2)  # seed means 0.3 and 0.5
+    assert s["ood_subcase_sd"] == pytest.approx((math.sqrt(2) * 0.2 + 0.0) / 2)
     ablation = {"columns": ["id", "a"], "id_columns": ["id"], "rows": [
         {"label": "None", "heads": [], "accuracy": {"id": 0.8, "a": 0.6}},
         {"label": "Avg. (non-HC)", "heads": ["L0.H0", "L0.H1"], "accuracy": {"id": 0.79, "a": 0.59}},

@@ -107,6 +107,10 @@ def _run(settings: CircuitsSettings, out: Path) -> Path:
     from subnetlab.experiments.circuits.report import write_report
     from subnetlab.progress import stage
 
+    if settings.study == "ioi-gpt2":  # this machine has the device, before config.json
+        from subnetlab.runtime import resolve_device
+
+        resolve_device(settings.device or "auto")
     start_wall = time.perf_counter()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start_cpu = usage.ru_utime + usage.ru_stime

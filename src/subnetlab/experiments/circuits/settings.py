@@ -37,9 +37,10 @@ class CircuitsSettings(StudySettings):
     ioi: dict[str, Any] | None = optional()
 
     def check(self) -> None:
-        """The seed; for ``induction`` the task, model shape, training and circuit sizes; for ``ioi-gpt2`` the
-        device and every sparsity's Edge Pruning settings."""
-        from subnetlab.experiments.circuits.steps import model_shape, task_config, train_settings
+        """The seed; for ``induction`` the task, model shape, training and circuit sizes; for ``ioi-gpt2`` every
+        sparsity's Edge Pruning settings (the device is checked when the study runs)."""
+        from subnetlab.experiments.circuits.training import ModelShape, TrainSettings
+        from subnetlab.tasks.induction import InductionConfig
 
         if self.seed < 0:
             raise SubnetlabError(f"seed {self.seed!r}: expected a non-negative integer", setting="seed")
@@ -48,9 +49,9 @@ class CircuitsSettings(StudySettings):
                 if not isinstance(getattr(self, key), dict):
                     raise SubnetlabError(f"{key} {getattr(self, key)!r}: the induction study trains its own model; "
                                          "expected a mapping of its settings", setting=key)
-            task_config(self)
-            shape = model_shape(self)
-            train_settings(self)
+            InductionConfig(**self.task)
+            shape = ModelShape(**self.model)
+            TrainSettings(**self.training, seed=self.seed)
             if shape.layers < 2:
                 raise SubnetlabError(f"model layers {shape.layers}: an induction circuit needs two layers (a "
                                      "previous-token head before the induction head)", setting="model")
@@ -67,17 +68,11 @@ class CircuitsSettings(StudySettings):
                 raise SubnetlabError(f"scores_size {size!r}: expected a positive number of sequences",
                                      setting="scores_size")
         elif self.study == "ioi-gpt2":
-            from subnetlab.experiments.circuits.curves import edge_pruning_available
             from subnetlab.methods.edge_pruning.config import preset_config
-            from subnetlab.runtime import resolve_device
 
-            if not edge_pruning_available():
-                raise SubnetlabError("the paper preset runs Edge Pruning's GPT-2 IOI sweep, and this build has no "
-                                     "Edge Pruning method (subnetlab.methods.edge_pruning)", setting="preset")
             if not isinstance(self.model, str):
                 raise SubnetlabError(f"model {self.model!r}: the paper study loads a model; expected its name",
                                      setting="model")
-            resolve_device(self.device or "auto")
             ep = self.edge_pruning
             if not ep:
                 raise SubnetlabError("edge_pruning: the paper study is Edge Pruning's sweep; it needs its settings",

@@ -79,15 +79,14 @@ from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, run_jobs
-from subnetlab.experiments.lottery.settings import LotterySettings
+from subnetlab.experiments.lottery.settings import METHODS, LotterySettings
 from subnetlab.io import read_json, write_json
-from subnetlab.methods.finetune.config import FinetuneConfig, validate
+from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.progress import stage
 from subnetlab.runs.directory import claim
 
 NAME = "lottery"
 CONTROLS = ("good", "random", "bad")
-METHODS = ("magnitude", "importance")
 
 _GLUE = "hub:nyu-mll/glue"
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
@@ -140,28 +139,10 @@ PRESETS["tour"] = {**PRESETS["demo"], "eval_limit": 200}
 Settings = LotterySettings
 
 
-def task_options(settings: LotterySettings | Mapping[str, Any], task: str) -> dict[str, Any]:
-    """The task's options; with ``glue_dir`` set, every GLUE task reads that release (``data_dir``)."""
-    settings = LotterySettings.of(settings)
-    options = dict(settings.task_options.get(task, {}))
-    if settings.glue_dir and task.startswith("glue-"):
-        options = {k: v for k, v in options.items() if k not in ("train", "eval")}
-        options["data_dir"] = settings.glue_dir
-    return options
-
-
-def finetune_config(settings: LotterySettings | Mapping[str, Any], task: str, seed: int, model: str | None = None) -> FinetuneConfig:
-    """The one training recipe for the full models and every re-fine-tuned subnetwork."""
-    settings = LotterySettings.of(settings)
-    cfg = FinetuneConfig(
-        model=model or settings.model, task=task, task_options=task_options(settings, task),
-        eval_data=list(settings.eval_data.get(task, [])), lr=settings.lr, batch_size=settings.batch_size,
-        epochs=settings.epochs, max_steps=settings.max_steps, warmup_ratio=settings.warmup_ratio,
-        weight_decay=settings.weight_decay, max_length=settings.max_length, eval_limit=settings.eval_limit,
-        seed=seed, device=settings.device, eval_at_start=False, eval_every=10**9, save_every=10**9,
-    )
-    validate(cfg)
-    return cfg
+def finetune_config(settings: LotterySettings | Mapping[str, Any], task: str, seed: int,
+                    model: str | None = None) -> FinetuneConfig:
+    """``LotterySettings.finetune_config`` of typed settings or of a mapping of them (the demo's estimate)."""
+    return LotterySettings.of(settings).finetune_config(task, seed, model)
 
 
 def _run(jobs: list[Job], settings: LotterySettings, sweep_dir: Path, what: str) -> None:
@@ -172,22 +153,10 @@ def _run(jobs: list[Job], settings: LotterySettings, sweep_dir: Path, what: str)
                              f"(see {sweep_dir / 'sweep.json'}; rerun to retry)")
 
 
-def prune_job_config(settings: LotterySettings | Mapping[str, Any], task: str, method: str, seed: int, model: str) -> dict[str, Any]:
-    """The config of one pruning job (``runs.lottery.prune_job``): ``method`` on the model fine-tuned with ``seed``."""
-    settings = LotterySettings.of(settings)
-    return {"model": model, "task": task, "method": method,
-            "task_options": task_options(settings, task),
-            "eval_data": list(settings.eval_data.get(task, [])), "split": settings.split,
-            "eval_limit": settings.eval_limit, "importance_limit": settings.importance_limit,
-            "batch_size": settings.batch_size, "max_length": settings.max_length,
-            "threshold": settings.threshold, "fraction": settings.fraction,
-            "criterion": settings.criterion, "refine": settings.refine,
-            "max_steps": settings.prune_max_steps,
-            "stop_metric": settings.stop_metric,
-            "control_scope": settings.control_scope,
-            "bad_fill": settings.bad_fill,
-            "importance_batch_size": settings.importance_batch_size,
-            "control_seed": seed, "device": settings.device, "seed": seed}
+def prune_job_config(settings: LotterySettings | Mapping[str, Any], task: str, method: str, seed: int,
+                     model: str) -> dict[str, Any]:
+    """``LotterySettings.prune_job_config`` of typed settings or of a mapping of them (the demo's estimate)."""
+    return LotterySettings.of(settings).prune_job_config(task, method, seed, model)
 
 
 def _task_stage(settings: LotterySettings, task: str, tdir: Path) -> dict[str, Any]:
@@ -195,7 +164,7 @@ def _task_stage(settings: LotterySettings, task: str, tdir: Path) -> dict[str, A
     seeds = list(settings.seeds)
     ft = {s: tdir / "finetune" / f"seed{s}" for s in seeds}
     stage(f"{task}: fine-tuning {len(seeds)} seeds")
-    _run([Job("subnetlab.runs.lottery:finetune_job", {"finetune": finetune_config(settings, task, s).to_json()},
+    _run([Job("subnetlab.runs.lottery:finetune_job", {"finetune": settings.finetune_config(task, s).to_json()},
               ft[s]) for s in seeds], settings, tdir / "finetune", "fine-tuning")
 
     prune_dirs: dict[tuple[str, int], Path] = {}
@@ -203,7 +172,7 @@ def _task_stage(settings: LotterySettings, task: str, tdir: Path) -> dict[str, A
     for method, method_seeds in (("importance", seeds), ("magnitude", list(settings.magnitude_seeds))):
         for s in method_seeds:
             prune_dirs[(method, s)] = d = tdir / "prune" / f"{method}-seed{s}"
-            config = prune_job_config(settings, task, method, s, str(ft[s] / "run" / "model"))
+            config = settings.prune_job_config(task, method, s, str(ft[s] / "run" / "model"))
             jobs.append(Job("subnetlab.runs.lottery:prune_job", config, d))
     stage(f"{task}: pruning ({len(jobs)} jobs)")
     _run(jobs, settings, tdir / "prune", "pruning")
@@ -211,7 +180,7 @@ def _task_stage(settings: LotterySettings, task: str, tdir: Path) -> dict[str, A
     retrain_dirs: dict[tuple[str, str, int], Path] = {}
     jobs = []
     for s in settings.retrain_seeds:
-        cfg = finetune_config(settings, task, s).to_json()
+        cfg = settings.finetune_config(task, s).to_json()
         for method in METHODS:
             for control in CONTROLS:
                 name = "subnetwork" if control == "good" else control
@@ -253,7 +222,7 @@ def _analysis_stage(settings: LotterySettings, task: str, tdir: Path, measured: 
     stability = stability_summary(subs)
     seeds = sorted(settings.seeds)
     pattern_seeds = seeds if settings.pattern_seeds == "all" else seeds[:1]
-    task_obj = TaskSpec(task, task_options(settings, task)).build()
+    task_obj = TaskSpec(task, settings.options_for(task)).build()
     pairs, source = sentence_pairs(task_obj, settings.split, int(settings.pattern_pairs),
                                    settings.pattern_source, shared_data_dir())
     heads = torch.stack([s.heads for s in subs]).amin(0)  # 1 = kept in every seed

@@ -8,6 +8,7 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.experiments.settings import StudySettings
 
+METHODS = ("magnitude", "importance")
 # the analysis's readings of the paper (``reproduce`` says which is whose)
 ANALYSIS_CHOICES = {"pattern_counting": ("per-map", "per-head"), "pattern_seeds": ("all", "first"),
                     "super_survivor_maps": ("pruned", "full")}
@@ -59,7 +60,6 @@ class LotterySettings(StudySettings):
 
     def check(self) -> None:
         """The seeds and choices, then every job's configuration (fine-tuning and both prunings of each task)."""
-        from subnetlab.experiments.lottery.reproduce import METHODS, finetune_config, prune_job_config
         from subnetlab.runs.lottery import LotteryPruneJobConfig
 
         seeds = self.seeds
@@ -77,6 +77,46 @@ class LotterySettings(StudySettings):
             if getattr(self, key) not in allowed:
                 raise SubnetlabError(f"{key} {getattr(self, key)!r}: choose one of {', '.join(allowed)}", setting=key)
         for task in self.tasks:
-            finetune_config(self, task, seeds[0])
+            self.finetune_config(task, seeds[0])
             for method in METHODS:
-                LotteryPruneJobConfig.from_dict(prune_job_config(self, task, method, seeds[0], self.model))
+                LotteryPruneJobConfig.from_dict(self.prune_job_config(task, method, seeds[0], self.model))
+
+    def options_for(self, task: str) -> dict[str, Any]:
+        """The task's options; with ``glue_dir`` set, every GLUE task reads that release (``data_dir``)."""
+        options = dict(self.task_options.get(task, {}))
+        if self.glue_dir and task.startswith("glue-"):
+            options = {k: v for k, v in options.items() if k not in ("train", "eval")}
+            options["data_dir"] = self.glue_dir
+        return options
+
+    def finetune_config(self, task: str, seed: int, model: str | None = None):
+        """The one training recipe (a checked ``FinetuneConfig``) for the full models and every re-fine-tuned
+        subnetwork."""
+        from subnetlab.methods.finetune.config import FinetuneConfig, validate
+
+        cfg = FinetuneConfig(
+            model=model or self.model, task=task, task_options=self.options_for(task),
+            eval_data=list(self.eval_data.get(task, [])), lr=self.lr, batch_size=self.batch_size,
+            epochs=self.epochs, max_steps=self.max_steps, warmup_ratio=self.warmup_ratio,
+            weight_decay=self.weight_decay, max_length=self.max_length, eval_limit=self.eval_limit,
+            seed=seed, device=self.device, eval_at_start=False, eval_every=10**9, save_every=10**9,
+        )
+        validate(cfg)
+        return cfg
+
+    def prune_job_config(self, task: str, method: str, seed: int, model: str) -> dict[str, Any]:
+        """The config of one pruning job (``runs.lottery.prune_job``): ``method`` on the model fine-tuned with
+        ``seed``."""
+        return {"model": model, "task": task, "method": method,
+                "task_options": self.options_for(task),
+                "eval_data": list(self.eval_data.get(task, [])), "split": self.split,
+                "eval_limit": self.eval_limit, "importance_limit": self.importance_limit,
+                "batch_size": self.batch_size, "max_length": self.max_length,
+                "threshold": self.threshold, "fraction": self.fraction,
+                "criterion": self.criterion, "refine": self.refine,
+                "max_steps": self.prune_max_steps,
+                "stop_metric": self.stop_metric,
+                "control_scope": self.control_scope,
+                "bad_fill": self.bad_fill,
+                "importance_batch_size": self.importance_batch_size,
+                "control_seed": seed, "device": self.device, "seed": seed}

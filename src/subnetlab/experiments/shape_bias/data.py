@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.experiments.shape_bias.settings import ShapeBiasSettings
+from subnetlab.experiments.shape_bias.settings import GENERATED, ShapeBiasSettings
 from subnetlab.io import write_text
 from subnetlab.progress import stage
 from subnetlab.tasks.images.imageset import ImageSet, ImageSource
@@ -39,8 +39,6 @@ from subnetlab.tasks.images.folder import ImageFolderSet, cue_conflict_folder, s
 from subnetlab.tasks.images.imagenet16 import CATEGORIES, imagenet16_folders
 from subnetlab.tasks.images.meanpool import Segmenter, mean_pool_images, skimage_segmenter
 from subnetlab.tasks.images.shapes import ShapeTextureConfig, generate_splits
-
-GENERATED = ("pretrain", "train", "discovery", "discovery-eval", "test", "cue-conflict", "texture-free")
 
 
 def segmenter_for(settings: ShapeBiasSettings) -> Segmenter:

@@ -16,6 +16,8 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.experiments.settings import StudySettings, optional
 
 FAMILIES = ("resnet", "vit")
+# the generated benchmark's splits, each sized by ``sizes``
+GENERATED = ("pretrain", "train", "discovery", "discovery-eval", "test", "cue-conflict", "texture-free")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +74,6 @@ class ShapeBiasSettings(StudySettings):
         if self.seed < 0:
             raise SubnetlabError(f"seed {self.seed!r}: expected a non-negative integer", setting="seed")
         if self.data == "generated":  # the benchmark's design and split sizes, before anything is generated
-            from subnetlab.experiments.shape_bias.data import GENERATED
             from subnetlab.tasks.images.shapes import ShapeTextureConfig
 
             for key in ("num_classes", "pretrain_texture_correlation", "pretrain_shape_correlation"):
