@@ -39,7 +39,7 @@ from pathlib import Path
 from subnetlab.analysis.effective_size import comes_back, data_accuracy, effective_size, id_ood_accuracy
 from subnetlab.cli import main as cli
 from subnetlab.cli.commands._options import parse_int_list
-from subnetlab.cli.commands.prune import _parse_pairs
+from subnetlab.cli.commands._options import parse_key_values
 from subnetlab.executor import run_jobs
 from subnetlab.experiments.heuristic_core.effective_size import SearchSettings, search_steps, search_sweep
 from subnetlab.io import read_json
@@ -117,8 +117,8 @@ def final_model(args, model: str, seeds: list[int], splits: list[str]) -> None:
         common += ["--task-option", opt]
     for pair in args.set:
         common += ["--set", pair]
-    overrides = _parse_pairs(args.set, "--set")
-    base = {"task": args.task, "task_options": _parse_pairs(args.task_option, "--task-option"), "eval_data": [],
+    overrides = parse_key_values(args.set, "--set")
+    base = {"task": args.task, "task_options": parse_key_values(args.task_option, "--task-option"), "eval_data": [],
             "splits": splits}
 
     started = time.perf_counter()

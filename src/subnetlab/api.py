@@ -79,7 +79,7 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     a point of the best evaluation accuracy). Returns the chosen run's metrics with ``"subnetwork"`` (its
     file) and ``"sweep"`` (every lambda's metrics).
     """
-    from subnetlab.runs.directory import absolute_input
+    from subnetlab.run_directory import absolute_input
     from subnetlab.runs.transfer import DiscoverJobConfig, lm_task_options, select_best
 
     out = Path(out)
@@ -107,7 +107,7 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
     best evaluation epoch), and every run's record.
     """
     from subnetlab.experiments.subtask_induction.report import summarise
-    from subnetlab.runs.directory import absolute_input
+    from subnetlab.run_directory import absolute_input
     from subnetlab.runs.transfer import TransferJobConfig, lm_task_options, own_data
     from subnetlab.transfer import TrainSettings, check_conditions
 

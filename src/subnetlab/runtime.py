@@ -120,7 +120,7 @@ def describe_runtime(device: torch.device, dtype: torch.dtype | None = None) -> 
 def runtime_record(device: torch.device, dtype: torch.dtype | None = None) -> dict[str, str]:
     """The keys a run's ``config.json`` records about where it ran: ``resolved_device`` and ``resolved_dtype``.
 
-    ``runs.directory`` leaves them out when it compares a rerun's config with the
+    ``run_directory`` leaves them out when it compares a rerun's config with the
     directory's, so a run started on a GPU machine resumes on a CPU one.
     """
     return {"resolved_device": str(device), "resolved_dtype": dtype_name(dtype) if dtype is not None else "float32"}

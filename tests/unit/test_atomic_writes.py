@@ -226,7 +226,7 @@ def test_export_whose_tokenizer_write_hits_a_full_disk_writes_nothing(tmp_path, 
 
 
 def test_a_restarted_run_removes_temporaries_and_puts_back_a_directory_caught_mid_swap(tmp_path) -> None:
-    from subnetlab.runs.directory import remove_temporaries
+    from subnetlab.run_directory import remove_temporaries
 
     (tmp_path / ".metrics.json.a1b2.tmp").write_text("{")  # a killed file write
     (tmp_path / ".model.x9.tmp").mkdir()  # a killed directory write, with a temporary inside

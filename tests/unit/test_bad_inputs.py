@@ -30,6 +30,8 @@ EVALUATE = ["evaluate", "--model", "{bert}", *NLI]
 CIRCUIT_EVAL = ["circuit-eval", "--model", "{lm}", "--scores", "{nodescores}"]
 CIRCUIT = ["circuit", "--model", "{lm}", "--task", "circuit:ioi", "--task-option", "n_train=4", "--task-option",
            "n_eval=2"]
+EAP = [*CIRCUIT, "--method", "eap"]
+EAP_IG = [*CIRCUIT, "--method", "eap-ig"]
 EFFECTIVE = ["effective-size", "--checkpoints", "{ft}", *NLI, "--preset", "demo", "--levels", "0.1:0.3:0.1"]
 
 
@@ -480,6 +482,33 @@ CASES: list[tuple[str, list[str], str]] = [
      "task arith:ab is not a circuit task"),
     ("circuit-encoder-model", ["circuit", "--model", "{bert}", "--task", "circuit:ioi", "--sparsity", "0.9"],
      "is not a causal language model"),
+    # each circuit method refuses the options only another method reads (issue 34), naming the flag and the method
+    ("circuit-eap-refuses-sparsity", [*EAP, "--sparsity", "0.9"],
+     "--sparsity: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-sparsity-argument", [*EAP, "0.9"],
+     "--sparsity: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-seeds", [*EAP, "--seeds", "0-2"], "--seeds: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-preset", [*EAP, "--preset", "demo"],
+     "--preset: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-set", [*EAP, "--set", "total_steps=5"],
+     "--set: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-ablation", [*EAP, "--ablation", "zero"],
+     "--ablation: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-split", [*EAP, "--split", "eval"], "--split: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-init-from", [*EAP, "--init-from", "{nodescores}"],
+     "--init-from: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-jobs", [*EAP, "--jobs", "2"], "--jobs: not used by --method eap (used only by edge-pruning)"),
+    ("circuit-eap-refuses-ig-steps", [*EAP, "--ig-steps", "5"], "--ig-steps: not used by --method eap (used only by eap-ig)"),
+    ("circuit-eap-ig-refuses-several", [*EAP_IG, "--seeds", "0", "--split", "eval", "--ig-steps", "3"],
+     "--seeds, --split: not used by --method eap-ig (used only by edge-pruning)"),
+    ("circuit-edge-pruning-refuses-ig-steps", [*CIRCUIT, "--sparsity", "0.9", "--ig-steps", "3"],
+     "--ig-steps: not used by --method edge-pruning (used only by eap-ig)"),
+    ("circuit-edge-pruning-refuses-metric", [*CIRCUIT, "--sparsity", "0.9", "--metric", "logit_diff"],
+     "--metric: not used by --method edge-pruning (used only by eap and eap-ig)"),
+    ("circuit-edge-pruning-limit-counts-eval-pairs", [*CIRCUIT, "--sparsity", "0.9", "--limit", "0"],
+     "--limit 0: the number of eval pairs each circuit is measured on (not the training pairs, which are all used)"),
+    ("circuit-eap-limit-counts-train-pairs", [*EAP, "--limit", "0"],
+     "--limit 0: the number of train pairs the edges are scored on"),
     # export of an edge circuit (issue 27): no smaller standard model, or nothing fixed to fold
     ("export-edges-partial", ["export", "--model", "{lm}", "--subnetwork", "{edges-partial}"],
      "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),

@@ -84,7 +84,7 @@ def test_a_discovery_job_records_where_it_ran_and_resumes_elsewhere(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from subnetlab.executor import Job, execute
-    from subnetlab.runs.directory import check_config
+    from subnetlab.run_directory import check_config
 
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(vocab_size=23, n_embd=16, n_layer=1, n_head=2, n_positions=8)).save_pretrained(tmp_path / "lm")

@@ -79,7 +79,7 @@ def test_summary_is_table5_shaped() -> None:
 
 
 def test_sparsity_lists() -> None:
-    from subnetlab.cli.commands.prune import _parse_sparsities
+    from subnetlab.cli.commands._options import parse_sparsities
 
-    assert _parse_sparsities(["0.7", "0.5"]) == [0.5, 0.7]  # --sparsity 0.7 0.5 (the second as an argument)
-    assert _parse_sparsities(["0.5,0.7", "0.5"]) == [0.5, 0.7]
+    assert parse_sparsities(["0.7", "0.5"]) == [0.5, 0.7]  # --sparsity 0.7 0.5 (the second as an argument)
+    assert parse_sparsities(["0.5,0.7", "0.5"]) == [0.5, 0.7]

@@ -14,7 +14,7 @@ import torch
 
 from subnetlab.cli import main
 from subnetlab.errors import SubnetlabError
-from subnetlab.runs.directory import LOCK_FILE, check_writable, lock, run_entries
+from subnetlab.run_directory import LOCK_FILE, check_writable, lock, run_entries
 
 TINY = ["--task", "nli-synthetic", "--task-option", "n_train=20", "--task-option", "n_eval=8",
         "--task-option", "hans_per_subcase=1"]
@@ -84,7 +84,7 @@ def test_a_second_process_on_the_same_out_ends_at_once_naming_the_first(bert, tm
 
 def test_the_lock_is_refused_while_held_and_free_after(tmp_path) -> None:
     out = tmp_path / "a" / "b"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom subnetlab.runs.directory import lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom subnetlab.run_directory import lock\n"
                                "with lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(120)\n", str(out)],
                               stdout=subprocess.PIPE, text=True)
     try:

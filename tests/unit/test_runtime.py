@@ -119,7 +119,7 @@ def test_describe_and_record_the_resolved_device(monkeypatch):
 
 
 def test_where_a_run_ran_is_not_part_of_its_identity(tmp_path):
-    from subnetlab.runs.directory import check_config, claim, finished_metrics, record_runtime
+    from subnetlab.run_directory import check_config, claim, finished_metrics, record_runtime
 
     config = {"model": "m", "task": "t", "seed": 0, "device": "cuda", "nested": {"device": "cuda", "lr": 1.0}}
     claim(tmp_path, config)

@@ -16,12 +16,12 @@ from torch import Tensor, nn
 
 from subnetlab.analysis.attention_stats import attention_maps
 from subnetlab.errors import SubnetlabError
-from subnetlab.models.adapters import Adapter, _get
+from subnetlab.models.adapters import Adapter
 
 
 def _value_module(adapter: Adapter, layer: int) -> nn.Module:
     spec = adapter.spec
-    return _get(adapter.layers()[layer], spec.value if spec.value is not None else spec.query)
+    return adapter.layers()[layer].get_submodule(spec.value if spec.value is not None else spec.query)
 
 
 def _head_values(adapter: Adapter, out: Tensor) -> Tensor:

@@ -42,7 +42,7 @@ Two ways to count (``HeadTypes.shares(counting=...)``):
   labels counted, summed over heads and seeds): each map gets its own type and
   a group's share of a type is the share of the group's *maps* with that type
   (``HeadTypes.counts``; ``merge`` sums the counts of several models / seeds);
-* ``"per-head"`` (subnetlab's earlier choice): one type per head, from its
+* ``"per-head"``: one type per head, from its
   features averaged over the maps; a share is a share of heads.
 
 ``head_types(..., gates=(heads, mlps))`` reads the maps inside a *pruned*

@@ -99,7 +99,7 @@ def _context(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    # models.loading brings torch and transformers, which ``import subnetlab`` no longer does
+    # models.loading brings torch and transformers, which ``import subnetlab`` leaves out (a fast CLI start)
     context.set_forkserver_preload(["subnetlab.executor.worker", "subnetlab.models.loading", *preload])
     return context
 

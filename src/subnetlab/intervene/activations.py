@@ -118,7 +118,7 @@ def _recording(adapter: Adapter, on_head, on_mlp) -> Iterator[None]:
             h.remove()
 
 
-def _add(total: Tensor | None, part: Tensor) -> Tensor:
+def add_padded(total: Tensor | None, part: Tensor) -> Tensor:
     """``total + part``, padding along dim 0 when per-position sums differ in length."""
     if total is None:
         return part
@@ -156,12 +156,12 @@ def collect_means(
 
     def on_head(layer: int, x: Tensor) -> None:
         nonlocal count
-        sums_h[layer] = _add(sums_h[layer], weighted_sum(x))
+        sums_h[layer] = add_padded(sums_h[layer], weighted_sum(x))
         if layer == 0:
-            count = _add(count, weighted_sum(torch.ones(x.shape[:2], dtype=torch.float64)))
+            count = add_padded(count, weighted_sum(torch.ones(x.shape[:2], dtype=torch.float64)))
 
     def on_mlp(layer: int, x: Tensor) -> None:
-        sums_m[layer] = _add(sums_m[layer], weighted_sum(x))
+        sums_m[layer] = add_padded(sums_m[layer], weighted_sum(x))
 
     was_training = model.training
     model.eval()

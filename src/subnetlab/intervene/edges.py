@@ -26,6 +26,16 @@ per writer as the forward goes) a reader's input is::
   their output with each head's slice of the projection applied to its own
   reader's input (the FLOPs of the full projection).
 
+Two public hooks let a method read the intervention without reaching into it
+(``methods.attribution`` computes EAP with them):
+
+* ``on_reader_input(block_index, inputs)``: called with every reader block's
+  inputs ``[readers, batch, pos, hidden]`` (block ``graph.reader_blocks[i]``)
+  as the forward reaches it, after the masks are applied; it may register a
+  gradient hook on them, and a tensor it returns replaces them;
+* ``writer_deltas()``: after a forward, every writer's ``D_w`` in graph writer
+  order (its output itself when ``values`` is None).
+
 Only pre-LN families (GPT-2, Llama-style) have a residual stream that is a sum of
 writer outputs. BERT and RoBERTa normalise the stream after every sub-layer, so
 a component's input is not a sum over upstream components and "the edge from w"
@@ -43,11 +53,13 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.intervene.activations import ComponentValues, _add, capture_activations, collect_means
-from subnetlab.models.adapters import Adapter, _get
+from subnetlab.intervene.activations import ComponentValues, add_padded, capture_activations, collect_means
+from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
 EdgeSource = Callable[[], Tensor]
+# on_reader_input(block_index, inputs [readers, batch, pos, hidden]) -> a replacement, or None to keep them
+ReaderInputHook = Callable[[int, Tensor], Tensor | None]
 
 
 @dataclass
@@ -73,15 +85,11 @@ def check_edge_family(adapter: Adapter) -> None:
         raise SubnetlabError(f"{spec.family} models do not name their norms and embeddings for edge interventions")
 
 
-def _embedding_modules(adapter: Adapter) -> list[nn.Module]:
-    return [_get(adapter.model.base_model, path) for path in adapter.spec.embeddings]
-
-
 def capture_writers(model: nn.Module, adapter: Adapter, inputs: dict[str, Tensor]) -> WriterValues:
     """Every writer's output on ``inputs`` (the corrupted batch of a paired counterfactual)."""
     embeds: list[Tensor | None] = [None] * len(adapter.spec.embeddings)
     handles = [m.register_forward_hook(lambda mod, a, out, i=i: embeds.__setitem__(i, out.detach().clone()))
-               for i, m in enumerate(_embedding_modules(adapter))]
+               for i, m in enumerate(adapter.embedding_modules())]
     try:
         components = capture_activations(model, adapter, inputs)
     finally:
@@ -103,9 +111,9 @@ def writer_means(model: nn.Module, adapter: Adapter, batches: Iterable[dict[str,
         rows = mask.shape[0] if mask is not None else out.shape[0]
         w = (torch.ones(rows, out.shape[1]) if mask is None else mask).to(out.device, torch.float64)
         x = out.double().expand(rows, *out.shape[1:]) * w[..., None]  # position embeddings come as [1, P, hidden]
-        sums[i] = _add(sums[i], x.sum(0) if per_position else x.sum((0, 1)))
+        sums[i] = add_padded(sums[i], x.sum(0) if per_position else x.sum((0, 1)))
         if i == 0:
-            count[0] = _add(count[0], w.sum(0) if per_position else w.sum())
+            count[0] = add_padded(count[0], w.sum(0) if per_position else w.sum())
 
     def tracked() -> Iterator[dict[str, Tensor]]:
         for batch in batches:
@@ -113,7 +121,7 @@ def writer_means(model: nn.Module, adapter: Adapter, batches: Iterable[dict[str,
             yield batch
 
     handles = [m.register_forward_hook(lambda mod, a, out, i=i: record(i, out))
-               for i, m in enumerate(_embedding_modules(adapter))]
+               for i, m in enumerate(adapter.embedding_modules())]
     try:
         components = collect_means(model, adapter, tracked(), per_position=per_position)
     finally:
@@ -128,11 +136,13 @@ class EdgeMasks:
 
     ``with EdgeMasks(model, adapter, graph, mask, values) as edges: model(**x)``. ``mask`` is ``[edges]``
     (1 = kept) in ``graph`` order; ``source()`` (a hard-concrete sampler) instead gives one per model forward.
-    ``edges.enabled = False`` runs the full model.
+    ``edges.enabled = False`` runs the full model. ``on_reader_input`` (settable between forwards) and
+    ``writer_deltas()`` are the hooks of the module docstring.
     """
 
     def __init__(self, model: nn.Module, adapter: Adapter, graph: Graph, mask: Tensor | None = None,
-                 values: WriterValues | None = None, source: EdgeSource | None = None) -> None:
+                 values: WriterValues | None = None, source: EdgeSource | None = None,
+                 on_reader_input: ReaderInputHook | None = None) -> None:
         check_edge_family(adapter)
         if (graph.family, graph.num_layers, graph.num_heads, graph.num_kv_heads) != \
                 (adapter.family, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads):
@@ -140,6 +150,7 @@ class EdgeMasks:
                                  f"the model a {adapter.family} {adapter.num_layers} x {adapter.num_heads}")
         self.model, self.adapter, self.graph, self.values, self.source = model, adapter, graph, values, source
         self.enabled = True
+        self.on_reader_input = on_reader_input
         self.mask: Tensor | None = None
         self._handles: list[Any] = []
         self._state: dict[str, Any] = {}
@@ -149,6 +160,14 @@ class EdgeMasks:
         if mask is not None and tuple(mask.shape) != (self.graph.num_edges,):
             raise SubnetlabError(f"edge mask of shape {tuple(mask.shape)}, the graph has {self.graph.num_edges} edges")
         self.mask = mask
+
+    def writer_deltas(self) -> Tensor:
+        """``D_w`` of every writer in the last forward, in graph writer order: ``[writers, batch, pos, hidden]``,
+        detached (a writer's output less its ablated value; its output itself when ``values`` is None)."""
+        deltas = self._state.get("deltas")
+        if not deltas:
+            raise SubnetlabError("no forward has run with these edge masks applied, so there are no writer outputs")
+        return torch.cat([d.detach() for d in deltas], 0)
 
     # -- per forward --------------------------------------------------------------------
     def _active(self) -> bool:
@@ -165,7 +184,8 @@ class EdgeMasks:
         return (1.0 - self.mask[block.start:block.stop].to(like.device, like.dtype)).view(len(block.readers), -1)
 
     def _read(self, block_index: int, resid: Tensor) -> Tensor:
-        """``resid - sum_w (1 - m_wr) D_w`` for every reader of a block: ``[readers, batch, pos, hidden]``."""
+        """``resid - sum_w (1 - m_wr) D_w`` for every reader of a block: ``[readers, batch, pos, hidden]``, as
+        ``on_reader_input`` leaves it."""
         self._flush_embeddings(resid)
         neg = -self._complement(block_index, resid)  # [readers, writers], tiny
         start, flat = 0, resid.numel()
@@ -179,7 +199,12 @@ class EdgeMasks:
         if start != neg.shape[1]:
             raise SubnetlabError(f"edge intervention saw {start} writers before a block that reads {neg.shape[1]}; "
                                  "the model's forward does not run in the order its graph assumes")
-        return out.view(neg.shape[0], *resid.shape)
+        readers = out.view(neg.shape[0], *resid.shape)
+        if self.on_reader_input is not None:
+            replaced = self.on_reader_input(block_index, readers)
+            if replaced is not None:
+                readers = replaced
+        return readers
 
     def _flush_embeddings(self, resid: Tensor) -> None:
         """Turn the embedding outputs seen so far into the first writer group (once per forward)."""
@@ -257,21 +282,21 @@ class EdgeMasks:
         hook = self._handles.append
         try:
             hook(self.model.register_forward_pre_hook(self._begin, with_kwargs=True))
-            for module in _embedding_modules(a):
+            for module in a.embedding_modules():
                 hook(module.register_forward_hook(lambda m, args, out: self._on_embedding(out)))
             groups = _projection_groups(a)
             for layer, block in enumerate(a.layers()):
-                hook(_get(block, spec.attn_norm).register_forward_pre_hook(
+                hook(block.get_submodule(spec.attn_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_attn_norm(layer, m, args)))
                 for path, g in groups.items():
-                    hook(_get(block, path).register_forward_hook(lambda m, args, out, g=g: self._on_projection(g, m, out)))
+                    hook(block.get_submodule(path).register_forward_hook(lambda m, args, out, g=g: self._on_projection(g, m, out)))
                 hook(a.head_output_module(layer).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_heads(layer, m, args)))
-                hook(_get(block, spec.mlp_norm).register_forward_pre_hook(
+                hook(block.get_submodule(spec.mlp_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_mlp_norm(layer, args)))
                 hook(a.mlp_output_module(layer).register_forward_hook(
                     lambda m, args, out, layer=layer: self._on_mlp(layer, out)))
-            final = _get(a.model.base_model, spec.final_norm)
+            final = a.model.base_model.get_submodule(spec.final_norm)
             hook(final.register_forward_pre_hook(lambda m, args: self._on_final_norm(args)))
         except BaseException:
             self.remove()
@@ -304,6 +329,7 @@ def _fit(value: Tensor, like: Tensor) -> Tensor:
 
 
 def apply_edges(model: nn.Module, adapter: Adapter, graph: Graph, mask: Tensor | None = None,
-                values: WriterValues | None = None, source: EdgeSource | None = None) -> EdgeMasks:
+                values: WriterValues | None = None, source: EdgeSource | None = None,
+                on_reader_input: ReaderInputHook | None = None) -> EdgeMasks:
     """``with apply_edges(model, adapter, graph, mask, values):`` (see ``EdgeMasks``)."""
-    return EdgeMasks(model, adapter, graph, mask, values, source)
+    return EdgeMasks(model, adapter, graph, mask, values, source, on_reader_input)

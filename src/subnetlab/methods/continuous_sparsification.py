@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_field_types
 from subnetlab.methods.decided import count_undecided
 from subnetlab.optim import make_optimizer
 from subnetlab.intervene import mask_weights
@@ -143,6 +143,7 @@ class ContinuousSparsification:
     keep: str = "best"
 
     def __post_init__(self) -> None:
+        check_field_types(self, "continuous-sparsification setting")  # lr="abc" named, before any comparison
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.l0_lambda < 0:
             raise SubnetlabError(f"invalid continuous-sparsification settings: {self}")
         if self.beta_final < self.beta_start or self.beta_start <= 0:
@@ -298,8 +299,8 @@ class LambdaChoice:
       states no number).
     * ``"best-accuracy"``: the most accurate, ties to the sparser. The vision
       study's rule ("we always transfer the subnetwork with highest accuracy",
-      appendix C.1) and subnetlab's earlier default; with a weak L0 term it picks
-      the densest mask, since density buys a little accuracy.
+      appendix C.1); with a weak L0 term it picks the densest mask, since
+      density buys a little accuracy.
     * ``"lambda"``: the run with ``l0_lambda``. The released arithmetic code
       (``math/checkpoints/*layers_val/transfer_1e-7_*/configs.yaml``) transfers the
       lambda = 1e-7 subnetwork at every depth; no code there compares the sweep.

@@ -189,6 +189,10 @@ class Adapter:
     def layers(self) -> list[nn.Module]:
         return list(_get(self.model.base_model, self.spec.layers))
 
+    def embedding_modules(self) -> list[nn.Module]:
+        """The token (and position) embedding modules, in ``spec.embeddings`` order: the stream's first writers."""
+        return [_get(self.model.base_model, path) for path in self.spec.embeddings]
+
     def head_output_module(self, layer: int) -> nn.Module:
         """The attention output projection: its input is ``[batch, pos, heads * head_dim]``."""
         return _get(self.layers()[layer], self.spec.out_proj)

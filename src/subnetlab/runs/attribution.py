@@ -22,12 +22,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import save_tensors, write_json
 from subnetlab.methods.attribution.scores import METHODS, check_method
-from subnetlab.runs.job_config import require_positive
+from subnetlab.runs.job_config import JobConfig, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
 
@@ -37,9 +37,11 @@ FORMAT = "subnetlab.attribution/1"
 
 
 @dataclass(frozen=True)
-class AttributionJobConfig:
-    """A model, a circuit task, the method (``eap`` / ``eap-ig``) and its settings."""
+class AttributionJobConfig(JobConfig):
+    """A model, a circuit task, the method (``eap`` / ``eap-ig``) and its settings; ``eap`` takes one step
+    (``ig_steps`` 1, whatever was given: integrated gradients are eap-ig's)."""
 
+    command: ClassVar[str] = "circuit"
     model: str
     task: TaskSpec
     method: str = "eap"
@@ -53,19 +55,14 @@ class AttributionJobConfig:
 
     def __post_init__(self) -> None:
         check_method(self.method, self.ig_steps)
+        if self.method == "eap":
+            object.__setattr__(self, "ig_steps", 1)
         if self.metric not in METRICS + TASK_METRICS:
             raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS + TASK_METRICS)}",
                                  setting="metric")
         require_positive("attribution", "batch_size", self.batch_size)
-        require_positive("attribution", "limit", self.limit, allow_none=True)
-
-    def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
-        from subnetlab.runs.directory import absolute_inputs
-
-        return absolute_inputs({"command": "circuit", "model": self.model, "task": task_options,
-                                "method": self.method, "ig_steps": self.ig_steps if self.method == "eap-ig" else 1,
-                                "split": self.split, "metric": self.metric, "batch_size": self.batch_size,
-                                "limit": self.limit, "embedding_nodes": self.embedding_nodes, "device": self.device})
+        require_positive("attribution", "limit", self.limit, allow_none=True,
+                         counts=f"the number of {self.split} pairs the edges are scored on")
 
 
 def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
@@ -98,7 +95,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     graph = Graph.from_adapter(loaded.adapter, job.embedding_nodes)
     model = loaded.model.to(device).eval()
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", {**job.record(task.options), **runtime_record(device)})
+    write_json(out / "config.json", {**job.record(task=task.options), **runtime_record(device)})
     pairs = len(task.examples(job.split)) if job.limit is None else min(job.limit, len(task.examples(job.split)))
     stage(f"{job.method} scores of {graph.num_edges} edges on {pairs} pairs of {job.split} (metric {job.metric}"
           f"{f', {job.ig_steps} steps' if job.method == 'eap-ig' else ''})")

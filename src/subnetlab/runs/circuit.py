@@ -40,8 +40,9 @@ from subnetlab.methods.edge_pruning.train import prune_edges
 from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
-from subnetlab.runs.directory import absolute_inputs
+from subnetlab.run_directory import absolute_inputs
 from subnetlab.runs.health import judge
+from subnetlab.runs.job_config import require_positive
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
 from subnetlab.runtime import resolve_device
 from subnetlab.subnetwork import Subnetwork
@@ -66,6 +67,9 @@ class CircuitJobConfig(ModelAndTask):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.settings  # checks the edge-pruning settings
+        require_positive("edge pruning", "eval_limit", self.eval_limit, allow_none=True,
+                         counts=f"the number of {self.eval_split} pairs each circuit is measured on (not the training "
+                                "pairs, which are all used)")
         if self.init_from is not None and not Path(self.init_from).is_file():
             raise SubnetlabError(f"{self.init_from}: no such file", setting="init_from")
 

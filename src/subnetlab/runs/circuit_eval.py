@@ -30,7 +30,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -38,7 +38,7 @@ from torch import Tensor
 from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import write_json
-from subnetlab.runs.job_config import require_positive
+from subnetlab.runs.job_config import JobConfig, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
 
@@ -46,9 +46,10 @@ ABLATIONS = ("corrupted", "zero")
 
 
 @dataclass(frozen=True)
-class CircuitEvalJobConfig:
+class CircuitEvalJobConfig(JobConfig):
     """A model, a circuit task, and either a scores file or circuit files."""
 
+    command: ClassVar[str] = "circuit-eval"
     model: str
     task: TaskSpec
     scores: str | None = None
@@ -77,14 +78,6 @@ class CircuitEvalJobConfig:
                                  setting="sizes")
         require_positive("circuit evaluation", "batch_size", self.batch_size)
         require_positive("circuit evaluation", "limit", self.limit, allow_none=True)
-
-    def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
-        from subnetlab.runs.directory import absolute_inputs
-
-        return absolute_inputs({"command": "circuit-eval", "model": self.model, "task": task_options,
-                                "scores": self.scores, "circuits": list(self.circuits), "split": self.split,
-                                "metric": self.metric, "ablation": self.ablation, "sizes": list(self.sizes),
-                                "batch_size": self.batch_size, "limit": self.limit, "device": self.device})
 
 
 # ------------------------------------------------------------------ reading scores and circuits
@@ -205,7 +198,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         raise SubnetlabError("the circuits mix levels or graphs (edges of two graphs, or edges and nodes); give one kind",
                              setting="circuits")
     out.mkdir(parents=True, exist_ok=True)
-    config = {**job.record(task.options), **runtime_record(device), "level": level}
+    config = {**job.record(task=task.options), **runtime_record(device), "level": level}
     write_json(out / "config.json", config)
     model = loaded.model.to(device).eval()
     stage(f"{level} circuits on {len(task.examples(job.split))} pairs of {job.split}"

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import write_json
-from subnetlab.runs.job_config import require_positive
+from subnetlab.runs.job_config import JobConfig, require_positive, unrecorded
 from subnetlab.runs.splits import held_out_task, save_splits
 from subnetlab.tasks.spec import TaskSpec
 
@@ -24,26 +24,29 @@ ABLATIONS = ("zero", "mean")
 
 
 @dataclass(frozen=True)
-class EvaluateJobConfig:
+class EvaluateJobConfig(JobConfig):
     """What to score: a model, a task, optionally a subnetwork and how it is ablated."""
 
+    command: ClassVar[str] = "evaluate"
     model: str
     task: TaskSpec
-    splits: tuple[str, ...] | None = None
+    eval_data: tuple[str, ...] = field(default=(), repr=False)
+    splits: tuple[str, ...] | None = None  # None (or empty): every evaluation split
     subnetwork: str | None = None
     ablation: str | None = None
     means: str | None = None
-    means_examples: int = 512
+    means_examples: int = unrecorded(512)  # config.json's means_from holds the count used, when means are computed
     batch_size: int = 64
     max_length: int = 128
     limit: int | None = None
-    eval_data: tuple[str, ...] = field(default=(), repr=False)
     device: str = "auto"
     dtype: str = "float32"  # forward passes: float32, or bfloat16 / float16 autocast on accelerators
 
     def __post_init__(self) -> None:
         from subnetlab.methods.finetune.model import ARITH_PREFIX
 
+        if not self.splits:
+            object.__setattr__(self, "splits", None)
         if self.model.startswith(ARITH_PREFIX):
             raise SubnetlabError(f"model {self.model}: evaluate a trained model directory, not a fresh "
                                  f"{ARITH_PREFIX} model", setting="model")
@@ -59,15 +62,6 @@ class EvaluateJobConfig:
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 raise SubnetlabError(f"{name} {path}: no such file", setting=name)
-
-    def record(self, task_options: dict[str, Any]) -> dict[str, Any]:
-        """The run's ``config.json`` (local input files absolute: ``runs.directory.absolute_inputs``)."""
-        from subnetlab.runs.directory import absolute_inputs
-
-        return absolute_inputs({"command": "evaluate", "model": self.model, "task": task_options, "eval_data": list(self.eval_data),
-                "splits": list(self.splits) if self.splits else None, "subnetwork": self.subnetwork,
-                "ablation": self.ablation, "means": self.means, "batch_size": self.batch_size,
-                "max_length": self.max_length, "limit": self.limit, "device": self.device, "dtype": self.dtype})
 
 
 def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
@@ -94,7 +88,7 @@ def evaluate_run(job: EvaluateJobConfig, out: Path) -> dict[str, Any]:
     check_model_fits_task(loaded.model, tokenizer, task, job.model)
     splits = list(job.splits) if job.splits else None
     check_lengths_fit(loaded.model, tokenizer, task, job.max_length, job.model, splits or list(task.eval_splits))
-    config = {**job.record(task.options), **runtime_record(device, dtype)}
+    config = {**job.record(task=task.options), **runtime_record(device, dtype)}
     loaded.model.to(device)
     if job.subnetwork is None:
         with autocast(device, dtype):

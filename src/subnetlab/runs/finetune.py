@@ -45,7 +45,7 @@ from subnetlab.methods.finetune.state import (
 )
 from subnetlab.optim import lr_scheduler
 from subnetlab.progress import duration, stage, track, warning
-from subnetlab.runs.directory import absolute_inputs, differing_keys, run_entries, same_config
+from subnetlab.run_directory import absolute_inputs, differing_keys, run_entries, same_config
 from subnetlab.runs.splits import save_splits
 from subnetlab.runtime import autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 from subnetlab.tasks.base import Task

@@ -13,6 +13,11 @@ Nested settings (``prune``, ``cs``, ``train``, ``finetune``) stay as the JSON
 mapping the user or preset gave, so a config that names three settings is not
 rewritten with thirty; each job checks them by building its typed settings
 object in ``__post_init__``.
+
+A command that runs one job itself, without the executor (``evaluate``,
+``circuit-eval``, ``circuit`` by attribution), writes ``record(...)``: its
+``command``, the keys of ``to_dict()`` and what only the run learns (the
+built task's options, where it ran).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar, get_type_hints
 
 from subnetlab.errors import SubnetlabError, check_typed
+from subnetlab.run_directory import absolute_inputs
 
 C = TypeVar("C", bound="JobConfig")
 
@@ -31,11 +37,17 @@ def optional(default: Any = None) -> Any:
     return field(default=default, metadata={"optional": True})
 
 
+def unrecorded(default: Any) -> Any:
+    """A setting ``record()`` leaves out of ``config.json``: the run records what it used another way."""
+    return field(default=default, metadata={"recorded": False})
+
+
 @dataclass(frozen=True)
 class JobConfig:
     """Base class: ``from_dict`` checks the keys, the subclass's ``__post_init__`` the values."""
 
     what: ClassVar[str] = "job setting"  # how errors call one key
+    command: ClassVar[str | None] = None  # the subcommand ``record()`` names; None: a job the executor runs
 
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
@@ -61,6 +73,14 @@ class JobConfig:
             out[f.name] = _plain(value)
         return out
 
+    def record(self, **facts: Any) -> dict[str, Any]:
+        """``config.json`` of a run its command writes itself: ``command``, the keys of ``to_dict()`` (but
+        ``unrecorded`` ones), then ``facts``, what only the run knows (a key of both is the fact, in the key's
+        place: ``task=`` the built task's options), with local input files absolute (``absolute_inputs``)."""
+        head = {} if self.command is None else {"command": self.command}
+        kept = {f.name for f in fields(self) if f.metadata.get("recorded", True)}
+        return absolute_inputs({**head, **{k: v for k, v in self.to_dict().items() if k in kept}, **facts})
+
 
 def _plain(value: Any) -> Any:
     """JSON-ready copies: tuples become lists, mappings plain dicts."""
@@ -71,12 +91,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def require_positive(owner: str, name: str, value: Any, allow_none: bool = False) -> None:
-    """``value`` must be an integer >= 1 (or None when allowed)."""
+def require_positive(owner: str, name: str, value: Any, allow_none: bool = False, counts: str | None = None) -> None:
+    """``value`` must be an integer >= 1 (or None when allowed); ``counts`` says what it counts, where the name
+    alone does not (``limit 0: the number of train pairs ... must be an integer of at least 1``)."""
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SubnetlabError(f"{owner}: {name} {value!r} must be an integer of at least 1", setting=name)
+        problem = f"{owner}: {name} {value!r}" if counts is None else f"{name} {value!r}: {counts}"
+        raise SubnetlabError(f"{problem} must be an integer of at least 1", setting=name)
 
 
-__all__ = ["JobConfig", "optional", "require_positive"]
+__all__ = ["JobConfig", "optional", "require_positive", "unrecorded"]

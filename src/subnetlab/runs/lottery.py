@@ -50,7 +50,7 @@ from subnetlab.methods.lottery.magnitude import magnitude_prune
 from subnetlab.models.loading import quiet_transformers, refuse_exported
 from subnetlab.progress import stage
 from subnetlab.runs.health import judge
-from subnetlab.runs.directory import record_runtime
+from subnetlab.run_directory import record_runtime
 from subnetlab.runs.job_config import JobConfig, optional
 from subnetlab.runtime import DTYPE_NAMES, autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 from subnetlab.subnetwork import Subnetwork

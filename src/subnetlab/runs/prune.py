@@ -47,7 +47,7 @@ from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
 from subnetlab.methods.head_pruning.select import GateSelection
 from subnetlab.methods.head_pruning.train import prune
 from subnetlab.progress import stage
-from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
+from subnetlab.run_directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.health import Health, judge
 from subnetlab.runtime import resolve_device
 from subnetlab.runs.prune_setup import FullModelJobConfig, ModelAndTask, PruneJobConfig, PruningSetup, load_pruning_model, task_tokenizer

@@ -5,7 +5,7 @@ accuracy of a level, and the stop rule (``analysis.effective_size.StopRule``:
 stop once every chosen data has had two unfaithful levels in a row) needs that
 mean after each level, which no one seed's job can see. The seeds also share
 what depends only on the checkpoint and the data: the loaded model, the mean
-activations (``cache_dir``, as before) and the full model's outputs on the
+activations (``cache_dir``) and the full model's outputs on the
 training pool (``objective.full_model_table``, computed once here and cached
 beside the means for walk-down stages and reruns). The price is that the seeds
 of a checkpoint run one after another in one process instead of as parallel
@@ -52,7 +52,7 @@ from subnetlab.methods.l0.objective import full_model_table
 from subnetlab.methods.head_pruning.select import GateSelection
 from subnetlab.methods.head_pruning.train import gate_tensors, prune
 from subnetlab.progress import stage
-from subnetlab.runs.directory import absolute_inputs, resolve_run_path, run_relative
+from subnetlab.run_directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.job_config import JobConfig
 from subnetlab.runs.prune import level_name, write_selections
 from subnetlab.runs.prune_summary import health_counts

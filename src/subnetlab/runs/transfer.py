@@ -27,7 +27,7 @@ from subnetlab.models import load_model
 from subnetlab.models.loading import LoadedModel
 from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.progress import stage
-from subnetlab.runs.directory import record_runtime
+from subnetlab.run_directory import record_runtime
 from subnetlab.runs.health import Health, judge, read_health
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options, save_splits
@@ -268,7 +268,7 @@ def sweep_health(metrics: list[dict]) -> list[Health]:
 def select_best(metrics: list[dict], selection: Any = None) -> dict:
     """The lambda sweep's winner among ``discover_job`` metrics, by ``selection``
     (a ``continuous_sparsification.LambdaChoice``; default: the sparsest subnetwork within 1 point of the
-    best evaluation accuracy, the paper's principle; ``LambdaChoice("best-accuracy")`` is the earlier rule).
+    best evaluation accuracy, the paper's principle; ``LambdaChoice("best-accuracy")``: the most accurate, the vision study's rule).
 
     A degenerate subnetwork (keeping no weight, or every one) is never chosen while another run's is not:
     the rules choose among the others (``degenerate_passed_over`` names the runs left out). The ``lambda``

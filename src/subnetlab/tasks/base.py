@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.tasks.encoding import EncodedSplit, collate, encode_examples, tokenizer_key
+from subnetlab.tasks.encoding import EncodedSplit, collate, encode_examples, pad_id, tokenizer_key
 
 NLI3 = ["entailment", "neutral", "contradiction"]
 NLI2 = ["entailment", "non-entailment"]
@@ -201,7 +201,7 @@ class Task:
         idx = indices.tolist() if isinstance(indices, Tensor) else list(indices)
         labels = [self.examples(split)[i].label for i in idx]
         answers = self.answer_token_ids(tokenizer) if self.kind == "lm" else None
-        return collate(enc, idx, labels, pad_id=_pad_id(tokenizer), answer_token_ids=answers)
+        return collate(enc, idx, labels, pad_id=pad_id(tokenizer), answer_token_ids=answers)
 
     def batches(
         self,
@@ -334,14 +334,6 @@ def _logits(outputs: Any) -> Tensor:
     if logits is None:
         raise SubnetlabError("the model's output has no logits (load it with a classification or causal-lm head)")
     return logits
-
-
-def _pad_id(tokenizer: Any) -> int:
-    for attr in ("pad_token_id", "eos_token_id", "unk_token_id"):
-        value = getattr(tokenizer, attr, None)
-        if value is not None:
-            return int(value)
-    return 0
 
 
 def _mean(values: list[int]) -> float:

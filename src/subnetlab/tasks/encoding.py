@@ -77,6 +77,16 @@ def encode_examples(tokenizer: Any, examples: Sequence[TextPair], *, max_length:
     return EncodedSplit(input_ids=input_ids, token_type_ids=types)
 
 
+def pad_id(tokenizer: Any) -> int:
+    """The id ``collate`` pads rows with: the tokenizer's pad token, else its end-of-text token (GPT-2 has no
+    pad token), else its unknown token, else 0; the attention mask leaves padded positions out."""
+    for attr in ("pad_token_id", "eos_token_id", "unk_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if value is not None:
+            return int(value)
+    return 0
+
+
 def collate(
     encoded: EncodedSplit,
     indices: Sequence[int],

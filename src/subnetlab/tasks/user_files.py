@@ -144,8 +144,10 @@ def _csv_fault(path: Path, delimiter: str) -> str | None:
         return f": not UTF-8 text (byte {e.start}: {e.reason})"
 
 
-class _Source:
-    """One table of rows: where it came from (for messages) and how its rows are numbered."""
+class RowSource:
+    """One table of rows: where it came from (for messages) and how its rows are numbered.
+
+    Shared with ``tasks.circuits.files``, which reads prompt pairs from the same kinds of sources."""
 
     def __init__(self, data: Any, where: str, first_row: int) -> None:
         self.data, self.where, self.first_row = data, where, first_row
@@ -168,7 +170,7 @@ def _split_of(data: Any, split: str, where: str, setting: str) -> Any:
     return data[split]
 
 
-def _sources(path: str, train_split: str, eval_split: str | None) -> tuple[_Source, _Source | None, str]:
+def read_sources(path: str, train_split: str, eval_split: str | None) -> tuple[RowSource, RowSource | None, str]:
     """The training rows, the held-out rows of ``eval_split`` (or None), and the name the task gets."""
     import datasets
 
@@ -181,15 +183,15 @@ def _sources(path: str, train_split: str, eval_split: str | None) -> tuple[_Sour
     if isinstance(data, datasets.DatasetDict):
         train = _split_of(data, train_split, where, "train_split")
         held = _split_of(data, eval_split, where, "eval_split") if eval_split is not None else None
-        return (_Source(train, f"{where}@{train_split}", first_row),
-                _Source(held, f"{where}@{eval_split}", first_row) if held is not None else None, name)
+        return (RowSource(train, f"{where}@{train_split}", first_row),
+                RowSource(held, f"{where}@{eval_split}", first_row) if held is not None else None, name)
     if eval_split is not None:
         raise SubnetlabError(f"{where}: a single table has no split {eval_split!r}; give held-out rows as an "
                              "evaluation file instead", setting="eval_split")
-    return _Source(data, where, first_row), None, name
+    return RowSource(data, where, first_row), None, name
 
 
-def _texts(source: _Source, text: str, pair: str | None) -> list[tuple[str, str | None]]:
+def _texts(source: RowSource, text: str, pair: str | None) -> list[tuple[str, str | None]]:
     texts = source.column(text, "text_column", "text")
     pairs = source.column(pair, "text_pair_column", "text pair")
     if not texts:
@@ -205,7 +207,7 @@ def _texts(source: _Source, text: str, pair: str | None) -> list[tuple[str, str 
     return out
 
 
-def _label_space(source: _Source, label: str) -> tuple[list[str], dict[Any, int]]:
+def _label_space(source: RowSource, label: str) -> tuple[list[str], dict[Any, int]]:
     """Label names and the id of each raw value, from the training rows (see the module doc)."""
     raw = source.column(label, "label_column", "label")
     feature = source.data.features.get(label)
@@ -240,7 +242,7 @@ def _label_space(source: _Source, label: str) -> tuple[list[str], dict[Any, int]
     return labels, ids
 
 
-def _labelled(source: _Source, text: str, pair: str | None, label: str, ids: dict[Any, int]) -> list[Example]:
+def _labelled(source: RowSource, text: str, pair: str | None, label: str, ids: dict[Any, int]) -> list[Example]:
     texts = _texts(source, text, pair)
     raw = source.column(label, "label_column", "label")
     out = []
@@ -255,7 +257,7 @@ def _labelled(source: _Source, text: str, pair: str | None, label: str, ids: dic
     return out
 
 
-def _answers(source: _Source, answer: str) -> list[str]:
+def _answers(source: RowSource, answer: str) -> list[str]:
     raw = source.column(answer, "answer_column", "answer")
     out = []
     for i, y in enumerate(raw):
@@ -265,7 +267,7 @@ def _answers(source: _Source, answer: str) -> list[str]:
     return out
 
 
-def _prompts(source: _Source, text: str, pair: str | None, answer: str,
+def _prompts(source: RowSource, text: str, pair: str | None, answer: str,
              ids: dict[str, int] | None) -> tuple[list[Example], dict[str, int]]:
     """Language-model examples (prompt, answer id); ``ids`` None: the answers of these rows define them."""
     texts, answers = _texts(source, text, pair), _answers(source, answer)
@@ -283,11 +285,29 @@ def _prompts(source: _Source, text: str, pair: str | None, answer: str,
     return out, ids
 
 
-def _fingerprint(source: _Source, path: str | None) -> str:
+def local_path(path: str) -> str | None:
+    """The data file or folder of ``path`` with ``~`` expanded; None for a hub dataset."""
+    return None if path.startswith(HUB_PREFIX) else str(Path(path).expanduser())
+
+
+def rows_hash(source: RowSource, local: str | None) -> str:
     """The content hash that keys the split: the local file's or folder's bytes, else the hub dataset's fingerprint."""
-    if path is not None:
-        return content_hash(path)
+    if local is not None:
+        return content_hash(local)
     return f"fingerprint:{getattr(source.data, '_fingerprint', None) or source.where}"
+
+
+def held_out_rows(split_rows: RowSource | None, eval_file: str | None,
+                  local: str | None) -> tuple[RowSource | None, dict[str, str] | None]:
+    """The held-out rows (``eval_file``'s when given, else the ``eval_split`` rows, else None) and the key the
+    split manifest records for them (``SplitManifest.carve``'s ``eval_source``)."""
+    if eval_file is not None:
+        held = Path(eval_file).expanduser()
+        rows = RowSource(_read(held), str(held), 2 if held.suffix.lower() in (".csv", ".tsv") else 1)
+        return rows, {"data": rows.where, "sha256": content_hash(rows.where)}
+    if split_rows is not None:
+        return split_rows, {"data": split_rows.where, "sha256": rows_hash(split_rows, local)}
+    return None, None
 
 
 def make_file_task(path: str, text_column: str = "text", text_pair_column: str | None = None,
@@ -298,19 +318,13 @@ def make_file_task(path: str, text_column: str = "text", text_pair_column: str |
     if eval_file is not None and eval_split is not None:
         raise SubnetlabError(f"eval_split {eval_split!r} and eval_file {eval_file}: give one source of held-out rows",
                              setting="eval_split")
-    train_source, held_source, name = _sources(path, train_split, eval_split)
+    train_source, held_source, name = read_sources(path, train_split, eval_split)
     for column, setting, role in ((text_column, "text_column", "text"), (text_pair_column, "text_pair_column", "text pair"),
                                   (answer_column, "answer_column", "answer")
                                   if answer_column is not None else (label_column, "label_column", "label")):
         train_source.column(column, setting, role)  # every column named is there, before any row is read
-    local = None if path.startswith(HUB_PREFIX) else str(Path(path).expanduser())
-    held_key = None
-    if eval_file is not None:
-        held_source = _Source(_read(Path(eval_file).expanduser()), str(Path(eval_file).expanduser()),
-                              2 if Path(eval_file).suffix.lower() in (".csv", ".tsv") else 1)
-        held_key = {"data": held_source.where, "sha256": content_hash(held_source.where)}
-    elif held_source is not None:
-        held_key = {"data": held_source.where, "sha256": _fingerprint(held_source, local)}
+    local = local_path(path)
+    held_source, held_key = held_out_rows(held_source, eval_file, local)
     if answer_column is not None:
         kind = "lm"
         examples, answer_ids = _prompts(train_source, text_column, text_pair_column, answer_column, None)
@@ -321,7 +335,7 @@ def make_file_task(path: str, text_column: str = "text", text_pair_column: str |
         labels, label_ids = _label_space(train_source, label_column)
         examples = _labelled(train_source, text_column, text_pair_column, label_column, label_ids)
         held = _labelled(held_source, text_column, text_pair_column, label_column, label_ids) if held_source else None
-    manifest = SplitManifest.carve(train_source.where, _fingerprint(train_source, local), len(examples),
+    manifest = SplitManifest.carve(train_source.where, rows_hash(train_source, local), len(examples),
                                    eval_fraction=eval_fraction, test_fraction=test_fraction, split_seed=split_seed,
                                    eval_source=held_key)
     options: dict[str, Any] = {"path": local or path,
@@ -365,4 +379,5 @@ def describe(task: Task) -> str:
             f"(sha256 {manifest.sha256[:12]}, split_seed {settings['split_seed']}), the same for every command and seed")
 
 
-__all__ = ["HUB_PREFIX", "describe", "make_file_task", "parse_hub_name"]
+__all__ = ["HUB_PREFIX", "RowSource", "describe", "held_out_rows", "local_path", "make_file_task", "parse_hub_name",
+           "read_sources", "rows_hash"]

@@ -14,7 +14,7 @@ def attribution_command(*, model: str, task: str, out: Path, method: str, ig_ste
     """Score every edge on the training pairs, write DIR, print the largest edges."""
     from rich.console import Console
 
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.runs.attribution import SCORES_FILE, AttributionJobConfig, attribution_run
     from subnetlab.tasks.spec import TaskSpec
 

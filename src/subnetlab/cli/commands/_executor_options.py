@@ -60,6 +60,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 OPTION_NAMES = ("--backend", "--jobs", "--address", "--cpus-per-job", "--gpus-per-job", "--max-retries")
+PARAMETERS = tuple(_OPTIONS)  # the command parameters the decorator adds, one per flag of OPTION_NAMES
 
 
 def executor_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,4 +91,4 @@ def executor_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-__all__ = ["OPTION_NAMES", "PANEL", "executor_options"]
+__all__ = ["OPTION_NAMES", "PANEL", "PARAMETERS", "executor_options"]

@@ -18,6 +18,7 @@ SETTING_PARAMETERS: dict[str, str | tuple[str, ...]] = {
     "task_options": "task_option",  # the task's options, given one --task-option KEY=VALUE at a time
     "task_data": ("data", "task_option"),  # a file task's data: --data where the command has it
     "n_jobs": "jobs",  # run_jobs(n_jobs=...) is --jobs
+    "eval_limit": "limit",  # circuit's evaluation pairs (a command with --eval-limit keeps its own)
 }
 
 # --preset of the commands that prune with hard-concrete gates (methods/head_pruning/config.py's PRESETS)
@@ -48,6 +49,58 @@ def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
         raise SubnetlabError(f"{name}: empty list")
     return sorted(values)
 
+
+def parse_sparsities(values: list[str]) -> list[float]:
+    """``--sparsity`` values (each one or a comma-separated list) as sorted distinct fractions in (0, 1)."""
+    out: list[float] = []
+    for text in values:
+        for part in str(text).split(","):
+            part = part.strip()
+            try:
+                value = float(part)
+            except ValueError:
+                raise SubnetlabError(f"--sparsity: malformed value {part!r} (expected e.g. 0.5 or 0.5,0.7)") from None
+            out.append(parse_fraction(value, "--sparsity"))
+    if not out:
+        raise SubnetlabError("--sparsity: give at least one target, e.g. --sparsity 0.5")
+    return sorted(dict.fromkeys(out))
+
+
+def parse_key_values(pairs: list[str], option: str) -> dict[str, object]:
+    """``KEY=VALUE`` pairs of ``option`` (``--set``, ``--task-option``) with values read as YAML; a value YAML
+    cannot read is refused (``parse_task_options`` keeps it as text instead)."""
+    import yaml
+
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SubnetlabError(f"{option}: expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key.replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise SubnetlabError(f"{option}: cannot read the value of {pair!r}") from None
+    return out
+
+
+def parse_task_options(pairs: list[str], data: str | None, data_key: str) -> dict[str, Any]:
+    """``--task-option KEY=VALUE`` (values typed as YAML scalars) plus ``--data`` as ``data_key``."""
+    import yaml
+
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SubnetlabError(f"--task-option: expected KEY=VALUE, got {pair!r}")
+        try:
+            options[key.strip().replace("-", "_")] = yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            options[key.strip().replace("-", "_")] = value
+    if data is not None:
+        if not Path(data).exists() and not data.startswith("hub:"):
+            raise SubnetlabError(f"{data}: no such file")
+        options[data_key] = data
+    return options
 
 # Your own data (``--task file:PATH`` or ``hub:NAME[:CONFIG]``): one flag per option of the file task,
 # shared by every command that takes a task (the same options as --task-option KEY=VALUE)
@@ -123,21 +176,34 @@ def dtype_option() -> Any:
     return typer.Option(None, "--dtype", help=DTYPE_HELP)
 
 
+def given_options() -> dict[str, str]:
+    """Parameter name -> its long flag (an argument: its metavar), for each parameter of the running command that
+    the user set (command line or environment), in the command's order. A parameter left at its default is not
+    among them, whatever its value; outside a command, none is."""
+    from typer._click.core import ParameterSource  # typer 0.2x vendors click: its context, not click's
+    from typer._click.globals import get_current_context
+
+    context = get_current_context(silent=True)
+    if context is None:
+        return {}
+    given = {}
+    for param in context.command.params:
+        if param.name and context.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,
+                                                                       ParameterSource.ENVIRONMENT):
+            longs = [opt for opt in param.opts if opt.startswith("--")]
+            given[param.name] = longs[0] if longs else (param.metavar or param.name.upper())
+    return given
+
+
 def check_max_length_option(model: str, max_length: int | None, parameter: str = "max_length") -> None:
     """A ``--max-length`` typed on the command line must fit the model's positions; checked before any work.
 
     Read from a local model's ``config.json`` (no weights loaded). Only a value the user
     gave is checked this way: a default longer than a small model's positions (128 on a
-    16-position arithmetic GPT-2) is refused only when some input is that long, as before.
+    16-position arithmetic GPT-2) is refused only when some input is that long.
     A hub id is checked once the command has loaded it.
     """
-    from typer._click.core import ParameterSource  # typer 0.2x vendors click: its context, not click's
-    from typer._click.globals import get_current_context
-
-    context = get_current_context(silent=True)
-    given = context is not None and context.get_parameter_source(parameter) in (ParameterSource.COMMANDLINE,
-                                                                                ParameterSource.ENVIRONMENT)
-    if max_length is None or not given:
+    if max_length is None or parameter not in given_options():
         return
     from subnetlab.methods.model_fit import check_max_length
     from subnetlab.models import resolve
@@ -203,7 +269,7 @@ def guard_out(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(callback)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        from subnetlab.runs.directory import check_writable, lock
+        from subnetlab.run_directory import check_writable, lock
 
         out = kwargs.get("out")
         if out is None:

@@ -64,7 +64,7 @@ def ablate(
     source = "train" if t.train else id_split[0]
     tokenizer = loaded.tokenizer if loaded.tokenizer is not None else t.tokenizer
     means = mean_activations(loaded.model, a, PruningData.from_task(t, tokenizer, source, max_length), means_examples, batch_size)
-    from subnetlab.runs.directory import absolute_inputs
+    from subnetlab.run_directory import absolute_inputs
 
     config = {"command": "ablate", "model": model, "task": t.options, "eval_data": eval_data, "heads": heads,
               "listed": [f"L{l}.H{h}" for l, h in listed], "joint_heads": joint_heads,

@@ -72,7 +72,7 @@ def attention(
               "examples": len(pairs), "heads": heads, "maps": maps, "max_length": max_length}
     if own:
         config["task_options"] = options
-    from subnetlab.runs.directory import absolute_inputs
+    from subnetlab.run_directory import absolute_inputs
 
     config = absolute_inputs(config)  # input files absolute: the same run from any working directory
     attention_step(loaded, pairs, listed, out, config=config, maps=maps if heads != "all" else 0, max_length=max_length)

@@ -7,6 +7,12 @@ scores of every edge (``--method eap|eap-ig``, ``_circuit_attribution``).
 One run directory per (sparsity, seed) through ``subnetlab.executor`` (finished
 runs skipped, killed runs resumed); the layout is documented in
 ``subnetlab.runs.circuit``. ``DIR/graph.json`` holds the model's graph.
+
+The two pipelines read different options (``METHOD_PARAMETERS``): an option the
+chosen method does not read, given on the command line, is refused before any
+work rather than ignored. ``--limit`` is read by both and counts what each
+method measures on: the evaluation pairs of ``--split`` for edge-pruning (which
+trains on every training pair), the training pairs for eap / eap-ig.
 """
 
 from __future__ import annotations
@@ -16,12 +22,45 @@ from typing import Optional
 
 import typer
 
+from subnetlab.cli.commands._executor_options import PARAMETERS as EXECUTOR_PARAMETERS
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, with_data_options
+from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, given_options, with_data_options
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
 
 METHODS = ("edge-pruning", "eap", "eap-ig")
+
+# The parameters only some methods read, and which methods; every other parameter is read by all three.
+# (eap-ig alone integrates over steps; the attribution methods score one run on the training pairs, so the
+# sweep, its training settings, its evaluation split and the executor are edge-pruning's.)
+METHOD_PARAMETERS: dict[str, tuple[str, ...]] = {
+    **{name: ("edge-pruning",) for name in ("sparsity", "more", "seeds", "preset", "ablation", "set_", "split",
+                                            "init_from", *EXECUTOR_PARAMETERS)},
+    "metric": ("eap", "eap-ig"),
+    "ig_steps": ("eap-ig",),
+}
+
+
+def refuse_unused_options(method: str) -> None:
+    """One error naming every option the user gave that ``method`` does not read, and the methods that do.
+
+    Given means set on the command line (click's parameter source), not "differs from the default": an
+    explicit ``--metric logit_diff`` under edge-pruning is refused too.
+    """
+    unused: dict[tuple[str, ...], list[str]] = {}
+    for name, flag in given_options().items():
+        users = METHOD_PARAMETERS.get(name, METHODS)
+        flag = "--sparsity" if name == "more" else flag  # further targets are --sparsity values
+        if method not in users and flag not in unused.get(users, []):
+            unused.setdefault(users, []).append(flag)
+    if not unused:
+        return
+    flags = ", ".join(f for group in unused.values() for f in group)
+    if len(unused) == 1:
+        whose = "used only by " + " and ".join(next(iter(unused)))
+    else:
+        whose = "; ".join(f"{', '.join(group)} used only by {' and '.join(users)}" for users, group in unused.items())
+    raise SubnetlabError(f"{flags}: not used by --method {method} ({whose})")
 
 
 def circuit(
@@ -31,42 +70,49 @@ def circuit(
                              "circuit:arith:<op>, or file:PATH with --corrupted-column (your own prompt pairs)."),
     method: str = typer.Option("edge-pruning", "--method", help="edge-pruning (Bhaskar et al., 2024), or eap / eap-ig: "
                                "attribution scores of every edge (Syed et al. 2023; Hanna et al. 2024) written to "
-                               "DIR/scores.safetensors, on the training pairs (no --sparsity)."),
-    ig_steps: int = typer.Option(5, "--ig-steps", help="EAP-IG's interpolation steps k (k forward+backward passes)."),
+                               "DIR/scores.safetensors, on the training pairs. An option marked for another method "
+                               "is refused."),
+    ig_steps: int = typer.Option(5, "--ig-steps", help="eap-ig: the interpolation steps k (k forward+backward "
+                                 "passes per batch)."),
     metric: str = typer.Option("logit_diff", "--metric", help="eap / eap-ig: the metric differentiated "
                                "(logit_diff, answer_prob or kl)."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
                                              "from attribution scores (a scores.safetensors of eap / eap-ig)."),
-    sparsity: list[str] = typer.Option([], "--sparsity", help="Target edge sparsity (fraction of edges removed) in "
-                                       "(0, 1): --sparsity 0.95 0.98, or 0.95,0.98."),
-    more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="Further targets."),
-    seeds: str = typer.Option("0", "--seeds", help="Seeds: 0-2, 0,3,5 or 0-2,7."),
-    out: Path = typer.Option(..., "--out", help="Sweep directory; a rerun skips finished runs and resumes killed ones."),
-    preset: str = typer.Option("paper", "--preset", help="paper (Edge Pruning's GPT-2 IOI settings) or demo "
-                               "(tiny models on a CPU)."),
-    ablation: Optional[str] = typer.Option(None, "--ablation", help="What a removed edge delivers: corrupted "
-                                           "(default: its writer's output on the corrupted prompt), mean or zero."),
+    sparsity: list[str] = typer.Option([], "--sparsity", help="edge-pruning: target edge sparsity (fraction of edges "
+                                       "removed) in (0, 1): --sparsity 0.95 0.98, or 0.95,0.98."),
+    more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="edge-pruning: further targets."),
+    seeds: str = typer.Option("0", "--seeds", help="edge-pruning: seeds, 0-2, 0,3,5 or 0-2,7."),
+    out: Path = typer.Option(..., "--out", help="edge-pruning: the sweep directory (a rerun skips finished runs and "
+                             "resumes killed ones); eap / eap-ig: the run directory of the scores."),
+    preset: str = typer.Option("paper", "--preset", help="edge-pruning: paper (Edge Pruning's GPT-2 IOI settings) "
+                               "or demo (tiny models on a CPU)."),
+    ablation: Optional[str] = typer.Option(None, "--ablation", help="edge-pruning: what a removed edge delivers, "
+                                           "corrupted (default: its writer's output on the corrupted prompt), mean or "
+                                           "zero."),
     embedding_nodes: Optional[int] = typer.Option(None, "--embedding-nodes", help="1 joins the token and position "
                                                   "embeddings into one writer (default: as many as the family has)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_train=200."),
     data_flags: dict = None,
-    set_: list[str] = typer.Option([], "--set", help="Override an edge-pruning setting KEY=VALUE, e.g. "
+    set_: list[str] = typer.Option([], "--set", help="edge-pruning: override a setting KEY=VALUE, e.g. "
                                    "total_steps=500 or node_masks=false (repeatable)."),
-    split: str = typer.Option("eval", "--split", help="The split of prompt pairs the circuit is measured on."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Measure on the first N pairs of it."),
+    split: str = typer.Option("eval", "--split", help="edge-pruning: the split of prompt pairs each circuit is "
+                               "measured on (eap / eap-ig score on the training pairs)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="The first N prompt pairs: edge-pruning measures each "
+                                        "circuit on the first N pairs of --split (and trains on every training pair); "
+                                        "eap / eap-ig score the edges on the first N training pairs."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
     """Find edge-level circuits with Edge Pruning: hard-concrete masks over the edges of the model's computation
     graph, on the unmodified model; each circuit's faithfulness (MIB) and health go in its metrics.json, its
-    figure (kept edges, Q/K/V readers marked) in circuit.png."""
+    figure (kept edges, Q/K/V readers marked) in circuit.png. Or score every edge by attribution patching
+    (--method eap / eap-ig). An option marked with methods (edge-pruning, eap-ig, eap / eap-ig; the Execution
+    options are edge-pruning's) is refused under another method."""
     from rich.console import Console
     from rich.table import Table
 
     from subnetlab.cli.commands._health import report_health
-    from subnetlab.cli.commands._options import parse_int_list
-    from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.cli.commands.prune import _parse_pairs, _parse_sparsities
+    from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
     from subnetlab.progress import stage
     from subnetlab.runs.circuit import CircuitJobConfig, circuit_sweep, load_circuit_task, write_sweep_graph
     from subnetlab.runs.health import read_health
@@ -74,6 +120,7 @@ def circuit(
 
     if method not in METHODS:
         raise SubnetlabError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
+    refuse_unused_options(method)
     if method != "edge-pruning":
         from subnetlab.cli.commands._circuit_attribution import attribution_command
 
@@ -81,9 +128,9 @@ def circuit(
                                    task_option=task_option, data_flags=data_flags, metric=metric,
                                    embedding_nodes=embedding_nodes, limit=limit, device=device)
     runs_on = resolve_device(device)
-    targets = _parse_sparsities([*sparsity, *(more or [])])
+    targets = parse_sparsities([*sparsity, *(more or [])])
     seed_list = parse_int_list(seeds, "--seeds")
-    overrides = _parse_pairs(set_, "--set")
+    overrides = parse_key_values(set_, "--set")
     if ablation is not None:
         overrides["ablation"] = ablation
     if embedding_nodes is not None:

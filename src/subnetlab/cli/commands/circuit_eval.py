@@ -72,7 +72,7 @@ def circuit_eval(
     from rich.console import Console
 
     from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.runs.circuit_eval import CircuitEvalJobConfig, circuit_eval_run
     from subnetlab.tasks.spec import TaskSpec
 

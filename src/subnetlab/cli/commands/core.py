@@ -18,7 +18,7 @@ def core(
     from subnetlab.experiments.heuristic_core.steps import core_step
     from subnetlab.report.markdown import num
 
-    from subnetlab.runs.directory import absolute_input
+    from subnetlab.run_directory import absolute_input
 
     metrics = core_step([Path(absolute_input(r)) for r in (*runs, *(more or []))], out)  # the same from any directory
     la, lb = metrics["labels"]

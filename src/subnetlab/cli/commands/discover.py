@@ -68,13 +68,13 @@ def discover(
 
     A degenerate lambda (its mask keeps no weight, or every one) is never selected while another is not;
     health problems are warning lines (subnetlab --strict discover ... exits 2 instead)."""
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.io import write_json
-    from subnetlab.runs.directory import claim
+    from subnetlab.run_directory import claim
     from subnetlab.methods.continuous_sparsification import ContinuousSparsification, LambdaChoice
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.progress import stage
-    from subnetlab.runs.directory import record_runtime
+    from subnetlab.run_directory import record_runtime
     from subnetlab.runs.splits import save_splits
     from subnetlab.runs.transfer import lm_task_options, load_lm, select_best, task_options_for
     from subnetlab.runtime import describe_runtime, dtype_name, resolve_device, resolve_dtype, runtime_record
@@ -93,7 +93,7 @@ def discover(
     chooser = LambdaChoice(selection, selection_tolerance, selection_lambda)
     if chooser.rule == "lambda" and not any(abs(v - selection_lambda) <= 1e-9 * abs(v) for v in values):
         raise SubnetlabError(f"selection_lambda {selection_lambda:g} is not among the lambdas to run", setting="selection_lambda")
-    from subnetlab.runs.directory import absolute_input
+    from subnetlab.run_directory import absolute_input
     from subnetlab.runs.transfer import DiscoverJobConfig
 
     model = absolute_input(model)  # stored absolute: the run means the same from any working directory

@@ -46,8 +46,7 @@ def effective_size(
     --early-stop and --warm-start search the levels instead of pruning them all (far fewer steps)."""
     from subnetlab.analysis.effective_size import ON_CHOICES
     from subnetlab.cli.commands._heuristic_core import task_from_flags, parse_subcases
-    from subnetlab.cli.commands.finetune import parse_task_options
-    from subnetlab.cli.commands.prune import _parse_pairs
+    from subnetlab.cli.commands._options import parse_key_values, parse_task_options
     from subnetlab.errors import SubnetlabError
     from subnetlab.experiments.heuristic_core.effective_size import (
         SearchSettings, analyse_sweep, check_sweep, find_checkpoints, search_sweep, sweep_jobs)
@@ -68,7 +67,7 @@ def effective_size(
     if every < 1:
         raise SubnetlabError(f"--every {every} must be at least 1")
     level_list = list(parse_levels(levels))
-    overrides = _parse_pairs(set_, "--set")
+    overrides = parse_key_values(set_, "--set")
     check_overrides(overrides, preset, level_list)
     found = find_checkpoints(checkpoints, every)
     t = task_from_flags(task, None, eval_data, task_option, model=str(checkpoints), **data_flags)

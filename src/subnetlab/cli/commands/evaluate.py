@@ -56,7 +56,7 @@ def evaluate(
     """Print a per-subcase accuracy table for each split and write it to DIR/metrics.json."""
     from rich.console import Console
 
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.runs.evaluate import EvaluateJobConfig, evaluate_run
     from subnetlab.tasks.spec import TaskSpec
 

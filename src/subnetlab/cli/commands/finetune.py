@@ -3,32 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
-from subnetlab.cli.commands._options import check_max_length_option, data_flag_options, dtype_option, with_data_options
-from subnetlab.errors import SubnetlabError
-
-
-def parse_task_options(pairs: list[str], data: Optional[str], data_key: str) -> dict[str, Any]:
-    """``--task-option KEY=VALUE`` (values typed as YAML scalars) plus ``--data`` as ``data_key``."""
-    import yaml
-
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise SubnetlabError(f"--task-option: expected KEY=VALUE, got {pair!r}")
-        try:
-            options[key.strip().replace("-", "_")] = yaml.safe_load(value) if value.strip() else value
-        except yaml.YAMLError:
-            options[key.strip().replace("-", "_")] = value
-    if data is not None:
-        if not Path(data).exists() and not data.startswith("hub:"):
-            raise SubnetlabError(f"{data}: no such file")
-        options[data_key] = data
-    return options
+from subnetlab.cli.commands._options import (check_max_length_option, data_flag_options, dtype_option,
+                                             parse_task_options, with_data_options)
 
 
 def finetune(

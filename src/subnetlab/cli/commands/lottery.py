@@ -24,7 +24,7 @@ def run_one(fn: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
     from subnetlab.executor import Job, execute
     from subnetlab.executor.job import check_existing_config, load_metrics
     from subnetlab.progress import stage
-    from subnetlab.runs.directory import absolute_inputs
+    from subnetlab.run_directory import absolute_inputs
 
     job = Job(fn, absolute_inputs(config), out)  # input files absolute: the same run from any working directory
     check_existing_config(job)  # a different config in --out is an error, not an overwrite
@@ -65,7 +65,7 @@ def lottery_prune(
 ) -> None:
     """Prune a fine-tuned model and write subnetwork.safetensors plus random.safetensors and bad.safetensors."""
     from subnetlab.cli.commands._options import with_data_options
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.runs.lottery import prune_config
     from subnetlab.runs.splits import held_out_options, held_out_task
     from subnetlab.tasks.spec import TaskSpec
@@ -120,7 +120,7 @@ def lottery_retrain(
 ) -> None:
     """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
     from subnetlab.cli.commands._options import with_data_options
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.methods.finetune.config import resolve_config
     from subnetlab.runs.lottery import check_retrain_subnetwork
 
@@ -179,7 +179,7 @@ def lottery_patterns(
 ) -> None:
     """Kovaleva pattern type of every head, from raw and from normed (Kobayashi) attention."""
     from subnetlab.analysis.attention_types import TYPES, HeadTypes
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.experiments.lottery.jobs import pattern_types, sentence_pairs
     from subnetlab.io import write_json
     from subnetlab.experiments.lottery.figures import pattern_types_plot

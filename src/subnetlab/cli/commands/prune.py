@@ -19,40 +19,9 @@ import typer
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import PRUNE_PRESET_HELP, data_flag_options, with_data_options
+from subnetlab.cli.commands._options import (PRUNE_PRESET_HELP, data_flag_options, parse_key_values, parse_sparsities,
+                                             with_data_options)
 from subnetlab.executor import ExecutorOptions
-
-
-def _parse_sparsities(values: list[str]) -> list[float]:
-    from subnetlab.cli.commands._options import parse_fraction
-
-    out: list[float] = []
-    for text in values:
-        for part in str(text).split(","):
-            part = part.strip()
-            try:
-                value = float(part)
-            except ValueError:
-                raise SubnetlabError(f"--sparsity: malformed value {part!r} (expected e.g. 0.5 or 0.5,0.7)") from None
-            out.append(parse_fraction(value, "--sparsity"))
-    if not out:
-        raise SubnetlabError("--sparsity: give at least one target, e.g. --sparsity 0.5")
-    return sorted(dict.fromkeys(out))
-
-
-def _parse_pairs(pairs: list[str], option: str) -> dict[str, object]:
-    import yaml
-
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SubnetlabError(f"{option}: expected KEY=VALUE, got {pair!r}")
-        try:
-            out[key.replace("-", "_")] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise SubnetlabError(f"{option}: cannot read the value of {pair!r}") from None
-    return out
 
 
 def prune(
@@ -96,16 +65,16 @@ def prune(
     if schedule not in ("linear", "staircase"):
         raise SubnetlabError(f"--schedule {schedule!r}: expected linear or staircase")
     given = [*sparsity, *(more or [])]
-    targets = _parse_sparsities(given) if schedule == "linear" or given else []
+    targets = parse_sparsities(given) if schedule == "linear" or given else []
     seed_list = parse_int_list(seeds, "--seeds")
-    overrides = _parse_pairs(set_, "--set")
+    overrides = parse_key_values(set_, "--set")
     if ablation is not None:
         overrides["ablation"] = ablation
     if selection is not None:
         overrides["selection"] = selection
     level_list = parse_levels(levels) if schedule == "staircase" else ()
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
-    task_options = with_data_options(task, _parse_pairs(task_option, "--task-option"), **data_flags)
+    task_options = with_data_options(task, parse_key_values(task_option, "--task-option"), **data_flags)
     task_options = held_out_options(model, task, task_options)  # your own data: the split its fine-tuning used
     base = {"model": model, "task": task, "task_options": task_options,
             "eval_data": list(eval_data), "splits": split_list, "device": device}

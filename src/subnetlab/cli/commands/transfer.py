@@ -67,7 +67,7 @@ def transfer(
 
     An empty subnetwork is refused (only the empty-mask condition may use one); the subnetwork's other health
     problems are warning lines (subnetlab --strict transfer ... refuses them before any training)."""
-    from subnetlab.cli.commands.finetune import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.experiments.subtask_induction.figures import figure3
@@ -100,7 +100,7 @@ def transfer(
         raise SubnetlabError(f"--condition {needs_sub[0]} needs --subnetwork FILE")
     if subnetwork is not None:
         Subnetwork.load(subnetwork)  # a missing or damaged file fails before the model is loaded
-    from subnetlab.runs.directory import absolute_input
+    from subnetlab.run_directory import absolute_input
 
     model = absolute_input(model)  # stored absolute: the runs mean the same from any working directory
     subnetwork = absolute_input(subnetwork) if subnetwork is not None else None

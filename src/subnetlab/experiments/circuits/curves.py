@@ -115,19 +115,9 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
     return {"curve": curve, "runs": runs}
 
 
-def edge_pruning_available() -> bool:
-    """Whether this build has Edge Pruning (``methods.edge_pruning``) to run."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("subnetlab.methods.edge_pruning.train") is not None
-    except ModuleNotFoundError:  # no methods.edge_pruning package at all
-        return False
-
-
 def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings: CircuitsSettings,
                         out: Path) -> dict[str, Any]:
-    """Every method's curve (``curves.json``); methods this build lacks are listed under ``missing``."""
+    """Every method's curve (``curves.json``); methods the settings turn off are listed under ``missing``."""
     path = out / "curves.json"
     if path.is_file():
         return read_json(path)
@@ -141,8 +131,6 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
         result["missing"]["node-pruning"] = "node_pruning is off in these settings"
     if not settings.edge_pruning:
         result["missing"]["edge-pruning"] = "edge_pruning is off in these settings"
-    elif not edge_pruning_available():
-        result["missing"]["edge-pruning"] = "this build has no Edge Pruning (subnetlab.methods.edge_pruning)"
     else:
         from subnetlab.experiments.circuits.steps import mechanism_edges
 
@@ -154,4 +142,4 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
     return result
 
 
-__all__ = ["edge_pruning_available", "faithfulness_curves", "random_curves"]
+__all__ = ["faithfulness_curves", "random_curves"]

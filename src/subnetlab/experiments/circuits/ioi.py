@@ -25,7 +25,7 @@ from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import atomic_directory, read_json, write_json
 from subnetlab.progress import stage
 
-from subnetlab.experiments.circuits.training import ModelShape, build_model_from, config_for
+from subnetlab.experiments.circuits.training import ModelShape, build_model_from, config_for, load_trained_model
 
 
 def _split(task, tokenizer, split: str) -> dict[str, torch.Tensor]:
@@ -52,8 +52,6 @@ def _evaluate(model, batch: dict[str, torch.Tensor]) -> dict[str, float]:
 
 def train_ioi_model(settings: CircuitsSettings, out: Path):
     """The trained IOI model, its tokenizer, its task and its training record (trained unless saved before)."""
-    from transformers import AutoModelForCausalLM
-
     from subnetlab.tasks.circuits.ioi import make_ioi_task
     from subnetlab.tasks.ioi_words import ioi_word_tokenizer
 
@@ -62,7 +60,7 @@ def train_ioi_model(settings: CircuitsSettings, out: Path):
     task = make_ioi_task(n_train=int(s["n_train"]), n_eval=int(s["n_eval"]), seed=seed).bind(tokenizer)
     model_dir, record_file = out / "model", out / "training.json"
     if model_dir.is_dir() and record_file.is_file():
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+        model = load_trained_model(model_dir)
         return model, tokenizer, task, read_json(record_file)
     shape = ModelShape(**s["model"])
     train, held = _split(task, tokenizer, "train"), _split(task, tokenizer, "eval")
@@ -101,7 +99,7 @@ def ioi_study(settings: CircuitsSettings, out: Path) -> dict[str, Any]:
     """Train the IOI model, then its circuit task: full, corrupted, random edge circuits, Edge Pruning."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
     from subnetlab.analysis.faithfulness import curve_from_scores
-    from subnetlab.experiments.circuits.curves import edge_pruning_available, edge_pruning_runs
+    from subnetlab.experiments.circuits.curves import edge_pruning_runs
     from subnetlab.models.adapters import get_adapter
     from subnetlab.models.graph import Graph
 
@@ -123,8 +121,6 @@ def ioi_study(settings: CircuitsSettings, out: Path) -> dict[str, Any]:
                               "corrupted": evaluate.corrupted_run, "curves": curves, "missing": {}}
     if not s.get("edge_pruning"):
         result["missing"]["edge-pruning"] = "ioi.edge_pruning is off in these settings"
-    elif not edge_pruning_available():
-        result["missing"]["edge-pruning"] = "this build has no Edge Pruning (subnetlab.methods.edge_pruning)"
     else:
         runs = edge_pruning_runs(model, tokenizer, task, [], s["edge_pruning"], seed, int(s["batch_size"]),
                                  curves["random-edges"]["empty"], out)

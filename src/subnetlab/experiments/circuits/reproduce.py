@@ -22,8 +22,7 @@ head in layer 0 feeds the *key* of an induction head in layer 1). The study
 6. writes ``report.md``.
 
 ``paper``: Edge Pruning's GPT-2 IOI sweep settings (``run_scripts/ioi_sweep.sh``
-of princeton-nlp/Edge-Pruning), for users with a GPU and the Hugging Face hub;
-it needs the Edge Pruning method in this build and says so otherwise.
+of princeton-nlp/Edge-Pruning), for users with a GPU and the Hugging Face hub.
 
 Every step writes its result under ``out/`` and is skipped when a rerun finds
 it; a run directory refuses settings other than its own. Any setting can be

@@ -35,6 +35,7 @@ from subnetlab.experiments.circuits.training import (
     ModelShape,
     TrainSettings,
     build_induction_model,
+    load_trained_model,
     phase_change,
     train_induction_model,
     training_record,
@@ -57,13 +58,11 @@ def train_settings(settings: CircuitsSettings | Mapping[str, Any]) -> TrainSetti
 
 def trained_model(settings: CircuitsSettings, out: Path) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
     """The trained model, its tokenizer and ``training.json`` (trained here unless a previous run saved it)."""
-    from transformers import AutoModelForCausalLM
-
     task, shape, cfg = task_config(settings), model_shape(settings), train_settings(settings)
     model_dir, record_file = out / "model", out / "training.json"
     tokenizer = induction_tokenizer(task.vocab_size)
     if model_dir.is_dir() and record_file.is_file():
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+        model = load_trained_model(model_dir)
         return model, tokenizer, read_json(record_file)
     stage(f"training a {shape.layers}-layer {shape.family} model ({shape.heads} heads, width {shape.width}"
           f"{'' if shape.mlp else ', attention only'}) on repeated random spans for {cfg.steps} steps")

@@ -20,6 +20,7 @@ side with the heads forming (Olsson et al., 2022, section 5).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -113,6 +114,27 @@ def build_model_from(config, shape: ModelShape, seed: int) -> nn.Module:
                 p.data.zero_()
                 p.requires_grad_(False)
     return model
+
+
+def load_trained_model(model_dir: Path) -> nn.Module:
+    """A model this study trained and saved (eager attention, eval mode), from its safetensors only.
+
+    A directory holding only a pickle (``pytorch_model.bin``) is refused: nothing is unpickled.
+    """
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+
+    from subnetlab.models.loading import quiet_transformers, refuse_pickled_weights
+
+    refuse_pickled_weights(model_dir, str(model_dir))
+    try:
+        with quiet_transformers():
+            return AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="eager",
+                                                        use_safetensors=True).eval()
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise SubnetlabError(f"{model_dir}: cannot load the trained model ({first}); remove the directory to "
+                             "train it again", setting="out") from None
 
 
 def build_induction_model(task: InductionConfig, shape: ModelShape, seed: int) -> nn.Module:

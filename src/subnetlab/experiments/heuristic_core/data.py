@@ -14,7 +14,7 @@ fine-tuned model's per-subcase accuracies:
   it; ranked by that accuracy alone, such subcases would be chosen first, and
   any ablation that weakens the overlap -> entailment feature would "raise OOD
   accuracy". The balanced rule does not choose them.
-* ``best-non-entailment``: the earlier rule, the non-entailment subcases with the
+* ``best-non-entailment``: the non-entailment subcases with the
   highest plain accuracy (kept by name, for comparison).
 
 ``write_hans_tsv`` then writes the chosen subcases' pairs in the HANS TSV

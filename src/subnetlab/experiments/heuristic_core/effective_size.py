@@ -23,7 +23,7 @@ that default:
   levels below the previous checkpoint's effective size (the lowest over the
   chosen data); only when its first level is already unfaithful does it walk
   down, two levels at a time, with another short staircase. The trade-off: a
-  checkpoint waits for the one before it, so checkpoints no longer run in
+  checkpoint waits for the one before it, so checkpoints do not run in
   parallel; and a checkpoint whose effective size jumped *up* by more than
   the levels it climbs is still found (it climbs until the stop), but one
   whose answer dropped costs a walk-down stage (another first ramp).

@@ -182,7 +182,7 @@ def plan(settings: HeuristicCoreSettings | dict, out: Path) -> dict[str, Any]:
     nothing and writes nothing. Per study: fine-tuning, the OOD data rule, the pruning runs (one config per
     sparsity; seeds differ only in ``seed``), the ablation table, effective size (with its staircase's pruning
     config) and attention."""
-    from subnetlab.experiments.heuristic_core.study import _scaled_steps
+    from subnetlab.experiments.heuristic_core.study import step_overrides
     from subnetlab.methods.finetune.config import resolve_config
     from subnetlab.methods.head_pruning.config import preset_config
     from subnetlab.methods.l0.schedule import parse_levels
@@ -195,7 +195,7 @@ def plan(settings: HeuristicCoreSettings | dict, out: Path) -> dict[str, Any]:
                                   eval_data=list(study.get("finetune_eval_data") or []),
                                   **{**settings.finetune, **(study.get("finetune") or {})})
         pruning = {f"{target:g}": preset_config(settings.prune_preset, target, seed=settings.seeds[0],
-                                                **{**_scaled_steps(settings, target), **settings.prune}).to_dict()
+                                                **{**step_overrides(settings, target), **settings.prune}).to_dict()
                    for target in study["sparsities"]}
         es = settings.effective_size
         effective_size = None  # not run (the ``tour`` preset)

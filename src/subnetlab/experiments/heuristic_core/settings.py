@@ -13,7 +13,7 @@ from subnetlab.experiments.settings import StudySettings
 class HeuristicCoreSettings(StudySettings):
     """One run of the study: a model fine-tuned and pruned per task of ``studies`` (each a mapping: ``name``,
     ``task``, ``ood``, ``sparsities`` ...). ``prune_steps_scale`` / ``prune_hold_steps`` change the pruning preset's
-    step rule (``study._scaled_steps``); ``effective_size`` None skips that stage."""
+    step rule (``study.step_overrides``); ``effective_size`` None skips that stage."""
 
     reproduction = "heuristic-core"
 

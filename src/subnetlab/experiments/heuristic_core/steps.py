@@ -26,7 +26,7 @@ from subnetlab.progress import stage
 from subnetlab.experiments.heuristic_core import sections
 from subnetlab.experiments.heuristic_core.plots import effective_size_plot, frequency_heatmap_plot, frequency_maps_plot
 from subnetlab.report.markdown import MarkdownReport
-from subnetlab.runs.directory import finished_metrics
+from subnetlab.run_directory import finished_metrics
 from subnetlab.report.plots import attention_map
 from subnetlab.tasks.base import Task
 

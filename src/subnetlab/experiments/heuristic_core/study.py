@@ -35,7 +35,7 @@ from subnetlab.experiments.heuristic_core.effective_size import (
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.head_pruning.config import PruneConfig
 from subnetlab.progress import stage
-from subnetlab.runs.directory import finished_metrics
+from subnetlab.run_directory import finished_metrics
 
 ID_SPLITS = ["id"]
 
@@ -155,7 +155,7 @@ def _base_config(study: dict, model: str, prepared: dict) -> dict:
             "eval_data": eval_data, "splits": [*ID_SPLITS, *prepared["files"]]}
 
 
-def _scaled_steps(settings: HeuristicCoreSettings, target: float) -> dict[str, int]:
+def step_overrides(settings: HeuristicCoreSettings, target: float) -> dict[str, int]:
     """The pruning runs' step counts when the study changes the preset's step rule: ``prune_steps_scale`` shrinks
     warm-up and total for a small CPU budget; ``prune_hold_steps`` sets how long the target is held after the
     warm-up (total = warm-up + hold). Empty when neither is set."""
@@ -176,7 +176,7 @@ def _prune(study: dict, settings: HeuristicCoreSettings, base: dict, out: Path) 
     from subnetlab.runs.prune import prune_sweep
 
     jobs = prune_sweep(base, out, targets=study["sparsities"], seeds=settings.seeds, preset=settings.prune_preset,
-                       overrides=lambda target: {**_scaled_steps(settings, target), **settings.prune})
+                       overrides=lambda target: {**step_overrides(settings, target), **settings.prune})
     cfg = PruneConfig.from_dict(jobs[-1].config["prune"])
     stage(f"[{study['name']}] pruning: {len(settings.seeds)} seeds x {len(study['sparsities'])} sparsities")
     check_sweep(run_jobs(jobs, backend=settings.backend, n_jobs=settings.jobs, sweep_dir=out))

@@ -22,34 +22,34 @@ present); ``tour`` is ``demo`` with 200 development rows (``subnetlab demo``);
 development sets.
 
 The ``paper`` preset is the authors' recipe (Prasanna et al. 2020 and their
-released code, sai-prasanna/bert-experiments); each choice is a setting, and
-subnetlab's earlier choice stays available by name:
+released code, sai-prasanna/bert-experiments); each choice is a setting, with
+an alternative available by name:
 
 * ``stop_metric="task"``: stop before 90% of the full model's *task metric*
   (``find_*_mask.py``'s ``metric_name``: MCC for CoLA, mean of Pearson and
   Spearman for STS-B, accuracy for the others, MRPC and QQP included; GLUE also
   reports F1 for those two: ``task_options: {metric: f1}`` picks it).
-  ``"accuracy"``: accuracy for every task (earlier behaviour).
+  ``"accuracy"``: accuracy for every task.
 * ``control_scope="global"``: m-pruning's random control keeps as many weights
   as the good subnetwork in total, uniformly over all prunable weights, and the
   bad one the globally smallest-magnitude weights (``global_unstructured`` with
   ``RandomUnstructured`` / ``L1UnstructuredInvert``). ``"per-matrix"``: the good
-  subnetwork's count in every matrix (earlier).
+  subnetwork's count in every matrix.
 * ``criterion="sensitivity-per-batch"`` with ``importance_batch_size=64``:
   ``|d(batch-mean loss)/d gate|`` per batch of 64 (``compute_heads_mlps_importance``,
   the batch size 64 of ``find_masks.sh``). ``"sensitivity"``: per example,
-  ``E_x |dL(x)/d gate|`` (Michel et al.'s eq. 2 as written; earlier).
+  ``E_x |dL(x)/d gate|`` (Michel et al.'s eq. 2 as written).
 * ``bad_fill="random"``: when the good s-subnetwork keeps more components than
   it removed, the bad one is filled with a random sample of good components
   (``create_random_masks.ipynb``). ``"least-important"``: the least important
-  good ones (earlier).
+  good ones.
 * ``pattern_counting="per-map"``, ``pattern_seeds="all"``: every one of the 100
   dev maps per head is classified and the labels are counted over heads and
   seeds (the paper's Figure 4). ``"per-head"`` / ``"first"``: one label per head
-  from features averaged over the maps, first seed only (earlier).
+  from features averaged over the maps, first seed only.
 * ``super_survivor_maps="pruned"``: super-survivors' maps are read in the model
   pruned to the super-survivors (``compute_super_masks.py``, the notebook).
-  ``"full"``: in the full model (earlier).
+  ``"full"``: in the full model.
 * all nine GLUE tasks (``glue-cola`` ... ``glue-wnli``) from the hub, or from a
   GLUE release on disk with ``glue_dir`` (``data_dir`` of every GLUE task).
 
@@ -83,7 +83,7 @@ from subnetlab.experiments.lottery.settings import METHODS, LotterySettings
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.progress import stage
-from subnetlab.runs.directory import claim
+from subnetlab.run_directory import claim
 
 NAME = "lottery"
 CONTROLS = ("good", "random", "bad")

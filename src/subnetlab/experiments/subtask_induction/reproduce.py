@@ -48,7 +48,7 @@ released code, it follows the code, which produced the paper's figures:
   sqrt(2 * n_layer)): ``transfer_init_std=0.02`` (none: the model's own init).
 
 The base model's 50 epochs at batch 50 with early stopping are not settings here.
-The ``demo`` keeps subnetlab's earlier choices for these five settings
+The ``demo`` takes the alternative of each of these five settings
 (last-token loss, accuracy over the answers, earliest tie, the model's own
 initialisation, lr 1e-3 for 80 epochs) and names them in its report.
 The ``demo`` preset scales the study to a 2-core CPU: 100 numbers, one 2-layer
@@ -96,7 +96,7 @@ from subnetlab.executor import Job, run_jobs
 from subnetlab.experiments.subtask_induction.settings import SubtaskInductionSettings
 from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
-from subnetlab.runs.directory import claim
+from subnetlab.run_directory import claim
 from subnetlab.transfer.conditions import CONDITIONS
 
 NAME = "subtask-induction"

@@ -33,7 +33,8 @@ Cost per batch: a forward on the corrupted prompts, one forward+backward on the
 clean ones (EAP); a clean forward and ``k`` forward+backwards (EAP-IG). The
 reader inputs come from ``intervene.edges`` with every edge kept (its Q/K/V
 readers are the per-head inputs of the projections), so reader gradients are
-the graph's own.
+the graph's own: its ``on_reader_input`` hook puts a gradient hook on each
+block's inputs and ``writer_deltas()`` gives the writer outputs.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Callable, Literal
 
 import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.intervene.edges import EdgeMasks, _embedding_modules, check_edge_family
+from subnetlab.intervene.edges import apply_edges, check_edge_family
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
@@ -81,26 +82,6 @@ def node_scores(graph: Graph, edges: Tensor) -> dict[str, Tensor]:
     return {"heads": grid[:, :H].contiguous(), "mlps": grid[:, H].contiguous(), "embeddings": per_writer[:E].float()}
 
 
-class _ReaderGrads(EdgeMasks):
-    """Every edge kept, with a callback on the gradient of every reader block's inputs ``[readers, B, P, hidden]``.
-
-    ``writer_outputs()`` after a forward: that forward's writer outputs in graph writer order, stacked by group
-    (embeddings, then per layer its heads, its MLP)."""
-
-    def __init__(self, model: nn.Module, adapter: Adapter, graph: Graph, leaf: Tensor) -> None:
-        super().__init__(model, adapter, graph, leaf, None)
-        self.on_grad: Callable[[int, Tensor], None] | None = None
-
-    def _read(self, block_index: int, resid: Tensor) -> Tensor:
-        out = super()._read(block_index, resid)
-        if self.on_grad is not None and out.requires_grad:
-            out.register_hook(lambda g, i=block_index: self.on_grad(i, g))
-        return out
-
-    def writer_outputs(self) -> Tensor:
-        return torch.cat([d.detach() for d in self._state["deltas"]], 0)  # [writers, B, P, hidden]
-
-
 @contextmanager
 def _frozen_parameters(model: nn.Module) -> Iterator[None]:
     """No parameter gradients during attribution (only activations' gradients are needed)."""
@@ -118,7 +99,7 @@ def _frozen_parameters(model: nn.Module) -> Iterator[None]:
 def _embedding_hook(adapter: Adapter, hook: Callable[[int, Tensor], Tensor | None]) -> Iterator[None]:
     """``hook(i, output)`` on every embedding module, ahead of any other hook; a returned tensor replaces it."""
     handles = [m.register_forward_hook(lambda mod, a, out, i=i: hook(i, out), prepend=True)
-               for i, m in enumerate(_embedding_modules(adapter))]
+               for i, m in enumerate(adapter.embedding_modules())]
     try:
         yield
     finally:
@@ -140,14 +121,15 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
     leaf = torch.ones(graph.num_edges, device=device, requires_grad=True)  # makes every reader input need a grad
     blocks = graph.reader_blocks
     embeds: dict[str, list[Tensor]] = {"clean": [], "corrupted": []}
-    with _frozen_parameters(model), _ReaderGrads(model, adapter, graph, leaf) as hooks:
+    # every edge kept and no ablation values: each writer's delta is its output, each reader's input the model's own
+    with _frozen_parameters(model), apply_edges(model, adapter, graph, leaf) as edges:
         with torch.no_grad():
             with _embedding_hook(adapter, lambda i, out: embeds["corrupted"].append(out.detach())):
                 model(**corrupted)
-            corrupted_out = hooks.writer_outputs()
+            corrupted_out = edges.writer_deltas()
             with _embedding_hook(adapter, lambda i, out: embeds["clean"].append(out.detach())):
                 clean_logits = model(**clean).logits.detach()
-            diff = (corrupted_out - hooks.writer_outputs()).flatten(1)  # [writers, B * P * hidden]
+            diff = (corrupted_out - edges.writer_deltas()).flatten(1)  # [writers, B * P * hidden]
         del corrupted_out
 
         def accumulate(i: int, grad: Tensor) -> None:
@@ -155,7 +137,11 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
             part = grad.reshape(grad.shape[0], -1).to(diff.dtype) @ diff[:b.writers].t()  # [readers, writers]
             scores[b.start:b.stop] += part.reshape(-1).float()
 
-        hooks.on_grad = accumulate
+        def on_reader_input(i: int, readers: Tensor) -> None:
+            if readers.requires_grad:
+                readers.register_hook(lambda g, i=i: accumulate(i, g))
+
+        edges.on_reader_input = on_reader_input
         alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
         for alpha in alphas:
             def interpolate(i: int, out: Tensor, alpha: float = alpha) -> Tensor | None:
@@ -167,7 +153,7 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
             with _embedding_hook(adapter, interpolate):
                 logits = model(**clean).logits
             metric(logits, clean_logits).sum().backward()
-        hooks.on_grad = None
+        edges.on_reader_input = None
     return scores / len(alphas)
 
 

@@ -24,19 +24,21 @@ dead end (``topk``: the authors' rule).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from subnetlab.errors import SubnetlabError, check_field_types
 from subnetlab.methods.l0.schedule import LinearSchedule
-from subnetlab.methods.l0.settings import OPTIMIZERS, check_grad_norm
+from subnetlab.methods.l0.settings import OPTIMIZERS, DictSettings, check_grad_norm
 
 ABLATIONS = ("corrupted", "mean", "zero")
 
 
 @dataclass(frozen=True)
-class EdgePruneConfig:
+class EdgePruneConfig(DictSettings):
     """Everything that determines an edge-pruning run (with the model and the data)."""
+
+    what: ClassVar[str] = "edge pruning setting"
 
     sparsity: float = 0.95  # target fraction of edges removed
     seed: int = 0
@@ -92,17 +94,6 @@ class EdgePruneConfig:
 
     def make_schedule(self) -> LinearSchedule:
         return LinearSchedule(self.sparsity, self.warmup_steps, self.total_steps)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EdgePruneConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SubnetlabError(f"unknown edge pruning setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**data)
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_field_types
 from subnetlab.tasks.spec import parse_eval_data  # the one parser of [SPLIT:]FORMAT=FILE
 
 # Heuristic Core, Appendix A: bert-base-cased on MNLI, 5 epochs, batch 32, lr 2e-5,
@@ -63,9 +63,13 @@ class FinetuneConfig:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FinetuneConfig":
+        """The settings ``to_json`` wrote, each read as its field's type and validated (a job config's
+        ``finetune``); keys it does not know are ignored."""
         known = {f.name for f in fields(cls)}
         cfg = cls(**{k: v for k, v in data.items() if k in known})
+        check_field_types(cfg, "fine-tuning setting")
         cfg.adam_betas = tuple(cfg.adam_betas)  # type: ignore[assignment]
+        validate(cfg)
         return cfg
 
 

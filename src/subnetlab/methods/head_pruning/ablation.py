@@ -59,7 +59,7 @@ def _token_weighted_means(model: nn.Module, adapter: Adapter, batches) -> Compon
 
     Equal to one streaming ``collect_means`` pass over all batches; done batch by
     batch because ``collect_means`` of this version fails on a second batch when
-    ``per_position=False`` (its scalar token count is indexed in ``_add``).
+    ``per_position=False`` (its scalar token count is indexed in ``add_padded``).
     """
     heads: list[Tensor] | None = None
     mlps: list[Tensor] | None = None

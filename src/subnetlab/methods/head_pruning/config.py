@@ -56,11 +56,11 @@ large model: use ``demo`` or ``paper`` there.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from subnetlab.errors import SubnetlabError, check_field_types
-from subnetlab.methods.l0.settings import check_grad_norm
+from subnetlab.methods.l0.settings import DictSettings, check_grad_norm
 from subnetlab.methods.l0.schedule import LinearSchedule, StaircaseSchedule, paper_steps
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -75,8 +75,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
-class PruneConfig:
+class PruneConfig(DictSettings):
     """Everything that determines a pruning run (with the data and the model)."""
+
+    what: ClassVar[str] = "pruning setting"
 
     sparsity: float = 0.5
     seed: int = 0
@@ -139,22 +141,6 @@ class PruneConfig:
     @property
     def effective_batch(self) -> int:
         return self.batch_size * self.accumulation
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["levels"] = list(self.levels)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PruneConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SubnetlabError(f"unknown pruning setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        data = dict(data)
-        if "levels" in data:
-            data["levels"] = tuple(data["levels"] or ())
-        return cls(**data)
 
 
 def demo_steps(sparsity: float) -> tuple[int, int]:

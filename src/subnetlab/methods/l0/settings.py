@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import asdict, fields
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from subnetlab.errors import SubnetlabError
 
 OPTIMIZERS = ("adam", "adamw")
+S = TypeVar("S", bound="DictSettings")
+
+
+class DictSettings:
+    """``to_dict`` / ``from_dict`` of a frozen settings dataclass (tuples as JSON lists; unknown keys refused)."""
+
+    what: ClassVar[str] = "setting"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[S], data: dict[str, Any]) -> S:
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SubnetlabError(f"unknown {cls.what}(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)
 
 
 def check_grad_norm(value: float | None) -> None:

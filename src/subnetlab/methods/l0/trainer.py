@@ -30,7 +30,7 @@ from subnetlab.methods.l0.checkpoint import CHECKPOINT, TrainingState, load_chec
 from subnetlab.methods.l0.data import DataOrder, PruningData, to_device
 from subnetlab.methods.l0.settings import OPTIMIZERS, MaskSettings
 from subnetlab.methods.l0.objective import FullModelOutputs, NonFiniteLoss, check_finite, kl_full_to_pruned
-from subnetlab.optim import lr_factor
+from subnetlab.optim import lr_factor, make_optimizer
 from subnetlab.progress import stage, track
 from subnetlab.runtime import model_device
 
@@ -73,10 +73,9 @@ def mask_optimizer(alphas: Iterable[Tensor], lambdas: Iterable[Tensor], settings
     if settings.optimizer not in OPTIMIZERS:
         raise SubnetlabError(f"optimizer {settings.optimizer!r}: expected one of {', '.join(OPTIMIZERS)}",
                              setting="optimizer")
-    kind = torch.optim.AdamW if settings.optimizer == "adamw" else torch.optim.Adam
-    return kind([{"params": list(alphas), "lr": settings.lr},
-                 {"params": list(lambdas), "lr": settings.lambda_lr, "maximize": True}],
-                weight_decay=settings.weight_decay, foreach=False)
+    groups = [{"params": list(alphas), "lr": settings.lr},
+              {"params": list(lambdas), "lr": settings.lambda_lr, "maximize": True}]
+    return make_optimizer(groups, settings.optimizer, lr=settings.lr, weight_decay=settings.weight_decay)
 
 
 class MaskTrainer:

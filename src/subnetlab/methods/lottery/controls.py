@@ -11,8 +11,7 @@ Structured (heads / MLPs):
   ``"random"`` (a uniform draw among the good components, as the authors'
   ``create_random_masks.ipynb`` does with ``random.sample``; the ``paper``
   preset) or ``"least-important"`` (the least important kept components by the
-  last importance scores, subnetlab's earlier choice; without scores a uniform
-  draw). ``extra["bad_fill"]`` records how many were filled.
+  last importance scores; without scores a uniform draw). ``extra["bad_fill"]`` records how many were filled.
 
 Weight-level (m-pruning), by ``scope``:
 
@@ -23,7 +22,7 @@ Weight-level (m-pruning), by ``scope``:
   does in the good one; bad keeps the globally smallest-magnitude weights of
   the fine-tuned model, as many as good keeps in total (``L1UnstructuredInvert``
   prunes the largest): it is the exact complement of the good ranking.
-* ``"per-matrix"`` (subnetlab's earlier choice): in every matrix as many
+* ``"per-matrix"``: in every matrix as many
   weights as the good subnetwork keeps there, uniformly (random) or the
   smallest-magnitude ones of that matrix (bad).
 

@@ -19,18 +19,15 @@ naming its ``file:line``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.circuits.pairs import CircuitPair, CircuitTask
-
-# the row reading of your own data lives in user_files (one home); these are its internal helpers
-from subnetlab.tasks.splits import SplitManifest, content_hash
-from subnetlab.tasks.user_files import HUB_PREFIX, _fingerprint, _read, _Source, _sources
+from subnetlab.tasks.splits import SplitManifest
+from subnetlab.tasks.user_files import RowSource, held_out_rows, local_path, read_sources, rows_hash
 
 
-def _column_texts(source: _Source, column: str, setting: str, role: str, *, prompt: bool) -> list[str]:
+def _column_texts(source: RowSource, column: str, setting: str, role: str, *, prompt: bool) -> list[str]:
     values = source.column(column, setting, role)
     assert values is not None
     out = []
@@ -44,7 +41,7 @@ def _column_texts(source: _Source, column: str, setting: str, role: str, *, prom
     return out
 
 
-def _pairs(source: _Source, columns: dict[str, str]) -> list[CircuitPair]:
+def _pairs(source: RowSource, columns: dict[str, str]) -> list[CircuitPair]:
     clean = _column_texts(source, columns["text_column"], "text_column", "clean prompt", prompt=True)
     corrupted = _column_texts(source, columns["corrupted_column"], "corrupted_column", "corrupted prompt", prompt=True)
     answer = _column_texts(source, columns["answer_column"], "answer_column", "answer", prompt=False)
@@ -73,19 +70,13 @@ def make_circuit_file_task(path: str, text_column: str = "clean", corrupted_colu
                              setting="eval_split")
     columns = {"text_column": text_column, "corrupted_column": corrupted_column, "answer_column": answer_column,
                "wrong_answer_column": wrong_answer_column}
-    train_source, held_source, name = _sources(path, train_split, eval_split)
+    train_source, held_source, name = read_sources(path, train_split, eval_split)
     for setting, column in columns.items():  # every column named is there, before any row is read
         train_source.column(column, setting, setting.replace("_column", "").replace("_", " "))
-    local = None if path.startswith(HUB_PREFIX) else str(Path(path).expanduser())
-    held_key = None
-    if eval_file is not None:
-        held_path = Path(eval_file).expanduser()
-        held_source = _Source(_read(held_path), str(held_path), 2 if held_path.suffix.lower() in (".csv", ".tsv") else 1)
-        held_key = {"data": held_source.where, "sha256": content_hash(held_source.where)}
-    elif held_source is not None:
-        held_key = {"data": held_source.where, "sha256": _fingerprint(held_source, local)}
+    local = local_path(path)
+    held_source, held_key = held_out_rows(held_source, eval_file, local)
     pairs = _pairs(train_source, columns)
-    manifest = SplitManifest.carve(train_source.where, _fingerprint(train_source, local), len(pairs),
+    manifest = SplitManifest.carve(train_source.where, rows_hash(train_source, local), len(pairs),
                                    eval_fraction=eval_fraction, test_fraction=test_fraction, split_seed=split_seed,
                                    eval_source=held_key)
     options: dict[str, Any] = {"path": local or path, **columns, "eval_file": eval_file, "eval_split": eval_split,

@@ -38,9 +38,9 @@ import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.tasks.base import Example, Task, _pad_id
+from subnetlab.tasks.base import Example, Task
 from subnetlab.tasks.circuits.metrics import METRICS, circuit_metrics
-from subnetlab.tasks.encoding import EncodedSplit, tokenizer_key
+from subnetlab.tasks.encoding import EncodedSplit, pad_id, tokenizer_key
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class CircuitTask(Task):
             raise SubnetlabError("cannot collate an empty batch")
         rows = [self._tokens[split][i] for i in indices]
         width = max(len(r.clean) for r in rows)
-        pad = _pad_id(tokenizer)
+        pad = pad_id(tokenizer)
         clean = torch.full((len(rows), width), pad, dtype=torch.long)  # [B, T]
         corrupted = torch.full((len(rows), width), pad, dtype=torch.long)  # [B, T]
         mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, T]
