@@ -18,8 +18,7 @@ pytestmark = pytest.mark.integration
 
 def test_circuits_demo_finds_the_induction_mechanism(tmp_path):
     module = get_reproduction("circuits")
-    s = settings_for(module, "demo")
-    s["node_pruning"] = s["ioi"] = None  # the mechanism and edge pruning's circuits
+    s = settings_for(module, "demo", {"node_pruning": "null", "ioi": "null"})
     module.run(s, tmp_path)
     training = read_json(tmp_path / "training.json")
     assert training["curve"][-1]["repeat_accuracy"] > 0.9

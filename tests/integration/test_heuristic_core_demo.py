@@ -3,7 +3,6 @@ then the analysis commands on what it produced."""
 
 from __future__ import annotations
 
-import copy
 import re
 from pathlib import Path
 
@@ -21,7 +20,7 @@ pytestmark = pytest.mark.integration
 def smallest_demo() -> dict:
     """The demo preset with every size turned down to the minimum that still exercises each stage."""
     module = get_reproduction("heuristic-core")
-    s = copy.deepcopy(settings_for(module, "demo"))
+    s = settings_for(module, "demo").to_dict()
     s["finetune"].update(max_steps=6, batch_size=16, save_every=3, eval_every=3, max_length=48, warmup_ratio=0.0)
     study = s["studies"][0]
     study["task_options"].update(n_train=96, n_eval=40, hans_per_subcase=2)

@@ -30,7 +30,7 @@ def _without_invocation_time(report: str) -> str:
 
 
 def smallest() -> dict:
-    return settings_for(get_reproduction("lottery"), "demo", {k: v for k, v in SMALLEST.items()})
+    return settings_for(get_reproduction("lottery"), "demo", {k: v for k, v in SMALLEST.items()}).to_dict()
 
 
 @pytest.fixture(scope="module")

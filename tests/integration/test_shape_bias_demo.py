@@ -20,7 +20,7 @@ SMALL_SIZES = {"pretrain": 96, "train": 48, "discovery": 32, "discovery-eval": 1
 
 def _smallest() -> dict:
     module = get_reproduction("shape-bias")
-    settings = settings_for(module, "demo", {"num_classes": 2, "image_size": 16, "sizes": SMALL_SIZES})
+    settings = settings_for(module, "demo", {"num_classes": 2, "image_size": 16, "sizes": SMALL_SIZES}).to_dict()
     for family in ("resnet", "vit"):
         fs = copy.deepcopy(settings[family])
         fs.update(base_steps=6, train_steps=4, mixture_steps=2, linear_steps=2, eval_every=2, batch_size=16)
@@ -65,7 +65,7 @@ def test_demo_smallest_runs_reports_and_resumes(demo):
     from subnetlab.experiments.shape_bias.models import base_model
     from subnetlab.models.vision import vision_weight_matrices
 
-    data = prepare_data(settings, tmp_path)
+    data = prepare_data(module.Settings.from_dict(settings), tmp_path)
     base, _ = base_model("resnet", settings["resnet"], data, tmp_path / "resnet", 16, 0)
     sub = Subnetwork.load(tmp_path / "resnet" / "subnetwork.safetensors", adapter=vision_adapter(base))
     assert sorted(sub.weights) == sorted(vision_weight_matrices(base))

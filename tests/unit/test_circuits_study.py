@@ -14,7 +14,7 @@ from subnetlab.io import read_json
 
 
 def toy_settings() -> dict:
-    s = copy.deepcopy(settings_for(get_reproduction("circuits"), "demo"))
+    s = settings_for(get_reproduction("circuits"), "demo").to_dict()
     s["task"].update(vocab_size=16, length=16, min_span=3, max_span=5, max_gap=2)
     s["model"].update(width=16, mlp_width=32, heads=2)
     s["training"].update(steps=4, batch_size=4, eval_every=2, eval_size=8, warmup=1)
@@ -131,7 +131,7 @@ def test_paper_preset_runs_the_ioi_sweep_on_a_local_model(tmp_path):
     model.save_pretrained(str(tmp_path / "tiny"))
     tok.save_pretrained(str(tmp_path / "tiny"))
     module = get_reproduction("circuits")
-    s = copy.deepcopy(settings_for(module, "paper"))
+    s = settings_for(module, "paper").to_dict()
     s.update(model=str(tmp_path / "tiny"), device="cpu", circuit={"n_train": 4, "n_eval": 4, "batch_size": 4})
     s["edge_pruning"].update(sparsities=[0.9, 0.95], curve_sparsity=0.95,
                              overrides={"warmup_steps": 2, "total_steps": 3, "batch_size": 2, "lr_warmup_steps": 1,

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 
 from subnetlab.analysis.effective_size import id_ood_accuracy
 from subnetlab.executor import run_jobs
+from subnetlab.experiments import get_reproduction, settings_for
 from subnetlab.experiments.heuristic_core import data
 from subnetlab.experiments.heuristic_core.study import ID_SPLITS, _curves
 from subnetlab.methods.finetune.state import STATE_FILE
@@ -49,7 +50,8 @@ def test_curve_points_are_the_sweeps_full_model_numbers(tmp_path: Path) -> None:
     base = {"task": "nli-synthetic", "task_options": options, "eval_data": [f"ood:hans={ood}", f"real:hans={real}"],
             "splits": ["id", "ood", "real"]}
     settings = preset_config("demo", 0.5, eval_batch_size=5, max_length=24)  # batches cut across both files
-    curves = _curves({"name": "nli"}, {"backend": "local"}, base, {"settings": settings}, ft, subcases,
+    local = settings_for(get_reproduction("heuristic-core"), "demo", {"backend": "local", "jobs": "null"})
+    curves = _curves({"name": "nli"}, local, base, {"settings": settings}, ft, subcases,
                      tmp_path / "curves")
     assert curves["step"] == [10, 20] and set(curves) == {"step", "id", "ood", "real"}
     assert json.loads((tmp_path / "curves" / "curves.json").read_text()) == curves

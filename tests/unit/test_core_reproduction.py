@@ -126,18 +126,18 @@ def test_presets_resolve_to_valid_configurations(preset):
 
     module = get_reproduction("heuristic-core")
     s = settings_for(module, preset)
-    assert s["preset"] == preset and len(s["seeds"]) >= 2
-    for study in s["studies"]:
-        resolve_config(s["finetune_preset"], model=s["model"], task=study["task"],
-                       **{**s["finetune"], **(study.get("finetune") or {})})
+    assert s.preset == preset and len(s.seeds) >= 2
+    for study in s.studies:
+        resolve_config(s.finetune_preset, model=s.model, task=study["task"],
+                       **{**s.finetune, **(study.get("finetune") or {})})
         assert len(study["sparsities"]) == 2 and study["sparsities"][0] < study["sparsities"][1]
         for target in study["sparsities"]:
-            preset_config(s["prune_preset"], target, seed=0, **s["prune"])
+            preset_config(s.prune_preset, target, seed=0, **s.prune)
         rule = study["ood"]["subcases"]
         assert rule is None or rule in ("auto", "paper") or all(x in data.non_entailment_subcases() for x in rule)
-    es = s["effective_size"]
+    es = s.effective_size
     levels = parse_levels(es["levels"])
-    preset_config(s["prune_preset"], max(levels), seed=0, schedule="staircase", levels=levels, **{**s["prune"], **es["prune"]})
+    preset_config(s.prune_preset, max(levels), seed=0, schedule="staircase", levels=levels, **{**s.prune, **es["prune"]})
     if preset == "paper":
-        assert s["model"] == "bert-base-cased" and s["seeds"] == list(range(12))
-        assert [st["sparsities"] for st in s["studies"]] == [[0.5, 0.7], [0.3, 0.6]]
+        assert s.model == "bert-base-cased" and s.seeds == list(range(12))
+        assert [st["sparsities"] for st in s.studies] == [[0.5, 0.7], [0.3, 0.6]]

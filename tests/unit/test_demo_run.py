@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from subnetlab import progress
+from subnetlab.experiments import get_reproduction
 from subnetlab.experiments.circuits import reproduce as circuits_reproduce
 from subnetlab.experiments.demo.estimate import Plan
 from subnetlab.experiments.demo.run import plan_stages, run_demo
@@ -57,7 +58,7 @@ def _fake(name: str, presets: dict, lines: list[tuple[str, float]], clock: FakeC
         log.append(("ran", name))
         return out / "report.md"
 
-    return SimpleNamespace(NAME=name, PRESETS=presets, run=run)
+    return SimpleNamespace(NAME=name, PRESETS=presets, Settings=get_reproduction(name).Settings, run=run)
 
 
 def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, monkeypatch):

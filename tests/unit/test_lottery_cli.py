@@ -55,9 +55,10 @@ def test_prune_config_defaults_and_validation():
 
 def test_reproduction_settings_are_checked():
     module = get_reproduction("lottery")
-    settings = settings_for(module, "demo", {"retrain_seeds": "[5]"})
-    with pytest.raises(SubnetlabError, match="retrain_seeds"):
-        module.run(settings, "/nonexistent/never-written")
+    with pytest.raises(SubnetlabError, match="retrain_seeds"):  # when the settings are built
+        settings_for(module, "demo", {"retrain_seeds": "[5]"})
+    with pytest.raises(SubnetlabError, match="retrain_seeds"):  # a mapping, read when the study starts
+        module.run({**module.PRESETS["demo"], "retrain_seeds": [5]}, "/nonexistent/never-written")
     assert set(module.PRESETS) == {"demo", "paper", "tour"}
 
 

@@ -8,7 +8,7 @@ import json
 from subnetlab.experiments.demo import verdicts as v
 from subnetlab.experiments.subtask_induction import findings as si
 from subnetlab.experiments.subtask_induction.report import write_report
-from subnetlab.experiments.subtask_induction.reproduce import PRESETS
+from subnetlab.experiments.subtask_induction.reproduce import PRESETS, Settings
 
 # mean test accuracy per condition and N (three seeds at mean - 0.01, mean, mean + 0.01: s.d. 0.01)
 MEANS = {"subnetwork": {10: 0.55, 100: 0.60, 300: 0.643}, "scratch": {10: 0.45, 100: 0.50, 300: 0.55},
@@ -23,12 +23,12 @@ def _runs() -> list[dict]:
 
 
 def test_report_and_findings_quote_this_runs_level_and_the_rows_against_the_paper(tmp_path):
-    settings = {**PRESETS["demo"], "preset": "demo"}
+    settings = Settings.from_preset(PRESETS, "demo")
     discovered = {2: {"sweep": [], "l0_lambda": 3e-6, "full_model_test_accuracy": 1.0, "eval_accuracy": 1.0,
                       "test_accuracy": 1.0, "kept_percent": 6.3, "kept_percent_per_layer": {"0": 6.0, "1": 6.6},
                       "selection": "sparsest"}}
     report = write_report(tmp_path, settings, {2: {"test_accuracy": 1.0}}, discovered, _runs())
-    (tmp_path / "config.json").write_text(json.dumps(settings), encoding="utf-8")
+    (tmp_path / "config.json").write_text(json.dumps(settings.to_dict()), encoding="utf-8")
     text = report.read_text(encoding="utf-8")
     assert "this run's best mean: 64.3% at N=300" in text
     assert "full beats the subnetwork by 30.0 points at N=10 (beyond the seed spread)" in text

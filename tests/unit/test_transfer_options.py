@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.experiments.subtask_induction.reproduce import PRESETS, check_choices, schedule
+from subnetlab.experiments.subtask_induction.reproduce import PRESETS, Settings, schedule
 from subnetlab.methods.finetune.model import arithmetic_gpt2_config
 from subnetlab.models import build_model
 from subnetlab.runs.transfer import DiscoverJobConfig, TransferJobConfig
@@ -165,7 +165,7 @@ def test_bad_choices_are_refused_naming_the_setting():
         TransferJobConfig.from_dict({**run, "train": {"ties": "middle"}})
     for key, value in (("transfer_loss", "x"), ("cs_accuracy", "x"), ("transfer_ties", "x"), ("transfer_init_std", 0)):
         with pytest.raises(SubnetlabError) as info:
-            check_choices({**PRESETS["demo"], key: value})
+            Settings.from_dict({**PRESETS["demo"], key: value})
         assert info.value.setting == key
-    check_choices(PRESETS["paper"])
-    check_choices(PRESETS["demo"])
+    Settings.from_dict(PRESETS["paper"])
+    Settings.from_dict(PRESETS["demo"])

@@ -111,19 +111,16 @@ def test_paper_preset_carries_the_released_choices_and_bad_values_are_refused():
         assert paper[family]["discovery"]["keep"] == "best-latest"
         assert demo[family]["transfer_reinit"] == "all" and not demo[family]["class_weighted_loss"]
         assert demo[family]["discovery"]["keep"] == "best" and not demo[family]["discovery"]["mask_classifier"]
-    bad_reinit = settings_for(reproduce, "demo")
-    bad_reinit["vit"] = {**bad_reinit["vit"], "transfer_reinit": "some"}
     with pytest.raises(SubnetlabError, match="transfer_reinit"):
-        reproduce._check(bad_reinit)
-    bad_keep = settings_for(reproduce, "demo")
-    bad_keep["resnet"] = {**bad_keep["resnet"], "discovery": {**bad_keep["resnet"]["discovery"], "keep": "first"}}
+        settings_for(reproduce, "demo", {"vit": {**demo["vit"], "transfer_reinit": "some"}})
     with pytest.raises(SubnetlabError, match="keep"):
-        reproduce._check(bad_keep)
+        settings_for(reproduce, "demo", {"resnet": {**demo["resnet"], "discovery": {**demo["resnet"]["discovery"],
+                                                                                  "keep": "first"}}})
 
 
 @pytest.mark.parametrize("preset", ["demo", "paper"])
 def test_report_notes_list_every_difference_with_its_released_file(preset):
-    settings = {**reproduce.PRESETS[preset], "preset": preset}
+    settings = settings_for(reproduce, preset)
     notes = vision_code_notes(settings)
     assert len(notes) == len(VISION_CODE_NOTES) >= 8
     topics = " ".join(t for t, _, _ in VISION_CODE_NOTES).lower()
@@ -133,5 +130,5 @@ def test_report_notes_list_every_difference_with_its_released_file(preset):
         assert re.search(r"`vision/[\w/.-]+\.(py|yaml)`", note), note
         assert "This run: " in note
     text = "\n".join(notes)
-    reinit = settings["vit"]["transfer_reinit"]
+    reinit = settings.vit["transfer_reinit"]
     assert f"vit `{reinit}`" in text

@@ -38,7 +38,7 @@ def reproduce(
 
         plan = getattr(module, "plan", None)
         resolved = plan(settings, out) if plan is not None else {
-            "reproduction": module.NAME, "preset": preset, "out": str(out), "settings": settings,
+            "reproduction": module.NAME, "preset": preset, "out": str(out), "settings": settings.to_dict(),
             "note": "this reproduction resolves each step's configuration from these settings when it runs"}
         print(json.dumps(resolved, indent=2, default=str))
         return

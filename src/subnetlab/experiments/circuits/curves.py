@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
 
@@ -33,7 +34,7 @@ def _random_scores(items: int, seed: int) -> torch.Tensor:
     return torch.rand(items, generator=torch.Generator().manual_seed(int(seed)))
 
 
-def random_curves(model, tokenizer, task, settings: dict[str, Any]) -> dict[str, Any]:
+def random_curves(model, tokenizer, task, settings: CircuitsSettings) -> dict[str, Any]:
     """Curves of random edge circuits and random node circuits at MIB's sizes."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator, node_evaluator
     from subnetlab.analysis.faithfulness import curve_from_scores
@@ -42,8 +43,8 @@ def random_curves(model, tokenizer, task, settings: dict[str, Any]) -> dict[str,
 
     adapter = get_adapter(model)
     graph = Graph.from_adapter(adapter)
-    batch = int(settings["circuit"]["batch_size"])
-    seed = int(settings["seed"])
+    batch = int(settings.circuit["batch_size"])
+    seed = int(settings.seed)
     edges = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=batch)
     nodes = node_evaluator(model, adapter, task, tokenizer, "eval", batch_size=batch)
     n_nodes = adapter.num_layers * (adapter.num_heads + 1)
@@ -52,7 +53,7 @@ def random_curves(model, tokenizer, task, settings: dict[str, Any]) -> dict[str,
                                               empty=edges.corrupted_run).to_dict()}
 
 
-def node_pruning_curve(model, tokenizer, task, settings: dict[str, Any], empty: dict[str, float]) -> dict[str, Any]:
+def node_pruning_curve(model, tokenizer, task, settings: CircuitsSettings, empty: dict[str, float]) -> dict[str, Any]:
     """Heuristic Core's pruning of heads and MLPs on the clean training prompts (its ``demo`` recipe, mean
     ablation) to ``node_pruning.sparsity``; the final log-alphas rank the nodes for the curve."""
     from subnetlab.analysis.circuit_evaluation import node_evaluator, node_vector
@@ -63,15 +64,15 @@ def node_pruning_curve(model, tokenizer, task, settings: dict[str, Any], empty: 
     from subnetlab.methods.head_pruning.train import prune
     from subnetlab.models.adapters import get_adapter
 
-    np_settings = settings["node_pruning"]
+    np_settings = settings.node_pruning
     adapter = get_adapter(model)
     data = PruningData.from_task(task, tokenizer, "train", max_length=task.options["length"])
-    config = preset_config("demo", float(np_settings["sparsity"]), seed=int(settings["seed"]),
+    config = preset_config("demo", float(np_settings["sparsity"]), seed=int(settings.seed),
                            **dict(np_settings.get("overrides") or {}))
     means = mean_activations(model, adapter, data, config.means_examples)
     result = prune(model, adapter, data, config, ablation=means)
     scores = node_vector(result.gates.log_alpha_heads.detach().cpu(), result.gates.log_alpha_mlps.detach().cpu())
-    evaluate = node_evaluator(model, adapter, task, tokenizer, "eval", batch_size=int(settings["circuit"]["batch_size"]))
+    evaluate = node_evaluator(model, adapter, task, tokenizer, "eval", batch_size=int(settings.circuit["batch_size"]))
     # log-alphas are signed (a pruned gate is very negative): rank by value, not by MIB's absolute value
     curve = curve_from_scores(scores, evaluate, empty=empty, absolute=False).to_dict()
     curve["log_alphas"] = scores.tolist()
@@ -114,7 +115,7 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
     return {"curve": curve, "runs": runs}
 
 
-def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings: dict[str, Any],
+def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings: CircuitsSettings,
                         out: Path) -> dict[str, Any]:
     """Every method's curve (``curves.json``); methods the settings turn off are listed under ``missing``."""
     path = out / "curves.json"
@@ -123,18 +124,18 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
     stage("faithfulness curves: random edge and node circuits")
     result: dict[str, Any] = {"curves": random_curves(model, tokenizer, task, settings), "missing": {}}
     empty = result["curves"]["random-edges"]["empty"]  # the model on the corrupted prompts: MIB's m(empty)
-    if settings.get("node_pruning"):
+    if settings.node_pruning:
         stage("node-level pruning (Heuristic Core) of heads and MLPs")
         result["curves"]["node-pruning"] = node_pruning_curve(model, tokenizer, task, settings, empty)
     else:
         result["missing"]["node-pruning"] = "node_pruning is off in these settings"
-    if not settings.get("edge_pruning"):
+    if not settings.edge_pruning:
         result["missing"]["edge-pruning"] = "edge_pruning is off in these settings"
     else:
         from subnetlab.experiments.circuits.steps import mechanism_edges
 
-        runs = edge_pruning_runs(model, tokenizer, task, mechanism_edges(scores)["k"], settings["edge_pruning"],
-                                 int(settings["seed"]), int(settings["circuit"]["batch_size"]), empty, out)
+        runs = edge_pruning_runs(model, tokenizer, task, mechanism_edges(scores)["k"], settings.edge_pruning,
+                                 int(settings.seed), int(settings.circuit["batch_size"]), empty, out)
         result["curves"]["edge-pruning"] = runs["curve"]
         result["key_edges_kept"] = runs["runs"]
     write_json(path, result)

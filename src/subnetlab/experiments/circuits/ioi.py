@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from subnetlab import optim
+from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import atomic_directory, read_json, write_json
 from subnetlab.progress import stage
 
@@ -49,12 +50,12 @@ def _evaluate(model, batch: dict[str, torch.Tensor]) -> dict[str, float]:
             "logit_diff": float((logits.gather(1, answer) - logits.gather(1, wrong)).mean())}
 
 
-def train_ioi_model(settings: dict[str, Any], out: Path):
+def train_ioi_model(settings: CircuitsSettings, out: Path):
     """The trained IOI model, its tokenizer, its task and its training record (trained unless saved before)."""
     from subnetlab.tasks.circuits.ioi import make_ioi_task
     from subnetlab.tasks.ioi_words import ioi_word_tokenizer
 
-    s, seed = settings["ioi"], int(settings["seed"])
+    s, seed = settings.ioi, int(settings.seed)
     tokenizer = ioi_word_tokenizer()
     task = make_ioi_task(n_train=int(s["n_train"]), n_eval=int(s["n_eval"]), seed=seed).bind(tokenizer)
     model_dir, record_file = out / "model", out / "training.json"
@@ -94,7 +95,7 @@ def train_ioi_model(settings: dict[str, Any], out: Path):
     return model, tokenizer, task, record
 
 
-def ioi_study(settings: dict[str, Any], out: Path) -> dict[str, Any]:
+def ioi_study(settings: CircuitsSettings, out: Path) -> dict[str, Any]:
     """Train the IOI model, then its circuit task: full, corrupted, random edge circuits, Edge Pruning."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
     from subnetlab.analysis.faithfulness import curve_from_scores
@@ -108,7 +109,7 @@ def ioi_study(settings: dict[str, Any], out: Path) -> dict[str, Any]:
         return read_json(path)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer, task, training = train_ioi_model(settings, out)
-    s, seed = settings["ioi"], int(settings["seed"])
+    s, seed = settings.ioi, int(settings.seed)
     stage("IOI: the circuit task on the trained model, random edge circuits")
     adapter = get_adapter(model)
     graph = Graph.from_adapter(adapter)

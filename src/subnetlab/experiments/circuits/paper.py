@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
+from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
 
 
-def paper_study(settings: dict[str, Any], out: Path) -> dict[str, Any]:
+def paper_study(settings: CircuitsSettings, out: Path) -> dict[str, Any]:
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
     from subnetlab.analysis.faithfulness import curve_from_scores
     from subnetlab.experiments.circuits.curves import edge_pruning_runs
@@ -35,10 +36,10 @@ def paper_study(settings: dict[str, Any], out: Path) -> dict[str, Any]:
     path = out / "paper.json"
     if path.is_file():
         return read_json(path)
-    c, ep, seed = settings["circuit"], settings["edge_pruning"], int(settings["seed"])
-    stage(f"loading {settings['model']}")
-    loaded = load_model(str(settings["model"]), head="causal-lm")
-    model = loaded.model.to(resolve_device(settings.get("device", "auto")))
+    c, ep, seed = settings.circuit, settings.edge_pruning, int(settings.seed)
+    stage(f"loading {settings.model}")
+    loaded = load_model(str(settings.model), head="causal-lm")
+    model = loaded.model.to(resolve_device(settings.device or "auto"))
     tokenizer = loaded.tokenizer
     task = make_ioi_task(n_train=int(c["n_train"]), n_eval=int(c["n_eval"]), seed=seed).bind(tokenizer)
     graph = Graph.from_adapter(loaded.adapter)
@@ -48,18 +49,18 @@ def paper_study(settings: dict[str, Any], out: Path) -> dict[str, Any]:
     runs = edge_pruning_runs(model, tokenizer, task, [], ep, seed, int(c["batch_size"]),
                              curves["random-edges"]["empty"], out, preset="paper")
     curves["edge-pruning"] = runs["curve"]
-    result = {"model": settings["model"], "edges": graph.num_edges, "full": evaluate(torch.ones(graph.num_edges,
+    result = {"model": settings.model, "edges": graph.num_edges, "full": evaluate(torch.ones(graph.num_edges,
               dtype=torch.bool)), "corrupted": evaluate.corrupted_run, "curves": curves, "runs": runs["runs"]}
     write_json(path, result)
     return result
 
 
-def write_paper_report(out: Path, settings: dict[str, Any], result: dict[str, Any], timing: dict[str, Any]) -> Path:
+def write_paper_report(out: Path, settings: CircuitsSettings, result: dict[str, Any], timing: dict[str, Any]) -> Path:
     from subnetlab.io import write_text
     from subnetlab.report.markdown import num, table
 
     lines = ["# Circuits: Edge Pruning's GPT-2 IOI sweep", "",
-             f"Model `{result['model']}` ({result['edges']} edges), seed {settings['seed']}, wall time "
+             f"Model `{result['model']}` ({result['edges']} edges), seed {settings.seed}, wall time "
              f"{timing['wall_s']} s. IOI pairs (`circuit:ioi`, ABC corruption): full model logit diff "
              f"{num(result['full']['logit_diff'])}, corrupted prompts {num(result['corrupted']['logit_diff'])}.", "",
              table(["method", "items", "CPR", "CMD"],

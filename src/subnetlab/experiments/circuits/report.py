@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import write_text
 from subnetlab.report.markdown import num, table
 
@@ -32,10 +33,10 @@ def _phase(training: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _ioi_section(settings: dict[str, Any], ioi: dict[str, Any] | None) -> list[str]:
+def _ioi_section(settings: CircuitsSettings, ioi: dict[str, Any] | None) -> list[str]:
     if ioi is None:
         return ["## 5. IOI-style task", "", "Not run (`ioi` is off in these settings).", ""]
-    s, t = settings["ioi"], ioi["training"]
+    s, t = settings.ioi, ioi["training"]
     m = t["model"]
     lines = ["## 5. IOI-style task on a second small model trained here", "",
              f"A {m['layers']}-layer {_FAMILY[m.get('family', 'gpt2')]} ({m['heads']} heads, width {m['width']}"
@@ -56,7 +57,7 @@ def _ioi_section(settings: dict[str, Any], ioi: dict[str, Any] | None) -> list[s
     return lines
 
 
-def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], scores: dict[str, Any],
+def write_report(out: Path, settings: CircuitsSettings, training: dict[str, Any], scores: dict[str, Any],
                  mechanism: dict[str, Any], curves: dict[str, Any], timing: dict[str, Any],
                  ioi: dict[str, Any] | None = None) -> Path:
     task, model = training["task"], training["model"]
@@ -64,7 +65,7 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
     lines = [
         "# Circuits: the induction mechanism, found edge by edge",
         "",
-        f"Preset `{settings.get('preset', '?')}`, seed {settings['seed']}. Wall time {timing['wall_s']} s "
+        f"Preset `{settings.preset or '?'}`, seed {settings.seed}. Wall time {timing['wall_s']} s "
         f"({timing['cpu_s']} s CPU, {timing['threads']} thread(s)); training alone {training['seconds']} s.",
         "",
         "## 1. Training: the phase change",
@@ -101,7 +102,7 @@ def write_report(out: Path, settings: dict[str, Any], training: dict[str, Any], 
         "Clean prompt: a sequence whose repeated span ends it, minus its last token; answer: that token (copied "
         "from the first span). Corrupted: the first span replaced by fresh tokens (no earlier occurrence to copy "
         "from). Wrong answer: the corrupted prompt's token at the answer's source position (what a by-position "
-        f"copier would output). {settings['circuit']['n_eval']} evaluation pairs; removed edges are patched from "
+        f"copier would output). {settings.circuit['n_eval']} evaluation pairs; removed edges are patched from "
         f"the corrupted prompt. The model's graph has {mechanism['edges']} edges ({mechanism['writers']} writers, "
         f"{mechanism['readers']} readers).",
         "",

@@ -32,10 +32,12 @@ overridden by name (``KEY=VALUE``, the value in YAML).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import read_json, write_json
 
 NAME = "circuits"
@@ -83,55 +85,17 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _check(settings: dict[str, Any]) -> None:
-    from subnetlab.experiments.circuits.steps import model_shape, task_config, train_settings
-
-    seed = settings.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SubnetlabError(f"seed {seed!r}: expected a non-negative integer", setting="seed")
-    if settings["study"] == "induction":
-        task_config(settings)
-        shape = model_shape(settings)
-        train_settings(settings)
-        if shape.layers < 2:
-            raise SubnetlabError(f"model layers {shape.layers}: an induction circuit needs two layers (a "
-                                 "previous-token head before the induction head)", setting="model")
-        for key in ("n_train", "n_eval", "batch_size"):
-            value = settings["circuit"].get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SubnetlabError(f"circuit.{key} {value!r}: expected a positive integer", setting="circuit")
-        threshold = settings.get("induction_threshold")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
-            raise SubnetlabError(f"induction_threshold {threshold!r}: expected a number in (0, 1]",
-                                 setting="induction_threshold")
-        size = settings.get("scores_size")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise SubnetlabError(f"scores_size {size!r}: expected a positive number of sequences",
-                                 setting="scores_size")
-    elif settings["study"] == "ioi-gpt2":
-        from subnetlab.methods.edge_pruning.config import preset_config
-        from subnetlab.runtime import resolve_device
-
-        resolve_device(settings.get("device", "auto"))
-        ep = settings["edge_pruning"]
-        for sparsity in ep["sparsities"]:  # every target's settings, before the model loads
-            preset_config("paper", float(sparsity), seed=seed, **dict(ep.get("overrides") or {}))
-        if float(ep["curve_sparsity"]) not in [float(x) for x in ep["sparsities"]]:
-            raise SubnetlabError(f"edge_pruning.curve_sparsity {ep['curve_sparsity']} is not one of the sparsities",
-                                 setting="edge_pruning")
-    else:
-        raise SubnetlabError(f"study {settings['study']!r}: expected 'induction' or 'ioi-gpt2'", setting="study")
-
-
-def run(settings: dict[str, Any], out: Path) -> Path:
+def run(settings: CircuitsSettings | Mapping[str, Any], out: Path) -> Path:
     """Run the study into ``out`` (resuming finished steps) and return the report's path."""
     from subnetlab.runtime import torch_threads
 
-    with torch_threads(max(0, int(settings.get("threads", 0)))):
+    settings = CircuitsSettings.of(settings)  # checked before config.json: a refusal leaves nothing behind
+
+    with torch_threads(max(0, int(settings.threads))):
         return _run(settings, Path(out))
 
 
-def _run(settings: dict[str, Any], out: Path) -> Path:
+def _run(settings: CircuitsSettings, out: Path) -> Path:
     import resource
     import time
 
@@ -142,18 +106,21 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     from subnetlab.experiments.circuits.report import write_report
     from subnetlab.progress import stage
 
-    _check(settings)
+    if settings.study == "ioi-gpt2":  # this machine has the device, before config.json
+        from subnetlab.runtime import resolve_device
+
+        resolve_device(settings.device or "auto")
     start_wall = time.perf_counter()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start_cpu = usage.ru_utime + usage.ru_stime
-    config = {"reproduction": NAME, **settings}
+    config = {"reproduction": NAME, **settings.to_dict()}
     previous = out / "config.json"
     if previous.is_file() and read_json(previous) != json.loads(json.dumps(config)):
         raise SubnetlabError(f"{out} holds a run with other settings (see {previous}); "
                              "choose a new output directory, or delete it to start over", setting="out")
     out.mkdir(parents=True, exist_ok=True)
     write_json(previous, config)
-    if settings["study"] == "ioi-gpt2":
+    if settings.study == "ioi-gpt2":
         from subnetlab.experiments.circuits.paper import paper_study, write_paper_report
 
         result = paper_study(settings, out)
@@ -168,7 +135,7 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     task = steps.circuit_task(settings).bind(tokenizer)
     curves = faithfulness_curves(model, tokenizer, task, scores, settings, out)
     ioi = None
-    if settings.get("ioi"):
+    if settings.ioi:
         from subnetlab.experiments.circuits.ioi import ioi_study
 
         ioi = ioi_study(settings, out)
@@ -189,4 +156,6 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     return write_report(out, settings, training, scores, mechanism, curves, timing, ioi)
 
 
-__all__ = ["NAME", "PRESETS", "run"]
+Settings = CircuitsSettings
+
+__all__ = ["NAME", "PRESETS", "Settings", "run"]

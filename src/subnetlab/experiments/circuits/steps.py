@@ -20,11 +20,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import atomic_directory, read_json, write_json
 from subnetlab.progress import stage
 from subnetlab.tasks.induction import InductionConfig, induction_tokenizer, repeated_sequences
@@ -40,19 +42,21 @@ from subnetlab.experiments.circuits.training import (
 )
 
 
-def task_config(settings: dict[str, Any]) -> InductionConfig:
-    return InductionConfig(**settings["task"])
+# the settings' task, model, training and circuit task (a mapping is read as ``CircuitsSettings``)
+def task_config(settings: CircuitsSettings | Mapping[str, Any]) -> InductionConfig:
+    return InductionConfig(**CircuitsSettings.of(settings).task)
 
 
-def model_shape(settings: dict[str, Any]) -> ModelShape:
-    return ModelShape(**settings["model"])
+def model_shape(settings: CircuitsSettings | Mapping[str, Any]) -> ModelShape:
+    return ModelShape(**CircuitsSettings.of(settings).model)
 
 
-def train_settings(settings: dict[str, Any]) -> TrainSettings:
-    return TrainSettings(**settings["training"], seed=int(settings["seed"]))
+def train_settings(settings: CircuitsSettings | Mapping[str, Any]) -> TrainSettings:
+    settings = CircuitsSettings.of(settings)
+    return TrainSettings(**settings.training, seed=int(settings.seed))
 
 
-def trained_model(settings: dict[str, Any], out: Path) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+def trained_model(settings: CircuitsSettings, out: Path) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
     """The trained model, its tokenizer and ``training.json`` (trained here unless a previous run saved it)."""
     task, shape, cfg = task_config(settings), model_shape(settings), train_settings(settings)
     model_dir, record_file = out / "model", out / "training.json"
@@ -74,7 +78,7 @@ def trained_model(settings: dict[str, Any], out: Path) -> tuple[torch.nn.Module,
     return model, tokenizer, record
 
 
-def attention_scores(model: torch.nn.Module, settings: dict[str, Any], out: Path) -> dict[str, Any]:
+def attention_scores(model: torch.nn.Module, settings: CircuitsSettings, out: Path) -> dict[str, Any]:
     """Both scores of every head on ``scores_size`` held-out sequences, and the heads that carry each."""
     from subnetlab.analysis.induction_scores import head_scores
 
@@ -83,13 +87,13 @@ def attention_scores(model: torch.nn.Module, settings: dict[str, Any], out: Path
         return read_json(path)
     stage("scoring every head's attention: previous-token and induction scores")
     task = task_config(settings)
-    seqs = repeated_sequences(task, int(settings["scores_size"]), torch.Generator().manual_seed(int(settings["seed"]) + 2))
+    seqs = repeated_sequences(task, int(settings.scores_size), torch.Generator().manual_seed(int(settings.seed) + 2))
     scores = head_scores(model, seqs.input_ids)
     last = scores.previous.shape[0] - 1
     prev_head, prev_score = scores.best("previous", 0)
     ind_head, ind_score = scores.best("induction", last)
-    threshold = float(settings["induction_threshold"])
-    result = {**scores.to_dict(), "sequences": int(settings["scores_size"]), "induction_threshold": threshold,
+    threshold = float(settings.induction_threshold)
+    result = {**scores.to_dict(), "sequences": int(settings.scores_size), "induction_threshold": threshold,
               "previous_token_head": {"layer": 0, "head": prev_head, "score": prev_score},
               "induction_head": {"layer": last, "head": ind_head, "score": ind_score},
               "induction_heads": [{"layer": last, "head": h, "score": float(v)}
@@ -98,12 +102,13 @@ def attention_scores(model: torch.nn.Module, settings: dict[str, Any], out: Path
     return result
 
 
-def circuit_task(settings: dict[str, Any]):
+def circuit_task(settings: CircuitsSettings | Mapping[str, Any]):
     from subnetlab.tasks.induction import make_induction_task
 
-    c = settings["circuit"]
-    return make_induction_task(n_train=int(c["n_train"]), n_eval=int(c["n_eval"]), seed=int(settings["seed"]) + 3,
-                               **settings["task"])
+    settings = CircuitsSettings.of(settings)
+    c = settings.circuit
+    return make_induction_task(n_train=int(c["n_train"]), n_eval=int(c["n_eval"]), seed=int(settings.seed) + 3,
+                               **settings.task)
 
 
 def mechanism_edges(scores: dict[str, Any]) -> dict[str, list[str]]:
@@ -115,7 +120,7 @@ def mechanism_edges(scores: dict[str, Any]) -> dict[str, list[str]]:
             for kind in ("k", "q", "v")}
 
 
-def mechanism_check(model: torch.nn.Module, tokenizer: Any, scores: dict[str, Any], settings: dict[str, Any],
+def mechanism_check(model: torch.nn.Module, tokenizer: Any, scores: dict[str, Any], settings: CircuitsSettings,
                     out: Path) -> dict[str, Any]:
     """The circuit task's metrics: full model, corrupted prompts, the mechanism's key (query, value) edges cut
     together, and each key edge cut alone."""
@@ -131,7 +136,7 @@ def mechanism_check(model: torch.nn.Module, tokenizer: Any, scores: dict[str, An
     adapter = get_adapter(model)
     graph = Graph.from_adapter(adapter)
     evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval",
-                              batch_size=int(settings["circuit"]["batch_size"]))
+                              batch_size=int(settings.circuit["batch_size"]))
     everything = torch.ones(graph.num_edges, dtype=torch.bool)
 
     def without(names: list[str]) -> dict[str, float]:

@@ -82,7 +82,7 @@ def run_demo(
     out = Path(out)
     started = clock()
     modules = {name: get(name) for name in demos}
-    settings = {name: settings_for(module, demo_preset(module)) for name, module in modules.items()}
+    settings = {name: settings_for(module, demo_preset(module)).to_dict() for name, module in modules.items()}
     stages = plan_stages(settings, out, cores or os.cpu_count())
     stage("calibrating: timing a few steps of each demo's real work on this machine")
     t0 = clock()

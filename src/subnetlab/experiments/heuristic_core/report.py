@@ -18,6 +18,7 @@ from subnetlab.io import write_json
 from subnetlab.experiments.heuristic_core import sections
 from subnetlab.experiments.heuristic_core.effective_size import NOT_RUN
 from subnetlab.experiments.heuristic_core.plots import seed_accuracy_plot
+from subnetlab.experiments.heuristic_core.settings import HeuristicCoreSettings
 from subnetlab.report.markdown import MarkdownReport, moves, pct, points
 from subnetlab.report.plots import curves
 from subnetlab.runs.health import MAX_UNDECIDED_SHARE
@@ -177,13 +178,13 @@ def training_curves(ft_dir: Path, subcases: list[str] | None, ood_split: str | N
     return out
 
 
-def _setup(doc: MarkdownReport, settings: dict, results: dict, seconds: list[float]) -> None:
+def _setup(doc: MarkdownReport, settings: HeuristicCoreSettings, results: dict, seconds: list[float]) -> None:
     doc.section("Setup")
-    items = [f"preset: **{settings['preset']}**; model: `{settings['model']}`",
-             f"pruning: {len(settings['seeds'])} seeds per sparsity, `{settings['prune_preset']}` pruning preset "
+    items = [f"preset: **{settings.preset}**; model: `{settings.model}`",
+             f"pruning: {len(settings.seeds)} seeds per sparsity, `{settings.prune_preset}` pruning preset "
              f"(hard-concrete gates, mean ablation, KL to the full model, Lagrangian target sparsity)"]
     for name, r in results.items():
-        study = next(s for s in settings["studies"] if s["name"] == name)
+        study = next(s for s in settings.studies if s["name"] == name)
         ft = r["finetune"]
         rule = r["data"].get("rule")
         items.append(f"{study['title']}: `{study['task']}` {json.dumps(study.get('task_options') or {})}; fine-tuned "
@@ -191,7 +192,7 @@ def _setup(doc: MarkdownReport, settings: dict, results: dict, seconds: list[flo
                      f"{', '.join(r['data']['subcases'] or ['(none)'])} (rule: {rule}); sparsities "
                      f"{', '.join(f'{100 * s:g}%' for s in study['sparsities'])}; real HANS: "
                      f"{'yes' if 'real' in r['data']['files'] else 'not available'}")
-    es = settings["effective_size"]
+    es = settings.effective_size
     items.append(f"effective size: {len(es['seeds'])} seeds x levels {es['levels']} x {es['checkpoints']} checkpoints, "
                  f"faithfulness {pct(es['faithfulness'])} points" if es is not None else
                  f"effective size: not run by this preset ({NOT_RUN})")
@@ -286,24 +287,24 @@ def _study(doc: MarkdownReport, study: dict, r: dict, out: Path) -> dict[str, An
                 for c in r["effective_size"]["checkpoints"]], "seconds": r.get("seconds")}
 
 
-def write_report(settings: dict, results: dict, out: Path, seconds: list[float]) -> Path:
+def write_report(settings: HeuristicCoreSettings, results: dict, out: Path, seconds: list[float]) -> Path:
     """Render ``out/report.md`` and ``out/metrics.json`` from the studies' results."""
-    doc = MarkdownReport(f"The Heuristic Core, reproduced ({settings['preset']} preset)")
+    doc = MarkdownReport(f"The Heuristic Core, reproduced ({settings.preset} preset)")
     doc.para("Bhaskar, Friedman and Chen (2024) prune a fine-tuned model many times and find that subnetworks match the "
              "model in-domain but generalize differently, and that all of them share a small set of attention heads (the "
              "heuristic core) that attend between repeated words and that the generalizing heads build on. This report "
              "repeats the study with subnetlab; every number below was measured by the run that wrote it.")
     _setup(doc, settings, results, seconds)
     summary = {}
-    for study in settings["studies"]:
+    for study in settings.studies:
         summary[study["name"]] = _study(doc, study, results[study["name"]], out)
     doc.section("Rerun or scale up")
-    doc.para(f"`subnetlab reproduce heuristic-core` with the {settings['preset']} preset and output directory {out} "
+    doc.para(f"`subnetlab reproduce heuristic-core` with the {settings.preset} preset and output directory {out} "
              "resumes this run; the paper preset runs the paper's setting (bert-base-cased, MNLI / HANS and QQP / "
              "PAWS-QQP, 12 seeds; needs "
              "a GPU and the Hugging Face hub). Each stage is also a command: `subnetlab finetune`, `prune`, `core`, "
              "`ablate`, `effective-size`, `attention`.")
-    write_json(out / "metrics.json", {"reproduction": "heuristic-core", "preset": settings["preset"],
+    write_json(out / "metrics.json", {"reproduction": "heuristic-core", "preset": settings.preset,
                                       "seconds_per_invocation": seconds, "studies": summary})
     return doc.write(out / "report.md")
 

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from subnetlab.experiments.heuristic_core.settings import HeuristicCoreSettings
 from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
 
@@ -55,8 +56,7 @@ NAME = "heuristic-core"
 _PAPER_ES = {"seeds": [0, 1, 2], "levels": "0.05:0.70:0.05", "checkpoints": 12, "on": ["id", "ood", "mixed"],
              "faithfulness": 0.03, "sides": "one", "aggregate": "per-seed", "prune": {}}
 
-# the type of each setting that every preset leaves None (the others take the presets' types)
-SETTING_TYPES: dict[str, Any] = {"prune_steps_scale": float | None, "prune_hold_steps": int | None}
+Settings = HeuristicCoreSettings
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "minilm",
@@ -160,115 +160,85 @@ PRESETS["tour"] = {
 }
 
 
-def _resolve_auto_paths(settings: dict) -> dict:
+def _resolve_auto_paths(settings: HeuristicCoreSettings) -> HeuristicCoreSettings:
     """``auto:REL`` data paths in the paper preset point into ``../shared/data`` (PAWS-QQP is not on the hub)."""
+    import copy
+    import dataclasses
+
     from subnetlab.tasks.registry import shared_data_dir
 
-    for study in settings["studies"]:
+    studies = copy.deepcopy(settings.studies)
+    for study in studies:
         ood = study.get("ood") or {}
         if str(ood.get("path", "")).startswith("auto:"):
             ood["path"] = str(shared_data_dir() / ood["path"][5:])
         study["finetune_eval_data"] = [e.replace("=auto", f"={ood.get('path')}") if e.endswith("=auto") else e
                                        for e in study.get("finetune_eval_data") or []]
-    return settings
+    return dataclasses.replace(settings, studies=studies)
 
 
-def plan(settings: dict, out: Path) -> dict[str, Any]:
+def plan(settings: HeuristicCoreSettings | dict, out: Path) -> dict[str, Any]:
     """The resolved configuration of every step (what the CLI's dry run prints), computed as ``run`` computes it; runs
     nothing and writes nothing. Per study: fine-tuning, the OOD data rule, the pruning runs (one config per
     sparsity; seeds differ only in ``seed``), the ablation table, effective size (with its staircase's pruning
     config) and attention."""
-    import copy
-
     from subnetlab.experiments.heuristic_core.study import step_overrides
     from subnetlab.methods.finetune.config import resolve_config
     from subnetlab.methods.head_pruning.config import preset_config
     from subnetlab.methods.l0.schedule import parse_levels
 
-    settings = _resolve_auto_paths(copy.deepcopy(settings))
+    settings = _resolve_auto_paths(HeuristicCoreSettings.of(settings))
     steps: dict[str, Any] = {}
-    for study in settings["studies"]:
-        finetune = resolve_config(settings.get("finetune_preset"), model=settings["model"], task=study["task"],
+    for study in settings.studies:
+        finetune = resolve_config(settings.finetune_preset, model=settings.model, task=study["task"],
                                   task_options=study.get("task_options") or {},
                                   eval_data=list(study.get("finetune_eval_data") or []),
-                                  **{**settings["finetune"], **(study.get("finetune") or {})})
-        pruning = {f"{target:g}": preset_config(settings["prune_preset"], target, seed=settings["seeds"][0],
-                                                **{**step_overrides(settings, target), **settings.get("prune", {})}).to_dict()
+                                  **{**settings.finetune, **(study.get("finetune") or {})})
+        pruning = {f"{target:g}": preset_config(settings.prune_preset, target, seed=settings.seeds[0],
+                                                **{**step_overrides(settings, target), **settings.prune}).to_dict()
                    for target in study["sparsities"]}
-        es = settings["effective_size"]
+        es = settings.effective_size
         effective_size = None  # not run (the ``tour`` preset)
         if es is not None:
             levels = list(parse_levels(es["levels"]))
-            staircase = preset_config(settings["prune_preset"], levels[-1], seed=es["seeds"][0], schedule="staircase",
-                                      levels=tuple(levels), **{**settings.get("prune", {}), **es.get("prune", {})})
+            staircase = preset_config(settings.prune_preset, levels[-1], seed=es["seeds"][0], schedule="staircase",
+                                      levels=tuple(levels), **{**settings.prune, **es.get("prune", {})})
             effective_size = {**{k: v for k, v in es.items() if k != "prune"}, "levels": levels,
                               "staircase_prune_config": staircase.to_dict()}
         steps[study["name"]] = {
             "finetune": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(finetune).items()},
             "ood_data": study.get("ood"), "real_ood": study.get("real_ood"),
-            "prune": {"seeds": settings["seeds"], "n_ood_subcases": settings.get("n_ood_subcases"),
+            "prune": {"seeds": settings.seeds, "n_ood_subcases": settings.n_ood_subcases,
                       "config_by_sparsity": pruning},
             "core": {"sparsities": study["sparsities"]},
-            "ablation": settings["ablation"],
+            "ablation": settings.ablation,
             "effective_size": effective_size,
-            "attention": settings["attention"],
+            "attention": settings.attention,
         }
-    return {"reproduction": NAME, "preset": settings.get("preset"), "out": str(out), "model": settings["model"],
-            "backend": settings.get("backend"), "steps": steps}
+    return {"reproduction": NAME, "preset": settings.preset, "out": str(out), "model": settings.model,
+            "backend": settings.backend, "steps": steps}
 
 
-def check_settings(settings: dict) -> None:
-    """Every setting that can be checked without data or training, before the study writes anything: seeds,
-    sparsities, the effective-size search, and every step's resolved configuration (``plan``)."""
-    from subnetlab.errors import SubnetlabError
-    from subnetlab.experiments.heuristic_core.effective_size import SearchSettings
-
-    from subnetlab.methods.head_pruning.config import PRESETS as PRUNE_PRESETS
-
-    if not settings.get("studies"):
-        raise SubnetlabError("studies: at least one study is needed", setting="studies")
-    if settings.get("prune_preset") not in PRUNE_PRESETS:
-        raise SubnetlabError(f"prune_preset {settings.get('prune_preset')!r}: expected one of {', '.join(PRUNE_PRESETS)}",
-                             setting="prune_preset")
-    if not list(settings.get("seeds") or []):
-        raise SubnetlabError("seeds: at least one pruning seed is needed", setting="seeds")
-    es = settings["effective_size"]
-    if es is not None and not list(es.get("seeds") or []):
-        raise SubnetlabError("effective_size: at least one seed is needed (or none, to skip the stage)",
-                             setting="effective_size")
-    if es is not None and SearchSettings.from_dict(es.get("search")) is not None and es.get("sides", "two") != "two":
-        raise SubnetlabError("effective_size: the level search stops on two-sided faithfulness; with sides=one "
-                             "run every level (drop 'search')", setting="effective_size")
-    for study in settings["studies"]:
-        bad = [s for s in study.get("sparsities") or [] if not 0.0 < float(s) < 1.0]
-        if bad or not study.get("sparsities"):
-            raise SubnetlabError(f"study {study.get('name')!r}: sparsities {study.get('sparsities')} must be one or "
-                                 "more targets in (0, 1)", setting="studies")
-    plan(settings, Path("."))  # builds every step's configuration: its own checks run here
-
-
-def run(settings: dict, out: Path) -> Path:
+def run(settings: HeuristicCoreSettings | dict, out: Path) -> Path:
     """Run every study of ``settings`` into ``out`` and write ``out/report.md``; returns its path."""
-    import copy
-
     from subnetlab.experiments.heuristic_core.report import write_report
     from subnetlab.experiments.heuristic_core.study import run_study
 
     out = Path(out)
-    settings = _resolve_auto_paths(copy.deepcopy(settings))
-    check_settings(settings)  # before config.json: a refused setting leaves nothing behind
+    settings = _resolve_auto_paths(HeuristicCoreSettings.of(settings))
+    plan(settings, Path("."))  # every step's configuration, checked before config.json: a refusal leaves nothing
     out.mkdir(parents=True, exist_ok=True)
     if (out / "config.json").is_file():
         previous = read_json(out / "config.json")
-        if previous.get("settings") != read_json_roundtrip(settings):
+        if previous.get("settings") != read_json_roundtrip(settings.to_dict()):
             from subnetlab.errors import SubnetlabError
 
             raise SubnetlabError(f"{out} holds a heuristic-core run with other settings; rerun with the same "
                                  "preset and settings to resume, or choose another output directory", setting="out")
-    write_json(out / "config.json", {"reproduction": NAME, "settings": settings})
+    write_json(out / "config.json", {"reproduction": NAME, "settings": settings.to_dict()})
     started = time.time()
     results = {}
-    for study in settings["studies"]:
+    for study in settings.studies:
         stage(f"heuristic-core: study {study['name']}")
         t0 = time.time()
         results[study["name"]] = run_study(study, settings, out / study["name"])

@@ -24,6 +24,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.executor import run_jobs
 from subnetlab.experiments.heuristic_core import data
 from subnetlab.experiments.heuristic_core import steps
+from subnetlab.experiments.heuristic_core.settings import HeuristicCoreSettings
 from subnetlab.experiments.heuristic_core.effective_size import (
     SearchSettings,
     analyse_sweep,
@@ -70,14 +71,14 @@ def _curve_data(study: dict, out: Path) -> list[str]:
     return [*(study.get("finetune_eval_data") or []), f"hans:hans={path}"]
 
 
-def _finetune(study: dict, settings: dict, eval_data: list[str], out: Path) -> dict:
+def _finetune(study: dict, settings: HeuristicCoreSettings, eval_data: list[str], out: Path) -> dict:
     from subnetlab.runs.finetune import finetune
     from subnetlab.methods.finetune.config import resolve_config
 
-    cfg = resolve_config(settings.get("finetune_preset"), model=settings["model"], task=study["task"],
+    cfg = resolve_config(settings.finetune_preset, model=settings.model, task=study["task"],
                          task_options=study.get("task_options") or {}, eval_data=eval_data,
-                         **{**settings["finetune"], **(study.get("finetune") or {})})
-    stage(f"[{study['name']}] fine-tuning {settings['model']} on {study['task']}")
+                         **{**settings.finetune, **(study.get("finetune") or {})})
+    stage(f"[{study['name']}] fine-tuning {settings.model} on {study['task']}")
     return finetune(cfg, out)
 
 
@@ -95,7 +96,7 @@ def _entailed_rows(study: dict) -> dict[str, int | None]:
             "real": real.get("entailed_per_subcase", real.get("per_subcase"))}
 
 
-def _prepare_data(study: dict, settings: dict, finetuned: dict, out: Path) -> dict:
+def _prepare_data(study: dict, settings: HeuristicCoreSettings, finetuned: dict, out: Path) -> dict:
     """Choose the OOD subcases; write ``ood`` (and ``real``) evaluation files holding just those."""
     ood = study["ood"]
     if (out / "data.json").is_file():
@@ -116,10 +117,10 @@ def _prepare_data(study: dict, settings: dict, finetuned: dict, out: Path) -> di
     if ood.get("subcases") is None:  # an OOD set without subcases (PAWS-QQP): one column
         subcases = None
         files["ood"] = f"paws-qqp={data.write_pairs_jsonl(out / 'ood.jsonl', pool)}"
-        attention = pool[: settings["attention"]["examples"]]
+        attention = pool[: settings.attention["examples"]]
     else:
         final = finetuned["final"].get(ood.get("choose_from", ""), {}).get("subcases")
-        subcases = data.choose_subcases(ood["subcases"], final, settings.get("n_ood_subcases", 4),
+        subcases = data.choose_subcases(ood["subcases"], final, settings.n_ood_subcases,
                                         entailment_floor=info["entailment_floor"])
         info["chosen_from"] = final
         if final:
@@ -141,7 +142,7 @@ def _prepare_data(study: dict, settings: dict, finetuned: dict, out: Path) -> di
             entailed["real-entailed"] = f"hans={data.write_hans_tsv(out / 'real_entailed.tsv', rows)}"
             pool = examples
         lexical = lambda ex: ex.heuristic == "lexical_overlap"  # noqa: E731
-        attention = data.interleave(pool, lexical, settings["attention"]["examples"])
+        attention = data.interleave(pool, lexical, settings.attention["examples"])
     data.write_pairs_jsonl(out / "attention.jsonl", attention)
     info.update(subcases=subcases, files=files, entailed_files=entailed, attention=str(out / "attention.jsonl"))
     write_json(out / "data.json", info)
@@ -154,16 +155,16 @@ def _base_config(study: dict, model: str, prepared: dict) -> dict:
             "eval_data": eval_data, "splits": [*ID_SPLITS, *prepared["files"]]}
 
 
-def step_overrides(settings: dict, target: float) -> dict[str, int]:
+def step_overrides(settings: HeuristicCoreSettings, target: float) -> dict[str, int]:
     """The pruning runs' step counts when the study changes the preset's step rule: ``prune_steps_scale`` shrinks
     warm-up and total for a small CPU budget; ``prune_hold_steps`` sets how long the target is held after the
     warm-up (total = warm-up + hold). Empty when neither is set."""
     from subnetlab.methods.head_pruning.config import STEP_RULES
 
-    scale, hold = settings.get("prune_steps_scale"), settings.get("prune_hold_steps")
+    scale, hold = settings.prune_steps_scale, settings.prune_hold_steps
     if scale is None and hold is None:
         return {}
-    warmup, total = STEP_RULES[settings["prune_preset"]](target)
+    warmup, total = STEP_RULES[settings.prune_preset](target)
     if scale is not None:
         warmup, total = max(1, round(warmup * scale)), max(2, round(total * scale))
     if hold is not None:
@@ -171,19 +172,19 @@ def step_overrides(settings: dict, target: float) -> dict[str, int]:
     return {"warmup_steps": warmup, "total_steps": total}
 
 
-def _prune(study: dict, settings: dict, base: dict, out: Path) -> dict:
+def _prune(study: dict, settings: HeuristicCoreSettings, base: dict, out: Path) -> dict:
     from subnetlab.runs.prune import prune_sweep
 
-    jobs = prune_sweep(base, out, targets=study["sparsities"], seeds=settings["seeds"], preset=settings["prune_preset"],
-                       overrides=lambda target: {**step_overrides(settings, target), **settings.get("prune", {})})
+    jobs = prune_sweep(base, out, targets=study["sparsities"], seeds=settings.seeds, preset=settings.prune_preset,
+                       overrides=lambda target: {**step_overrides(settings, target), **settings.prune})
     cfg = PruneConfig.from_dict(jobs[-1].config["prune"])
-    stage(f"[{study['name']}] pruning: {len(settings['seeds'])} seeds x {len(study['sparsities'])} sparsities")
-    check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
+    stage(f"[{study['name']}] pruning: {len(settings.seeds)} seeds x {len(study['sparsities'])} sparsities")
+    check_sweep(run_jobs(jobs, backend=settings.backend, n_jobs=settings.jobs, sweep_dir=out))
     return {"cache_dir": out / "cache", "max_length": cfg.max_length, "train_limit": cfg.train_limit,
             "means_examples": cfg.means_examples, "eval_batch_size": cfg.eval_batch_size, "settings": cfg}
 
 
-def _curves(study: dict, settings: dict, base: dict, pruning: dict, ft_dir: Path, subcases: list[str] | None,
+def _curves(study: dict, settings: HeuristicCoreSettings, base: dict, pruning: dict, ft_dir: Path, subcases: list[str] | None,
             out: Path) -> dict[str, list]:
     """Figure 1's points: every fine-tuning checkpoint evaluated on the report's own rows (the ID split, the
     chosen OOD subcases, real HANS when present) by the full-model job the pruning and effective-size sweeps run,
@@ -199,7 +200,7 @@ def _curves(study: dict, settings: dict, base: dict, pruning: dict, ft_dir: Path
     jobs = [full_model_eval_job({**base, "model": str(path)}, out / f"step-{step}", pruning["settings"],
                                 name=f"step-{step}") for step, path in checkpoints]
     stage(f"[{study['name']}] accuracy curves: {len(jobs)} checkpoints on the report's evaluation rows")
-    check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
+    check_sweep(run_jobs(jobs, backend=settings.backend, n_jobs=settings.jobs, sweep_dir=out))
     curves: dict[str, list] = {"step": [], "id": [], "ood": []}
     for step, _ in checkpoints:
         scores = read_json(out / f"step-{step}" / "metrics.json")["eval"]
@@ -212,7 +213,7 @@ def _curves(study: dict, settings: dict, base: dict, pruning: dict, ft_dir: Path
     return curves
 
 
-def seed_table(study: dict, settings: dict, prune_dir: Path, subcases: list[str]) -> dict:
+def seed_table(study: dict, settings: HeuristicCoreSettings, prune_dir: Path, subcases: list[str]) -> dict:
     """Table 5 / Figure 2 data: the full model's columns and each sparsity's per-seed columns."""
     from subnetlab.runs.prune import run_dir_name
 
@@ -220,14 +221,14 @@ def seed_table(study: dict, settings: dict, prune_dir: Path, subcases: list[str]
     by: dict[str, dict[str, list[float]]] = {}
     for target in study["sparsities"]:
         label = f"{100 * target:g}%"
-        for seed in settings["seeds"]:
+        for seed in settings.seeds:
             m = read_json(prune_dir / run_dir_name(target, seed, "linear") / "metrics.json")
             for col, acc in score_columns(m["eval"], ID_SPLITS, subcases).items():
                 by.setdefault(label, {}).setdefault(col, []).append(acc)
     return {"model": model, "by_sparsity": by, "columns": list(model)}
 
 
-def identification(study: dict, settings: dict, prune_dir: Path) -> dict:
+def identification(study: dict, settings: HeuristicCoreSettings, prune_dir: Path) -> dict:
     """Per sparsity and seed: gates still undecided at the end (0.05 < P(open) < 0.95), the Jaccard of the
     top-k and threshold selections and the run's health entry; how firmly each run's subnetwork is identified."""
     from subnetlab.runs.prune import run_dir_name
@@ -235,7 +236,7 @@ def identification(study: dict, settings: dict, prune_dir: Path) -> dict:
     out: dict[str, dict[str, list]] = {}
     for target in study["sparsities"]:
         label = f"{100 * target:g}%"
-        for seed in settings["seeds"]:
+        for seed in settings.seeds:
             metrics = read_json(prune_dir / run_dir_name(target, seed, "linear") / "metrics.json")
             sel = metrics["selections"]
             row = out.setdefault(label, {"undecided": [], "gates": [], "jaccard": [], "health": []})
@@ -256,14 +257,14 @@ def _heads_to_study(core: dict, k: int = 3) -> tuple[list[tuple[int, int]], str]
     return ranked[:k], f"top-{k} most frequent (the core is empty)"
 
 
-def _ablation(study: dict, settings: dict, base: dict, prepared: dict, heads: list, pruning: dict, subcases: list[str],
+def _ablation(study: dict, settings: HeuristicCoreSettings, base: dict, prepared: dict, heads: list, pruning: dict, subcases: list[str],
               out: Path) -> dict:
     from subnetlab.methods.head_pruning.ablation import mean_activations
     from subnetlab.methods.l0.data import PruningData
     from subnetlab.runs.prune_setup import load_pruning_model
     from subnetlab.tasks.spec import task_from_config
 
-    opts = dict(settings["ablation"])
+    opts = dict(settings.ablation)
     entailed = prepared.get("entailed_files") or {}
     splits = [*base["splits"], *entailed]
     eval_data = [*base["eval_data"], *(f"{split}:{spec}" for split, spec in entailed.items())]
@@ -301,13 +302,13 @@ def pick_checkpoints(found: list, count: int | None) -> list:
     return [found[i] for i in idx]
 
 
-def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core: list[str], subcases: list[str],
+def _effective_size(study: dict, settings: HeuristicCoreSettings, base: dict, ft_dir: Path, core: list[str], subcases: list[str],
                     out: Path) -> dict | None:
     """Figure 6's staircase sweeps; None when the settings skip the stage (``effective_size: null``)."""
     from subnetlab.methods.finetune.state import checkpoint_dirs
     from subnetlab.methods.l0.schedule import parse_levels
 
-    es = settings["effective_size"]
+    es = settings.effective_size
     if es is None:
         return None
     checkpoints = pick_checkpoints(checkpoint_dirs(ft_dir), es.get("checkpoints"))
@@ -319,7 +320,7 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
         return done
     slim = {**{k: v for k, v in base.items() if k != "model"}, "splits": [*ID_SPLITS, "ood"],  # the curves need no real HANS
             "eval_data": [e for e in base["eval_data"] if e.startswith("ood:")]}
-    overrides = {**settings.get("prune", {}), **es.get("prune", {})}
+    overrides = {**settings.prune, **es.get("prune", {})}
     search = SearchSettings.from_dict(es.get("search"))  # absent (the presets): every level of every checkpoint
     sides, aggregate = es.get("sides", "two"), es.get("aggregate", "seed-mean")
     if search is not None and sides != "two":
@@ -329,14 +330,14 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
           + (f" (search: {search.to_dict()})" if search else ""))
     dirs = None
     if search is None:
-        jobs = sweep_jobs(checkpoints, slim, es["seeds"], levels, settings["prune_preset"], overrides, out)
-        check_sweep(run_jobs(jobs, backend=settings.get("backend", "local"), n_jobs=settings.get("jobs"), sweep_dir=out))
+        jobs = sweep_jobs(checkpoints, slim, es["seeds"], levels, settings.prune_preset, overrides, out)
+        check_sweep(run_jobs(jobs, backend=settings.backend, n_jobs=settings.jobs, sweep_dir=out))
     else:
-        dirs = search_sweep(checkpoints, slim, es["seeds"], levels, settings["prune_preset"], overrides, out,
+        dirs = search_sweep(checkpoints, slim, es["seeds"], levels, settings.prune_preset, overrides, out,
                             search=search, on=es["on"], faithfulness=es["faithfulness"], id_splits=ID_SPLITS,
                             subcases=subcases,
-                            run=lambda jobs, where: run_jobs(jobs, backend=settings.get("backend", "local"),
-                                                             n_jobs=settings.get("jobs"), sweep_dir=where))
+                            run=lambda jobs, where: run_jobs(jobs, backend=settings.backend,
+                                                             n_jobs=settings.jobs, sweep_dir=where))
     result = analyse_sweep(checkpoints, es["seeds"], levels, out, on=es["on"], faithfulness=es["faithfulness"],
                            id_splits=ID_SPLITS, subcases=subcases, core=core, search=dirs, sides=sides,
                            aggregate=aggregate)
@@ -344,11 +345,11 @@ def _effective_size(study: dict, settings: dict, base: dict, ft_dir: Path, core:
     return result
 
 
-def _attention(study: dict, settings: dict, model: str, prepared: dict, heads: list, out: Path) -> dict:
+def _attention(study: dict, settings: HeuristicCoreSettings, model: str, prepared: dict, heads: list, out: Path) -> dict:
     from subnetlab.models import load_model
     from subnetlab.tasks.registry import load_file
 
-    opts = settings["attention"]
+    opts = settings.attention
     pool, _ = load_file("paws-qqp", prepared["attention"])
     pairs = [(ex.text_a, ex.text_b) for ex in pool]
     config = {"command": "attention", "model": model, "data": prepared["attention"],
@@ -374,7 +375,7 @@ class _Timer:
             self.seconds[name] = round(time.time() - t0, 2)
 
 
-def run_study(study: dict, settings: dict, out: Path) -> dict[str, Any]:
+def run_study(study: dict, settings: HeuristicCoreSettings, out: Path) -> dict[str, Any]:
     """Every stage of one task's study; returns the paths and metrics the report renders."""
     t = _Timer()
     finetuned = t("finetune", _finetune, study, settings, _curve_data(study, out / "data"), out / "finetune")

@@ -16,6 +16,7 @@ import torch
 from subnetlab.analysis.attention_types import TYPES, HeadTypes
 from subnetlab.analysis.stability import pearson
 from subnetlab.experiments.lottery.figures import pattern_types_plot, pruning_curves_plot, survival_plot, tickets_plot
+from subnetlab.experiments.lottery.settings import LotterySettings
 from subnetlab.report.markdown import MarkdownReport, num, pct
 
 GROUP = {"magnitude": "m", "importance": "s"}
@@ -52,27 +53,27 @@ def score(metrics: dict[str, Any], split: str, name: str = "accuracy") -> float:
     return float(score[name] if name in score else score["accuracy"])
 
 
-def _setup(doc: MarkdownReport, settings: dict[str, Any], results: dict[str, Any], elapsed: float) -> None:
+def _setup(doc: MarkdownReport, settings: LotterySettings, results: dict[str, Any], elapsed: float) -> None:
     first = next(iter(results.values()))
     ft = next(iter(first["finetune"].values()))
     doc.section("Setup").bullets([
-        f"preset `{settings['preset']}`; model `{settings['model']}`; tasks {', '.join(f'`{t}`' for t in settings['tasks'])}",
-        f"task options: `{settings['task_options']}`; {ft['train_examples'] if 'train_examples' in ft else '?'} training examples, "
-        f"{ft['steps']} steps per fine-tuning run (lr {settings['lr']}, batch {settings['batch_size']}, "
-        f"warmup {settings['warmup_ratio']:.0%}, weight decay {settings['weight_decay']}, max length {settings['max_length']})",
-        f"fine-tuning seeds {settings['seeds']}; m-pruned seeds {settings['magnitude_seeds']}; "
-        f"good / random / bad re-fine-tuned for seeds {settings['retrain_seeds']}",
-        f"pruning on split `{settings['split']}` ({settings['eval_limit'] or 'all'} examples; importance from "
-        f"{settings['importance_limit'] or settings['eval_limit'] or 'all'}), {settings['fraction']:.0%} per step, "
-        f"stop before {settings['threshold']:.0%} of the full model's {'task metric' if settings.get('stop_metric') == 'task' else 'accuracy'}; "
-        f"criterion `{settings['criterion']}` (importance batches of {settings.get('importance_batch_size') or settings['batch_size']})"
-        f"{', then heads-only and MLP-only refinement' if settings['refine'] else ''}",
-        f"controls: m-pruning random / bad drawn `{settings.get('control_scope', 'per-matrix')}`; bad s-subnetworks filled "
-        f"`{settings.get('bad_fill', 'least-important')}`; pattern types counted `{settings.get('pattern_counting', 'per-head')}` "
-        f"over seeds `{settings.get('pattern_seeds', 'first')}`, super-survivors read in the "
-        f"`{settings.get('super_survivor_maps', 'full')}` model",
+        f"preset `{settings.preset}`; model `{settings.model}`; tasks {', '.join(f'`{t}`' for t in settings.tasks)}",
+        f"task options: `{settings.task_options}`; {ft['train_examples'] if 'train_examples' in ft else '?'} training examples, "
+        f"{ft['steps']} steps per fine-tuning run (lr {settings.lr}, batch {settings.batch_size}, "
+        f"warmup {settings.warmup_ratio:.0%}, weight decay {settings.weight_decay}, max length {settings.max_length})",
+        f"fine-tuning seeds {settings.seeds}; m-pruned seeds {settings.magnitude_seeds}; "
+        f"good / random / bad re-fine-tuned for seeds {settings.retrain_seeds}",
+        f"pruning on split `{settings.split}` ({settings.eval_limit or 'all'} examples; importance from "
+        f"{settings.importance_limit or settings.eval_limit or 'all'}), {settings.fraction:.0%} per step, "
+        f"stop before {settings.threshold:.0%} of the full model's {'task metric' if settings.stop_metric == 'task' else 'accuracy'}; "
+        f"criterion `{settings.criterion}` (importance batches of {settings.importance_batch_size or settings.batch_size})"
+        f"{', then heads-only and MLP-only refinement' if settings.refine else ''}",
+        f"controls: m-pruning random / bad drawn `{settings.control_scope}`; bad s-subnetworks filled "
+        f"`{settings.bad_fill}`; pattern types counted `{settings.pattern_counting}` "
+        f"over seeds `{settings.pattern_seeds}`, super-survivors read in the "
+        f"`{settings.super_survivor_maps}` model",
         f"machine: {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, device "
-        f"`{settings['device']}`; {_job_time(results)}; this invocation took {elapsed / 60:.1f} min "
+        f"`{settings.device}`; {_job_time(results)}; this invocation took {elapsed / 60:.1f} min "
         f"(finished jobs are skipped on rerun)",
     ])
 
@@ -171,9 +172,8 @@ def super_survivor_correlations(r: dict[str, Any], counting: str) -> dict[str, f
 
 
 def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, out: Path,
-              settings: dict[str, Any] | None = None) -> None:
-    settings = settings or {}
-    counting = settings.get("pattern_counting", "per-head")
+              settings: LotterySettings) -> None:
+    counting = settings.pattern_counting
     st, pats = r["stability"], r["patterns"]
     sup = _super_survivors(st)
     unit = "maps" if counting == "per-map" else "heads"
@@ -208,10 +208,10 @@ def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, o
              + ("" if st["super_survivor_heads"] else " (undefined: there are no super-survivors)") + ".")
 
 
-def _notes(settings: dict[str, Any]) -> list[str]:
-    criterion = settings.get("criterion", "sensitivity")
-    scope = settings.get("control_scope", "per-matrix")
-    fill = settings.get("bad_fill", "least-important")
+def _notes(settings: LotterySettings) -> list[str]:
+    criterion = settings.criterion
+    scope = settings.control_scope
+    fill = settings.bad_fill
     notes = [
         ("s-pruning importance is |d(batch-mean loss)/d gate| per batch (the authors' code), averaged over batches"
          if criterion == "sensitivity-per-batch" else
@@ -219,8 +219,8 @@ def _notes(settings: dict[str, Any]) -> list[str]:
          f"s-pruning importance criterion `{criterion}`")
         + ", normalised per layer by the L2 norm; pruned components are gated at zero, in pruning and in re-fine-tuning.",
         "pruning stops before " + ("the task's own metric (MCC for CoLA, Pearson/Spearman mean for STS-B, accuracy "
-                                   "otherwise)" if settings.get("stop_metric") == "task" else "accuracy")
-        + f" falls below {settings.get('threshold', 0.9):.0%} of the full model's; tables show that metric.",
+                                   "otherwise)" if settings.stop_metric == "task" else "accuracy")
+        + f" falls below {settings.threshold:.0%} of the full model's; tables show that metric.",
         "bad structured subnetworks are drawn from the removed heads / MLPs; when fewer were removed than kept, all removed "
         "ones are used and the rest are " + ("a random sample of the good ones (the authors' rule)" if fill == "random"
                                              else "the least important good ones")
@@ -231,17 +231,17 @@ def _notes(settings: dict[str, Any]) -> list[str]:
          "bad weight-level subnetworks keep, per matrix, the smallest-magnitude weights of the fine-tuned model; random "
          "ones draw the same number per matrix uniformly") + ".",
     ]
-    if settings.get("preset") == "demo":
+    if settings.preset == "demo":
         notes.append("demo numbers come from a small model and a synthetic corpus: they exercise the method; they are not "
                      "the paper's GLUE results.")
     return notes
 
 
-def write_report(settings: dict[str, Any], results: dict[str, Any], out: Path, elapsed: float) -> Path:
+def write_report(settings: LotterySettings, results: dict[str, Any], out: Path, elapsed: float) -> Path:
     out = Path(out)
     figdir = out / "figures"
-    split = settings["split"]
-    doc = MarkdownReport(f"When BERT plays the lottery: {settings['preset']} preset")
+    split = settings.split
+    doc = MarkdownReport(f"When BERT plays the lottery: {settings.preset} preset")
     doc.para("Reproduces Prasanna, Rogers and Rumshisky (2020), sections 3 to 5, at the scale stated below. "
              "All numbers are measured in this run. In the paper's terms, m-pruning removes individual weights by "
              "magnitude and s-pruning (structured) removes whole attention heads and MLPs by importance; good "

@@ -73,30 +73,26 @@ The ``demo`` preset uses the same choices (on the synthetic NLI task,
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, run_jobs
+from subnetlab.experiments.lottery.settings import METHODS, LotterySettings
 from subnetlab.io import read_json, write_json
-from subnetlab.methods.finetune.config import FinetuneConfig, validate
+from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.progress import stage
 from subnetlab.run_directory import claim
 
 NAME = "lottery"
 CONTROLS = ("good", "random", "bad")
-METHODS = ("magnitude", "importance")
 
 _GLUE = "hub:nyu-mll/glue"
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 _GLUE_DEV = {"mnli": "validation_matched"}
-ANALYSIS_CHOICES = {"pattern_counting": ("per-map", "per-head"), "pattern_seeds": ("all", "first"),
-                    "super_survivor_maps": ("pruned", "full")}
 _PAPER_CHOICES = {"stop_metric": "task", "control_scope": "global", "bad_fill": "random",
                   "pattern_counting": "per-map", "pattern_seeds": "all", "super_survivor_maps": "pruned"}
-# the type of each setting that every preset leaves None (the others take the presets' types)
-SETTING_TYPES: dict[str, Any] = {"max_steps": int | None, "prune_max_steps": int | None, "jobs": int | None,
-                                 "glue_dir": str | None}
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "model": "minilm",
@@ -140,105 +136,51 @@ PRESETS: dict[str, dict[str, Any]] = {
 # pruning steps and the closing evaluations score 200 in-domain rows instead of 300 (the stopping rule then resolves
 # half a point); everything else is the demo's
 PRESETS["tour"] = {**PRESETS["demo"], "eval_limit": 200}
+Settings = LotterySettings
 
 
-def _check(settings: dict[str, Any]) -> None:
-    seeds = list(settings["seeds"])
-    if not seeds:
-        raise SubnetlabError("seeds: at least one fine-tuning seed is needed")
-    for key in ("retrain_seeds", "magnitude_seeds"):
-        missing = set(settings[key]) - set(seeds)
-        if missing:
-            raise SubnetlabError(f"{key}: seeds {sorted(missing)} are not among the fine-tuning seeds {seeds}")
-    if set(settings["retrain_seeds"]) - set(settings["magnitude_seeds"]):
-        raise SubnetlabError("retrain_seeds must be m-pruned too: make them a subset of magnitude_seeds")
-    if not settings["tasks"]:
-        raise SubnetlabError("tasks: at least one task is needed")
-    for key, allowed in ANALYSIS_CHOICES.items():
-        if settings.get(key, allowed[-1]) not in allowed:
-            raise SubnetlabError(f"{key} {settings[key]!r}: choose one of {', '.join(allowed)}", setting=key)
+def finetune_config(settings: LotterySettings | Mapping[str, Any], task: str, seed: int,
+                    model: str | None = None) -> FinetuneConfig:
+    """``LotterySettings.finetune_config`` of typed settings or of a mapping of them (the demo's estimate)."""
+    return LotterySettings.of(settings).finetune_config(task, seed, model)
 
 
-def task_options(settings: dict[str, Any], task: str) -> dict[str, Any]:
-    """The task's options; with ``glue_dir`` set, every GLUE task reads that release (``data_dir``)."""
-    options = dict(settings["task_options"].get(task, {}))
-    if settings.get("glue_dir") and task.startswith("glue-"):
-        options = {k: v for k, v in options.items() if k not in ("train", "eval")}
-        options["data_dir"] = settings["glue_dir"]
-    return options
-
-
-def finetune_config(settings: dict[str, Any], task: str, seed: int, model: str | None = None) -> FinetuneConfig:
-    """The one training recipe for the full models and every re-fine-tuned subnetwork."""
-    cfg = FinetuneConfig(
-        model=model or settings["model"], task=task, task_options=task_options(settings, task),
-        eval_data=list(settings["eval_data"].get(task, [])), lr=settings["lr"], batch_size=settings["batch_size"],
-        epochs=settings["epochs"], max_steps=settings["max_steps"], warmup_ratio=settings["warmup_ratio"],
-        weight_decay=settings["weight_decay"], max_length=settings["max_length"], eval_limit=settings["eval_limit"],
-        seed=seed, device=settings["device"], eval_at_start=False, eval_every=10**9, save_every=10**9,
-    )
-    validate(cfg)
-    return cfg
-
-
-def _run(jobs: list[Job], settings: dict[str, Any], sweep_dir: Path, what: str) -> None:
-    report = run_jobs(jobs, backend=settings["backend"], n_jobs=settings["jobs"], sweep_dir=sweep_dir)
+def _run(jobs: list[Job], settings: LotterySettings, sweep_dir: Path, what: str) -> None:
+    report = run_jobs(jobs, backend=settings.backend, n_jobs=settings.jobs, sweep_dir=sweep_dir)
     failed = [j for j in report.jobs if j.status != "done" and j.status != "skipped"]
     if failed:
         raise SubnetlabError(f"{what}: {len(failed)} job(s) failed, first {failed[0].name}: {failed[0].error} "
                              f"(see {sweep_dir / 'sweep.json'}; rerun to retry)")
 
 
-def prune_job_config(settings: dict[str, Any], task: str, method: str, seed: int, model: str) -> dict[str, Any]:
-    """The config of one pruning job (``runs.lottery.prune_job``): ``method`` on the model fine-tuned with ``seed``."""
-    return {"model": model, "task": task, "method": method,
-            "task_options": task_options(settings, task),
-            "eval_data": list(settings["eval_data"].get(task, [])), "split": settings["split"],
-            "eval_limit": settings["eval_limit"], "importance_limit": settings["importance_limit"],
-            "batch_size": settings["batch_size"], "max_length": settings["max_length"],
-            "threshold": settings["threshold"], "fraction": settings["fraction"],
-            "criterion": settings["criterion"], "refine": settings["refine"],
-            "max_steps": settings["prune_max_steps"],
-            "stop_metric": settings.get("stop_metric", "accuracy"),
-            "control_scope": settings.get("control_scope", "per-matrix"),
-            "bad_fill": settings.get("bad_fill", "least-important"),
-            "importance_batch_size": settings.get("importance_batch_size"),
-            "control_seed": seed, "device": settings["device"], "seed": seed}
+def prune_job_config(settings: LotterySettings | Mapping[str, Any], task: str, method: str, seed: int,
+                     model: str) -> dict[str, Any]:
+    """``LotterySettings.prune_job_config`` of typed settings or of a mapping of them (the demo's estimate)."""
+    return LotterySettings.of(settings).prune_job_config(task, method, seed, model)
 
 
-def _check_jobs(settings: dict[str, Any]) -> None:
-    """Every task's fine-tuning recipe and pruning config, typed and validated before anything is written."""
-    from subnetlab.runs.lottery import LotteryPruneJobConfig
-
-    seed = list(settings["seeds"])[0]
-    for task in settings["tasks"]:
-        finetune_config(settings, task, seed)
-        for method in METHODS:
-            LotteryPruneJobConfig.from_dict(prune_job_config(settings, task, method, seed, settings["model"]))
-
-
-def _task_stage(settings: dict[str, Any], task: str, tdir: Path) -> dict[str, Any]:
+def _task_stage(settings: LotterySettings, task: str, tdir: Path) -> dict[str, Any]:
     """Fine-tune, prune and re-fine-tune for one task; return the measured numbers."""
-    seeds = list(settings["seeds"])
+    seeds = list(settings.seeds)
     ft = {s: tdir / "finetune" / f"seed{s}" for s in seeds}
     stage(f"{task}: fine-tuning {len(seeds)} seeds")
-    _run([Job("subnetlab.runs.lottery:finetune_job", {"finetune": finetune_config(settings, task, s).to_json()},
+    _run([Job("subnetlab.runs.lottery:finetune_job", {"finetune": settings.finetune_config(task, s).to_json()},
               ft[s]) for s in seeds], settings, tdir / "finetune", "fine-tuning")
 
     prune_dirs: dict[tuple[str, int], Path] = {}
     jobs = []
-    for method, method_seeds in (("importance", seeds), ("magnitude", list(settings["magnitude_seeds"]))):
+    for method, method_seeds in (("importance", seeds), ("magnitude", list(settings.magnitude_seeds))):
         for s in method_seeds:
             prune_dirs[(method, s)] = d = tdir / "prune" / f"{method}-seed{s}"
-            config = prune_job_config(settings, task, method, s, str(ft[s] / "run" / "model"))
+            config = settings.prune_job_config(task, method, s, str(ft[s] / "run" / "model"))
             jobs.append(Job("subnetlab.runs.lottery:prune_job", config, d))
     stage(f"{task}: pruning ({len(jobs)} jobs)")
     _run(jobs, settings, tdir / "prune", "pruning")
 
     retrain_dirs: dict[tuple[str, str, int], Path] = {}
     jobs = []
-    for s in settings["retrain_seeds"]:
-        cfg = finetune_config(settings, task, s).to_json()
+    for s in settings.retrain_seeds:
+        cfg = settings.finetune_config(task, s).to_json()
         for method in METHODS:
             for control in CONTROLS:
                 name = "subnetwork" if control == "good" else control
@@ -258,7 +200,7 @@ def _task_stage(settings: dict[str, Any], task: str, tdir: Path) -> dict[str, An
     }
 
 
-def _analysis_stage(settings: dict[str, Any], task: str, tdir: Path, measured: dict[str, Any]) -> dict[str, Any]:
+def _analysis_stage(settings: LotterySettings, task: str, tdir: Path, measured: dict[str, Any]) -> dict[str, Any]:
     """Stability of the s-pruned heads over seeds and the attention pattern types (cached as JSON).
 
     Pattern types are read from every fine-tuned seed (``pattern_seeds="all"``) or
@@ -278,14 +220,14 @@ def _analysis_stage(settings: dict[str, Any], task: str, tdir: Path, measured: d
 
     subs = [Subnetwork.load(Path(d) / "subnetwork.safetensors") for d in measured["dirs"]["importance"].values()]
     stability = stability_summary(subs)
-    seeds = sorted(settings["seeds"])
-    pattern_seeds = seeds if settings.get("pattern_seeds", "first") == "all" else seeds[:1]
-    task_obj = TaskSpec(task, task_options(settings, task)).build()
-    pairs, source = sentence_pairs(task_obj, settings["split"], int(settings["pattern_pairs"]),
-                                   settings["pattern_source"], shared_data_dir())
+    seeds = sorted(settings.seeds)
+    pattern_seeds = seeds if settings.pattern_seeds == "all" else seeds[:1]
+    task_obj = TaskSpec(task, settings.options_for(task)).build()
+    pairs, source = sentence_pairs(task_obj, settings.split, int(settings.pattern_pairs),
+                                   settings.pattern_source, shared_data_dir())
     heads = torch.stack([s.heads for s in subs]).amin(0)  # 1 = kept in every seed
     mlps = torch.stack([s.mlps for s in subs]).amin(0)
-    pruned = settings.get("super_survivor_maps", "full") == "pruned" and bool(heads.sum() > 0)
+    pruned = settings.super_survivor_maps == "pruned" and bool(heads.sum() > 0)
 
     def read(name: str, path: str, gates: Any = None) -> HeadTypes:
         cache = tdir / f"patterns-{name}.json"
@@ -293,12 +235,12 @@ def _analysis_stage(settings: dict[str, Any], task: str, tdir: Path, measured: d
             what = "pruned to the super-survivors" if gates is not None else "full"
             stage(f"{task}: attention pattern types of {name} ({what}) on {len(pairs)} pairs")
             write_json(cache, {"source": source, "model": path,
-                               **pattern_types(path, pairs, settings["max_length"], settings["device"], gates)})
+                               **pattern_types(path, pairs, settings.max_length, settings.device, gates)})
         return HeadTypes.from_dict(read_json(cache))
 
     models = {"finetuned": [(f"finetuned-seed{s}", str(Path(measured["dirs"]["finetune"][str(s)]) / "run" / "model"))
                             for s in pattern_seeds],
-              "pretrained": [("pretrained", settings["model"])]}
+              "pretrained": [("pretrained", settings.model)]}
     patterns: dict[str, Any] = {"source": source, "seeds": pattern_seeds, "pruned_to_super_survivors": pruned}
     for which, runs in models.items():
         patterns[which] = HeadTypes.merge([read(name, path) for name, path in runs]).to_dict()
@@ -307,17 +249,16 @@ def _analysis_stage(settings: dict[str, Any], task: str, tdir: Path, measured: d
     return {"stability": stability, "patterns": patterns, "pattern_seed": pattern_seeds[0]}
 
 
-def run(settings: dict[str, Any], out: Path) -> Path:
+def run(settings: LotterySettings | Mapping[str, Any], out: Path) -> Path:
     """Run (or resume) the whole study into ``out``; returns the report's path."""
     from subnetlab.experiments.lottery.report import write_report
 
-    _check(settings)
-    _check_jobs(settings)  # before config.json: a refused setting leaves nothing behind
+    settings = LotterySettings.of(settings)  # checked before config.json: a refusal leaves nothing behind
     out = Path(out)
-    claim(out, settings, what="study configuration")
+    claim(out, settings.to_dict(), what="study configuration")
     started = time.time()
     results: dict[str, Any] = {}
-    for task in settings["tasks"]:
+    for task in settings.tasks:
         tdir = out / task.replace(":", "_")
         measured = _task_stage(settings, task, tdir)
         measured.update(_analysis_stage(settings, task, tdir, measured))

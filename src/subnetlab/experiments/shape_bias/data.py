@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.experiments.shape_bias.settings import GENERATED, ShapeBiasSettings
 from subnetlab.io import write_text
 from subnetlab.progress import stage
 from subnetlab.tasks.images.imageset import ImageSet, ImageSource
@@ -39,13 +40,11 @@ from subnetlab.tasks.images.imagenet16 import CATEGORIES, imagenet16_folders
 from subnetlab.tasks.images.meanpool import Segmenter, mean_pool_images, skimage_segmenter
 from subnetlab.tasks.images.shapes import ShapeTextureConfig, generate_splits
 
-GENERATED = ("pretrain", "train", "discovery", "discovery-eval", "test", "cue-conflict", "texture-free")
 
-
-def segmenter_for(settings: dict[str, Any]) -> Segmenter:
+def segmenter_for(settings: ShapeBiasSettings) -> Segmenter:
     """``segmentation``: ``felzenszwalb`` / ``slic`` (scikit-image) or ``sam:<hub id or directory>``."""
-    method = str(settings["segmentation"])
-    params = dict(settings.get("segmentation_params") or {})
+    method = str(settings.segmentation)
+    params = dict(settings.segmentation_params or {})
     if method.startswith("sam:"):
         from subnetlab.tasks.images.sam import SamSegmenter
 
@@ -57,18 +56,18 @@ def _pool(data: ImageSet, segment: Segmenter, name: str) -> ImageSet:
     return data.with_images(mean_pool_images(data.images, segmenter=segment, description=f"mean pooling {name}"), name)
 
 
-def demo_data(settings: dict[str, Any], root: Path) -> dict[str, ImageSource]:
+def demo_data(settings: ShapeBiasSettings, root: Path) -> dict[str, ImageSource]:
     """Generate (or reload) the benchmark's splits and their mean-pooled versions."""
     names = ["pretrain", "train", "discovery", "discovery-eval", "original", "mean-pooled", "cue-conflict", "texture-free"]
     files = {n: root / f"{n}.safetensors" for n in names}
     if all(f.is_file() for f in files.values()):
         return {n: ImageSet.load(f) for n, f in files.items()}
     stage("generating the shape/texture benchmark")
-    config = ShapeTextureConfig(num_classes=int(settings["num_classes"]), image_size=int(settings["image_size"]))
-    sizes = {n: int(settings["sizes"][n]) for n in GENERATED}
-    corr = {"pretrain": float(settings["pretrain_texture_correlation"])}
-    shape_corr = {"pretrain": float(settings["pretrain_shape_correlation"])}
-    raw = generate_splits(config, sizes, int(settings["seed"]), corr, shape_corr)
+    config = ShapeTextureConfig(num_classes=int(settings.num_classes), image_size=int(settings.image_size))
+    sizes = {n: int(settings.sizes[n]) for n in GENERATED}
+    corr = {"pretrain": float(settings.pretrain_texture_correlation)}
+    shape_corr = {"pretrain": float(settings.pretrain_shape_correlation)}
+    raw = generate_splits(config, sizes, int(settings.seed), corr, shape_corr)
     segment = segmenter_for(settings)
     splits: dict[str, ImageSet] = {
         "pretrain": raw["pretrain"], "train": raw["train"],
@@ -120,23 +119,23 @@ def _pooled_folder(source: ImageFolderSet, segment: Segmenter, root: Path, name:
     return ImageFolderSet(files, source.labels, source.classes, source.size, name, source.textures)
 
 
-def paper_data(settings: dict[str, Any], root: Path) -> dict[str, ImageSource]:
+def paper_data(settings: ShapeBiasSettings, root: Path) -> dict[str, ImageSource]:
     """16-class ImageNet (train / val folders by WordNet id), cue-conflict stimuli, Mean-pooled ImageNet."""
-    missing = [k for k in ("imagenet_train", "imagenet_val", "cue_conflict") if not settings.get(k)]
+    missing = [k for k in ("imagenet_train", "imagenet_val", "cue_conflict") if not getattr(settings, k)]
     if missing:
         raise SubnetlabError(f"the paper preset needs ImageNet and the cue-conflict stimuli: "
                              f"set {', '.join(missing)} to their directories", setting=missing[0])
-    size = int(settings["image_size"])
-    g = torch.Generator().manual_seed(int(settings["seed"]))
-    train_all = scan_image_folder(settings["imagenet_train"], size, class_folders=imagenet16_folders(settings["imagenet_train"]),
+    size = int(settings.image_size)
+    g = torch.Generator().manual_seed(int(settings.seed))
+    train_all = scan_image_folder(settings.imagenet_train, size, class_folders=imagenet16_folders(settings.imagenet_train),
                                   name="train")
-    per_class = int(settings["sizes"]["discovery"]) // len(CATEGORIES)
-    per_class_eval = int(settings["sizes"]["discovery-eval"]) // len(CATEGORIES)
+    per_class = int(settings.sizes["discovery"]) // len(CATEGORIES)
+    per_class_eval = int(settings.sizes["discovery-eval"]) // len(CATEGORIES)
     eval_idx = _balanced(train_all.labels, per_class_eval, g)
     disc_idx = _balanced(train_all.labels, per_class, g, exclude=eval_idx)
     keep = torch.ones(len(train_all), dtype=torch.bool)
     keep[eval_idx] = False  # the evaluation images are de-duplicated from the training data
-    val = scan_image_folder(settings["imagenet_val"], size, class_folders=imagenet16_folders(settings["imagenet_val"]),
+    val = scan_image_folder(settings.imagenet_val, size, class_folders=imagenet16_folders(settings.imagenet_val),
                             name="original")
     segment = segmenter_for(settings)
     root.mkdir(parents=True, exist_ok=True)
@@ -147,14 +146,14 @@ def paper_data(settings: dict[str, Any], root: Path) -> dict[str, ImageSource]:
         "discovery-eval": _pooled_folder(train_all.subset(eval_idx), segment, root, "discovery-eval"),
         "original": val,
         "mean-pooled": _pooled_folder(val, segment, root, "mean-pooled"),
-        "cue-conflict": cue_conflict_folder(settings["cue_conflict"], CATEGORIES, size),
+        "cue-conflict": cue_conflict_folder(settings.cue_conflict, CATEGORIES, size),
     }
 
 
-def prepare_data(settings: dict[str, Any], out: Path) -> dict[str, ImageSource]:
+def prepare_data(settings: ShapeBiasSettings, out: Path) -> dict[str, ImageSource]:
     """The study's splits for its preset (see module docstring)."""
     root = Path(out) / "data"
-    return paper_data(settings, root) if settings["data"] == "imagenet16" else demo_data(settings, root)
+    return paper_data(settings, root) if settings.data == "imagenet16" else demo_data(settings, root)
 
 
 __all__ = ["prepare_data", "demo_data", "paper_data", "segmenter_for"]

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from subnetlab.experiments.shape_bias.settings import ShapeBiasSettings
 from subnetlab.io import write_text
 from subnetlab.experiments.shape_bias.figures import FAMILY_NAMES, LABELS, example_images, training_curves
 from subnetlab.tasks.images.imageset import ImageSource
@@ -21,10 +22,10 @@ PAPER_TABLE1 = {  # Zhang, Lepori, Pavlick 2024, Table 1 (original, pooled, cue 
 # Issue 16 item 7: the shape-bias study against the authors' released vision code (Rock-Z/instilling-inductive-bias,
 # vision/ and its bundled NeuroSurgeon). Each entry: (topic, the difference with the released file it comes from, a
 # function of the settings saying what this run did). ``vision_code_notes(settings)`` writes them into the report.
-def _families(settings: dict[str, Any], key: str, default: Any, sub: str | None = None) -> str:
+def _families(settings: ShapeBiasSettings, key: str, default: Any, sub: str | None = None) -> str:
     out = []
-    for family in settings["models"]:
-        fs = settings.get(family) or {}
+    for family in settings.models:
+        fs = settings.family(family) or {}
         value = (fs.get(sub) or {}).get(key, default) if sub else fs.get(key, default)
         out.append(f"{family} `{value}`")
     return ", ".join(out)
@@ -41,8 +42,8 @@ VISION_CODE_NOTES: list[tuple[str, str, Any]] = [
      "`vision/configs/ablate_base_vit.yaml` (ViT: lambda 1e-8, 200 epochs, batch 128); beta x 100^(1/epochs) after "
      "every epoch, frozen model in eval mode (NeuroSurgeon `Models/circuit_model.py`), as subnetlab. The paper preset "
      "sweeps lambda in {1e-6, 1e-7, 1e-8} for 100 epochs at batch 32 and keeps the most accurate.",
-     lambda s: "; ".join(f"{f}: {s[f]['discovery']['epochs']} epochs, batch {s[f]['discovery']['batch_size']}, "
-                         f"lambdas {s[f]['discovery']['lambdas']}" for f in s["models"])),
+     lambda s: "; ".join(f"{f}: {s.family(f)['discovery']['epochs']} epochs, batch {s.family(f)['discovery']['batch_size']}, "
+                         f"lambdas {s.family(f)['discovery']['lambdas']}" for f in s.models)),
     ("Which epoch's mask",
      "`vision/vision_ablate.py` saves `best_circuit_model.pt` whenever `eval_acc >= best_acc` (the latest of equally "
      "accurate epochs) and the transfer loads it; subnetlab's earlier choice was the earliest, sparser one. Exposed: "
@@ -59,7 +60,7 @@ VISION_CODE_NOTES: list[tuple[str, str, Any]] = [
      "of 2 x 2 non-overlapping crops, the best of SAM's three masks per point, no quality filter or NMS, masks under "
      "100 px dropped, every pixel painted with the mean of its final segment, at `image_size`. Not changed: these are "
      "the segmenter's implementation details, not a bias of the study; the demo uses its own segmenter.",
-     lambda s: f"segmentation `{s['segmentation']}` at {s['image_size']} px"),
+     lambda s: f"segmentation `{s.segmentation}` at {s.image_size} px"),
     ("Transfer: which weights are re-initialised",
      "`vision/vision_transfer.py` (`load_model`) transfers into ViTs only (ResNets raise \"Freezing embeds only work "
      "for ViT\"), re-initialises only the masked weights (NeuroSurgeon `Masking/contsparse_layer.py` "
@@ -76,16 +77,16 @@ VISION_CODE_NOTES: list[tuple[str, str, Any]] = [
      "512, linear warm-up 10k steps and decay); evaluation five times per epoch, the model best on original evaluation "
      "images kept (`>=`, at epoch ends). subnetlab trains for a number of steps with a cosine schedule, no crop "
      "augmentation, and reports the final model. Exposed: `class_weighted_loss` (on in the paper preset).",
-     lambda s: "; ".join(f"{f}: {s[f]['optimizer']}, lr {s[f]['lr']}, batch {s[f]['batch_size']}, "
-                         f"{s[f]['train_steps']} steps, class_weighted_loss {bool(s[f].get('class_weighted_loss'))}"
-                         for f in s["models"])),
+     lambda s: "; ".join(f"{f}: {s.family(f)['optimizer']}, lr {s.family(f)['lr']}, batch {s.family(f)['batch_size']}, "
+                         f"{s.family(f)['train_steps']} steps, class_weighted_loss {bool(s.family(f).get('class_weighted_loss'))}"
+                         for f in s.models)),
     ("Conditions",
      "`vision/vision_transfer.py` runs `subnet` (Subtask Induction) and `random` (scratch: "
      "`AutoModelForImageClassification.from_config`); the data mixture is `vision/vit_augment.py` (original plus "
      "`MeanPooledImageNet` training images, one epoch with the Hugging Face `Trainer`), linear fine-tuning is the "
      "16-class base model of `vision/vit_16_class_adapt.py` / `vision/resnet_16_class_adapt.py`. `random-matched` "
      "(a random subnetwork of the same size per matrix) is subnetlab's control, not in the vision code.",
-     lambda s: f"conditions {', '.join(s['conditions'])}"),
+     lambda s: f"conditions {', '.join(s.conditions)}"),
     ("Cue-conflict metric",
      "`vision/geirhos_cue_conflict_eval.py`: stimuli resized to 224 and centre-cropped with ImageNet mean/std for both "
      "families (the ViT was trained with mean/std 0.5); every stimulus is counted, also those whose shape and texture "
@@ -95,11 +96,11 @@ VISION_CODE_NOTES: list[tuple[str, str, Any]] = [
      "images, averaged (robustness = 1 - misled). subnetlab (`analysis/shape_bias.py`) averages over images "
      "(accuracy: by shape; robustness: not by the texture) and adds Geirhos et al.'s shape bias; with the "
      "near-balanced stimuli the two averages differ little.",
-     lambda s: f"cue-conflict images at {s['image_size']} px with the family's own mean/std"),
+     lambda s: f"cue-conflict images at {s.image_size} px with the family's own mean/std"),
 ]
 
 
-def vision_code_notes(settings: dict[str, Any]) -> list[str]:
+def vision_code_notes(settings: ShapeBiasSettings) -> list[str]:
     """The notes section: every difference to the released vision code, its file, and what this run did."""
     return [f"- **{topic}.** {text} This run: {did(settings)}." for topic, text, did in VISION_CODE_NOTES]
 
@@ -163,26 +164,26 @@ def findings(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _setup(settings: dict[str, Any], data: dict[str, ImageSource]) -> list[str]:
+def _setup(settings: ShapeBiasSettings, data: dict[str, ImageSource]) -> list[str]:
     sizes = ", ".join(f"{k} {len(v)}" for k, v in data.items())
-    lines = [f"- Preset: `{settings['preset']}`, seed {settings['seed']}.",
-             f"- Data: {'generated shape/texture benchmark' if settings['data'] == 'generated' else '16-class ImageNet'}; "
+    lines = [f"- Preset: `{settings.preset}`, seed {settings.seed}.",
+             f"- Data: {'generated shape/texture benchmark' if settings.data == 'generated' else '16-class ImageNet'}; "
              f"split sizes: {sizes}."]
-    if settings["data"] == "generated":
+    if settings.data == "generated":
         from subnetlab.tasks.images.shapes import ShapeTextureConfig, describe
 
-        cfg = ShapeTextureConfig(num_classes=int(settings["num_classes"]), image_size=int(settings["image_size"]))
-        shape_corr = float(settings.get("pretrain_shape_correlation", 1.0))
+        cfg = ShapeTextureConfig(num_classes=int(settings.num_classes), image_size=int(settings.image_size))
+        shape_corr = float(settings.pretrain_shape_correlation)
         lines.append(f"- Benchmark: {describe(cfg)}. Texture agrees with the class in "
-                     f"{100 * float(settings['pretrain_texture_correlation']):.0f}% of the base model's pre-training "
+                     f"{100 * float(settings.pretrain_texture_correlation):.0f}% of the base model's pre-training "
                      f"images (shape: {100 * shape_corr:.0f}%) and in 100% of the training images (shape: 100%); "
                      "cue-conflict images always carry another class's texture.")
-    seg = settings["segmentation"]
-    params = settings.get("segmentation_params") or {}
+    seg = settings.segmentation
+    params = settings.segmentation_params or {}
     lines.append(f"- Mean pooling: `{seg}`" + (f" with {params}" if params else " with its documented defaults") +
                  " (`subnetlab.tasks.images.meanpool`).")
-    for family in settings["models"]:
-        fs = settings[family]
+    for family in settings.models:
+        fs = settings.family(family)
         model = fs["model"] if isinstance(fs["model"], str) else ", ".join(f"{k}={v}" for k, v in fs["model"].items())
         d = fs["discovery"]
         lines.append(f"- {FAMILY_NAMES.get(family, family)}: {model}; {fs['optimizer']}, lr {fs['base_lr']} for the "
@@ -201,7 +202,7 @@ def _timing(timing: dict[str, float] | None) -> list[str]:
             f"{timing['threads']} thread(s) (steps found finished by an earlier run are not counted)."]
 
 
-def write_report(out: Path, settings: dict[str, Any], data: dict[str, ImageSource], results: dict[str, Any],
+def write_report(out: Path, settings: ShapeBiasSettings, data: dict[str, ImageSource], results: dict[str, Any],
                  timing: dict[str, float] | None = None) -> Path:
     """Write ``out/report.md`` (and its figures) from the measured results."""
     out = Path(out)

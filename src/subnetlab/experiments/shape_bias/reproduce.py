@@ -25,10 +25,12 @@ rerun finds it; a run directory refuses settings other than its own. Any setting
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.experiments.shape_bias.settings import ShapeBiasSettings
 from subnetlab.io import read_json, write_json
 from subnetlab.progress import stage
 
@@ -108,57 +110,27 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _check(settings: dict[str, Any]) -> None:
-    from subnetlab.transfer.conditions import SHAPE_BIAS_CONDITIONS, check_conditions
-
-    for family in settings["models"]:
-        if family not in ("resnet", "vit"):
-            raise SubnetlabError(f"models: unknown family {family!r}; choose resnet and/or vit")
-    if settings["conditions"]:
-        check_conditions(settings["conditions"], table=SHAPE_BIAS_CONDITIONS, setting="conditions")
-    from subnetlab.methods.continuous_sparsification import KEEP
-    from subnetlab.transfer.conditions import REINIT
-
-    for family in settings["models"]:
-        fs = settings.get(family) or {}
-        reinit = fs.get("transfer_reinit", "all")
-        if reinit not in REINIT:
-            raise SubnetlabError(f"{family}.transfer_reinit {reinit!r}: choose 'all' (the paper's text) or 'masked' "
-                                 "(its released code)", setting=family)
-        keep = (fs.get("discovery") or {}).get("keep", "best")
-        if keep not in KEEP:
-            raise SubnetlabError(f"{family}.discovery.keep {keep!r}: choose from {', '.join(KEEP)}", setting=family)
-    if settings["data"] not in ("generated", "imagenet16"):
-        raise SubnetlabError(f"data: {settings['data']!r} is not 'generated' or 'imagenet16'")
-    seed = settings.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SubnetlabError(f"seed {seed!r}: expected a non-negative integer", setting="seed")
-    if settings["data"] == "generated":  # the benchmark's design and split sizes, before anything is generated
-        from subnetlab.experiments.shape_bias.data import GENERATED
-        from subnetlab.tasks.images.shapes import ShapeTextureConfig
-
-        ShapeTextureConfig(num_classes=int(settings["num_classes"]), image_size=int(settings["image_size"]))
-        sizes = settings.get("sizes") or {}
-        for name in GENERATED:
-            if name not in sizes or isinstance(sizes[name], bool) or not isinstance(sizes[name], int) or sizes[name] < 1:
-                raise SubnetlabError(f"sizes.{name} {sizes.get(name)!r}: expected a positive number of images",
-                                     setting="sizes")
-    if settings["data"] == "imagenet16":
+def _check_inputs(settings: ShapeBiasSettings) -> None:
+    """The paper's image directories exist (checked when the study runs; a dry run on another machine needs none)."""
+    if settings.data == "imagenet16":
         for key in ("imagenet_train", "imagenet_val", "cue_conflict"):
-            if not settings.get(key) or not Path(str(settings[key])).expanduser().is_dir():
+            value = getattr(settings, key)
+            if not value or not Path(str(value)).expanduser().is_dir():
                 raise SubnetlabError(f"the paper preset needs ImageNet and Geirhos et al.'s cue-conflict stimuli: "
-                                     f"set {key} to a directory (got {settings.get(key)!r})", setting=key)
+                                     f"set {key} to a directory (got {value!r})", setting=key)
 
 
-def run(settings: dict[str, Any], out: Path) -> Path:
+def run(settings: ShapeBiasSettings | Mapping[str, Any], out: Path) -> Path:
     """Run the study into ``out`` (resuming finished steps) and return the report's path."""
     from subnetlab.runtime import torch_threads
 
-    with torch_threads(max(0, int(settings.get("threads", 0)))):
+    settings = ShapeBiasSettings.of(settings)  # checked before config.json: a refusal leaves nothing behind
+
+    with torch_threads(max(0, int(settings.threads))):
         return _run(settings, out)
 
 
-def _run(settings: dict[str, Any], out: Path) -> Path:
+def _run(settings: ShapeBiasSettings, out: Path) -> Path:
     import torch
     from subnetlab.experiments.shape_bias.data import prepare_data
     from subnetlab.experiments.shape_bias.models import base_model
@@ -168,12 +140,12 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     import resource
     import time
 
-    _check(settings)
+    _check_inputs(settings)
     start_wall = time.perf_counter()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start_cpu = usage.ru_utime + usage.ru_stime
     out = Path(out)
-    config = {"reproduction": NAME, **settings}
+    config = {"reproduction": NAME, **settings.to_dict()}
     previous = out / "config.json"
     if previous.is_file() and read_json(previous) != json.loads(json.dumps(config)):
         raise SubnetlabError(f"{out} holds a run with other settings (see {previous}); "
@@ -181,17 +153,17 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     write_json(previous, config)
     data = prepare_data(settings, out)
-    seed = int(settings["seed"])
+    seed = int(settings.seed)
     results: dict[str, Any] = {}
-    for family in settings["models"]:
-        fs = settings[family]
+    for family in settings.models:
+        fs = settings.family(family)
         fam_out = out / family
         fam_out.mkdir(exist_ok=True)
-        base, base_curve = base_model(family, fs, data, fam_out, int(settings["image_size"]), seed)
+        base, base_curve = base_model(family, fs, data, fam_out, int(settings.image_size), seed)
         base_data = fs["model"] if isinstance(fs["model"], str) else f"{len(data['pretrain'])} pre-training"
         sub, discovery = discover(family, fs, base, data, fam_out, seed)
         conditions = {cond: run_condition(cond, family, fs, base, sub, data, fam_out, seed, base_data)
-                      for cond in settings["conditions"]}
+                      for cond in settings.conditions}
         results[family] = {"discovery": discovery, "conditions": conditions, "base_curve": base_curve}
     metrics = {
         family: {"table2": {k: r["discovery"][k] for k in ("kept_fraction", "l0_lambda", "selection_accuracy")}
@@ -207,4 +179,6 @@ def _run(settings: dict[str, Any], out: Path) -> Path:
     return write_report(out, settings, data, results, timing)
 
 
-__all__ = ["NAME", "PRESETS", "run"]
+Settings = ShapeBiasSettings
+
+__all__ = ["NAME", "PRESETS", "Settings", "run"]

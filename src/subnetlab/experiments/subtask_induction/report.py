@@ -14,6 +14,7 @@ from typing import Any
 from subnetlab.io import write_json
 from subnetlab.report.markdown import MarkdownReport, pct
 from subnetlab.experiments.subtask_induction.figures import accuracy_grid, figure3
+from subnetlab.experiments.subtask_induction.settings import SubtaskInductionSettings
 
 PAPER_TABLE3 = {2: 7.68, 4: 7.00, 6: 4.70, 8: 3.55, 10: 3.56, 12: 3.20}  # % of masked parameters kept
 PAPER_SCRATCH_MEAN = 0.506
@@ -34,18 +35,18 @@ CODE_NOTES: list[tuple[int, str, Any]] = [
         "1e-7's density; no released code compares the sweep. Appendix A's principle (the sparser among similar "
         "performance) is the `sparsest` selection rule; a shorter, last-token discovery needs a larger lambda to reach "
         "the same density.",
-     lambda s: f"lambda in {{{', '.join(f'{float(x):g}' for x in s['lambdas'])}}}, {s['cs_epochs']} epochs, "
-               f"selection `{s['selection']}`"),
+     lambda s: f"lambda in {{{', '.join(f'{float(x):g}' for x in s.lambdas)}}}, {s.cs_epochs} epochs, "
+               f"selection `{s.selection}`"),
     (2, "Which epoch's mask: Algorithm 1 keeps the last; `math/ablate.py` saves `best_circuit_model.pt` whenever "
         "`eval_acc >= best_acc` (the latest epoch at the best accuracy), and `math/transfer.py` loads that file.",
-     lambda s: f"`cs_keep` = `{s['cs_keep']}`"),
+     lambda s: f"`cs_keep` = `{s.cs_keep}`"),
     (3, "Which weights are re-initialised: section 3.2 re-initialises everything outside the subnetwork; "
         "`math/transfer.py` (`transfer_model.init_subnet_transfer()`, NeuroSurgeon `Masking/contsparse_layer.py` "
         "`ContSparseGPTConv1D._init_subnet_transfer`) re-initialises only the masked GPT-2 `Conv1D` weights and keeps "
         "the copied embeddings, layer norms, biases and head trainable; the `empty-mask` control (not in the paper) "
         "measures what those copies carry alone.",
-     lambda s: f"main table reinit `{s['reinit']}`"
-               + (f", secondary `{s['secondary_reinit']}`" if s.get("secondary_reinit") else "")),
+     lambda s: f"main table reinit `{s.reinit}`"
+               + (f", secondary `{s.secondary_reinit}`" if s.secondary_reinit else "")),
     (4, "Random control: footnote 2 keeps as many weights per matrix as the subnetwork (k); "
         "`Masking/contsparse_layer.py` `_sample_mask_randomly`, applied in `math/transfer.py` (`subnet_sampled`) as "
         "`2 * mask - 1`, keeps n - k (a mask of ones with k random zeros), so the paper's weak random curve is a "
@@ -62,32 +63,32 @@ CODE_NOTES: list[tuple[int, str, Any]] = [
         "subnetlab's evaluation and test sets exclude training pairs and the best-on-evaluation epoch is scored "
         "on the test set. With fewer numbers each number is disambiguated more often for one N (about 2N/max_number "
         "rows), so a small preset's N is comparable to the paper's N x 1000/max_number.",
-     lambda s: f"max_number {s['max_number']}, N in {s['sizes']}, {len(s['seeds'])} seeds, at least "
-               f"{s['transfer_epochs']} epochs and {s['transfer_min_steps']} optimiser steps per run"),
+     lambda s: f"max_number {s.max_number}, N in {s.sizes}, {len(s.seeds)} seeds, at least "
+               f"{s.transfer_epochs} epochs and {s.transfer_min_steps} optimiser steps per run"),
     (6, "Training objective: `math/ablate.py` and `math/transfer.py` pass `labels=input_ids`, so GPT-2's loss covers "
         "the whole sequence (predicting b, `<sep>` and c); subnetlab's earlier choice is the answer token alone.",
-     lambda s: f"`cs_loss` = `{s.get('cs_loss', 'last-token')}`, `transfer_loss` = `{s.get('transfer_loss', 'last-token')}`"),
+     lambda s: f"`cs_loss` = `{s.cs_loss}`, `transfer_loss` = `{s.transfer_loss}`"),
     (6, "Accuracy: `math/ablate.py` (`compute_metrics`) and `math/transfer.py` take `np.argmax(predictions[:, -2, :])` "
         "over the whole vocabulary (a number token "
         "counts as wrong); subnetlab's earlier choice is the argmax over the 7 answer tokens.",
-     lambda s: f"`cs_accuracy` = `{s.get('cs_accuracy', 'answers')}`, "
-               f"`transfer_accuracy` = `{s.get('transfer_accuracy', 'answers')}`"),
+     lambda s: f"`cs_accuracy` = `{s.cs_accuracy}`, "
+               f"`transfer_accuracy` = `{s.transfer_accuracy}`"),
     (6, "Transfer optimiser: `math/configs/transfer_base.yaml` trains 100 epochs with AdamW lr 2e-4 at batch 50 "
         "(not in the text); the demo trains 80 epochs (raised to a minimum number of steps) at lr 1e-3.",
-     lambda s: f"lr {float(s['transfer_lr']):g}, {s['transfer_epochs']} epochs, batch {s['transfer_batch']}"),
+     lambda s: f"lr {float(s.transfer_lr):g}, {s.transfer_epochs} epochs, batch {s.transfer_batch}"),
     (6, "Fresh weights of the masked matrices: `_init_subnet_transfer` (`Masking/contsparse_layer.py`) draws every "
         "masked `Conv1D` weight from N(0, 0.02^2), `c_proj` included; transformers' GPT-2 initialisation draws "
         "`c_proj` at 0.02 / sqrt(2 x n_layer). The released `random` (scratch) condition is `GPT2LMHeadModel(config)`, "
         "transformers' initialisation.",
-     lambda s: ("masked matrices at std " + f"{float(s['transfer_init_std']):g}") if s.get("transfer_init_std")
+     lambda s: ("masked matrices at std " + f"{float(s.transfer_init_std):g}") if s.transfer_init_std
                else "the model's own initialisation"),
     (6, "Ties between epochs: `math/transfer.py` replaces its best model whenever `eval_acc >= best_acc`, so the latest "
         "of equally good epochs is kept; subnetlab's earlier choice is the earliest.",
-     lambda s: f"`transfer_ties` = `{s.get('transfer_ties', 'earliest')}`"),
+     lambda s: f"`transfer_ties` = `{s.transfer_ties}`"),
 ]
 
 
-def code_notes(settings: dict) -> list[str]:
+def code_notes(settings: SubtaskInductionSettings) -> list[str]:
     """The notes section: every paper/code difference of issue 16, its released file, and what this run did."""
     return [f"(issue 16, item {item}) {text} This run: {did(settings)}." for item, text, did in CODE_NOTES]
 
@@ -250,15 +251,15 @@ def _cells(summary: dict, label: str, sizes: Sequence[int]) -> list[str]:
     return [f"{100 * by[str(s)]['mean']:.1f} ± {100 * by[str(s)]['sd']:.1f}" if str(s) in by else "-" for s in sizes]
 
 
-def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs: list[dict]) -> Path:
+def write_report(out: Path, settings: SubtaskInductionSettings, bases: dict, discovered: dict, runs: list[dict]) -> Path:
     """``report.md``, ``figure3.png`` and ``metrics.json`` in ``out``; returns the report's path."""
     out = Path(out)
     summary = summarise(runs)
     figure = figure3(runs, out / "figure3.png")
-    preset = settings.get("preset", "custom")
-    main, secondary = settings["reinit"], settings.get("secondary_reinit")
-    main_labels = [c for c in settings["conditions"] if c in summary]
-    second_labels = [f"{c}, reinit {secondary}" for c in settings.get("secondary_conditions") or []
+    preset = settings.preset or "custom"
+    main, secondary = settings.reinit, settings.secondary_reinit
+    main_labels = [c for c in settings.conditions if c in summary]
+    second_labels = [f"{c}, reinit {secondary}" for c in settings.secondary_conditions or []
                      if secondary and secondary != main and f"{c}, reinit {secondary}" in summary]
     sizes = sorted({int(r["size"]) for r in runs})
     doc = MarkdownReport(f"Subtask Induction ({preset} preset)")
@@ -269,40 +270,40 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
     plan = ", ".join(f"N={s}: {epochs[s]} epochs" for s in sizes if s in epochs)
     chosen = next((d.get("selection") for d in discovered.values() if d.get("selection")), "see settings")
     doc.section("Setup").bullets([
-        f"model: GPT-2 built from a config, {', '.join(map(str, settings['layers']))} layer(s), 4 heads, width 128, MLP 512; "
-        f"vocabulary: the numbers 0..{settings['max_number'] - 1}, `<sep>`, `<pad>`, `<unk>`",
-        f"data: numbers in [0, {settings['max_number']}), modulus {settings['modulus']}; base task `{settings['base_op']}` "
-        f"({settings['base_train']} training rows); subtask `{settings['sub_op']}` ({settings['cs_samples']} rows); target "
-        f"`{settings['target_op']}`: the {settings['max_number']} ambiguous rows plus N disambiguation rows; "
-        f"evaluation and test sets of {settings['n_eval']} and {settings['n_test']} rows",
-        f"base training: AdamW lr {settings['base_lr']:g}, batch {settings['base_batch']}, {settings['base_epochs']} epochs "
-        f"({settings['base_scheduler']} schedule; epochs, batch and schedule are not stated in the paper)",
+        f"model: GPT-2 built from a config, {', '.join(map(str, settings.layers))} layer(s), 4 heads, width 128, MLP 512; "
+        f"vocabulary: the numbers 0..{settings.max_number - 1}, `<sep>`, `<pad>`, `<unk>`",
+        f"data: numbers in [0, {settings.max_number}), modulus {settings.modulus}; base task `{settings.base_op}` "
+        f"({settings.base_train} training rows); subtask `{settings.sub_op}` ({settings.cs_samples} rows); target "
+        f"`{settings.target_op}`: the {settings.max_number} ambiguous rows plus N disambiguation rows; "
+        f"evaluation and test sets of {settings.n_eval} and {settings.n_test} rows",
+        f"base training: AdamW lr {settings.base_lr:g}, batch {settings.base_batch}, {settings.base_epochs} epochs "
+        f"({settings.base_scheduler} schedule; epochs, batch and schedule are not stated in the paper)",
         f"discovery: continuous sparsification over the frozen model in eval mode (dropout off), masks over "
-        f"{' and '.join(settings['cs_include'])} weight matrices, s init -0.1, beta 1 -> 100, lambda in "
-        f"{{{', '.join(f'{float(x):g}' for x in settings['lambdas'])}}}, AdamW lr {settings['cs_lr']:g}, "
-        f"batch {settings['cs_batch']}, {settings['cs_epochs']} epochs, mask kept per run: {settings['cs_keep']} epoch on "
+        f"{' and '.join(settings.cs_include)} weight matrices, s init -0.1, beta 1 -> 100, lambda in "
+        f"{{{', '.join(f'{float(x):g}' for x in settings.lambdas)}}}, AdamW lr {settings.cs_lr:g}, "
+        f"batch {settings.cs_batch}, {settings.cs_epochs} epochs, mask kept per run: {settings.cs_keep} epoch on "
         f"evaluation; subnetwork transferred: {chosen}",
         f"transfer: main table with reinit `{main}` "
         f"({'only the masked matrices re-initialised; embeddings, layer norms, biases and head copied and trained, as the released code' if main == 'masked' else 'everything outside the subnetwork re-initialised, as the paper text'}): "
-        f"{', '.join(settings['conditions'])}"
-        + (f"; secondary table with reinit `{secondary}`: {', '.join(settings.get('secondary_conditions') or [])}"
-           if secondary and secondary != main and settings.get("secondary_conditions") else ""),
-        f"N in {settings['sizes']}; seeds {settings['seeds']}; AdamW lr {settings['transfer_lr']:g}, batch "
-        f"{settings['transfer_batch']}; at least {settings['transfer_epochs']} epochs and {settings['transfer_min_steps']} "
+        f"{', '.join(settings.conditions)}"
+        + (f"; secondary table with reinit `{secondary}`: {', '.join(settings.secondary_conditions or [])}"
+           if secondary and secondary != main and settings.secondary_conditions else ""),
+        f"N in {settings.sizes}; seeds {settings.seeds}; AdamW lr {settings.transfer_lr:g}, batch "
+        f"{settings.transfer_batch}; at least {settings.transfer_epochs} epochs and {settings.transfer_min_steps} "
         f"optimiser steps per run ({plan}); model best on evaluation; transferred weights "
-        f"{'frozen' if settings['freeze'] else 'trainable'}",
-        f"objective and scoring (issue 16 item 6; see the notes): discovery loss `{settings.get('cs_loss', 'last-token')}`, "
-        f"accuracy over the `{settings.get('cs_accuracy', 'answers')}`; transfer loss "
-        f"`{settings.get('transfer_loss', 'last-token')}`, accuracy over the `{settings.get('transfer_accuracy', 'answers')}`, "
-        f"ties between epochs to the `{settings.get('transfer_ties', 'earliest')}`, fresh masked matrices "
-        + (f"at std {float(settings['transfer_init_std']):g}" if settings.get("transfer_init_std")
+        f"{'frozen' if settings.freeze else 'trainable'}",
+        f"objective and scoring (issue 16 item 6; see the notes): discovery loss `{settings.cs_loss}`, "
+        f"accuracy over the `{settings.cs_accuracy}`; transfer loss "
+        f"`{settings.transfer_loss}`, accuracy over the `{settings.transfer_accuracy}`, "
+        f"ties between epochs to the `{settings.transfer_ties}`, fresh masked matrices "
+        + (f"at std {float(settings.transfer_init_std):g}" if settings.transfer_init_std
            else "from the model's own initialisation"),
         f"scale: preset `{preset}`; {len(runs)} transfer runs",
     ])
 
     doc.section("Discovery: density per lambda")
     rows = []
-    for layers in settings["layers"]:
+    for layers in settings.layers:
         d = discovered[layers]
         for m in d.get("sweep", []):
             health = (", ".join(m["health"]) or "ok") if "health" in m else "-"  # "-": a sweep written before health
@@ -312,20 +313,20 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
     doc.table(["layers", "lambda", "subtask eval acc. %", "subtask test acc. %", "params kept %", "epoch kept", "health",
                "transferred"],
               rows, caption=f"Every lambda of the sweep: the share of masked (attention + MLP) weights its mask keeps "
-                            f"(paper's Table 3: 3.2-7.7%) and its accuracy on `{settings['sub_op']}`; health: the "
+                            f"(paper's Table 3: 3.2-7.7%) and its accuracy on `{settings.sub_op}`; health: the "
                             "problems subnetlab.runs.health found (degenerate: keeps no weight or every one, never "
                             "transferred while another lambda's is not; undecided: masks still between 0.05 and 0.95 "
                             f"at the end). Transferred: {chosen}.")
     rows = []
-    for layers in settings["layers"]:
+    for layers in settings.layers:
         d = discovered[layers]
         rows.append([layers, pct(bases[layers].get("test_accuracy")), pct(d["full_model_test_accuracy"]), f"{d['l0_lambda']:g}",
                      pct(d["eval_accuracy"]), pct(d["test_accuracy"]), f"{d['kept_percent']:.2f}",
                      f"{PAPER_TABLE3[layers]:.2f}" if layers in PAPER_TABLE3 else "-"])
-    doc.table(["layers", f"base test acc. ({settings['base_op']}) %", f"full model on {settings['sub_op']} %", "lambda",
+    doc.table(["layers", f"base test acc. ({settings.base_op}) %", f"full model on {settings.sub_op} %", "lambda",
                "subnetwork eval acc. %", "subnetwork test acc. %", "params kept % (Table 3)", "paper's Table 3 %"], rows,
               caption="Base models and the transferred subnetwork per depth.")
-    layer_rows = [[layers, l, f"{v:.2f}"] for layers in settings["layers"]
+    layer_rows = [[layers, l, f"{v:.2f}"] for layers in settings.layers
                   for l, v in discovered[layers]["kept_percent_per_layer"].items()]
     doc.table(["model layers", "layer", "params kept %"], layer_rows, caption="Kept parameters per layer.")
 
@@ -337,7 +338,7 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
                + (", the random controls and `empty-mask`" if empty else " and the random controls")
                + " at small N is the inductive bias the paper reports.", base=out)
     doc.table(["condition", *[f"N={s}" for s in sizes]], [[c, *_cells(summary, c, sizes)] for c in main_labels],
-              caption=f"Main table, reinit `{main}`: mean ± s.d. test accuracy (%) over {len(settings['seeds'])} seeds "
+              caption=f"Main table, reinit `{main}`: mean ± s.d. test accuracy (%) over {len(settings.seeds)} seeds "
                       f"(and depths) per number of disambiguation samples. `random-matched` keeps k weights per matrix "
                       f"(the text), `random-released` n - k (the released code)"
                       + (", `empty-mask` transfers no matrix weight." if empty else "."))
@@ -361,7 +362,7 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
                for c in table_c],
               caption=f"Reinit `{main}`: subnetwork mean minus each control's, in points / the sum of the two seed "
                       "s.d.; * marks a difference larger than that spread.")
-    low = [str(s) for s in sizes if 0 < s <= LOW_N_MAX * settings["max_number"]]
+    low = [str(s) for s in sizes if 0 < s <= LOW_N_MAX * settings.max_number]
     doc.section("Does the subnetwork beat its controls at low N?")
     doc.bullets([f"vs `{c}` (reinit `{main}`): {verdict(table_c[c], low)}" for c in table_c]
                 + ([f"reinit `{secondary}`, vs `random-matched, reinit {secondary}`: "
@@ -369,13 +370,13 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
                               .get(f"random-matched, reinit {secondary}", {}), low)]
                    if f"subnetwork, reinit {secondary}" in summary else []))
     doc.para(f"Low N: 0 < N <= {LOW_N_MAX:g} x max_number (here N in {{{', '.join(low)}}}; with "
-             f"{settings['max_number']} numbers, each number appears in about 2N/{settings['max_number']} disambiguation "
+             f"{settings.max_number} numbers, each number appears in about 2N/{settings.max_number} disambiguation "
              "rows, so N = max_number corresponds to about the paper's N = 1,000). Spread: the sum of the two seed s.d.")
 
     doc.section("The paper's claims against this run")
     doc.table(["claim (paper)", "this run"], [
         ["about 3-8% of parameters transferred (Table 3)",
-         ", ".join(f"{l} layers: {discovered[l]['kept_percent']:.2f}%" for l in settings["layers"])],
+         ", ".join(f"{l} layers: {discovered[l]['kept_percent']:.2f}%" for l in settings.layers)],
         ["Subtask Induction reaches near-perfect accuracy with about 1,000 disambiguation samples",
          f"first N with mean >= 99%: {_first(summary, 'subnetwork', 99)}; >= 95%: {_first(summary, 'subnetwork', 95)}; "
          f"this run's best mean: {_best(summary, 'subnetwork')}"],
@@ -406,8 +407,8 @@ def write_report(out: Path, settings: dict, bases: dict, discovered: dict, runs:
     sequences = sum(r.get("sequences", 0) for r in runs)
     doc.para(f"Transfer training: {sequences} training sequences in {seconds:.0f} s of wall time summed over runs and "
              f"{cpu:.0f} s of CPU time ({sequences / max(cpu, 1e-9):.0f} training sequences per CPU-second, evaluation "
-             f"included), {settings['jobs'] if settings['backend'] != 'local' else 1} run(s) at a time with "
-             f"{settings['threads']} thread(s) each.")
+             f"included), {settings.jobs if settings.backend != 'local' else 1} run(s) at a time with "
+             f"{settings.threads} thread(s) each.")
     metrics = {"preset": preset, "discovery": {str(k): {kk: v for kk, v in d.items() if kk != "history"} for k, d in discovered.items()},
                "base": {str(k): v for k, v in bases.items()}, "summary": summary,
                "contrasts": {"reinit " + main: table_c},

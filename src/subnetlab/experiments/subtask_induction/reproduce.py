@@ -86,16 +86,18 @@ findings rows read.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, run_jobs
+from subnetlab.experiments.subtask_induction.settings import SubtaskInductionSettings
 from subnetlab.io import read_json, write_json
-from subnetlab.methods.continuous_sparsification import LambdaChoice
 from subnetlab.progress import stage
 from subnetlab.run_directory import claim
-from subnetlab.transfer.conditions import CONDITIONS, check_conditions, check_reinit
+from subnetlab.transfer.conditions import CONDITIONS
 
 NAME = "subtask-induction"
 
@@ -157,215 +159,135 @@ PRESETS: dict[str, dict[str, Any]] = {
 # transfer runs. Dropping N = 10 instead turned two rows from shown to not shown (their lead beyond the seed spread
 # was at N = 10), so the tour keeps the sizes its verdicts rest on.
 PRESETS["tour"] = {**PRESETS["demo"], "sizes": [10, 100]}
+Settings = SubtaskInductionSettings
 
 
-def selection_of(settings: dict) -> LambdaChoice:
-    """The ``LambdaChoice`` the settings ask for."""
-    lam = settings.get("selection_lambda")
-    return LambdaChoice(settings["selection"], float(settings["selection_tolerance"]),
-                     None if lam is None else float(lam))
-
-
-def check_choices(settings: dict) -> None:
-    """The loss, accuracy, tie and initialisation settings, checked before any training."""
-    from subnetlab.transfer.train import ACCURACIES, LOSSES, TIES, check_choice
-
-    for key, choices in (("cs_loss", LOSSES), ("transfer_loss", LOSSES), ("cs_accuracy", ACCURACIES),
-                         ("transfer_accuracy", ACCURACIES), ("transfer_ties", TIES)):
-        if key in settings:
-            check_choice(settings[key], choices, key)
-    std = settings.get("transfer_init_std")
-    if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or std <= 0):
-        raise SubnetlabError(f"transfer_init_std {std!r}: expected a positive standard deviation or none",
-                             setting="transfer_init_std")
-
-
-def check_sizes(settings: dict) -> None:
-    """The arithmetic tasks' sizes (base, subtask, transfer with the largest disambiguation set), checked as the
-    task generator checks them, without generating any rows."""
-    n, p = int(settings["max_number"]), int(settings["modulus"])
-    if n < 2:
-        raise SubnetlabError(f"max_number {n} must be at least 2", setting="max_number")
-    if not 2 <= p <= n:
-        raise SubnetlabError(f"modulus {p} must be in [2, max_number={n}]", setting="modulus")
-    n_eval, n_test = int(settings["n_eval"]), int(settings["n_test"])
-    if min(n_eval, n_test) < 1:
-        raise SubnetlabError(f"n_eval={n_eval}, n_test={n_test} must be at least 1", setting="n_eval")
-    for key in ("base_train", "cs_samples"):
-        rows = int(settings[key])
-        if rows < n:
-            raise SubnetlabError(f"{key}={rows} must be at least max_number={n} so that every number token appears",
-                                 setting=key)
-        if rows + n_eval + n_test > n * n:
-            raise SubnetlabError(f"{key} + n_eval + n_test = {rows + n_eval + n_test} exceeds the {n * n} distinct "
-                                 f"pairs of max_number={n}", setting=key)
-    sizes = [int(x) for x in settings["sizes"]]
-    if not sizes or min(sizes) < 0:
-        raise SubnetlabError(f"sizes {sizes}: expected one or more disambiguation sizes >= 0", setting="sizes")
-    if n_eval + n_test + max(sizes) > n * (n - 1):
-        raise SubnetlabError(f"n_eval + n_test + the largest size = {n_eval + n_test + max(sizes)} exceed the "
-                             f"{n * (n - 1)} pairs with a != b of max_number={n}", setting="sizes")
-    for key in ("layers", "seeds", "lambdas"):
-        if not list(settings[key]):
-            raise SubnetlabError(f"{key}: at least one value is needed", setting=key)
-    if any(int(x) < 1 for x in settings["layers"]):
-        raise SubnetlabError(f"layers {list(settings['layers'])}: every depth must be at least 1", setting="layers")
-    if any(float(x) <= 0 for x in settings["lambdas"]):
-        raise SubnetlabError(f"lambdas {list(settings['lambdas'])}: every L0 weight must be positive", setting="lambdas")
-
-
-def check_settings(settings: dict) -> None:
-    """Every setting that can be checked without training, before the study writes anything."""
-    from subnetlab.methods.finetune.config import resolve_config
-
-    check_conditions(settings["conditions"], setting="conditions")
-    check_reinit(settings["reinit"])
-    if settings.get("secondary_conditions"):
-        check_conditions(settings["secondary_conditions"], setting="secondary_conditions")
-    if settings.get("secondary_reinit"):
-        check_reinit(settings["secondary_reinit"])
-    selection_of(settings)  # a bad rule fails before any training
-    check_choices(settings)
-    check_sizes(settings)
-    for key in ("base_lr", "cs_lr", "transfer_lr"):
-        if float(settings[key]) <= 0:
-            raise SubnetlabError(f"{key} {settings[key]}: must be positive", setting=key)
-    for key in ("base_batch", "cs_batch", "transfer_batch", "base_epochs", "cs_epochs"):
-        if float(settings[key]) < 1:
-            raise SubnetlabError(f"{key} {settings[key]}: must be at least 1", setting=key)
-    resolve_config(preset="subtask-induction", model=f"gpt2-arith:{int(settings['layers'][0])}",
-                   task=f"arith:{settings['base_op']}", lr=settings["base_lr"], batch_size=settings["base_batch"],
-                   epochs=float(settings["base_epochs"]), scheduler=settings["base_scheduler"], seed=settings["seed"],
-                   eval_at_start=False, device=settings["device"], eval_every=10**9, save_every=10**9)
-    from subnetlab.tasks.arithmetic import parse_operation
-
-    for key in ("base_op", "sub_op", "target_op"):
-        parse_operation(settings[key])
-
-
-def schedule(settings: dict, size: int) -> tuple[int, int]:
+def schedule(settings: SubtaskInductionSettings | Mapping[str, Any], size: int) -> tuple[int, int]:
     """``(epochs, eval_every)`` of a transfer run on ``max_number + size`` rows.
 
     Epochs: ``transfer_epochs``, raised until the run takes at least
     ``transfer_min_steps`` optimiser steps (a few hundred rows otherwise give
     a few hundred steps). Evaluation: every ``eval_every`` epochs, or, with
-    ``transfer_evals`` > 0, about that many times per run.
+    ``transfer_evals`` > 0, about that many times per run. A mapping (the demo's estimate holds the plain
+    settings) is read as it is, unchecked.
     """
-    rows = int(settings["max_number"]) + int(size)
-    steps_per_epoch = math.ceil(rows / int(settings["transfer_batch"]))
-    epochs = max(int(settings["transfer_epochs"]), math.ceil(int(settings["transfer_min_steps"]) / steps_per_epoch))
-    evals = int(settings["transfer_evals"])
-    eval_every = max(1, epochs // evals) if evals > 0 else int(settings["eval_every"])
+    if isinstance(settings, Mapping):
+        settings = SimpleNamespace(**settings)
+    rows = int(settings.max_number) + int(size)
+    steps_per_epoch = math.ceil(rows / int(settings.transfer_batch))
+    epochs = max(int(settings.transfer_epochs), math.ceil(int(settings.transfer_min_steps) / steps_per_epoch))
+    evals = int(settings.transfer_evals)
+    eval_every = max(1, epochs // evals) if evals > 0 else int(settings.eval_every)
     return epochs, eval_every
 
 
-def _base(settings: dict, layers: int, out: Path) -> Path:
+def _base(settings: SubtaskInductionSettings, layers: int, out: Path) -> Path:
     """Train (or reuse) the base model on ``base_op``; returns its model directory."""
     from subnetlab.runs.finetune import finetune
     from subnetlab.methods.finetune.config import resolve_config
 
     run = out / f"L{layers}" / "base"
     cfg = resolve_config(
-        preset="subtask-induction", model=f"gpt2-arith:{layers}", task=f"arith:{settings['base_op']}",
-        task_options={"n_train": settings["base_train"], "max_number": settings["max_number"],
-                      "modulus": settings["modulus"], "n_eval": settings["n_eval"], "n_test": settings["n_test"],
-                      "seed": settings["seed"]},
-        lr=settings["base_lr"], batch_size=settings["base_batch"], epochs=float(settings["base_epochs"]),
-        scheduler=settings["base_scheduler"], seed=settings["seed"], eval_at_start=False, device=settings["device"],
+        preset="subtask-induction", model=f"gpt2-arith:{layers}", task=f"arith:{settings.base_op}",
+        task_options={"n_train": settings.base_train, "max_number": settings.max_number,
+                      "modulus": settings.modulus, "n_eval": settings.n_eval, "n_test": settings.n_test,
+                      "seed": settings.seed},
+        lr=settings.base_lr, batch_size=settings.base_batch, epochs=float(settings.base_epochs),
+        scheduler=settings.base_scheduler, seed=settings.seed, eval_at_start=False, device=settings.device,
         eval_every=10**9, save_every=10**9,
     )
     from subnetlab.runtime import torch_threads
 
-    stage(f"base model: {layers}-layer GPT-2 on {settings['base_op']} mod {settings['modulus']}")
-    with torch_threads(settings["threads"]):
+    stage(f"base model: {layers}-layer GPT-2 on {settings.base_op} mod {settings.modulus}")
+    with torch_threads(settings.threads):
         metrics = finetune(cfg, run)
     accuracy = metrics["final"]["test"]["accuracy"] if "test" in metrics.get("final", {}) else None
     write_json(out / f"L{layers}" / "base_summary.json", {"test_accuracy": accuracy, "wall_seconds": metrics.get("wall_seconds")})
     return run / "model"
 
 
-def _discover(settings: dict, layers: int, model_dir: Path, out: Path) -> dict:
+def _discover(settings: SubtaskInductionSettings, layers: int, model_dir: Path, out: Path) -> dict:
     """One discovery job per lambda; ``selection`` picks the subnetwork. Returns it with the whole sweep."""
     from subnetlab.runs.transfer import select_best, sweep_health
 
     root = out / f"L{layers}" / "discover"
     jobs = []
-    for lam in (float(x) for x in settings["lambdas"]):
+    for lam in (float(x) for x in settings.lambdas):
         config = {
-            "model": str(model_dir), "task": f"arith:{settings['sub_op']}", "seed": settings["seed"],
-            "task_options": {"n_train": settings["cs_samples"], "modulus": settings["modulus"],
-                             "n_eval": settings["n_eval"], "n_test": settings["n_test"]},
-            "cs": {"l0_lambda": float(lam), "epochs": settings["cs_epochs"], "lr": settings["cs_lr"],
-                   "batch_size": settings["cs_batch"], "include": list(settings["cs_include"]), "keep": settings["cs_keep"]},
-            "threads": settings["threads"], "device": settings["device"],
-            "loss": settings.get("cs_loss", "last-token"), "accuracy": settings.get("cs_accuracy", "answers"),
+            "model": str(model_dir), "task": f"arith:{settings.sub_op}", "seed": settings.seed,
+            "task_options": {"n_train": settings.cs_samples, "modulus": settings.modulus,
+                             "n_eval": settings.n_eval, "n_test": settings.n_test},
+            "cs": {"l0_lambda": float(lam), "epochs": settings.cs_epochs, "lr": settings.cs_lr,
+                   "batch_size": settings.cs_batch, "include": list(settings.cs_include), "keep": settings.cs_keep},
+            "threads": settings.threads, "device": settings.device,
+            "loss": settings.cs_loss, "accuracy": settings.cs_accuracy,
         }
         jobs.append(Job("subnetlab.runs.transfer:discover_job", config, root / f"lambda_{lam:g}"))
     report = _run(jobs, settings, root)
     metrics = [r.metrics for r in report.jobs]
-    best = select_best(metrics, selection_of(settings))  # never a degenerate lambda while another is not
+    best = select_best(metrics, settings.lambda_choice())  # never a degenerate lambda while another is not
     sweep = [{**{k: m[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent", "epoch", "seconds")},
               "health": list(h.problems)} for m, h in zip(metrics, sweep_health(metrics))]
-    best = {**best, "sweep": sweep, "selection": selection_of(settings).describe()}
+    best = {**best, "sweep": sweep, "selection": settings.lambda_choice().describe()}
     write_json(root / "selected.json", best)
     return best
 
 
-def _transfer_jobs(settings: dict, layers: int, model_dir: Path, subnetwork: str, out: Path) -> list[Job]:
+def _transfer_jobs(settings: SubtaskInductionSettings, layers: int, model_dir: Path, subnetwork: str, out: Path) -> list[Job]:
     """One job per (condition, reinit, size, seed), or per (condition, reinit, size) with ``stack > 1``: the
     ``conditions`` under ``reinit``, then the ``secondary_conditions`` under ``secondary_reinit``."""
-    main = settings["reinit"]
-    variants = [(c, main) for c in settings["conditions"]]
-    if settings.get("secondary_reinit") and settings["secondary_reinit"] != main:
-        variants += [(c, settings["secondary_reinit"]) for c in settings.get("secondary_conditions") or []]
+    main = settings.reinit
+    variants = [(c, main) for c in settings.conditions]
+    if settings.secondary_reinit and settings.secondary_reinit != main:
+        variants += [(c, settings.secondary_reinit) for c in settings.secondary_conditions or []]
     jobs = []
     for condition, reinit in variants:
         label = variant_label(condition, reinit, main)
         folder = condition if reinit == main else f"{condition}.reinit-{reinit}"
-        for size in settings["sizes"]:
+        for size in settings.sizes:
             epochs, eval_every = schedule(settings, size)
             runs = [{"condition": condition, "size": size, "seed": seed, "label": label, "reinit": reinit}
-                    for seed in settings["seeds"]]
+                    for seed in settings.seeds]
             # stack > 1: the seeds of one size train together in one job (torch.func; pays off on a GPU)
-            for pack in ([runs] if settings["stack"] > 1 else [[r] for r in runs]):
+            for pack in ([runs] if settings.stack > 1 else [[r] for r in runs]):
                 name = f"n{size}_s{pack[0]['seed']}" if len(pack) == 1 else f"n{size}"
                 config = {
-                    "model": str(model_dir), "subnetwork": subnetwork, "task": f"arith:{settings['target_op']}",
-                    "task_options": {"modulus": settings["modulus"], "n_eval": settings["n_eval"], "n_test": settings["n_test"]},
+                    "model": str(model_dir), "subnetwork": subnetwork, "task": f"arith:{settings.target_op}",
+                    "task_options": {"modulus": settings.modulus, "n_eval": settings.n_eval, "n_test": settings.n_test},
                     "runs": pack,
-                    "train": {"epochs": epochs, "lr": settings["transfer_lr"],
-                              "batch_size": settings["transfer_batch"], "eval_every": eval_every,
-                              "loss": settings.get("transfer_loss", "last-token"),
-                              "accuracy": settings.get("transfer_accuracy", "answers"),
-                              "ties": settings.get("transfer_ties", "earliest")},
-                    "reinit": reinit, "freeze": settings["freeze"], "stack": settings["stack"],
-                    "threads": settings["threads"], "layers": layers, "device": settings["device"],
+                    "train": {"epochs": epochs, "lr": settings.transfer_lr,
+                              "batch_size": settings.transfer_batch, "eval_every": eval_every,
+                              "loss": settings.transfer_loss,
+                              "accuracy": settings.transfer_accuracy,
+                              "ties": settings.transfer_ties},
+                    "reinit": reinit, "freeze": settings.freeze, "stack": settings.stack,
+                    "threads": settings.threads, "layers": layers, "device": settings.device,
                 }
-                if settings.get("transfer_init_std") is not None:
-                    config["init_std"] = float(settings["transfer_init_std"])
+                if settings.transfer_init_std is not None:
+                    config["init_std"] = float(settings.transfer_init_std)
                 jobs.append(Job("subnetlab.runs.transfer:transfer_job", config, out / f"L{layers}" / "transfer" / folder / name))
     return jobs
 
 
-def _run(jobs: list[Job], settings: dict, sweep_dir: Path):
-    report = run_jobs(jobs, backend=settings["backend"], n_jobs=settings["jobs"] if settings["backend"] != "local" else None,
-                      cpus_per_job=max(1, int(settings["threads"])), sweep_dir=sweep_dir)
+def _run(jobs: list[Job], settings: SubtaskInductionSettings, sweep_dir: Path):
+    report = run_jobs(jobs, backend=settings.backend, n_jobs=settings.jobs if settings.backend != "local" else None,
+                      cpus_per_job=max(1, int(settings.threads)), sweep_dir=sweep_dir)
     failed = [j for j in report.jobs if j.status != "done" and j.status != "skipped"]
     if failed:
         raise SubnetlabError(f"{len(failed)} job(s) failed, first {failed[0].name}: {failed[0].error}; see {sweep_dir}/sweep.json")
     return report
 
 
-def run(settings: dict, out: Path) -> Path:
+def run(settings: SubtaskInductionSettings | Mapping[str, Any], out: Path) -> Path:
     """Base models, discovery, the transfer grid, then ``report.md`` (see the module docstring)."""
     from subnetlab.experiments.subtask_induction.report import write_report
 
     out = Path(out)
-    check_settings(settings)  # before config.json: a refused setting leaves nothing behind
-    claim(out, settings, what="study configuration")
+    settings = SubtaskInductionSettings.of(settings)  # checked before config.json: a refusal leaves nothing behind
+    claim(out, settings.to_dict(), what="study configuration")
     discovered: dict[int, dict] = {}
     transfer: list[Job] = []
-    for layers in settings["layers"]:
+    for layers in settings.layers:
         model_dir = _base(settings, layers, out)
         discovered[layers] = _discover(settings, layers, model_dir, out)
         transfer += _transfer_jobs(settings, layers, model_dir, discovered[layers]["subnetwork"], out)
@@ -375,9 +297,9 @@ def run(settings: dict, out: Path) -> Path:
     for job in report.jobs:
         for r in job.metrics["runs"]:
             runs.append({**r, "layers": job.config["layers"], "seconds_job": job.seconds})
-    bases = {layers: read_json(out / f"L{layers}" / "base_summary.json") for layers in settings["layers"]}
+    bases = {layers: read_json(out / f"L{layers}" / "base_summary.json") for layers in settings.layers}
     return write_report(out, settings, bases, discovered, runs)
 
 
-__all__ = ["FIGURE_CONDITIONS", "NAME", "PAPER_SIZES", "PRESETS", "SECONDARY_CONDITIONS", "check_choices", "check_settings", "check_sizes", "run", "schedule",
-           "selection_of", "variant_label"]
+__all__ = ["FIGURE_CONDITIONS", "NAME", "PAPER_SIZES", "PRESETS", "SECONDARY_CONDITIONS", "Settings", "run", "schedule",
+           "variant_label"]
