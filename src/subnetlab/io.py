@@ -247,6 +247,8 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise SubnetlabError(f"{p}:{e.lineno}: malformed JSON ({e.msg})") from None
+    except UnicodeDecodeError as e:
+        raise SubnetlabError(f"{p}: not UTF-8 text (byte {e.start}), so not JSON") from None
 
 
 def read_yaml(path: str | os.PathLike) -> Any:
@@ -255,6 +257,8 @@ def read_yaml(path: str | os.PathLike) -> Any:
         raise SubnetlabError(f"{p}: no such file")
     try:
         return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise SubnetlabError(f"{p}: not UTF-8 text (byte {e.start}), so not YAML") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

@@ -150,8 +150,9 @@ def test_attribution_refuses_bad_settings(one_thread):
     m, graph, clean, corrupted, metric = _setup("gpt2", layers=1)
     with pytest.raises(SubnetlabError, match="choose one of"):
         attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, method="acdc")
-    with pytest.raises(SubnetlabError, match="at least 1"):
-        attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, method="eap-ig", steps=0)
+    for steps in (0, 1001):  # a step count that would never finish is refused before any pass
+        with pytest.raises(SubnetlabError, match="must be between 1 and 1000"):
+            attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, method="eap-ig", steps=steps)
     assert all(p.requires_grad for p in m.model.parameters())
 
 

@@ -520,12 +520,13 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-eap-limit-counts-train-pairs", [*EAP, "--limit", "0"],
      "--limit 0: the number of train pairs the edges are scored on"),
     # hostile files and values the circuit commands met (issue 36)
-    ("circuit-ig-steps-unbounded", [*EAP_IG, "--ig-steps", "1000000000"], "--ig-steps 1000000000"),
+    ("circuit-ig-steps-unbounded", [*EAP_IG, "--ig-steps", "1000000000"], "steps 1000000000 must be between 1 and 1000"),
     ("circuit-pairs-not-utf8", ["circuit", "--model", "{lm}", "--task", "file:{latin1}", "--method", "eap",
-                                "--corrupted-column", "corrupted"], "latin1.jsonl"),
+                                "--corrupted-column", "corrupted"], "latin1.jsonl:1: not UTF-8 text (byte 0xe9 at column 46)"),
     ("circuit-eval-graph-json-list", [*CIRCUIT_EVAL[:-2], "--scores", "{listgraph}", "--task", "circuit:ioi",
-                                      "--task-option", "n_train=4", "--task-option", "n_eval=2"], "list-graph.json"),
-    ("results-metrics-random-bytes", ["results", "{junkrun}"], "metrics.json"),
+                                      "--task-option", "n_train=4", "--task-option", "n_eval=2"],
+     "list-graph.json: a JSON list, not a graph"),
+    ("results-metrics-random-bytes", ["results", "{junkrun}"], "metrics.json: not UTF-8 text"),
     # export of an edge circuit (issue 27): no smaller standard model, or nothing fixed to fold
     ("export-edges-partial", ["export", "--model", "{lm}", "--subnetwork", "{edges-partial}"],
      "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import write_json
+from subnetlab.io import read_json, write_json
 from subnetlab.models.graph import Graph
 
 SCORE_SIGNS = ("absolute", "signed")
@@ -207,6 +207,9 @@ class Circuit:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "graph", setting: str | None = None) -> "Circuit":
+        if not isinstance(data, dict):
+            raise SubnetlabError(f"{source}: a JSON {type(data).__name__}, not a graph (an object with format, "
+                                 "shape and edges)", setting=setting)
         graph = Graph.from_dict(data, source)
         edges = data.get("edges") or []
         scores = _per_edge(edges, "score", graph.num_edges, source, setting)
@@ -221,9 +224,9 @@ class Circuit:
     @classmethod
     def load(cls, path: str | Path, setting: str | None = None) -> "Circuit":
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise SubnetlabError(f"{path}: cannot read the graph ({e})", setting=setting) from None
+            data = read_json(path)
+        except SubnetlabError as e:
+            raise SubnetlabError(str(e), setting=setting) from None
         return cls.from_dict(data, str(path), setting)
 
     def metadata(self) -> dict[str, str]:

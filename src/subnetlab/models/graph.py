@@ -281,10 +281,15 @@ class Graph:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "graph") -> "Graph":
+        if not isinstance(data, dict):
+            raise SubnetlabError(f"{source}: a JSON {type(data).__name__}, not a subnetlab graph")
         if data.get("format") != FORMAT:
             raise SubnetlabError(f"{source}: not a subnetlab graph (format {data.get('format')!r})")
         graph = cls.from_shape(data, source)
-        if "edges" in data and [e.get("name") for e in data["edges"]] != list(graph.edge_names):
+        edges = data.get("edges")
+        if edges is not None and (not isinstance(edges, list) or not all(isinstance(e, dict) for e in edges)):
+            raise SubnetlabError(f"{source}: 'edges' must be a list of objects, one per edge")
+        if edges is not None and [e.get("name") for e in edges] != list(graph.edge_names):
             raise SubnetlabError(f"{source}: its edges are not those of a {graph.family} graph of its shape")
         return graph
 

@@ -89,6 +89,8 @@ def _read(path: Path) -> Any:
         if builder is None:
             raise SubnetlabError(f"{path}: unknown data format {path.suffix!r} (known: {', '.join(SUFFIX_BUILDERS)})",
                                  setting="task")
+        if builder in ("csv", "json"):
+            check_utf8(path)
         extra = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
         with _quiet_datasets():
             return datasets.load_dataset(builder, data_files=str(path), split="train", **extra)
@@ -101,6 +103,17 @@ def _read(path: Path) -> Any:
         if fault is not None:
             raise SubnetlabError(f"{path}{fault}", setting="task") from None
         raise SubnetlabError(f"{path}: cannot read the data ({_first_line(e)})", setting="task") from None
+
+
+def check_utf8(path: Path) -> None:
+    """Refuse a text file that is not UTF-8, naming its line (the readers decode it lazily, mid-task, otherwise)."""
+    with path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise SubnetlabError(f"{path}:{number}: not UTF-8 text (byte 0x{line[e.start]:02x} at column "
+                                     f"{e.start + 1}); save the file as UTF-8", setting="task") from None
 
 
 @contextmanager

@@ -157,11 +157,15 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
     return scores / len(alphas)
 
 
+MAX_IG_STEPS = 1000  # each step is a forward and backward per batch; EAP-IG and MIB use 5 to 100
+
+
 def check_method(method: str, steps: int) -> None:
     if method not in METHODS:
         raise SubnetlabError(f"attribution method {method!r}: choose one of {', '.join(METHODS)}", setting="method")
-    if steps < 1:
-        raise SubnetlabError(f"integrated-gradient steps {steps} must be at least 1", setting="ig_steps")
+    if not 1 <= steps <= MAX_IG_STEPS:
+        raise SubnetlabError(f"integrated-gradient steps {steps} must be between 1 and {MAX_IG_STEPS} (each is a "
+                             "forward and backward pass per batch; EAP-IG uses 5 to 100)", setting="ig_steps")
 
 
 def attribute(model: nn.Module, adapter: Adapter, graph: Graph, batches: Iterable[dict[str, Tensor]],
