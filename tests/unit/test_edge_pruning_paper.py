@@ -216,3 +216,33 @@ def test_graph_without_embedding_nodes_counts_and_runs(one_thread):
     pruner = EdgePruner(m.model, m.adapter, _pairs(m, n=8), cfg)
     train(pruner)
     assert pruner.selection().edges.numel() == graph.num_edges
+
+
+def test_circuit_command_paper_preset_without_embedding_nodes(tmp_path, capsys, one_thread):
+    import json
+
+    import pytest
+    from transformers import GPT2Config
+
+    from subnetlab.cli import main
+    from subnetlab.models import build_model
+    from subnetlab.subnetwork import Subnetwork
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    tok = gpt2_style_tokenizer()
+    config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2, n_inner=32,
+                        initializer_range=0.3)
+    build_model(config, head="causal-lm", seed=0).model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    out = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as e:
+        main(["circuit", "--model", str(tmp_path / "model"), "--task", "circuit:ioi", "--task-option", "n_train=16",
+              "--task-option", "n_eval=8", "--sparsity", "0.9", "--seeds", "0", "--preset", "paper",
+              "--embedding-nodes", "0", "--set", "total_steps=6", "--set", "warmup_steps=4", "--set",
+              "lr_warmup_steps=1", "--set", "batch_size=8", "--out", str(out)])
+    assert e.value.code == 0, capsys.readouterr().err
+    graph = Graph.load(out / "graph.json")
+    assert graph.num_embeddings == 0 and graph.num_edges == Graph(graph.family, 2, 2, 2, 0).num_edges
+    run = out / "sparsity-0.900" / "seed-0"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert Subnetwork.load(run / "subnetwork.safetensors").count() == metrics["kept_edges"]
