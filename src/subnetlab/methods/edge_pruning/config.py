@@ -9,11 +9,11 @@ wherever subnetlab can express it:
   200-step linear learning-rate warm-up then linear decay to 0 (fpt2_ioi.py:563, the first step at rate 0),
   batch 32, log-alphas initialised at 10 with noise 0.01 (modeling_fpt2.py:500-508, ``reset_all_log_alphas``
   after loading, fpt2_ioi.py:640), corrupted-input ablation, node masks without a node sparsity target
-  (``--disable_node_loss``, ioi_sweep.sh:14), embedding nodes (``--with_embedding_nodes``, ioi_sweep.sh:78);
+  (the script sets ``disable_node_loss``, ioi_sweep.sh:14), embedding nodes (it sets ``with_embedding_nodes``, ioi_sweep.sh:78);
 * ``optimizer="adamw"``, ``weight_decay=0.01``: the authors build ``torch.optim.AdamW`` without a decay
   (fpt2_ioi.py:540-562), so torch's default 0.01 decays the log-alphas *and* the multipliers;
 * ``max_grad_norm=1.0``: the Hugging Face Trainer's default clipping, over every parameter with a
-  gradient. That includes the node multipliers, which ``--disable_node_loss`` leaves out of the
+  gradient. That includes the node multipliers, which ``disable_node_loss`` leaves out of the
   optimiser (fpt2_ioi.py:537) but whose node loss is still added (fpt2_ioi.py:153-158; it is 0, the
   multipliers stay 0, but their gradients ``s - t`` and ``(s - t)^2`` are not): ``clip_node_target=0.72``
   (ioi_sweep.sh:6, ``NODE_SPARSITY``) puts the same terms in the clipped norm;
