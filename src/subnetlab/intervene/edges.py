@@ -181,7 +181,8 @@ class EdgeMasks:
     def _complement(self, block_index: int, like: Tensor) -> Tensor:
         """``1 - m`` of a reader block, ``[readers, writers]``."""
         block = self.graph.reader_blocks[block_index]
-        return (1.0 - self.mask[block.start:block.stop].to(like.device, like.dtype)).view(len(block.readers), -1)
+        return (1.0 - self.mask[block.start:block.stop].to(like.device, like.dtype)).view(len(block.readers),
+                                                                                          block.writers)
 
     def _read(self, block_index: int, resid: Tensor) -> Tensor:
         """``resid - sum_w (1 - m_wr) D_w`` for every reader of a block: ``[readers, batch, pos, hidden]``, as
@@ -210,6 +211,9 @@ class EdgeMasks:
         """Turn the embedding outputs seen so far into the first writer group (once per forward)."""
         embeds = self._state["embeds"]
         if not embeds:
+            return
+        if self.graph.num_embeddings == 0:  # no embedding writers: the embeddings stay in every reader's input
+            self._state["embeds"] = []
             return
         ablated = self.values.embeddings if self.values is not None else [None] * len(embeds)
         deltas = [(e - (0 if a is None else _fit(a, e))).expand_as(resid) for e, a in zip(embeds, ablated)]

@@ -8,7 +8,10 @@ here once:
 
 * **selection**: the top ``k`` edges by score, the edges at or above a
   threshold, or the connected top ``k`` (every kept edge on a path of kept edges
-  to the logits); ties by an optional tie-break, then by edge order;
+  to the logits); ties by an optional tie-break, then by edge order; and Edge
+  Pruning's own final circuit (``threshold_choice``: a bisected threshold on
+  the edges' deterministic masks, then on the nodes', then edges of removed
+  writers dropped);
 * **connectivity**: which writers reach the logits through kept edges (a reader
   is live with any writer that owns it, ``Graph.reader_owners``, the logits
   always), and which removed edges lie between live nodes;
@@ -75,6 +78,75 @@ def threshold_mask(scores: Tensor, threshold: float, absolute: bool = False) -> 
     """``[items]`` bool: the items whose score (its magnitude when ``absolute``) is at least ``threshold``."""
     flat = scores.detach().reshape(-1).cpu()
     return (flat.abs() if absolute else flat) >= threshold
+
+
+THRESHOLD_TOLERANCE = 1e-5  # Edge Pruning's binary search stops when its interval is this narrow
+
+
+def threshold_search(values: Tensor, sparsity: Tensor | float) -> float:
+    """Edge Pruning's threshold for deterministic mask ``values`` meeting ``sparsity`` (src/eval/ioi.py:194-217).
+
+    Bisection on ``[0, 1]``: at ``t`` the sparsity is ``1 - #(values > t) / n`` (float32, as
+    ``get_edge_sparsity`` with a threshold set); above the target the threshold comes down, else it goes up,
+    until the interval is narrower than 1e-5. The result is the **last midpoint tried**, as the authors' loop
+    leaves it set on the model: its sparsity may lie on either side of ``sparsity`` (the two count levels
+    around it), never further.
+    """
+    flat = values.detach().reshape(-1).cpu().float()
+    target = torch.as_tensor(sparsity, dtype=torch.float32)
+    low, high, threshold = 0.0, 1.0, 0.5
+    while high - low > THRESHOLD_TOLERANCE:
+        threshold = (low + high) / 2
+        reached = 1 - (flat > threshold).to(flat.dtype).sum() / max(1, flat.numel())
+        if reached > target:
+            high = threshold
+        else:
+            low = threshold
+    return threshold
+
+
+@dataclass(frozen=True)
+class ThresholdChoice:
+    """Edge Pruning's final circuit: thresholded edges, thresholded nodes, edges of removed writers dropped."""
+
+    edges: Tensor  # [edges] bool, kept
+    nodes: Tensor | None  # [writers] bool, kept (None without node masks)
+    edge_threshold: float
+    node_threshold: float | None
+    edge_sparsity: float  # of the thresholded edge masks alone (``get_edge_sparsity``)
+
+    @property
+    def sparsity(self) -> float:
+        """Of the edges kept after removed writers' edges are dropped (``get_effective_edge_sparsity``)."""
+        return 1.0 - float(self.edges.sum()) / self.edges.numel()
+
+
+def threshold_choice(graph: Graph, edge_values: Tensor, edge_sparsity: Tensor | float,
+                     node_values: Tensor | None = None, node_sparsity: Tensor | float | None = None) -> ThresholdChoice:
+    """Edge Pruning's final circuit from deterministic masks (src/eval/ioi.py:158-241, modeling_fpt2.py:997-1066).
+
+    The edges above ``threshold_search(edge_values, edge_sparsity)``; with node masks, the writers above
+    ``threshold_search(node_values, node_sparsity)``; then every edge out of a removed writer is dropped (the
+    authors' ``get_edges`` keeps an edge only from an ``allowed_writer``). The embeddings, when the graph has no
+    embedding nodes, are no writers and always feed every reader.
+    """
+    values = edge_values.detach().reshape(-1).cpu().float()
+    if values.numel() != graph.num_edges:
+        raise SubnetlabError(f"{values.numel()} edge masks for {graph.num_edges} edges")
+    edge_threshold = threshold_search(values, edge_sparsity)
+    edges = values > edge_threshold
+    reached = 1.0 - float(edges.sum()) / edges.numel()
+    if node_values is None:
+        return ThresholdChoice(edges, None, edge_threshold, None, reached)
+    nodes_flat = node_values.detach().reshape(-1).cpu().float()
+    if nodes_flat.numel() != len(graph.writers):
+        raise SubnetlabError(f"{nodes_flat.numel()} node masks for {len(graph.writers)} writers")
+    if node_sparsity is None:
+        raise SubnetlabError("node masks need a node sparsity to search a threshold for")
+    node_threshold = threshold_search(nodes_flat, node_sparsity)
+    nodes = nodes_flat > node_threshold
+    writer_of = torch.tensor([w for w, _ in graph.edges], dtype=torch.long)
+    return ThresholdChoice(edges & nodes[writer_of], nodes, edge_threshold, node_threshold, reached)
 
 
 # -------------------------------------------------------------------------------------- the value
@@ -321,4 +393,5 @@ def _best_first_from_logits(graph: Graph, rank: list[int], keep: int, set_aside:
     return chosen
 
 
-__all__ = ["Circuit", "SCORE_SIGNS", "check_model_graph", "edges_kept", "ranking", "threshold_mask", "top_k_mask"]
+__all__ = ["Circuit", "SCORE_SIGNS", "ThresholdChoice", "check_model_graph", "edges_kept", "ranking", "threshold_choice",
+           "threshold_mask", "threshold_search", "top_k_mask"]

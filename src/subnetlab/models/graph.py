@@ -7,8 +7,10 @@ terms of these sums. The graph names them:
 
 * **writers** (nodes): the embeddings (token and position as two nodes where the
   family has both, ``tok_embeds`` and ``pos_embeds`` as Edge Pruning counts
-  them; one node ``input`` otherwise, or when asked for one), every attention
-  head ``a{l}.h{h}``, every MLP ``m{l}``;
+  them; one node ``input`` otherwise, or when asked for one; none when asked for
+  none, Edge Pruning's default graph: the embeddings then feed every reader
+  directly and no edge out of them can be cut), every attention head
+  ``a{l}.h{h}``, every MLP ``m{l}``;
 * **readers**: the query, key and value input of every head separately
   (``a{l}.h{h}<q>``, ``<k>``, ``<v>``), every MLP's input ``m{l}``, the output
   ``logits``;
@@ -31,7 +33,7 @@ reader, each reader's upstream writers in writer order, so the edges into one
 layer's attention readers form one ``[readers, writers]`` block
 (``reader_blocks``), which ``intervene.edges`` reads masks from.
 
-GPT-2 small (12 x 12): 32,936 edges with two embedding nodes, 32,491 with one.
+GPT-2 small (12 x 12): 32,936 edges with two embedding nodes, 32,491 with one, 32,046 with none.
 
 What each writer is (``writer_nodes``), what each reader is (``reader_kinds``)
 and which writers compute from it (``reader_owners``) are data here, so no code
@@ -51,7 +53,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.io import write_json
 
 FORMAT = "subnetlab.graph/1"
-EMBEDDING_NAMES = {2: ("tok_embeds", "pos_embeds"), 1: ("input",)}
+EMBEDDING_NAMES = {2: ("tok_embeds", "pos_embeds"), 1: ("input",), 0: ()}
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,13 @@ class Graph:
             raise SubnetlabError(f"a graph needs layers, heads and key/value heads dividing the heads; got "
                                  f"{self.num_layers} x {self.num_heads} ({self.num_kv_heads} key/value heads)")
         if self.num_embeddings not in EMBEDDING_NAMES:
-            raise SubnetlabError(f"embedding nodes: {self.num_embeddings}, expected 1 or 2", setting="embedding_nodes")
+            raise SubnetlabError(f"embedding nodes: {self.num_embeddings}, expected 0, 1 or 2", setting="embedding_nodes")
 
     # -- construction ---------------------------------------------------------------
     @classmethod
     def from_adapter(cls, adapter: Any, embedding_nodes: int | None = None) -> "Graph":
-        """The graph of the model behind ``adapter``; ``embedding_nodes`` 1 joins token and position embeddings."""
+        """The graph of the model behind ``adapter``; ``embedding_nodes`` 1 joins token and position embeddings,
+        0 leaves them out of the graph (always present)."""
         return cls.for_family(adapter.spec, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads,
                               embedding_nodes)
 

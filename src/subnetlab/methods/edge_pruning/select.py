@@ -1,7 +1,9 @@
 """From trained edge masks to a binary circuit with exactly the target number of edges.
 
-Edge Pruning binary-searches a threshold on the deterministic masks until the
-edge sparsity meets the target; its limit is the top-k below: keep the
+Edge Pruning's own final circuit, a bisected threshold at the masks' own
+sparsity with a node pass (``selection="threshold"``, the paper preset), is
+``models.circuit.threshold_choice`` over ``tensors``' per-tensor masks. The
+rules here meet the target exactly instead: keep the
 ``round((1 - target) * edges)`` edges with the largest deterministic mask (an
 edge's mask times its writer's node mask, when nodes are masked), ties broken
 by the summed log-alphas, then by edge order. Exact to one edge, whatever the

@@ -33,12 +33,15 @@ from subnetlab.intervene.edges import EdgeMasks, WriterValues, apply_edges, capt
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig
 from subnetlab.tasks.circuits.pairs import corrupted_inputs
 from subnetlab.methods.edge_pruning.select import EdgeSelection, select_connected_edges, select_top_edges
+from subnetlab.methods.edge_pruning.tensors import (node_tensors, padding_size, per_tensor_edges, per_tensor_nodes,
+                                                    tensor_sums)
 from subnetlab.methods.l0.data import PruningData, to_device
 from subnetlab.methods.l0.distribution import HardConcreteMask
 from subnetlab.methods.l0.objective import Lagrangian
 from subnetlab.methods.l0.schedule import LinearSchedule
 from subnetlab.methods.l0.trainer import MaskTrainer, StepCallback, train
 from subnetlab.models.adapters import Adapter
+from subnetlab.models.circuit import threshold_choice
 from subnetlab.models.graph import Graph
 from subnetlab.runtime import model_device
 
@@ -78,7 +81,17 @@ class EdgePruner(MaskTrainer):
         self.writer_of = torch.tensor([w for w, _ in self.graph.edges], dtype=torch.long, device=device)
         self.lag_edges = Lagrangian().to(device)
         self.lag_nodes = Lagrangian().to(device) if self.node_schedule is not None else None
-        alphas = [m.log_alpha for m in self.mask_modules()]
+        # the authors' read tensors padded to all writers (``tensors``): log-alphas with no gradient, decayed
+        self.padding = None
+        if config.selection == "threshold" and padding_size(self.graph):
+            noise = torch.Generator().manual_seed(config.seed + 2_000_003)
+            start = config.init_log_alpha + config.init_std * torch.randn(padding_size(self.graph), generator=noise)
+            self.padding = nn.Parameter(start.float().to(device))
+        # the authors' untrained node Lagrangian: value 0, its multipliers' gradients in the clipped norm
+        self.clip_nodes = Lagrangian().to(device) if config.clip_node_target is not None else None
+        self.clip_node_schedule = (LinearSchedule(config.clip_node_target, config.warmup_steps, config.total_steps)
+                                   if config.clip_node_target is not None else None)
+        alphas = [m.log_alpha for m in self.mask_modules()] + ([self.padding] if self.padding is not None else [])
         lambdas = [p for lag in (self.lag_edges, self.lag_nodes) if lag is not None for p in lag.parameters()]
         super().__init__(model, data, config, config.total_steps, alphas, lambdas, teacher)
 
@@ -93,6 +106,8 @@ class EdgePruner(MaskTrainer):
 
     def selection(self, sparsity: float | None = None) -> EdgeSelection:
         """The circuit at ``sparsity`` (default: the target) from the deterministic masks."""
+        if self.config.selection == "threshold":
+            return self.threshold_selection(sparsity)
         sparsity = self.config.sparsity if sparsity is None else sparsity
         scores = self.edges.deterministic()
         tiebreak = self.edges.log_alpha.detach().cpu().clone()
@@ -108,6 +123,25 @@ class EdgePruner(MaskTrainer):
         else:
             edges = select_top_edges(scores, tiebreak, sparsity)
         return EdgeSelection(edges, undecided, num_masks)
+
+    def threshold_selection(self, sparsity: float | None = None) -> EdgeSelection:
+        """The authors' final circuit: per-tensor deterministic masks (``tensors``), a threshold meeting
+        ``sparsity`` or, when None, the masks' own deterministic sparsity, then the nodes' at theirs, then the
+        edges of removed writers dropped (``models.circuit.threshold_choice``)."""
+        padding = self.padding if self.padding is not None else torch.zeros(0)
+        edges = per_tensor_edges(self.graph, self.edges.log_alpha, padding)
+        own = 1 - tensor_sums(self.graph, edges) / self.graph.num_edges
+        nodes = node_target = None
+        undecided, num_masks = self.edges.undecided(), self.edges.size
+        if self.nodes is not None:
+            nodes = per_tensor_nodes(self.graph, self.nodes.log_alpha)
+            total = torch.zeros((), dtype=torch.float32)
+            for part in nodes.split(list(node_tensors(self.graph))):
+                total = total + part.sum()
+            node_target = 1 - total / nodes.numel()
+            undecided, num_masks = undecided + self.nodes.undecided(), num_masks + self.nodes.size
+        choice = threshold_choice(self.graph, edges, own if sparsity is None else sparsity, nodes, node_target)
+        return EdgeSelection(choice.edges.float(), undecided, num_masks)
 
     # -- the trainer's parts ----------------------------------------------------------------------
     def install(self) -> EdgeMasks:
@@ -133,7 +167,15 @@ class EdgePruner(MaskTrainer):
         terms = self.lag_edges(target, getattr(self.edges, estimate)())
         if self.lag_nodes is not None:
             terms = terms + self.lag_nodes(self.node_schedule.target(step), getattr(self.nodes, estimate)())
+        if self.clip_nodes is not None:
+            terms = terms + self.clip_nodes(self.clip_node_schedule.target(step), getattr(self.nodes, estimate)())
+        if self.padding is not None:  # a zero gradient, as the authors' padded entries get, so the decay applies
+            terms = terms + 0.0 * self.padding.sum()
         return terms
+
+    def clipped_parameters(self) -> list[Tensor]:
+        extra = list(self.clip_nodes.parameters()) if self.clip_nodes is not None else []
+        return super().clipped_parameters() + extra
 
     def record(self, done: int, target: float, factor: float, kl: float, penalty: float) -> dict[str, Any]:
         return {"step": done, "target": round(target, 6), "kl": kl,
@@ -153,6 +195,8 @@ class EdgePruner(MaskTrainer):
             tensors[f"{name}_generator"] = masks.generator_state()
             if lag is not None:
                 tensors[f"lambda1_{name}"], tensors[f"lambda2_{name}"] = lag.lambda1.detach(), lag.lambda2.detach()
+        if self.padding is not None:
+            tensors["log_alpha_padding"] = self.padding.detach()
         return tensors
 
     def load_state_tensors(self, t: dict[str, Tensor]) -> None:
@@ -162,6 +206,8 @@ class EdgePruner(MaskTrainer):
             if lag is not None:
                 lag.lambda1.copy_(t[f"lambda1_{name}"])
                 lag.lambda2.copy_(t[f"lambda2_{name}"])
+        if self.padding is not None:
+            self.padding.copy_(t["log_alpha_padding"])
 
     def checkpoint_info(self) -> dict[str, Any]:
         return {"graph": self.graph.shape()}

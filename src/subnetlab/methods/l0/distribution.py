@@ -63,14 +63,20 @@ def prob_open(log_alpha: Tensor) -> Tensor:
     return torch.sigmoid(log_alpha - BETA * _LOG_RATIO_ONE)
 
 
-def deterministic_group(log_alpha: Tensor) -> Tensor:
+def deterministic_group(log_alpha: Tensor, clamped: bool = False) -> Tensor:
     """Test-time masks of one group, as in CoFi, the Heuristic Core and Edge Pruning code.
 
     The expected number of closed masks ``round(sum P(z = 0))`` is set to 0 (smallest log-alphas first); the
     others get the soft value ``sigmoid(log_alpha / beta * 0.8)``. Thresholds are searched on these values.
+    ``clamped``: count as Edge Pruning's ``l0.py`` does, ``size - sum(1 - clamp(P(z = 0), eps, 1 - eps))``
+    in float32, which rounds differently when many masks sit at the clamp.
     """
     soft = torch.sigmoid(log_alpha / BETA * DETERMINISTIC_FACTOR).clone()
-    zeros = int(torch.round(prob_closed(log_alpha).sum()).item())
+    if clamped:
+        nonzeros = torch.sum(1 - prob_closed(log_alpha.float()).clamp(EPS, 1 - EPS))
+        zeros = int(torch.round(log_alpha.numel() - nonzeros).item())
+    else:
+        zeros = int(torch.round(prob_closed(log_alpha).sum()).item())
     if zeros > 0:
         order = torch.argsort(soft, stable=True)
         soft[order[:zeros]] = 0.0

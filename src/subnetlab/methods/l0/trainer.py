@@ -132,6 +132,10 @@ class MaskTrainer:
         """JSON beside the tensors beyond the config and the history."""
         return {}
 
+    def clipped_parameters(self) -> list[Tensor]:
+        """Every tensor whose gradient enters the clipped norm (cleared before each step): the optimiser's."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
     # -- context ------------------------------------------------------------------------------------
     def __enter__(self) -> "MaskTrainer":
         self.frozen.__enter__()
@@ -165,7 +169,9 @@ class MaskTrainer:
         factor = lr_factor(step, total=self.total, warmup=cfg.lr_warmup_steps, decay=cfg.lr_decay)
         for group, base in zip(self.optimizer.param_groups, self.base_lrs):
             group["lr"] = base * factor
-        self.optimizer.zero_grad(set_to_none=True)
+        clipped = self.clipped_parameters()
+        for p in clipped:
+            p.grad = None
         kl_sum = penalty_sum = 0.0
         for micro in range(cfg.accumulation):
             indices = self.order.indices(step * cfg.accumulation + micro)
@@ -182,8 +188,7 @@ class MaskTrainer:
             kl_sum += float(kl.detach())
             penalty_sum += float(penalty.detach())
         if cfg.max_grad_norm is not None:
-            params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=False)
+            torch.nn.utils.clip_grad_norm_(clipped, cfg.max_grad_norm, foreach=False)
         self.optimizer.step()
         done = step + 1
         kl_mean, penalty_mean = kl_sum / cfg.accumulation, penalty_sum / cfg.accumulation
