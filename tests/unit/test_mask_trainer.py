@@ -18,11 +18,8 @@ from tests.conftest import tiny_model
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def one_thread(one_thread):  # conftest's, for every test here
     yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

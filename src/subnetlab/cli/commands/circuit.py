@@ -89,8 +89,10 @@ def circuit(
     ablation: Optional[str] = typer.Option(None, "--ablation", help="edge-pruning: what a removed edge delivers, "
                                            "corrupted (default: its writer's output on the corrupted prompt), mean or "
                                            "zero."),
-    embedding_nodes: Optional[int] = typer.Option(None, "--embedding-nodes", help="1 joins the token and position "
-                                                  "embeddings into one writer (default: as many as the family has)."),
+    embedding_nodes: Optional[int] = typer.Option(None, "--embedding-nodes", help="0 leaves the embeddings out of the "
+                                                  "graph (Edge Pruning's own default: they reach every reader and are "
+                                                  "never cut); 1 joins the token and position embeddings into one "
+                                                  "writer (default: as many as the family has)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_train=200."),
     data_flags: dict = None,
     set_: list[str] = typer.Option([], "--set", help="edge-pruning: override a setting KEY=VALUE, e.g. "
