@@ -83,15 +83,36 @@ def test_discovery_and_transfer_run_on_the_device(device):
     assert 0.0 <= result.test_accuracy <= 1.0 and result.sequences == 2 * 48
 
 
+TASK_OPTIONS = {"n_train": 32, "n_eval": 16, "hans_per_subcase": 1}
+
+
+def task_word_tokenizer(task_name: str, options: dict):
+    """A BERT-style word-level tokenizer over the words of the task's examples: no MiniLM package needed, so
+    the test runs on a GPU machine that has only torch and transformers."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import BertTokenizerFast
+
+    from subnetlab.tasks import get_task
+
+    task = get_task(task_name, **options)
+    words = sorted({w for ex in [*task.train, *(e for split in task.eval_splits.values() for e in split)]
+                    for text in (ex.text_a, ex.text_b or "") for w in text.split()})
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return BertTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                             sep_token="[SEP]")
+
+
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
-    """A tiny BERT classifier saved with MiniLM's tokenizer: what `subnetlab prune` loads."""
-    from transformers import AutoTokenizer
-
-    from subnetlab.models import build_model, resolve
+    """A tiny BERT classifier saved with a word-level tokenizer: what `subnetlab prune` loads."""
+    from subnetlab.models import build_model
     from tests.conftest import tiny_config
 
-    tok = AutoTokenizer.from_pretrained(resolve("minilm"))
+    tok = task_word_tokenizer("nli-synthetic", TASK_OPTIONS)
     config = tiny_config("bert", layers=2, heads=4, hidden=32)
     config.vocab_size = len(tok)
     loaded = build_model(config, head="classification", seed=0)
@@ -112,7 +133,7 @@ def test_a_prune_job_runs_on_the_device_it_names(device, tiny_checkpoint, tmp_pa
     prune = preset_config("demo", 0.5, seed=0, warmup_steps=8, total_steps=12, train_limit=32, means_examples=32,
                           eval_limit=16, batch_size=8, checkpoint_every=4).to_dict()
     base = {"model": str(tiny_checkpoint), "task": "nli-synthetic",
-            "task_options": {"n_train": 32, "n_eval": 16, "hans_per_subcase": 1}, "splits": ["id"], "prune": prune}
+            "task_options": TASK_OPTIONS, "splits": ["id"], "prune": prune}
     cpu = prune_job({**base, "device": "cpu"}, tmp_path / "cpu")
     there = prune_job({**base, "device": device}, tmp_path / device)
     assert PruneJobConfig.from_dict({**base, "device": device}).device == device
