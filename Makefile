@@ -23,10 +23,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
-# On a GPU machine whose python3 already holds torch with CUDA (after scripts/gpu-machine-setup.sh install):
-# the device tests (skipped where CUDA is absent).
+# On a GPU machine whose python3 already holds torch with CUDA (no network, nothing installed): every gpu-marked
+# test, then benchmarks/bench_gpu.py part by part under time limits; tables under $$OUT (scripts/gpu-check.sh).
+# Without CUDA the gpu tests skip; `make gpu-check PY=.venv/bin/python SMALL=1` checks the script at tiny shapes.
 gpu-check:
-	$(PY) -m pytest -q -p no:cacheprovider -m gpu -rs tests
+	PYTHON=$(PY) scripts/gpu-check.sh $(if $(SMALL),--small)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
