@@ -439,7 +439,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memory-steps", type=int, default=3, help="memory part: timed steps after the first")
     args = p.parse_args(argv)
     if args.small:  # defaults become the tiny ones; an option given on the command line still wins
-        given = {a.dest for a in p._actions if any(s in (argv if argv is not None else sys.argv[1:]) for s in a.option_strings)}
+        words = argv if argv is not None else sys.argv[1:]
+        given = {a.dest for a in p._actions for s in a.option_strings
+                 if any(w == s or w.startswith(s + "=") for w in words)}
         for key, value in SMALL.items():
             if key not in given:
                 setattr(args, key, value)
