@@ -109,7 +109,8 @@ def test_released_vision_code_choices_run_end_to_end(tmp_path):
     from subnetlab.experiments.shape_bias.data import prepare_data
     from subnetlab.experiments.shape_bias.models import base_model
 
-    base, _ = base_model("vit", settings["vit"], prepare_data(settings, tmp_path), tmp_path / "vit", 16, 0)
+    typed = module.Settings.from_dict(settings)  # the study's own settings, as its run built them
+    base, _ = base_model("vit", typed.vit, prepare_data(typed, tmp_path), tmp_path / "vit", 16, 0)
     sub = Subnetwork.load(tmp_path / "vit" / "subnetwork.safetensors", adapter=vision_adapter(base))
     assert "classifier.weight" in sub.weights
 
