@@ -75,3 +75,27 @@ def test_circuit_refuses_unknown_method(tiny, tmp_path, capsys):  # noqa: F811
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "--method" in err and "eap" in err
+
+
+def test_a_rerun_with_other_settings_is_refused_and_loses_nothing(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """Rerunning circuit --method eap-ig, or circuit-eval with other sizes, into a finished directory: one error line
+    naming the differing setting, exit 2, the first run's files byte for byte as they were (prune refuses alike)."""
+    from subnetlab.cli import main
+
+    model = str(tiny[0] / "model")
+    scores = tmp_path / "scores"
+    _run(["circuit", "--model", model, *TASK, "--out", str(scores), "--method", "eap", "--device", "cpu"], capsys)
+    evaluation = tmp_path / "ev"
+    _run(["circuit-eval", "--model", model, *TASK, "--out", str(evaluation), "--scores",
+          str(scores / "scores.safetensors"), "--sizes", "10,50", "--device", "cpu"], capsys)
+    for out, argv, differs in (
+            (scores, ["circuit", "--model", model, *TASK, "--out", str(scores), "--method", "eap-ig", "--device",
+                      "cpu"], "differs in ig_steps, method"),
+            (evaluation, ["circuit-eval", "--model", model, *TASK, "--out", str(evaluation), "--scores",
+                          str(scores / "scores.safetensors"), "--sizes", "10,90", "--device", "cpu"], "differs in sizes")):
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+        assert done.value.code == 2 and len(err) == 1 and differs in err[0], err
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -73,6 +73,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     from subnetlab.models.graph import Graph
     from subnetlab.intervene.edges import check_edge_family
     from subnetlab.progress import stage
+    from subnetlab.run_directory import check_config
     from subnetlab.runtime import describe_runtime, resolve_device, runtime_record
     from subnetlab.tasks.circuits.pairs import CircuitTask
 
@@ -94,8 +95,10 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
                              setting="metric")
     graph = Graph.from_adapter(loaded.adapter, job.embedding_nodes)
     model = loaded.model.to(device).eval()
+    config = {**job.record(task=task.options), **runtime_record(device)}
+    check_config(out, config, "attribution run")  # a finished run of other settings is never overwritten
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", {**job.record(task=task.options), **runtime_record(device)})
+    write_json(out / "config.json", config)
     pairs = len(task.examples(job.split)) if job.limit is None else min(job.limit, len(task.examples(job.split)))
     stage(f"{job.method} scores of {graph.num_edges} edges on {pairs} pairs of {job.split} (metric {job.metric}"
           f"{f', {job.ig_steps} steps' if job.method == 'eap-ig' else ''})")

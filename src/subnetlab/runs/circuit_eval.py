@@ -38,6 +38,7 @@ from torch import Tensor
 from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import write_json
+from subnetlab.run_directory import check_config
 from subnetlab.runs.job_config import JobConfig, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
@@ -197,8 +198,9 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     if len(shapes) > 1:
         raise SubnetlabError("the circuits mix levels or graphs (edges of two graphs, or edges and nodes); give one kind",
                              setting="circuits")
-    out.mkdir(parents=True, exist_ok=True)
     config = {**job.record(task=task.options), **runtime_record(device), "level": level}
+    check_config(out, config, "circuit evaluation")  # a finished run of other settings is never overwritten
+    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", config)
     model = loaded.model.to(device).eval()
     stage(f"{level} circuits on {len(task.examples(job.split))} pairs of {job.split}"
