@@ -10,12 +10,12 @@ from subnetlab.tasks.base import NLI3, Example, Task
 WORDS = ["the", "a", "cat", "dog", "bird", "sat", "ran", "slept", "not", "never", "big", "small", "."]
 
 
-def word_tokenizer():
-    """A BERT-style fast tokenizer over ``WORDS`` (word ids and offsets work, as layouts need)."""
+def word_tokenizer(words: list[str] | None = None):
+    """A BERT-style fast tokenizer over ``words`` (default ``WORDS``; word ids and offsets work, as layouts need)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import BertTokenizerFast
 
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *WORDS])}
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *(WORDS if words is None else words)])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(

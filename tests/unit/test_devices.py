@@ -89,21 +89,13 @@ TASK_OPTIONS = {"n_train": 32, "n_eval": 16, "hans_per_subcase": 1}
 def task_word_tokenizer(task_name: str, options: dict):
     """A BERT-style word-level tokenizer over the words of the task's examples: no MiniLM package needed, so
     the test runs on a GPU machine that has only torch and transformers."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import BertTokenizerFast
-
     from subnetlab.tasks import get_task
+    from tests.unit.lottery_helpers import word_tokenizer
 
     task = get_task(task_name, **options)
     words = sorted({w for ex in [*task.train, *(e for split in task.eval_splits.values() for e in split)]
                     for text in (ex.text_a, ex.text_b or "") for w in text.split()})
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return BertTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                             sep_token="[SEP]")
+    return word_tokenizer(words)
 
 
 @pytest.fixture(scope="module")
