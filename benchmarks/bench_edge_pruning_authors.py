@@ -198,12 +198,12 @@ def scaled(n: int, steps: int) -> int:
 
 
 def train_model(cache: Path, train_steps: int):
-    """The tiny GPT-2 on the induction task, trained once and kept under ``cache``."""
+    """The tiny GPT-2 on the induction task, trained once and kept under ``cache``; its circuit task's pairs."""
     from transformers import AutoModelForCausalLM
 
     from subnetlab.experiments.circuits.training import ModelShape, TrainSettings, build_induction_model, \
         train_induction_model
-    from subnetlab.tasks.induction import InductionConfig, induction_tokenizer
+    from subnetlab.tasks.induction import InductionConfig, induction_tokenizer, make_induction_task
 
     task = InductionConfig(vocab_size=32, length=32, min_span=8, max_span=12, max_gap=6)
     shape = ModelShape(family="gpt2", layers=2, heads=4, width=64, mlp_width=256, mlp=True)
@@ -215,7 +215,26 @@ def train_model(cache: Path, train_steps: int):
         model.save_pretrained(str(folder))
         (folder / "curve.json").write_text(json.dumps(curve))
     model = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager").eval()
-    return model, tokenizer, task, folder, json.loads((folder / "curve.json").read_text())[-1]
+    trained = json.loads((folder / "curve.json").read_text())[-1]
+    pairs = make_induction_task(n_train=200, n_eval=200, seed=0, **task.to_dict()).bind(tokenizer)
+    return model, tokenizer, pairs, folder, f"repeat accuracy {trained['repeat_accuracy']:.2f}"
+
+
+def train_ioi_model(cache: Path, train_steps: int):
+    """The demo's IOI-style model (``reproduce circuits --preset demo``, its ``ioi`` settings) as a GPT-2, trained
+    once and kept under ``cache``; its circuit task (200 training pairs, 200 held out, ABC corruption)."""
+    from transformers import AutoModelForCausalLM
+
+    from subnetlab.experiments.circuits.ioi import train_ioi_model as train
+    from subnetlab.experiments.circuits.reproduce import PRESETS
+    from subnetlab.experiments.circuits.settings import CircuitsSettings
+
+    demo = PRESETS["demo"]
+    ioi = {**demo["ioi"], "steps": train_steps, "model": {**demo["ioi"]["model"], "family": "gpt2"}}
+    folder = cache / f"ioi-gpt2-{train_steps}"
+    _, tokenizer, task, record = train(CircuitsSettings.from_dict({**demo, "ioi": ioi}), folder)
+    model = AutoModelForCausalLM.from_pretrained(str(folder / "model"), attn_implementation="eager").eval()
+    return model, tokenizer, task, folder / "model", f"held-out accuracy {record['curve'][-1]['accuracy']:.2f}"
 
 
 def edge_name(writer: str, reader: str) -> str:
@@ -232,7 +251,9 @@ def main() -> None:
     parser.add_argument("--authors", default=MIRROR, help="the authors' repository: a git directory or checkout")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "subnetlab-bench" / "edge-pruning-authors"))
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--train-steps", type=int, default=600)
+    parser.add_argument("--task", choices=("induction", "ioi"), default="induction",
+                        help="the model and pairs: the induction GPT-2, or the demo's IOI model as a GPT-2")
+    parser.add_argument("--train-steps", type=int, default=None, help="the model's training (600 / 800)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--targets", default="0.9,0.95")
     parser.add_argument("--before-seeds", default="0", help="seeds of subnetlab's earlier paper settings")
@@ -247,18 +268,16 @@ def main() -> None:
     from subnetlab.methods.l0.distribution import prob_closed
     from subnetlab.models import get_adapter
     from subnetlab.models.graph import Graph
-    from subnetlab.tasks.induction import make_induction_task
 
     cache = Path(args.cache)
     seeds = [int(s) for s in args.seeds.split(",")]
     before_seeds = [int(s) for s in args.before_seeds.split(",") if s != ""]
     targets = [float(t) for t in args.targets.split(",")]
     python = authors_environment(cache)
-    model, tokenizer, task_cfg, model_dir, trained = train_model(cache, args.train_steps)
+    builder, default_steps = (train_model, 600) if args.task == "induction" else (train_ioi_model, 800)
+    model, tokenizer, task, model_dir, trained = builder(cache, args.train_steps or default_steps)
     adapter = get_adapter(model)
     graph = Graph.from_adapter(adapter)
-    task = make_induction_task(n_train=200, n_eval=200, seed=0, **task_cfg.to_dict())
-    task.bind(tokenizer)
     data = circuit_data(task, tokenizer, "train")
     train_batch = task.pair_batch(tokenizer, "train", list(range(len(task.pairs("train")))))
     held = task.pair_batch(tokenizer, "eval", list(range(len(task.pairs("eval")))))
@@ -321,7 +340,7 @@ def main() -> None:
     def jaccard(a: set[str], b: set[str]) -> float:
         return len(a & b) / max(1, len(a | b))
 
-    print(f"model: {model_dir.name}, repeat accuracy {trained['repeat_accuracy']:.2f}; graph {graph.num_edges} "
+    print(f"model: {model_dir.parent.name if args.task == 'ioi' else model_dir.name}, {trained}; graph {graph.num_edges} "
           f"edges; logit diff full {full:.3f}, empty {empty:.3f}; {args.steps} steps (sparsity warm-up {warmup}, "
           f"lr warm-up {lr_warmup})")
     print(f"{'code':8} {'seed':>4} {'target':>6} {'edges':>5} {'exp.sp':>6} {'f':>6} {'J/auth':>6} {'s':>6}")
