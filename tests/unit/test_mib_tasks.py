@@ -159,3 +159,53 @@ def test_without_a_path_the_task_says_what_it_reads():
                                              "folder or JSON lines file as task option path") as e:
         get_task("mib-arc-easy")
     assert e.value.setting == "task_options"
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """A tiny GPT-2 built from a config over the word-level tokenizer of the MIB rows."""
+    from transformers import GPT2Config
+
+    from subnetlab.models import build_model
+
+    root = tmp_path_factory.mktemp("mib-lm")
+    tok = mib_tokenizer()
+    config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2, n_inner=32,
+                        initializer_range=0.3)
+    build_model(config, head="causal-lm", seed=0).model.save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    return str(root / "model")
+
+
+@pytest.mark.parametrize("name, options", [("mib-ioi", ["--task-option", "counterfactual=abc_counterfactual"]),
+                                           ("mib-mcqa", [])])
+def test_circuit_and_circuit_eval_on_a_mib_copy_equal_the_same_pairs_as_a_pairs_file(name, options, tiny_lm, tmp_path,
+                                                                                     capsys, one_thread):
+    """``--task mib-*`` end to end (EAP scores, then the faithfulness curve): the same numbers as the same pairs
+    written as a pairs file (``file:`` with clean / corrupted / answer / wrong columns)."""
+    from subnetlab.io import load_tensors
+    from tests.unit.test_circuit_eval_cli import _run
+
+    train, validation = ROWS[name](6), ROWS[name](4, 6)
+    folder = save_folder(tmp_path / "copy", {"train": train, "validation": validation})
+    task = get_task(name, path=folder, **dict(o.split("=") for o in options[1::2])).bind(mib_tokenizer())
+    for split, file in (("train", "pairs.jsonl"), ("eval", "held.jsonl")):
+        save_jsonl(tmp_path / file, [{"clean": p.clean, "corrupted": p.corrupted, "answer": p.answer, "wrong": p.wrong}
+                                     for p in task.pairs(split)])
+    tasks = {"mib": ["--task", name, "--task-option", f"path={folder}", *options],
+             "file": ["--task", f"file:{tmp_path / 'pairs.jsonl'}", "--corrupted-column", "corrupted",
+                      "--eval-file", str(tmp_path / "held.jsonl")]}
+    curves, scores = {}, {}
+    for kind, args in tasks.items():
+        _run(["circuit", "--model", tiny_lm, *args, "--method", "eap", "--out", str(tmp_path / f"{kind}-eap"),
+              "--device", "cpu"], capsys)
+        scores[kind] = load_tensors(tmp_path / f"{kind}-eap" / "scores.safetensors")["edges"]
+        _run(["circuit-eval", "--model", tiny_lm, *args, "--scores", str(tmp_path / "mib-eap" / "scores.safetensors"),
+              "--sizes", "10,50,100", "--out", str(tmp_path / f"{kind}-eval"), "--device", "cpu"], capsys)
+        curves[kind] = json.loads((tmp_path / f"{kind}-eval" / "faithfulness.json").read_text())
+    assert scores["mib"].abs().sum() > 0 and scores["mib"].tolist() == scores["file"].tolist()
+    assert curves["mib"]["faithfulness"] == curves["file"]["faithfulness"]
+    assert curves["mib"]["cpr"] == curves["file"]["cpr"] and curves["mib"]["faithfulness"]["logit_diff"][-1] == \
+        pytest.approx(1.0, abs=1e-5)
+    recorded = (tmp_path / "mib-eap" / "config.json").read_text()  # the copy and the counterfactual, to rerun it
+    assert folder in recorded and all(o.split("=")[1] in recorded for o in options[1::2])
