@@ -131,11 +131,11 @@ BAD = [  # (task, rows of the copy (the second one bad), error fragment)
     ("mib-ioi", [ioi_rows(2)[0], _without(ioi_rows(2)[1], "s2_io_flip_counterfactual", "prompt"), ioi_rows(3)[2]],
      ":2: column 's2_io_flip_counterfactual.prompt' is missing"),
     ("mib-mcqa", [mcqa_rows(2)[0], _set(mcqa_rows(2)[1], 7, "answerKey"), mcqa_rows(3)[2]],
-     ":2: column 'answerKey' holds a int (7), not an index into its 4 choices"),
+     ":2: column 'answerKey' holds int 7, not an index into its 4 choices"),
     ("mib-mcqa", [_set(r, str(r["answerKey"]), "answerKey") for r in mcqa_rows(3)],
-     ":1: column 'answerKey' holds a str ('0'), not an index into its 4 choices"),
+     ":1: column 'answerKey' holds str '0', not an index into its 4 choices"),
     ("mib-arithmetic-addition", [_set(r, 1.5, "label") for r in arithmetic_rows("+", 3)],
-     ":1: column 'label' holds a float (1.5), not a number"),
+     ":1: column 'label' holds float 1.5, not a number"),
 ]
 
 

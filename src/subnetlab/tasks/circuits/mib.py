@@ -65,7 +65,7 @@ def _fault(where: str, column: str, what: str) -> SubnetlabError:
 
 
 def _kind(value: Any) -> str:
-    return "nothing" if value is None else f"a {type(value).__name__} ({value!r:.60})"
+    return "nothing" if value is None else f"{type(value).__name__} {value!r:.60}"
 
 
 def _text(value: Any, where: str, column: str) -> str:
