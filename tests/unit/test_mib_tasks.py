@@ -99,8 +99,9 @@ def test_rows_mibs_filter_drops_are_refused_or_dropped_as_mib_does(tmp_path):
     rows[2]["metadata"]["random_c"] = "Frank"
     path = save_jsonl(tmp_path / "ioi.jsonl", rows)
     held = save_jsonl(tmp_path / "held.jsonl", ioi_rows(3, 8))
-    with pytest.raises(SubnetlabError, match=re.escape(f"{path}:3: the answers' token counts differ (' Tom' 1, ' James' 1, "
-                                                       "' Frank' 4); MIB keeps a row only when they are equal")):
+    refused = f"{path}:3: the answers' token counts differ (' Tom' 1, ' James' 1, ' Frank' 4); MIB keeps a row only " \
+              "when they are equal"
+    with pytest.raises(SubnetlabError, match=re.escape(refused)):
         get_task("mib-ioi", path=path, eval_file=held).bind(tok)
     task = get_task("mib-ioi", path=path, eval_file=held, unfit="drop").bind(tok)
     kept = [p.where for p in task.pairs("train")]

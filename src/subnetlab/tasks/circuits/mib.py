@@ -262,8 +262,9 @@ def make_mib_task(name: str, path: str | None = None, counterfactual: str | None
     if manifest.test:
         rows["test"] = [train[i] for i in manifest.test]
     if other:
-        stage_once(f"{name} {train_source.where} operator", f"task {name}: {other} rows of {train_source.where} have "
-                                                            f"another operator than {fmt.operator!r} (left out, as MIB does)")
+        stage_once(f"{name} {train_source.where} operator",
+                   f"task {name}: {other} rows of {train_source.where} have another operator than {fmt.operator!r} "
+                   "(left out, as MIB does)")
 
     def source(tokenizer: Any) -> dict[str, list[CircuitPair]]:
         return {split_name: _fitting(tokenizer, split_rows, unfit, name, split_name)
