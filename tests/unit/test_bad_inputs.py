@@ -130,7 +130,27 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "bad.csv").write_text('text,label\nthe cat sleeps,a\n"the dog runs,b\nthe bird sings,a\n')
     paths["badcsv"] = str(root / "bad.csv")
     _circuit_files(root, paths)
+    _mib_files(root, paths)
     return paths
+
+
+def _mib_files(root: Path, paths: dict[str, str]) -> None:
+    """Copies of MIB's datasets (issue 35) in JSON lines, each bad in one way (tests/unit/mib_helpers.py)."""
+    import json
+
+    from tests.unit.mib_helpers import arithmetic_rows, ioi_rows, mcqa_rows, save_jsonl
+
+    ioi, mcqa = ioi_rows(4), mcqa_rows(3)
+    counts = json.loads(json.dumps(ioi))
+    counts[2]["metadata"]["random_c"] = "Frank"  # four tokens of the tiny BPE, the other names one
+    mcqa[1]["answerKey"] = 7
+    label = [dict(row, label=1.5) for row in arithmetic_rows("+", 2)]
+    nometa = [{k: v for k, v in row.items() if k != "metadata"} for row in ioi]
+    for name, rows in (("ioi", ioi), ("counts", counts), ("key", mcqa), ("label", label), ("nometa", nometa)):
+        paths[f"mib-{name}"] = save_jsonl(root / f"mib-{name}.jsonl", rows)
+    (root / "mib-latin1.jsonl").write_bytes(json.dumps(ioi[0]).encode() + b"\n" +
+                                            json.dumps(ioi[1]).encode().replace(b" went ", b" caf\xe9 ") + b"\n")
+    paths["mib-latin1"] = str(root / "mib-latin1.jsonl")
 
 
 def _circuit_files(root: Path, paths: dict[str, str]) -> None:
@@ -536,6 +556,23 @@ CASES: list[tuple[str, list[str], str]] = [
      "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),
     ("export-edges-corrupted", ["export", "--model", "{lm}", "--subnetwork", "{edges-corrupted}"],
      "--ablation: the edge circuit was found with corrupted-prompt ablation"),
+    # MIB's datasets from a local copy (issue 35): a bad copy names its file, row and column
+    ("mib-no-path", [*CIRCUIT_EVAL, "--task", "mib-ioi"], "task mib-ioi reads a local copy of mib-bench/ioi"),
+    ("mib-missing-column", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-nometa}"],
+     "mib-nometa.jsonl: no column 'metadata', which mib-bench/ioi rows have"),
+    ("mib-counterfactual-column", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-ioi}",
+                                   "--task-option", "counterfactual=abc"], "no column 'abc'"),
+    ("mib-answerkey-out-of-range", [*CIRCUIT_EVAL, "--task", "mib-mcqa", "--task-option", "path={mib-key}"],
+     "mib-key.jsonl:2: column 'answerKey' holds int 7, not an index into its 4 choices"),
+    ("mib-label-type", [*CIRCUIT_EVAL, "--task", "mib-arithmetic-addition", "--task-option", "path={mib-label}"],
+     "mib-label.jsonl:1: column 'label' holds float 1.5, not a number"),
+    ("mib-answer-token-counts", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-counts}",
+                                 "--task-option", "eval_file={mib-ioi}"],
+     "mib-counts.jsonl:3: the answers' token counts differ (' Tom' 1, ' James' 1, ' Frank' 4)"),
+    ("mib-not-utf8", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-latin1}"],
+     "mib-latin1.jsonl:2: not UTF-8 text"),
+    ("mib-unfit", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-ioi}", "--task-option",
+                   "unfit=skip"], "unfit"),
 ]
 
 

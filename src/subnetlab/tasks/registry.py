@@ -28,6 +28,9 @@ see ``subnetlab.tasks.hub``):
   and faithfulness (``subnetlab.tasks.circuits``); ``file:PATH`` / ``hub:NAME``
   with ``corrupted_column`` (and ``answer_column``, ``wrong_answer_column``) reads
   your own pairs.
+* ``mib-ioi``, ``mib-mcqa``, ``mib-arithmetic-addition``, ``mib-arithmetic-subtraction``, ``mib-arc-easy``,
+  ``mib-arc-challenge``: MIB's circuit-track datasets as prompt pairs, from a local copy (``path=``;
+  ``counterfactual=``, ``unfit=refuse|drop``; ``subnetlab.tasks.circuits.mib``).
 
 Any task takes further evaluation splits from files through
 ``add_file_split(task, split, format, path)`` (e.g. the real HANS file next to
@@ -48,6 +51,7 @@ from subnetlab.tasks.base import NLI2, NLI3, PARAPHRASE, Example, Task
 from subnetlab.tasks.circuits.arithmetic import make_arithmetic_pairs_task
 from subnetlab.tasks.circuits.greater_than import make_greater_than_task
 from subnetlab.tasks.circuits.ioi import make_ioi_task
+from subnetlab.tasks.circuits.mib import MIB_TASKS
 from subnetlab.tasks.induction import make_induction_task
 from subnetlab.tasks.data_location import SHARED_DATA, find_data_root
 from subnetlab.tasks.glue.task import GLUE_TASKS
@@ -176,6 +180,7 @@ _TASKS: dict[str, Callable[..., Task]] = {
     "qqp": _qqp,
     "paws-qqp": _paws,
     **GLUE_TASKS,
+    **MIB_TASKS,  # MIB's circuit-track datasets from a local copy (tasks.circuits.mib)
 }
 
 
