@@ -143,13 +143,18 @@ def summary_table(summary: Mapping[str, Any], sizes: Sequence[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def still_improving(run: dict, tail: float = 0.2) -> bool:
+    """A transfer run whose best evaluation came in the last ``tail`` of its training: it had not converged."""
+    epochs = run["sequences"] // max(int(run.get("train_rows") or 0), 1) if run.get("train_rows") else None
+    return epochs is not None and run["best_epoch"] + 1 > (1 - tail) * epochs
+
+
 def late_best(runs: Sequence[dict], tail: float = 0.2) -> dict[str, tuple[int, int]]:
     """Per label, ``(runs whose best epoch lies in the last ``tail`` of training, runs)``."""
     out: dict[str, list[int]] = {}
     for r in runs:
         label = r.get("label") or r["condition"]
-        epochs = r["sequences"] // max(int(r.get("train_rows") or 0), 1) if r.get("train_rows") else None
-        hit = epochs is not None and r["best_epoch"] + 1 > (1 - tail) * epochs
+        hit = still_improving(r, tail)
         counts = out.setdefault(label, [0, 0])
         counts[0] += int(hit)
         counts[1] += 1
@@ -417,5 +422,5 @@ def write_report(out: Path, settings: SubtaskInductionSettings, bases: dict, dis
     return doc.write(out / "report.md")
 
 
-__all__ = ["CODE_NOTES", "code_notes", "contrasts", "first_size_reaching", "late_best", "spread", "summarise",
+__all__ = ["CODE_NOTES", "code_notes", "contrasts", "first_size_reaching", "late_best", "spread", "still_improving", "summarise",
            "summary_table", "verdict", "write_report"]
