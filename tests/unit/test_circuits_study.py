@@ -127,7 +127,8 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
     from subnetlab.experiments.demo.verdicts import NOT_MEASURABLE, NOT_SHOWN, SHOWN
 
     rows = findings(tmp_path, tmp_path.parent)
-    assert len(rows) == 3 and all(r.verdict in (SHOWN, NOT_SHOWN) for r in rows)  # every result is there
+    assert len(rows) == 3 and all(r.verdict in (SHOWN, NOT_SHOWN) for r in rows[:2])  # every result is there
+    assert rows[2].verdict == NOT_MEASURABLE and rows[2].rule.startswith("one run")  # one seed of each method
     assert rows[2].this_run.startswith("CPR / CMD: edge pruning") and rows[0].link.startswith(f"{tmp_path.name}/report.md#3-")
     (tmp_path / "curves.json").unlink()
     assert [r.verdict for r in findings(tmp_path, tmp_path.parent)][1:] == [NOT_MEASURABLE, NOT_MEASURABLE]
