@@ -108,13 +108,27 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
     edges = read_json(tmp_path / "mechanism.json")["edges"]
     assert [r["kept"] for r in runs] == [edges - round(0.5 * edges), edges - round(0.9 * edges)]
     assert runs[1]["edges"] is not None and len(runs[1]["edges"]) == runs[1]["kept"]
+    # each edge-pruning run holds what a `subnetlab circuit` run holds, and `results` reads it as one
+    from subnetlab.executor.results import results_table
+    from subnetlab.models.circuit import Circuit
+    from subnetlab.subnetwork import Subnetwork
+
+    for run, ep_dir in zip(runs, (tmp_path / "edge-pruning" / "sparsity-0.5", tmp_path / "edge-pruning" / "sparsity-0.9")):
+        for name in ("subnetwork.safetensors", "graph.json", "circuit.png", "config.json", "metrics.json"):
+            assert (ep_dir / name).is_file(), ep_dir / name
+        sub = Subnetwork.load(ep_dir / "subnetwork.safetensors")
+        assert sub.count() == run["kept"] and int(Circuit.load(ep_dir / "graph.json").in_graph.sum()) == run["kept"]
+        assert read_json(ep_dir / "metrics.json")["faithfulness"] == run["faithfulness"]
+    table = results_table(tmp_path / "edge-pruning")
+    assert set(table.command) == {"circuit"} and set(table[table.metric.str.startswith("faithfulness")].split) == {"eval"}
     text = (tmp_path / "report.md").read_text()
     assert "Edge pruning's circuits" in text and "## 5. IOI-style task on a second small model" in text
     from subnetlab.experiments.circuits.findings import findings
     from subnetlab.experiments.demo.verdicts import NOT_MEASURABLE, NOT_SHOWN, SHOWN
 
     rows = findings(tmp_path, tmp_path.parent)
-    assert len(rows) == 3 and all(r.verdict in (SHOWN, NOT_SHOWN) for r in rows)  # every result is there
+    assert len(rows) == 3 and all(r.verdict in (SHOWN, NOT_SHOWN) for r in rows[:2])  # every result is there
+    assert rows[2].verdict == NOT_MEASURABLE and rows[2].rule.startswith("one run")  # one seed of each method
     assert rows[2].this_run.startswith("CPR / CMD: edge pruning") and rows[0].link.startswith(f"{tmp_path.name}/report.md#3-")
     (tmp_path / "curves.json").unlink()
     assert [r.verdict for r in findings(tmp_path, tmp_path.parent)][1:] == [NOT_MEASURABLE, NOT_MEASURABLE]

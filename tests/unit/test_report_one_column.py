@@ -73,3 +73,19 @@ def test_transfer_figure_with_one_size_draws_bars_per_condition():
     curves = figure3_axes(_runs([0, 100]))
     assert curves.axes[0].get_xscale() == "symlog"
     plt.close(curves)
+
+
+def test_an_ablation_report_on_your_own_data_is_worded_for_it():
+    """Own data, every head listed: no "single ablations of 0 heads", and the joint row's basis is the data's own
+    column, not the paper's "out-of-domain (non-entailment) columns"."""
+    text = _text(_table(["eval"]))
+    assert "of 0 heads" not in text and "There is no Avg. (non-HC) row" in text
+    assert "out-of-domain (non" not in text and "largest single drops on the columns eval (this data has no out-of-domain" \
+        " split)" in text
+    ood = _table(["eval", "hans"], ood=["hans"])
+    assert "largest single drops on the out-of-domain columns (hans)" in _text(ood)
+    paper = _table(["id", "lex", "entailed:lex"], ood=["lex", "entailed:lex"])
+    assert "out-of-domain (non-entailment) columns, as the paper's Table 3 does" in _text(paper)
+    one = _table(["eval"])
+    one["averaged_heads"] = ["L1.H0"]
+    assert "the mean of the single ablations of 1 head outside the listed ones" in _text(one)

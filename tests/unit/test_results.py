@@ -203,3 +203,35 @@ def test_the_health_column_names_each_runs_problems(tmp_path: Path, capsys: pyte
     by_run = table.groupby("run_dir")["health"].unique().map(list).to_dict()
     assert by_run == {"bad": ["undecided,off-target"], "good": ["ok"], "old": [""]}
     assert "undecided,off-target" in capsys.readouterr().out
+
+
+def test_circuit_runs_have_their_command_and_split(tmp_path: Path) -> None:
+    """Edge pruning (the circuit job's config has no ``command``: its ``edge_prune`` keys show it), attribution and
+    circuit-eval runs: every circuit metric and faithfulness number carries the split it was measured on; numbers
+    of the run as a whole (kept edges, steps) none."""
+    make_run(tmp_path / "ep" / "sparsity-0.900" / "seed-0",
+             {"model": "m", "task": "circuit:ioi", "preset": "quick", "edge_prune": {"sparsity": 0.9, "seed": 0},
+              "eval_split": "eval"},
+             {"target_sparsity": 0.9, "seed": 0, "kept_edges": 11, "steps": 300,
+              "eval": {"split": "eval", "logit_diff": 1.5, "kl": 0.2},
+              "faithfulness": {"logit_diff": 0.55, "kl": 0.7}, "health": {"problems": ["undecided"]}})
+    make_run(tmp_path / "eap", {"command": "circuit", "method": "eap", "model": "m", "task": "circuit:ioi",
+                                "split": "train"},
+             {"method": "eap", "pairs": 8, "top_edges": [{"edge": "a0.h1->logits", "score": 0.25}]})
+    make_run(tmp_path / "faith", {"command": "circuit-eval", "model": "m", "task": "circuit:ioi", "split": "eval"},
+             {"level": "edges", "items": 110, "pairs": 8, "cpr": 0.8, "cmd": 0.2})
+    table = results_table(tmp_path)
+    first = table.drop_duplicates("run_dir").set_index("run_dir")
+    assert first["command"].to_dict() == {"eap": "circuit", "ep/sparsity-0.900/seed-0": "circuit",
+                                          "faith": "circuit-eval"}
+    split = table.set_index(["run_dir", "metric_path"])["split"].astype(object).where(table.split.notna().values, None)
+    by_path = {(r, p): s for (r, p), s in split.items()}
+    ep = "ep/sparsity-0.900/seed-0"
+    assert by_path[(ep, "eval.logit_diff")] == "eval" and by_path[(ep, "eval.kl")] == "eval"
+    assert by_path[(ep, "faithfulness.logit_diff")] == "eval" and by_path[(ep, "faithfulness.kl")] == "eval"
+    assert by_path[(ep, "kept_edges")] is None and by_path[(ep, "steps")] is None
+    assert by_path[("eap", "top_edges[0].score")] == "train" and by_path[("eap", "pairs")] is None
+    assert by_path[("faith", "cpr")] == "eval" and by_path[("faith", "cmd")] == "eval"
+    assert by_path[("faith", "items")] is None
+    assert table[(table.run_dir == ep) & (table.metric_path == "faithfulness.kl")]["metric"].tolist() == [
+        "faithfulness.kl"]

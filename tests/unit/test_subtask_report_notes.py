@@ -1,4 +1,4 @@
-"""The subtask-induction report lists every paper/code difference of issue 16 with its released file."""
+"""The subtask-induction report lists every paper/code difference with its released file."""
 
 from __future__ import annotations
 

@@ -21,9 +21,12 @@ the canonical columns ``LONG_COLUMNS`` whatever command wrote the run, then that
 - ``health``: ``ok`` or the problems the run's health check found (empty for runs without one).
 
 The split is found the same way for every command: a dict holding an ``accuracy`` is one split's scores
-(its key is the split: ``eval.hans.accuracy``, ``final.test.accuracy``), a number named ``eval_accuracy``
-is ``accuracy`` on ``eval``, and a dict named ``accuracy`` of numbers holds one per split (ablation rows).
-Training traces (``history``, ``curve``) stay in the raw columns only.
+(its key is the split: ``eval.hans.accuracy``, ``final.test.accuracy``), a dict naming its ``split`` is that
+split's scores (a circuit's ``eval``: ``{"split": "eval", "logit_diff": ...}``), a number named
+``eval_accuracy`` is ``accuracy`` on ``eval``, a dict named ``accuracy`` of numbers holds one per split
+(ablation rows), and a circuit's faithfulness (``faithfulness``, ``cpr``, ``cmd``, ``areas``, attribution's
+``top_edges``) is on the split its config names (``eval_split``, else ``split``). Training traces
+(``history``, ``curve``) stay in the raw columns only.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ LONG_COLUMNS = ["run_dir", "command", "model", "task", "seed", "sparsity", "spli
                 "metric_path", "health"]
 SPLIT_PREFIX = re.compile(r"^(eval|test|train|validation|dev)_(.+)$")
 TRACES = {"history", "curve"}  # per-step records: raw columns only
+EVALUATED = {"faithfulness", "cpr", "cmd", "areas", "top_edges"}  # measured on the run's split (config's)
 
 
 def _is_number(value: Any) -> bool:
@@ -117,7 +121,8 @@ def _command(config: Mapping[str, Any], run_dir: str) -> str | None:
     """The command that wrote the run: its config says so, or its keys show which job it is."""
     if isinstance(config.get("command"), str):
         return config["command"]
-    for key, command in (("prune", "prune"), ("cs", "discover"), ("finetune", "finetune"), ("lottery", "lottery")):
+    for key, command in (("prune", "prune"), ("cs", "discover"), ("finetune", "finetune"), ("lottery", "lottery"),
+                         ("edge_prune", "circuit")):
         if key in config:
             return command
     if "runs" in config and "train" in config:
@@ -132,6 +137,14 @@ def _task(config: Mapping[str, Any]) -> str | None:
     if isinstance(task, Mapping):  # a command that stores the task's options: its name or its file
         task = task.get("task") or (f"file:{task['path']}" if task.get("path") else None)
     return task if isinstance(task, str) else None
+
+
+def _run_split(config: Mapping[str, Any]) -> str | None:
+    """The split a run's circuit measurements are on, as its config names it (``eval_split``, else ``split``)."""
+    for key in ("eval_split", "split"):
+        if isinstance(config.get(key), str):
+            return config[key]
+    return None
 
 
 def _health(metrics: Mapping[str, Any]) -> str | None:
@@ -163,8 +176,9 @@ def _leaves(value: Any):
 
 
 def _measurements(data: Any, path: str = "", split: str | None = None, metric: str = "",
-                  context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every number under ``data`` as ``{split, metric, value, position, metric_path, seed?}`` (module docstring)."""
+                  context: dict[str, Any] | None = None, run_split: str | None = None) -> list[dict[str, Any]]:
+    """Every number under ``data`` as ``{split, metric, value, position, metric_path, seed?}`` (module docstring);
+    ``run_split``: the split of the top-level ``EVALUATED`` entries."""
     context = dict(context or {})
     rows: list[dict[str, Any]] = []
     if isinstance(data, Mapping):
@@ -174,8 +188,12 @@ def _measurements(data: Any, path: str = "", split: str | None = None, metric: s
                 continue
             where = f"{path}.{key}" if path else key
             name = f"{metric}.{key}" if metric else key
-            if isinstance(value, Mapping) and _is_number(value.get("accuracy")):  # one split's scores
+            if not path and key in EVALUATED and run_split is not None and split is None:
+                rows += _measurements({key: value}, path, run_split, metric, context)
+            elif isinstance(value, Mapping) and _is_number(value.get("accuracy")):  # one split's scores
                 rows += _measurements(value, where, key, "", context)
+            elif isinstance(value, Mapping) and isinstance(value.get("split"), str):  # scores naming their split
+                rows += _measurements(value, where, value["split"], "", context)
             elif key == "accuracy" and isinstance(value, Mapping) and value and all(map(_is_number, value.values())):
                 rows += [{"split": s, "metric": "accuracy", "value": float(v), "position": None,
                           "metric_path": f"{where}.{s}", **context} for s, v in value.items()]
@@ -215,7 +233,7 @@ def results_table(root: str | os.PathLike) -> pd.DataFrame:
                      "model": config.get("model", _get(config, "finetune", "model")), "task": _task(config),
                      "seed": seed, "sparsity": sparsity, "health": _health(metrics)}
         raw = {k: v for k, v in record.items() if k != "run_dir"}
-        for measured in _measurements(metrics):
+        for measured in _measurements(metrics, run_split=_run_split(config)):
             rows.append({**canonical, **measured, **raw})
     frame = pd.DataFrame(rows, columns=None if rows else LONG_COLUMNS)
     frame = frame[LONG_COLUMNS + [c for c in frame.columns if c not in LONG_COLUMNS]]

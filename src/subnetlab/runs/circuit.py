@@ -109,14 +109,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     stage(f"edge pruning seed {cfg.seed} to {cfg.sparsity:.3f} of the edges removed ({cfg.total_steps} steps)")
     result = prune_edges(model, adapter, data, cfg, run_dir=out_dir, init_log_alpha_edges=_warm_start(job, adapter))
     graph, kept = result.graph, result.selection.edges
-    sub = Subnetwork.from_edges(adapter, graph, kept, method="edge-pruning", seed=cfg.seed,
-                                target_sparsity=cfg.sparsity, ablation=cfg.ablation,
-                                extra={"task": str(job.task), "model": str(job.model),
-                                       "selection": cfg.selection})
-    sub.save(out_dir / SUBNETWORK_FILE)
-    Circuit(graph, result.log_alpha_edges, kept, score_sign="signed").save(out_dir / GRAPH_FILE)
-    write_json(out_dir / "history.json", result.history)
-    _draw(graph, kept, out_dir / CIRCUIT_FIGURE, f"{job.task}: seed {cfg.seed}, target sparsity {cfg.sparsity:.3f}")
+    sub = write_circuit_files(out_dir, adapter, result, cfg, task=str(job.task), model=str(job.model))
     stage(f"seed {cfg.seed}: measuring the circuit ({int(kept.sum())} of {graph.num_edges} edges)")
     evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, job.eval_split, limit=job.eval_limit,
                               batch_size=cfg.eval_batch_size,
@@ -135,6 +128,23 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     }
     metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity)
     return metrics
+
+
+def write_circuit_files(out_dir: Path, adapter: Any, result: Any, cfg: EdgePruneConfig, *, task: str,
+                        model: str) -> Subnetwork:
+    """A finished edge-pruning run's artefacts (the run-directory contract): ``subnetwork.safetensors``,
+    ``graph.json`` (log-alphas and in_graph), ``history.json`` and ``circuit.png``; returns the subnetwork.
+    Every writer of edge circuits calls this, the ``circuit`` command's jobs and the studies alike."""
+    out_dir = Path(out_dir)
+    graph, kept = result.graph, result.selection.edges
+    sub = Subnetwork.from_edges(adapter, graph, kept, method="edge-pruning", seed=cfg.seed,
+                                target_sparsity=cfg.sparsity, ablation=cfg.ablation,
+                                extra={"task": task, "model": model, "selection": cfg.selection})
+    sub.save(out_dir / SUBNETWORK_FILE)
+    Circuit(graph, result.log_alpha_edges, kept, score_sign="signed").save(out_dir / GRAPH_FILE)
+    write_json(out_dir / "history.json", result.history)
+    _draw(graph, kept, out_dir / CIRCUIT_FIGURE, f"{task}: seed {cfg.seed}, target sparsity {cfg.sparsity:.3f}")
+    return sub
 
 
 def _draw(graph: Graph, kept: Any, path: Path, title: str) -> None:
@@ -203,5 +213,5 @@ def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> G
 
 
 __all__ = ["CIRCUIT_FIGURE", "CIRCUIT_JOB", "CircuitJobConfig", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task",
-           "run_dir_name", "write_sweep_graph"]
+           "run_dir_name", "write_circuit_files", "write_sweep_graph"]
 

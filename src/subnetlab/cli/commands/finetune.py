@@ -20,7 +20,7 @@ def finetune(
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra evaluation split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable), e.g. hans=hans.tsv."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_train=5000."),
     data_flags: dict = None,
-    preset: Optional[str] = typer.Option(None, "--preset", help="heuristic-core (bert-base-cased, lr 2e-5, batch 32, len 128, 5 epochs) or subtask-induction."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="heuristic-core (bert-base-cased, lr 2e-5, batch 32, len 128, 5 epochs), subtask-induction, or quick (your own small model on a CPU: 500 steps of 16 rows)."),
     lr: Optional[float] = typer.Option(None, "--lr", help="Peak learning rate [2e-5]."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Examples per step [32]."),
     epochs: Optional[float] = typer.Option(None, "--epochs", help="Passes over the training set [3]."),

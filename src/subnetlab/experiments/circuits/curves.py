@@ -81,16 +81,21 @@ def node_pruning_curve(model, tokenizer, task, settings: CircuitsSettings, empty
 
 
 def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str, Any], seed: int, batch_size: int,
-                      empty: dict[str, float], out: Path, preset: str = "demo") -> dict[str, Any]:
+                      empty: dict[str, float], out: Path, preset: str = "demo", model_name: str = "") -> dict[str, Any]:
     """Edge Pruning at each target sparsity (corrupted-prompt ablation, its ``preset`` recipe): each circuit's
     faithfulness, its kept edges, whether it keeps the mechanism's key edges; and the MIB curve of the
-    log-alphas of the run at ``curve_sparsity`` (signed: a pruned edge's log-alpha is very negative)."""
+    log-alphas of the run at ``curve_sparsity`` (signed: a pruned edge's log-alpha is very negative).
+
+    Each run's directory ``out/edge-pruning/sparsity-S`` holds what a ``subnetlab circuit`` run holds
+    (``runs.circuit.write_circuit_files``: subnetwork.safetensors, graph.json, circuit.png, history.json) with
+    its ``config.json`` and ``metrics.json`` (faithfulness and health), so ``subnetlab results`` reads it."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
     from subnetlab.analysis.faithfulness import circuit_faithfulness, curve_from_scores
     from subnetlab.methods.edge_pruning.config import preset_config
     from subnetlab.methods.edge_pruning.data import circuit_data
     from subnetlab.methods.edge_pruning.train import prune_edges
     from subnetlab.models.adapters import get_adapter
+    from subnetlab.runs.circuit import circuit_health, write_circuit_files
 
     adapter = get_adapter(model)
     data = circuit_data(task, tokenizer, "train")
@@ -99,16 +104,27 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
     for sparsity in ep["sparsities"]:
         stage(f"edge pruning to {sparsity:.0%} of the edges removed")
         config = preset_config(preset, float(sparsity), seed=seed, **dict(ep.get("overrides") or {}))
-        result = prune_edges(model, adapter, data, config, run_dir=out / "edge-pruning" / f"sparsity-{sparsity}")
+        run_dir = out / "edge-pruning" / f"sparsity-{sparsity}"
+        result = prune_edges(model, adapter, data, config, run_dir=run_dir)
         graph, mask = result.graph, result.selection.edges
         if evaluate is None:
             evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=batch_size)
         kept = [graph.edge_names[i] for i in mask.nonzero().flatten().tolist()]
-        runs.append({"sparsity": float(sparsity), "kept": len(kept), "undecided": result.selection.undecided,
-                     "faithfulness": circuit_faithfulness(mask, evaluate, empty),
-                     "key_edges": {e: e in kept for e in key_edges},
-                     "edges": kept if len(kept) <= int(ep["list_up_to"]) else None})
+        run = {"sparsity": float(sparsity), "kept": len(kept), "undecided": result.selection.undecided,
+               "faithfulness": circuit_faithfulness(mask, evaluate, empty),
+               "key_edges": {e: e in kept for e in key_edges},
+               "edges": kept if len(kept) <= int(ep["list_up_to"]) else None}
+        runs.append(run)
         log_alphas[float(sparsity)] = result.log_alpha_edges
+        write_circuit_files(run_dir, adapter, result, config, task=task.name, model=model_name)
+        write_json(run_dir / "config.json", {"command": "circuit", "method": "edge-pruning", "model": model_name,
+                                             "task": task.name, "task_options": dict(task.options),
+                                             "preset": preset, "edge_prune": config.to_dict(), "eval_split": "eval"})
+        write_json(run_dir / "metrics.json", {
+            "target_sparsity": float(sparsity), "seed": seed, "edges": graph.num_edges, "kept_edges": len(kept),
+            "undecided_masks": result.selection.undecided, "masks": result.selection.num_masks,
+            "eval": {"split": "eval", **evaluate(mask.bool())}, "faithfulness": run["faithfulness"],
+            "health": circuit_health(result, graph, len(kept), float(sparsity))})
     chosen = float(ep["curve_sparsity"])
     curve = curve_from_scores(log_alphas[chosen], evaluate, empty=empty, absolute=False).to_dict()
     curve["from_sparsity"] = chosen
@@ -135,7 +151,8 @@ def faithfulness_curves(model, tokenizer, task, scores: dict[str, Any], settings
         from subnetlab.experiments.circuits.steps import mechanism_edges
 
         runs = edge_pruning_runs(model, tokenizer, task, mechanism_edges(scores)["k"], settings.edge_pruning,
-                                 int(settings.seed), int(settings.circuit["batch_size"]), empty, out)
+                                 int(settings.seed), int(settings.circuit["batch_size"]), empty, out,
+                                 model_name=str(out / "model"))
         result["curves"]["edge-pruning"] = runs["curve"]
         result["key_edges_kept"] = runs["runs"]
     write_json(path, result)

@@ -10,7 +10,11 @@
    difference) keeps at least one of those key edges.
 3. Edge-level circuits are more faithful than node-level and random ones
    (Bhaskar et al., 2024): edge pruning's CPR exceeds node pruning's and the
-   random edge circuits', and its CMD is below both.
+   random edge circuits', and its CMD is below both. A claim about methods:
+   from one seed it is not measurable ("one run"), and two curves are
+   compared only over the same items (edge pruning's and random edges' curves
+   are over the graph's edges; node pruning's over heads and MLPs, another
+   size axis, so its areas are not compared with the edge curves').
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from subnetlab.experiments.demo.verdicts import (
+    NOT_MEASURABLE,
     NOT_SHOWN,
     SHOWN,
     Finding,
@@ -26,6 +31,7 @@ from subnetlab.experiments.demo.verdicts import (
     missing,
     read_json_or_missing,
     section_link,
+    too_few_runs,
 )
 
 OLSSON, EDGE_PRUNING = "Induction heads (Olsson et al.)", "Edge Pruning"
@@ -68,24 +74,37 @@ def found_row(curves: dict) -> tuple[str, str, str]:
     return text, SHOWN if kept else NOT_SHOWN, "the sparsest circuit with f >= 0.5 keeps at least one key edge"
 
 
-def cpr_row(curves: dict) -> tuple[str, str, str]:
-    """CPR (area under f, higher is better) and CMD (area under |1 - f|, lower is better) of the three methods;
-    shown only when edge pruning is ahead of both on both areas (one seed, one random draw: no spread is
-    claimed, only the order)."""
+def more_faithful(areas: dict[str, tuple[int, float, float]], seeds: int,
+                  reference: str = "edge-pruning") -> tuple[str, str]:
+    """``areas``: per method ``(items on the curve's size axis, CPR, CMD)``. Shown when ``reference`` has the
+    higher CPR and the lower CMD against every other method whose curve is over the same items; a method over
+    other items (node circuits against edge circuits) cannot be compared by areas, which makes the claim not
+    measurable; so does one seed (a claim about methods needs their spread)."""
+    thin = too_few_runs(seeds, "seed")
+    mismatched = [n for n, (items, _, _) in areas.items() if n != reference and items != areas[reference][0]]
+    apart = ("; " + ", ".join(f"{n.replace('-', ' ')}'s curve is over {areas[n][0]} items against "
+                              f"{areas[reference][0]}: not compared" for n in mismatched)) if mismatched else ""
+    if thin:
+        return thin[0], thin[1] + apart
+    if mismatched:
+        return NOT_MEASURABLE, "curves compared only over the same items" + apart
+    _, cpr, cmd = areas[reference]
+    behind = [f"{'CPR' if which == 1 else 'CMD'} vs {n.replace('-', ' ')}" for n, a in areas.items() if n != reference
+              for which in (1, 2) if not (cpr > a[1] if which == 1 else cmd < a[2])]
+    rule = f"{reference.replace('-', ' ')}'s CPR above and CMD below every other method's over the same items"
+    return (NOT_SHOWN, f"{rule}; not ahead on {', '.join(behind)}") if behind else (SHOWN, rule)
+
+
+def cpr_row(curves: dict, seeds: int = 1) -> tuple[str, str, str]:
+    """CPR (area under f, higher is better) and CMD (area under |1 - f|, lower is better) of the three methods,
+    judged by ``more_faithful``."""
     c = get(curves, "curves", what="curves.json")
     names = ("edge-pruning", "node-pruning", "random-edges")
-    cpr = {n: float(get(c, n, "cpr", what="curves.json")) for n in names}
-    cmd = {n: float(get(c, n, "cmd", what="curves.json")) for n in names}
-    text = ("CPR / CMD: edge pruning " + f"{cpr['edge-pruning']:.2f} / {cmd['edge-pruning']:.2f}, node pruning "
-            f"{cpr['node-pruning']:.2f} / {cmd['node-pruning']:.2f}, random edges {cpr['random-edges']:.2f} / "
-            f"{cmd['random-edges']:.2f}")
-    behind = [f"{'CPR' if area is cpr else 'CMD'} vs {other.replace('-', ' ')}" for area, better in
-              ((cpr, lambda a, b: a > b), (cmd, lambda a, b: a < b)) for other in names[1:]
-              if not better(area["edge-pruning"], area[other])]
-    rule = "edge pruning's CPR above and CMD below both node pruning's and random edges' (one seed: the order only)"
-    if behind:
-        return text, NOT_SHOWN, f"{rule}; not ahead on {', '.join(behind)}"
-    return text, SHOWN, rule
+    areas = {n: (int(get(c, n, "items", what="curves.json")), float(get(c, n, "cpr", what="curves.json")),
+                 float(get(c, n, "cmd", what="curves.json"))) for n in names}
+    text = "CPR / CMD: " + ", ".join(f"{n.replace('-', ' ')} {a[1]:.2f} / {a[2]:.2f} ({a[0]} items)"
+                                     for n, a in areas.items())
+    return (text, *more_faithful(areas, seeds))
 
 
 def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
@@ -114,4 +133,4 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     return rows
 
 
-__all__ = ["findings"]
+__all__ = ["cpr_row", "findings", "more_faithful"]

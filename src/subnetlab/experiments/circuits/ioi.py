@@ -123,7 +123,7 @@ def ioi_study(settings: CircuitsSettings, out: Path) -> dict[str, Any]:
         result["missing"]["edge-pruning"] = "ioi.edge_pruning is off in these settings"
     else:
         runs = edge_pruning_runs(model, tokenizer, task, [], s["edge_pruning"], seed, int(s["batch_size"]),
-                                 curves["random-edges"]["empty"], out)
+                                 curves["random-edges"]["empty"], out, model_name=str(out / "model"))
         curves["edge-pruning"] = runs["curve"]
         result["edge_pruning_runs"] = runs["runs"]
     write_json(path, result)

@@ -47,7 +47,7 @@ def paper_study(settings: CircuitsSettings, out: Path) -> dict[str, Any]:
     random_scores = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(seed + 31))
     curves = {"random-edges": curve_from_scores(random_scores, evaluate).to_dict()}
     runs = edge_pruning_runs(model, tokenizer, task, [], ep, seed, int(c["batch_size"]),
-                             curves["random-edges"]["empty"], out, preset="paper")
+                             curves["random-edges"]["empty"], out, preset="paper", model_name=str(settings.model))
     curves["edge-pruning"] = runs["curve"]
     result = {"model": settings.model, "edges": graph.num_edges, "full": evaluate(torch.ones(graph.num_edges,
               dtype=torch.bool)), "corrupted": evaluate.corrupted_run, "curves": curves, "runs": runs["runs"]}

@@ -1,4 +1,4 @@
-"""`subnetlab reproduce circuits`: edge-level circuits of a known mechanism (issue: Edge Pruning, Bhaskar et al. 2024).
+"""`subnetlab reproduce circuits`: edge-level circuits of a known mechanism (Edge Pruning, Bhaskar et al. 2024).
 
 ``demo``: a 2-layer GPT-2 trained here on repeated random token spans forms
 induction heads (Olsson et al., 2022); the mechanism is known (a previous-token

@@ -6,11 +6,12 @@ every verdict is one of ``SHOWN``, ``SHOWN_WEAKLY``, ``NOT_SHOWN`` or
 Missing results are never an error: ``missing(...)`` gives a "not measurable"
 row that names what is absent.
 
-The rules claim no more than the numbers (issue 26): they use every measured
+The rules claim no more than the numbers: they use every measured
 point (a trend is monotone over every checkpoint, not first against last), a
 spread needs at least ``MIN_SEEDS`` seeds, a value the measurement could not
 reach (``Reading.capped``) is never counted as a rise, and changes are written
-in words ("OOD rises 5.7 points"), never as a signed drop.
+in words ("OOD rises 5.7 points"), never as a signed drop. A claim about a distribution from
+one run (``too_few_runs``) and a verdict on unconverged inputs (``unconverged``) are not measurable.
 """
 
 from __future__ import annotations
@@ -197,6 +198,25 @@ def not_behind(cells: Mapping[str, tuple[float, float, int]], other: str) -> tup
                                                              if behind else ""))
 
 
+def too_few_runs(n: int, unit: str = "seed") -> tuple[str, str] | None:
+    """A claim about a distribution (over seeds, draws, runs) from fewer than ``MIN_SEEDS`` of them: not
+    measurable, whatever the one run shows ("one run: not measurable"); None when there are enough."""
+    if n >= MIN_SEEDS:
+        return None
+    head = "one run" if n == 1 else f"{n} runs"
+    return NOT_MEASURABLE, (f"{head}: not measurable ({n} {unit}{'' if n == 1 else 's'}, fewer than {MIN_SEEDS}; "
+                            "a claim about a distribution needs its spread)")
+
+
+def unconverged(flags: Sequence[bool], what: str) -> tuple[str, str] | None:
+    """A verdict resting on inputs whose training had not converged (``flags``: one per input, True when
+    unconverged or still improving) is not measurable when any input is; None when every one converged."""
+    bad = sum(bool(f) for f in flags)
+    if not bad:
+        return None
+    return NOT_MEASURABLE, f"not measurable: {bad} of {len(flags)} {what} unconverged (still improving at the end)"
+
+
 def identified(verdict: str, why: str, undecided_share: float | None, threshold: float) -> tuple[str, str]:
     """``SHOWN`` stays shown only when the share of undecided gates is within ``threshold`` (the share above which
     ``runs.health`` calls a subnetwork undecided); otherwise (or when the share was not saved) it becomes
@@ -273,4 +293,4 @@ def missing(paper: str, claim: str, paper_figure: str, link: str, reason: str) -
 
 __all__ = ["Finding", "MIN_SEEDS", "Missing", "NOT_MEASURABLE", "NOT_SHOWN", "Reading", "SHOWN", "SHOWN_WEAKLY",
            "ahead_at_low_n", "beyond_spread", "compare", "get", "headings", "identified", "in_band", "missing", "moves",
-           "not_behind", "number", "points", "read_json_or_missing", "section_link", "sd", "slug", "trend"]
+           "not_behind", "number", "points", "read_json_or_missing", "section_link", "sd", "slug", "too_few_runs", "trend", "unconverged"]

@@ -67,12 +67,12 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
         rows.append(cells)
     n_avg = len(table.get("averaged_heads") or [])
     controls = sorted({r.get("replacement", "mean") for r in table["rows"]} - {"mean"})
+    ood = [c for c in columns if c not in id_cols and not _is_entailed(c)]
     doc.table(["Ablated head", *[short_name(c) for c in columns]], rows, caption=caption or (
         "Accuracy (%) with heads mean-ablated from the full model, one at a time and jointly; "
-        f"arrows give the change from no ablation. Avg. (non-HC) is the mean of the single ablations of {n_avg} heads "
-        "outside the listed ones (HC: the Heuristic Core heads, or the heads you listed). "
-        + ("The joint row (A & B & C) ablates together the listed heads with the largest single drops on the "
-           "out-of-domain (non-entailment) columns, as the paper's Table 3 does; the 'all listed heads' row ablates every one. "
+        "arrows give the change from no ablation. " + averaged_sentence(n_avg)
+        + (f"The joint row (A & B & C) ablates together the listed heads with the largest single drops on the "
+           f"{joint_basis(table.get('rank_columns') or ood or columns, id_cols, entailed)}; the 'all listed heads' row ablates every one. "
            if any(r.get("kind") == "joint" for r in table["rows"]) else "")
         + (f"Columns {', '.join(short_name(c) for c in entailed)} hold the same heuristics' entailment subcases, "
            "where following the heuristic gives the right answer: read them beside the non-entailment columns to tell "
@@ -80,12 +80,33 @@ def ablation_section(doc: MarkdownReport, table: Mapping[str, Any], caption: str
            "(the latter raises the non-entailment columns and lowers these together). " if entailed else "")
         + (f"Rows marked ({', '.join(controls)}) repeat an ablation with the outputs "
            + " / ".join(CONTROL_WORDS.get(c, c) for c in controls) + " instead of the mean." if controls else "")))
-    ood = [c for c in columns if c not in id_cols and not _is_entailed(c)]
     for key, what in (("super_additivity", "the joint heads"), ("super_additivity_all", "all listed heads")):
         verdict = table.get(key) or {}
         if verdict:
             doc.para(super_additivity_sentence(verdict, what, ood or [c for c in columns if not _is_entailed(c)],
                                                out_of_domain=bool(ood)))
+
+
+def averaged_sentence(n_avg: int) -> str:
+    """The caption's words for the Avg. (non-HC) row: the mean of how many single ablations, or that there is none
+    (every head listed, or none averaged), never "single ablations of 0 heads"."""
+    if n_avg == 0:
+        return ("There is no Avg. (non-HC) row: no head outside the listed ones was ablated alone (every head is "
+                "listed, or none was asked for). ")
+    return (f"Avg. (non-HC) is the mean of the single ablations of {n_avg} head{'' if n_avg == 1 else 's'} outside "
+            "the listed ones (HC: the Heuristic Core heads, or the heads you listed). ")
+
+
+def joint_basis(ranked: Sequence[str], id_columns: Sequence[str], entailed: Sequence[str]) -> str:
+    """The columns the joint row's heads were chosen on (``ranked``), named as the table has them: the paper's
+    out-of-domain non-entailment columns where entailment columns stand beside them, out-of-domain columns where
+    none do, else (your own data: its held-out split, an in-domain column) those columns by name."""
+    names = ", ".join(short_name(c) for c in ranked)
+    if ranked and not any(c in id_columns for c in ranked):
+        if entailed:
+            return "out-of-domain (non-entailment) columns, as the paper's Table 3 does"
+        return f"out-of-domain columns ({names})"
+    return f"columns {names} (this data has no out-of-domain split)" if ranked else "table's columns"
 
 
 def super_additivity_sentence(verdict: Mapping[str, Mapping[str, Any]], what: str, judged: Sequence[str],

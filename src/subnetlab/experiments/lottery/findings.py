@@ -8,13 +8,15 @@
    random and bad subnetworks close to the good one).
 3. The good s-subnetworks are unstable across fine-tuning seeds: few heads
    survive in every seed (the super-survivors).
-4. Super-survivors are not preferentially heterogeneous: the correlation
-   between being a super-survivor and a head's heterogeneous share is near
-   zero (the paper: 0.015 raw, 0.025 normed).
+4. Super-survivors are not preferentially heterogeneous (the paper: Pearson r
+   0.015 raw, 0.025 normed). The verdict compares the numbers the report's
+   pattern table shows (``report.pattern_shares``): the super-survivors'
+   heterogeneous share against all heads', raw and normed.
 
 The margins are chosen, not calibrated (``FAR_BELOW``, ``CLOSE``, ``UNSTABLE``,
-``NO_CORRELATION``); with fewer than ``MIN_SEEDS`` re-fine-tuning seeds the
-rows compare single runs against the margin and say so (no seed spread).
+``NO_PREFERENCE``); the good / random / bad comparisons are about subnetworks
+drawn and re-fine-tuned at random, so with fewer than ``MIN_SEEDS``
+re-fine-tuning seeds they are not measurable ("one run: not measurable").
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ from subnetlab.experiments.demo.verdicts import (
     missing,
     read_json_or_missing,
     section_link,
+    too_few_runs,
 )
 
 PAPER = "BERT lottery tickets (Prasanna et al.)"
 FAR_BELOW = 10.0  # points: "far below" the good subnetwork
 CLOSE = 5.0  # points: "close to" the good subnetwork
 UNSTABLE = 0.5  # mean pairwise Jaccard of the kept heads below this: two seeds share less than half their heads
-NO_CORRELATION = 0.2  # |Pearson r| below this counts as no preference
+NO_PREFERENCE = 10.0  # points: super-survivors' heterogeneous share above all heads' by more is a preference
 PAPER_EPOCHS = 3.0  # the paper fine-tunes (and re-fine-tunes) for 3 epochs
 CLAIMS = {
     "magnitude": ("m-pruning: re-fine-tuned random and bad subnetworks fall far below the good one",
@@ -82,29 +85,60 @@ def _gaps(scores: dict[str, list[float]]) -> tuple[str, float, float]:
     return text, random, bad
 
 
-def _seeds_note(n: int) -> str:
-    return "" if n >= MIN_SEEDS else f"; {n} re-fine-tuning seed(s): single runs against the margin, no seed spread"
-
-
 def _length_note(epochs: float | None) -> str:
     """How long each subnetwork was re-fine-tuned, beside the paper's 3 epochs (the gap depends on it)."""
     return "" if epochs is None else f"; re-fine-tuned for {epochs:g} epoch(s), the paper {PAPER_EPOCHS:g}"
 
 
+def far_below(random: float, bad: float, seeds: int, epochs: float | None = None) -> tuple[str, str]:
+    """m-pruning's rule on the mean gaps (points below good): random and bad each at least ``FAR_BELOW`` below;
+    not measurable from fewer than ``MIN_SEEDS`` re-fine-tuning seeds."""
+    thin = too_few_runs(seeds, "re-fine-tuning seed")
+    if thin:
+        return thin[0], thin[1] + _length_note(epochs)
+    ok = random >= FAR_BELOW and bad >= FAR_BELOW
+    return SHOWN if ok else NOT_SHOWN, (f"random and bad each at least {FAR_BELOW:g} points below good (means of "
+                                        f"{seeds} seeds)" + _length_note(epochs))
+
+
+def close_to(random: float, bad: float, seeds: int, epochs: float | None = None) -> tuple[str, str]:
+    """s-pruning's rule on the mean gaps: random and bad each within ``CLOSE`` points of good; not measurable from
+    fewer than ``MIN_SEEDS`` re-fine-tuning seeds."""
+    thin = too_few_runs(seeds, "re-fine-tuning seed")
+    if thin:
+        return thin[0], thin[1] + _length_note(epochs)
+    ok = random <= CLOSE and bad <= CLOSE
+    return SHOWN if ok else NOT_SHOWN, (f"random and bad each within {CLOSE:g} points of good (means of {seeds} "
+                                        "seeds)" + _length_note(epochs))
+
+
+def no_preference(shares: dict[str, tuple[float, float]]) -> tuple[str, str]:
+    """Per attention kind, ``(super-survivors' heterogeneous share, all heads')`` in percent, as the report's
+    table shows them: shown when in no kind the super-survivors' share exceeds all heads' by more than
+    ``NO_PREFERENCE`` points; not shown naming the kinds where it does."""
+    if not shares:
+        return NOT_MEASURABLE, "no pattern shares to compare"
+    over = {k: sup - every for k, (sup, every) in shares.items() if sup - every > NO_PREFERENCE}
+    if over:
+        return NOT_SHOWN, ("super-survivors more heterogeneous than all heads by more than "
+                           f"{NO_PREFERENCE:g} points in " + ", ".join(f"{k} attention ({v:.1f} points)"
+                                                                     for k, v in over.items())
+                           + " (the shares of the report's table; maps typed by rules, not the paper's CNN)")
+    return SHOWN, (f"super-survivors' heterogeneous share at most {NO_PREFERENCE:g} points above all heads' in "
+                   + " and ".join(shares) + " attention (the shares of the report's table; maps typed by rules, not "
+                   "the paper's CNN)")
+
+
 def magnitude_row(result: dict, epochs: float | None = None) -> tuple[str, str, str]:
     scores = tickets(result, "magnitude")
     text, random, bad = _gaps(scores)
-    ok = random >= FAR_BELOW and bad >= FAR_BELOW
-    return text, SHOWN if ok else NOT_SHOWN, (f"random and bad each at least {FAR_BELOW:g} points below good"
-                                               + _seeds_note(len(scores["good"])) + _length_note(epochs))
+    return (text, *far_below(random, bad, len(scores["good"]), epochs))
 
 
 def importance_row(result: dict, epochs: float | None = None) -> tuple[str, str, str]:
     scores = tickets(result, "importance")
     text, random, bad = _gaps(scores)
-    ok = random <= CLOSE and bad <= CLOSE
-    return text, SHOWN if ok else NOT_SHOWN, (f"random and bad each within {CLOSE:g} points of good"
-                                               + _seeds_note(len(scores["good"])) + _length_note(epochs))
+    return (text, *close_to(random, bad, len(scores["good"]), epochs))
 
 
 def stability_row(result: dict) -> tuple[str, str, str]:
@@ -121,15 +155,18 @@ def stability_row(result: dict) -> tuple[str, str, str]:
 
 
 def patterns_row(result: dict, counting: str) -> tuple[str, str, str]:
-    from subnetlab.experiments.lottery.report import super_survivor_correlations
+    from subnetlab.experiments.lottery.report import pattern_shares, super_survivor_correlations
 
     corr = super_survivor_correlations(result, counting)
     if corr is None:
-        return "no super-survivors: the correlation is undefined", NOT_MEASURABLE, "needs at least one super-survivor"
-    text = f"Pearson r, super-survivor vs heterogeneous share: raw {corr['raw']:.3f}, normed {corr['normed']:.3f}"
-    ok = all(abs(v) < NO_CORRELATION for v in corr.values())
-    return text, SHOWN if ok else NOT_SHOWN, (f"|r| below {NO_CORRELATION:g} in raw and normed attention (maps typed "
-                                               "by rules, not the paper's CNN)")
+        return "no super-survivors: no share to compare", NOT_MEASURABLE, "needs at least one super-survivor"
+    table = pattern_shares(result, counting)
+    shares = {kind: (100.0 * table[("finetuned", kind, "super-survivors")]["heterogeneous"],
+                     100.0 * table[("finetuned", kind, "all heads")]["heterogeneous"]) for kind in ("raw", "normed")}
+    text = ("heterogeneous share, super-survivors vs all heads (fine-tuned): "
+            + "; ".join(f"{k} {sup:.1f}% vs {every:.1f}%" for k, (sup, every) in shares.items())
+            + f" (Pearson r on the full model's maps: raw {corr['raw']:.3f}, normed {corr['normed']:.3f})")
+    return (text, *no_preference(shares))
 
 
 def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
@@ -167,4 +204,5 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     return rows
 
 
-__all__ = ["CLAIMS", "PAPER", "findings", "importance_row", "magnitude_row", "patterns_row", "stability_row", "tickets"]
+__all__ = ["CLAIMS", "PAPER", "close_to", "far_below", "findings", "importance_row", "magnitude_row", "no_preference",
+           "patterns_row", "stability_row", "tickets"]

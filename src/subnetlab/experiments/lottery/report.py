@@ -171,25 +171,35 @@ def super_survivor_correlations(r: dict[str, Any], counting: str) -> dict[str, f
     return {kind: float(pearson(sup, full.type_fraction(kind, "heterogeneous", counting))) for kind in ("raw", "normed")}
 
 
-def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, out: Path,
-              settings: LotterySettings) -> None:
-    counting = settings.pattern_counting
+def pattern_shares(r: dict[str, Any], counting: str) -> dict[tuple[str, str, str], dict[str, float]]:
+    """The pattern table's numbers: ``(model, attention, group) -> {type: share}`` for the fine-tuned and
+    pre-trained models, raw and normed attention, all heads and the super-survivors (their maps read where the run
+    read them). The report's table and the demo's verdict (``lottery.findings.patterns_row``) both read these."""
     st, pats = r["stability"], r["patterns"]
     sup = _super_survivors(st)
-    unit = "maps" if counting == "per-map" else "heads"
-    shares, corr, rows = {}, [], []
+    out: dict[tuple[str, str, str], dict[str, float]] = {}
     for which in ("finetuned", "pretrained"):
         full = HeadTypes.from_dict(pats[which])
         pruned = pats.get(f"{which}_super")
         inside = HeadTypes.from_dict(pruned) if pruned else full
         for kind in ("raw", "normed"):
             for group, ht, mask in (("all heads", full, None), ("super-survivors", inside, sup)):
-                sh = ht.shares(kind, mask, counting=counting)
-                rows.append([f"{which}, {kind}", group] + [pct(sh[t]) for t in TYPES])
-                if which == "finetuned":
-                    shares[f"{group}, {kind}"] = sh
-            if which == "finetuned":
-                corr.append(f"{kind}: {num(pearson(sup, full.type_fraction(kind, 'heterogeneous', counting)))}")
+                out[(which, kind, group)] = ht.shares(kind, mask, counting=counting)
+    return out
+
+
+def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, out: Path,
+              settings: LotterySettings) -> None:
+    counting = settings.pattern_counting
+    st, pats = r["stability"], r["patterns"]
+    sup = _super_survivors(st)
+    unit = "maps" if counting == "per-map" else "heads"
+    table = pattern_shares(r, counting)
+    rows = [[f"{which}, {kind}", group] + [pct(sh[t]) for t in TYPES] for (which, kind, group), sh in table.items()]
+    shares = {f"{group}, {kind}": sh for (which, kind, group), sh in table.items() if which == "finetuned"}
+    full = HeadTypes.from_dict(pats["finetuned"])
+    corr = [f"{kind}: {num(pearson(sup, full.type_fraction(kind, 'heterogeneous', counting)))}"
+            for kind in ("raw", "normed")]
     seeds = pats.get("seeds", [r["pattern_seed"]])
     where = ("read in the model pruned to the super-survivors (heads and MLPs kept in every seed)"
              if pats.get("pruned_to_super_survivors") else "read in the full model")
@@ -204,8 +214,10 @@ def _patterns(doc: MarkdownReport, task: str, r: dict[str, Any], figdir: Path, o
                      "heterogeneous share among super-survivors would suggest they carry more linguistic structure.", base=out)
     doc.para("Pearson correlation between being a super-survivor and "
              + ("the share of a head's maps that are heterogeneous" if counting == "per-map" else "having a heterogeneous pattern")
-             + " (fine-tuned model, full): " + "; ".join(corr)
-             + ("" if st["super_survivor_heads"] else " (undefined: there are no super-survivors)") + ".")
+             + " (fine-tuned model, every head's maps read in the full model, the paper's statistic): " + "; ".join(corr)
+             + ("" if st["super_survivor_heads"] else " (undefined: there are no super-survivors)")
+             + ". The verdict on a preference (the demo's findings) compares the table's heterogeneous shares, "
+               "super-survivors against all heads, so it rests on the numbers shown above.")
 
 
 def _notes(settings: LotterySettings) -> list[str]:

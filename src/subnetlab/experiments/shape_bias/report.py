@@ -19,7 +19,7 @@ PAPER_TABLE1 = {  # Zhang, Lepori, Pavlick 2024, Table 1 (original, pooled, cue 
 }
 
 
-# Issue 16 item 7: the shape-bias study against the authors' released vision code (Rock-Z/instilling-inductive-bias,
+# The shape-bias study against the authors' released vision code (Rock-Z/instilling-inductive-bias,
 # vision/ and its bundled NeuroSurgeon). Each entry: (topic, the difference with the released file it comes from, a
 # function of the settings saying what this run did). ``vision_code_notes(settings)`` writes them into the report.
 def _families(settings: ShapeBiasSettings, key: str, default: Any, sub: str | None = None) -> str:

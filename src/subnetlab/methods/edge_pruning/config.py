@@ -144,9 +144,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                   init_log_alpha=10.0, checkpoint_every=64, optimizer="adamw", weight_decay=0.01, max_grad_norm=1.0,
                   sparsity_estimate="sample", selection="threshold", clip_node_target=0.72),
     # tiny models on a CPU: fewer steps, gates starting nearer the decision (see head_pruning.config's demo note)
-    "demo": dict(warmup_steps=200, total_steps=300, batch_size=16, lr=0.1, lambda_lr=0.5, lr_warmup_steps=0,
-                 init_log_alpha=3.0, checkpoint_every=50),
+    "quick": dict(warmup_steps=200, total_steps=300, batch_size=16, lr=0.1, lambda_lr=0.5, lr_warmup_steps=0,
+                  init_log_alpha=3.0, checkpoint_every=50),
 }
+PRESETS["demo"] = PRESETS["quick"]  # the name the circuits study and older runs use; the same settings
 
 
 def preset_config(preset: str, sparsity: float, seed: int = 0, **overrides: Any) -> EdgePruneConfig:

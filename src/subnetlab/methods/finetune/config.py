@@ -21,6 +21,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "heuristic-core": dict(model="bert-base-cased", lr=2e-5, batch_size=32, max_length=128, epochs=5.0,
                            adam_betas=(0.9, 0.999), adam_eps=1e-8, save_every=500, eval_every=500),
     "subtask-induction": dict(lr=5e-4, adam_betas=(0.9, 0.999), adam_eps=1e-8, max_length=8),
+    # your own small model on a CPU: 500 steps of 16 rows, evaluated and saved every 100 (the sizes of
+    # docs/your-own-model.md); the learning rate stays the default (2e-5, a fine-tuning rate): a model never
+    # trained wants --lr 1e-3, and finetune says so in one warning line
+    "quick": dict(batch_size=16, max_length=64, max_steps=500, save_every=100, eval_every=100),
 }
 
 
