@@ -1,4 +1,4 @@
-"""EAP and EAP-IG examples per second against TransformerLens 4.3's ``attribution_patch`` (same model, same batch).
+"""Attribution methods' examples per second, and TransformerLens 4.3's ``attribution_patch`` (same model, same batch).
 
 A GPT-2-style model built from a config (no download), float32, CPU. Side by side, interleaved so machine noise
 hits all alike, median over repeats:
@@ -7,6 +7,8 @@ hits all alike, median over repeats:
   embeddings), and EAP's floor: that plus a no-grad forward on the corrupted prompts;
 * subnetlab EAP (``methods.attribution``, edge scores of every edge, the batch in one pass);
 * subnetlab EAP-IG at k = 5;
+* subnetlab EAP-IG on activations at k = 5 (``(1 + 2L) k`` forward+backwards), clean-corrupted (two);
+* subnetlab exact patching (one forward row per edge and pair, batched, no backward);
 * TransformerLens 4.3 ``attribution_patch(granularity="edge")`` on the same model wrapped with
   ``TransformerBridge.boot_transformers`` (it scores each pair separately, per position).
 
@@ -79,6 +81,12 @@ def main() -> None:
         "subnetlab EAP": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows, method="eap"),
         "subnetlab EAP-IG k=5": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
                                                          method="eap-ig", steps=5),
+        "subnetlab EAP-IG-activations k=5": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
+                                                                     method="eap-ig-activations", steps=5),
+        "subnetlab clean-corrupted": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
+                                                              method="clean-corrupted"),
+        "subnetlab exact patching": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
+                                                             method="exact"),
     }
     try:
         from transformer_lens.model_bridge import TransformerBridge
@@ -113,7 +121,7 @@ def main() -> None:
     eap = statistics.median(times["subnetlab EAP"])
     for name, ts in times.items():
         t = statistics.median(ts)
-        print(f"{name:52s} {args.batch / t:9.1f} examples/s  {t * 1000:9.1f} ms  x{t / base:6.2f} plain  "
+        print(f"{name:52s} {args.batch / t:9.3g} examples/s  {t * 1000:9.1f} ms  x{t / base:6.2f} plain  "
               f"x{t / eap:6.2f} EAP")
     tl = "TransformerLens 4.3 attribution_patch (edge)"
     if tl in times:

@@ -1,4 +1,4 @@
-"""`subnetlab circuit --method eap|eap-ig`: the scores file is the library's, and circuit-eval reads it; edge
+"""`subnetlab circuit --method eap|eap-ig|...`: the scores file is the library's, and circuit-eval reads it; edge
 pruning warm-started from it (``--init-from``) starts from the mapped log-alphas."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from subnetlab.io import load_tensors
 from tests.unit.test_circuit_eval_cli import TASK, _run, tiny  # noqa: F401 (the fixture)
 
 
-@pytest.mark.parametrize("method", ["eap", "eap-ig"])
+@pytest.mark.parametrize("method", ["eap", "eap-ig", "eap-ig-activations", "clean-corrupted",
+                                    "exact"])
 def test_circuit_attribution_writes_the_library_scores(tiny, method, tmp_path, capsys, one_thread):  # noqa: F811
     from subnetlab.methods.attribution import attribute
     from subnetlab.models.graph import Graph
@@ -20,7 +21,7 @@ def test_circuit_attribution_writes_the_library_scores(tiny, method, tmp_path, c
 
     root, model, adapter, tok = tiny
     out = tmp_path / method
-    steps = ["--ig-steps", "3"] if method == "eap-ig" else []  # eap takes one step: --ig-steps is eap-ig's alone
+    steps = ["--ig-steps", "3"] if method.startswith("eap-ig") else []  # --ig-steps is the integrated methods' alone
     _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(out), "--method", method, *steps,
           "--device", "cpu"], capsys)
     saved = load_tensors(out / "scores.safetensors")

@@ -1,4 +1,5 @@
-"""The attribution run of ``subnetlab circuit`` (methods eap, eap-ig): attribution scores of every edge on a circuit task.
+"""The attribution run of ``subnetlab circuit`` (methods eap, eap-ig, eap-ig-activations, clean-corrupted, exact):
+scores of every edge on a circuit task.
 
 Layout of DIR::
 
@@ -15,6 +16,9 @@ Scores are the mean over the pairs of the chosen split of each edge's
 attribution (``methods.attribution``), for the task metric picked (default the
 logit difference; ``kl`` differentiates KL(full || model), which is zero with a
 zero gradient at the clean run, so EAP gives zero there and EAP-IG does not).
+Scores are in the model's precision (float64 for a float64 model). ``exact``
+patches each edge in its own forward rows (no gradients): a ground truth for
+graphs of up to a few thousand edges.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any, ClassVar
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import save_tensors, write_json
-from subnetlab.methods.attribution.scores import METHODS, check_method
+from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method
 from subnetlab.runs.job_config import JobConfig, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
@@ -38,8 +42,8 @@ FORMAT = "subnetlab.attribution/1"
 
 @dataclass(frozen=True)
 class AttributionJobConfig(JobConfig):
-    """A model, a circuit task, the method (``eap`` / ``eap-ig``) and its settings; ``eap`` takes one step
-    (``ig_steps`` 1, whatever was given: integrated gradients are eap-ig's)."""
+    """A model, a circuit task, the method (one of ``METHODS``) and its settings; only ``eap-ig`` and
+    ``eap-ig-activations`` integrate (``ig_steps`` is 1 for the others, whatever was given)."""
 
     command: ClassVar[str] = "circuit"
     model: str
@@ -55,7 +59,7 @@ class AttributionJobConfig(JobConfig):
 
     def __post_init__(self) -> None:
         check_method(self.method, self.ig_steps)
-        if self.method == "eap":
+        if self.method not in IG_METHODS:
             object.__setattr__(self, "ig_steps", 1)
         if self.metric not in METRICS + TASK_METRICS:
             raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS + TASK_METRICS)}",
@@ -101,7 +105,8 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     write_json(out / "config.json", config)
     pairs = len(task.examples(job.split)) if job.limit is None else min(job.limit, len(task.examples(job.split)))
     stage(f"{job.method} scores of {graph.num_edges} edges on {pairs} pairs of {job.split} (metric {job.metric}"
-          f"{f', {job.ig_steps} steps' if job.method == 'eap-ig' else ''})")
+          f"{f', {job.ig_steps} steps' if job.method in IG_METHODS else ''}"
+          f"{f', {graph.num_edges} forward rows per pair' if job.method == 'exact' else ''})")
 
     def metric(logits: Any, batch: dict[str, Any], full: Any) -> Any:
         return task.metrics(logits, batch, full)[job.metric]

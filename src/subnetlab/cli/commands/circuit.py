@@ -1,5 +1,5 @@
 """`subnetlab circuit`: edge-level circuits by Edge Pruning, over target sparsities and seeds, or attribution
-scores of every edge (``--method eap|eap-ig``, ``_circuit_attribution``).
+scores of every edge (``--method eap|eap-ig|eap-ig-activations|clean-corrupted|exact``, ``_circuit_attribution``).
 
     subnetlab circuit --model gpt2 --task circuit:ioi --method edge-pruning --sparsity 0.95 0.98 --seeds 0-2 \\
         --preset paper --out runs/ioi-circuits
@@ -28,16 +28,17 @@ from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, give
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
 
-METHODS = ("edge-pruning", "eap", "eap-ig")
+ATTRIBUTION = ("eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact")
+METHODS = ("edge-pruning", *ATTRIBUTION)
 
-# The parameters only some methods read, and which methods; every other parameter is read by all three.
-# (eap-ig alone integrates over steps; the attribution methods score one run on the training pairs, so the
+# The parameters only some methods read, and which methods; every other parameter is read by every method.
+# (eap-ig and eap-ig-activations integrate over steps; the attribution methods score one run on the training pairs, so the
 # sweep, its training settings, its evaluation split and the executor are edge-pruning's.)
 METHOD_PARAMETERS: dict[str, tuple[str, ...]] = {
     **{name: ("edge-pruning",) for name in ("sparsity", "more", "seeds", "preset", "ablation", "set_", "split",
                                             "init_from", *EXECUTOR_PARAMETERS)},
-    "metric": ("eap", "eap-ig"),
-    "ig_steps": ("eap-ig",),
+    "metric": ATTRIBUTION,
+    "ig_steps": ("eap-ig", "eap-ig-activations"),
 }
 
 
@@ -57,10 +58,14 @@ def refuse_unused_options(method: str) -> None:
         return
     flags = ", ".join(f for group in unused.values() for f in group)
     if len(unused) == 1:
-        whose = "used only by " + " and ".join(next(iter(unused)))
+        whose = "used only by " + _and(next(iter(unused)))
     else:
-        whose = "; ".join(f"{', '.join(group)} used only by {' and '.join(users)}" for users, group in unused.items())
+        whose = "; ".join(f"{', '.join(group)} used only by {_and(users)}" for users, group in unused.items())
     raise SubnetlabError(f"{flags}: not used by --method {method} ({whose})")
+
+
+def _and(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def circuit(
@@ -68,13 +73,14 @@ def circuit(
                               "a local directory or hub id."),
     task: str = typer.Option(..., "--task", help="A circuit task: circuit:ioi, circuit:greater-than, "
                              "circuit:arith:<op>, or file:PATH with --corrupted-column (your own prompt pairs)."),
-    method: str = typer.Option("edge-pruning", "--method", help="edge-pruning (Bhaskar et al., 2024), or eap / eap-ig: "
-                               "attribution scores of every edge (Syed et al. 2023; Hanna et al. 2024) written to "
-                               "DIR/scores.safetensors, on the training pairs. An option marked for another method "
-                               "is refused."),
-    ig_steps: int = typer.Option(5, "--ig-steps", help="eap-ig: the interpolation steps k (k forward+backward "
-                                 "passes per batch)."),
-    metric: str = typer.Option("logit_diff", "--metric", help="eap / eap-ig: the metric differentiated "
+    method: str = typer.Option("edge-pruning", "--method", help="edge-pruning (Bhaskar et al., 2024), or scores of every "
+                               "edge written to DIR/scores.safetensors, on the training pairs: eap / eap-ig (Syed et al. "
+                               "2023; Hanna et al. 2024), eap-ig-activations and clean-corrupted (as hannamw/EAP-IG), "
+                               "exact (patching each edge: one forward per edge, for small graphs). An option marked "
+                               "for another method is refused."),
+    ig_steps: int = typer.Option(5, "--ig-steps", help="eap-ig, eap-ig-activations: the interpolation steps k "
+                                 "(k forward+backward passes per batch, per layer node for eap-ig-activations)."),
+    metric: str = typer.Option("logit_diff", "--metric", help="attribution methods: the metric scored "
                                "(logit_diff, answer_prob or kl)."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
                                              "from attribution scores (a scores.safetensors of eap / eap-ig)."),

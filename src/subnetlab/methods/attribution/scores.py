@@ -1,4 +1,4 @@
-"""Attribution scores on the edge graph: EAP, EAP-IG and node-level attribution patching.
+"""Attribution scores on the edge graph: EAP, EAP-IG (inputs, activations), clean-corrupted, exact patching.
 
 Edge attribution patching (EAP; Syed, Rager and Conmy, 2023) linearises the
 effect of patching one edge: the score of edge ``w -> r`` is::
@@ -12,16 +12,31 @@ of ``m`` when the reader ``r`` sees the corrupted output of ``w``, i.e. minus
 the gradient of ``m`` with respect to the edge mask at "everything kept" of
 ``intervene.edges`` (with the corrupted values). A positive score: patching the
 edge raises the metric. Circuits keep the largest ``|score|`` (MIB, EAP-IG).
+``exact`` (``methods.attribution.exact``) is what EAP approximates:
+``m(x with only r's input from w patched) - m(x)``, hannamw/EAP-IG's
+``get_scores_exact``, one forward per edge.
 
-EAP-IG (Hanna, Pezzelle and Belinkov, 2024) replaces the gradient at the clean
-input by its average along the straight path from the corrupted to the clean
-input embeddings (integrated gradients), with the activation differences still
-those of the real clean and corrupted runs. Conventions of hannamw/EAP-IG's
-``get_scores_eap_ig``: ``k`` steps at ``alpha = 0, 1/k, ..., (k-1)/k`` (a left
-Riemann sum: the corrupted end included, the clean end not); the interpolated
-input is every embedding writer's output (token and position embeddings; the
-position embeddings are equal on both prompts). ``ig="activations"`` is not
-provided (see the report).
+The other methods keep the activation differences of the real clean and
+corrupted runs and average the reader gradients over several passes, as
+hannamw/EAP-IG's ``attribute`` does:
+
+* ``eap-ig`` (EAP-IG on inputs, Hanna, Pezzelle and Belinkov, 2024;
+  ``get_scores_eap_ig``): ``k`` passes on the clean prompt with every embedding
+  writer's output set to ``x~ + alpha (x - x~)``, ``alpha = 0, 1/k, ...,
+  (k-1)/k`` (a left Riemann sum: the corrupted end included, the clean end not;
+  the position embeddings are equal on both prompts).
+* ``eap-ig-activations`` (``get_scores_ig_activations``): one node at a time --
+  the embeddings, then per layer all its heads together and its MLP, ``1 + 2L``
+  nodes -- has its output set to ``alpha clean + (1 - alpha) corrupted`` at
+  ``alpha = 1/k, ..., 1`` (the clean end included, the corrupted end not), the
+  rest of the pass computed from the clean prompt. The replaced output is a
+  constant, so in that node's passes its own readers get no gradient and
+  gradients reach upstream readers only along paths that avoid it; the scores
+  are the sum over all ``(1 + 2L) k`` passes divided by ``(1 + 2L) k``, as the
+  reference does (so with one step, edges into the logits get EAP's score and
+  edges into the last MLP ``2L / (1 + 2L)`` of it).
+* ``clean-corrupted`` (``get_scores_clean_corrupted``): the mean of the
+  gradients on the clean prompt and on the corrupted prompt (two passes).
 
 Node-level attribution patching scores a head or MLP by ``(out_w(x~) -
 out_w(x)) . dm/d out_w``. At "everything kept" the gradient of a writer's output
@@ -29,12 +44,14 @@ is the sum of the gradients of every reader downstream of it, so a node's score
 is exactly the sum of the scores of its outgoing edges; ``node_scores`` computes
 it that way and the tests check it against hooks on the head outputs.
 
-Cost per batch: a forward on the corrupted prompts, one forward+backward on the
-clean ones (EAP); a clean forward and ``k`` forward+backwards (EAP-IG). The
-reader inputs come from ``intervene.edges`` with every edge kept (its Q/K/V
-readers are the per-head inputs of the projections), so reader gradients are
-the graph's own: its ``on_reader_input`` hook puts a gradient hook on each
-block's inputs and ``writer_deltas()`` gives the writer outputs.
+Cost per batch: a forward on the corrupted prompts, one on the clean ones, then
+one forward+backward (EAP), ``k`` (EAP-IG), ``(1 + 2L) k`` (EAP-IG on
+activations), two (clean-corrupted); exact patching runs one forward per edge
+(batched, no backward). The reader inputs come from ``intervene.edges`` with
+every edge kept (its Q/K/V readers are the per-head inputs of the projections),
+so reader gradients are the graph's own: its ``on_reader_input`` hook puts a
+gradient hook on each block's inputs and ``writer_deltas()`` gives the writer
+outputs. Scores are in the model's precision (at least float32).
 """
 
 from __future__ import annotations
@@ -52,10 +69,13 @@ from subnetlab.intervene.edges import apply_edges, check_edge_family
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
-Method = Literal["eap", "eap-ig"]
-METHODS = ("eap", "eap-ig")
+Method = Literal["eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact"]
+METHODS = ("eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact")
+IG_METHODS = ("eap-ig", "eap-ig-activations")  # the methods that read ``steps``
 # metric(logits [B, T, V], batch, full_logits [B, T, V]) -> [B]
 Metric = Callable[[Tensor, dict[str, Tensor], Tensor], Tensor]
+NodeKey = tuple[str, int]  # ("embedding", i), ("heads", layer), ("mlp", layer)
+NodeHook = Callable[[NodeKey, Tensor], "Tensor | None"]
 
 
 @dataclass
@@ -78,8 +98,9 @@ def node_scores(graph: Graph, edges: Tensor) -> dict[str, Tensor]:
     writers = torch.tensor([w for w, _ in graph.edges])
     per_writer.index_add_(0, writers, edges.double().cpu())
     L, H, E = graph.num_layers, graph.num_heads, graph.num_embeddings
-    grid = per_writer[E:].view(L, H + 1).float()
-    return {"heads": grid[:, :H].contiguous(), "mlps": grid[:, H].contiguous(), "embeddings": per_writer[:E].float()}
+    dtype = torch.promote_types(edges.dtype, torch.float32)
+    grid = per_writer[E:].view(L, H + 1).to(dtype)
+    return {"heads": grid[:, :H].contiguous(), "mlps": grid[:, H].contiguous(), "embeddings": per_writer[:E].to(dtype)}
 
 
 @contextmanager
@@ -96,15 +117,37 @@ def _frozen_parameters(model: nn.Module) -> Iterator[None]:
 
 
 @contextmanager
-def _embedding_hook(adapter: Adapter, hook: Callable[[int, Tensor], Tensor | None]) -> Iterator[None]:
-    """``hook(i, output)`` on every embedding module, ahead of any other hook; a returned tensor replaces it."""
-    handles = [m.register_forward_hook(lambda mod, a, out, i=i: hook(i, out), prepend=True)
+def _node_hooks(adapter: Adapter, hook: NodeHook | None) -> Iterator[None]:
+    """``hook(key, output)`` on every node's output, ahead of any other hook; a returned tensor replaces it.
+
+    Keys: ``("embedding", i)`` per embedding module, ``("heads", l)`` the input of layer ``l``'s attention output
+    projection (every head's output ``[batch, pos, heads * head_dim]``), ``("mlp", l)`` the MLP's output."""
+    if hook is None:
+        yield
+        return
+
+    def pre(key: NodeKey, args: tuple) -> tuple | None:
+        new = hook(key, args[0])
+        return None if new is None else (new, *args[1:])
+
+    handles = [m.register_forward_hook(lambda mod, a, out, i=i: hook(("embedding", i), out), prepend=True)
                for i, m in enumerate(adapter.embedding_modules())]
+    for layer in range(adapter.num_layers):
+        handles += [
+            adapter.head_output_module(layer).register_forward_pre_hook(
+                lambda mod, args, layer=layer: pre(("heads", layer), args), prepend=True),
+            adapter.mlp_output_module(layer).register_forward_hook(
+                lambda mod, a, out, layer=layer: hook(("mlp", layer), out), prepend=True)]
     try:
         yield
     finally:
         for h in handles:
             h.remove()
+
+
+def score_dtype(model: nn.Module) -> torch.dtype:
+    """The precision of scores: the model's, at least float32 (a float64 model gives float64 scores)."""
+    return torch.promote_types(next(model.parameters()).dtype, torch.float32)
 
 
 def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
@@ -113,21 +156,35 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
     """Edge scores ``[edges]`` of one batch, summed over its pairs (divide by the pairs for the mean).
 
     ``metric(logits, clean_logits) -> [B]`` is differentiated (its sum); ``clean``/``corrupted`` are model inputs
-    of equal shapes. See the module docstring for the method and the conventions."""
+    of equal shapes. See the module docstring for the methods and their conventions. Scores are in
+    ``score_dtype(model)``."""
     check_method(method, steps)
     check_edge_family(adapter)
+    if method == "exact":
+        from subnetlab.methods.attribution.exact import exact_batch
+
+        return exact_batch(model, adapter, graph, clean, corrupted, metric)
     device = next(model.parameters()).device
-    scores = torch.zeros(graph.num_edges, dtype=torch.float32, device=device)
+    scores = torch.zeros(graph.num_edges, dtype=score_dtype(model), device=device)
     leaf = torch.ones(graph.num_edges, device=device, requires_grad=True)  # makes every reader input need a grad
     blocks = graph.reader_blocks
-    embeds: dict[str, list[Tensor]] = {"clean": [], "corrupted": []}
+    # node outputs of the two real runs: the embeddings (eap-ig), every node (eap-ig-activations)
+    every_node = method == "eap-ig-activations"
+    seen: dict[str, dict[NodeKey, Tensor]] = {"clean": {}, "corrupted": {}}
+
+    def recorder(run: str) -> NodeHook:
+        def record(key: NodeKey, out: Tensor) -> None:
+            if every_node or key[0] == "embedding":
+                seen[run][key] = out.detach()
+        return record
+
     # every edge kept and no ablation values: each writer's delta is its output, each reader's input the model's own
     with _frozen_parameters(model), apply_edges(model, adapter, graph, leaf) as edges:
         with torch.no_grad():
-            with _embedding_hook(adapter, lambda i, out: embeds["corrupted"].append(out.detach())):
+            with _node_hooks(adapter, recorder("corrupted")):
                 model(**corrupted)
             corrupted_out = edges.writer_deltas()
-            with _embedding_hook(adapter, lambda i, out: embeds["clean"].append(out.detach())):
+            with _node_hooks(adapter, recorder("clean")):
                 clean_logits = model(**clean).logits.detach()
             diff = (corrupted_out - edges.writer_deltas()).flatten(1)  # [writers, B * P * hidden]
         del corrupted_out
@@ -135,26 +192,51 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
         def accumulate(i: int, grad: Tensor) -> None:
             b = blocks[i]
             part = grad.reshape(grad.shape[0], -1).to(diff.dtype) @ diff[:b.writers].t()  # [readers, writers]
-            scores[b.start:b.stop] += part.reshape(-1).float()
+            scores[b.start:b.stop] += part.reshape(-1).to(scores.dtype)
 
         def on_reader_input(i: int, readers: Tensor) -> None:
             if readers.requires_grad:
                 readers.register_hook(lambda g, i=i: accumulate(i, g))
 
         edges.on_reader_input = on_reader_input
-        alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
-        for alpha in alphas:
-            def interpolate(i: int, out: Tensor, alpha: float = alpha) -> Tensor | None:
-                if method == "eap":
-                    return None
-                x, x_corr = embeds["clean"][i], embeds["corrupted"][i]
-                return (x_corr + alpha * (x - x_corr)).to(out.dtype).expand_as(out)
-
-            with _embedding_hook(adapter, interpolate):
-                logits = model(**clean).logits
+        passes = _gradient_passes(method, steps, adapter.num_layers, clean, corrupted, seen)
+        for inputs, replace in passes:
+            with _node_hooks(adapter, replace):
+                logits = model(**inputs).logits
             metric(logits, clean_logits).sum().backward()
         edges.on_reader_input = None
-    return scores / len(alphas)
+    return scores / len(passes)
+
+
+def _gradient_passes(method: str, steps: int, layers: int, clean: dict[str, Tensor], corrupted: dict[str, Tensor],
+                     seen: dict[str, dict[NodeKey, Tensor]]) -> list[tuple[dict[str, Tensor], NodeHook | None]]:
+    """The forward+backward passes whose reader gradients are averaged: (inputs, node replacement) per pass."""
+    if method == "eap":
+        return [(clean, None)]
+    if method == "clean-corrupted":
+        return [(clean, None), (corrupted, None)]
+    if method == "eap-ig":  # k steps from the corrupted end, the clean end left out
+        def embeddings_at(alpha: float) -> NodeHook:
+            def interpolate(key: NodeKey, out: Tensor) -> Tensor | None:
+                if key[0] != "embedding":
+                    return None
+                x, x_corr = seen["clean"][key], seen["corrupted"][key]
+                return (x_corr + alpha * (x - x_corr)).to(out.dtype).expand_as(out)
+            return interpolate
+
+        return [(clean, embeddings_at(k / steps)) for k in range(steps)]
+
+    # eap-ig-activations: one node at a time (the embeddings, each layer's heads, each MLP), its output set to
+    # alpha * clean + (1 - alpha) * corrupted at alpha = 1/k, ..., 1 (the clean end included)
+    def node_at(kind: str, layer: int, alpha: float) -> NodeHook:
+        def interpolate(key: NodeKey, out: Tensor) -> Tensor | None:
+            if key[0] != kind or (kind != "embedding" and key[1] != layer):
+                return None
+            return (alpha * seen["clean"][key] + (1 - alpha) * seen["corrupted"][key]).to(out.dtype)
+        return interpolate
+
+    groups = [("embedding", -1)] + [(kind, l) for l in range(layers) for kind in ("heads", "mlp")]
+    return [(clean, node_at(kind, layer, k / steps)) for kind, layer in groups for k in range(1, steps + 1)]
 
 
 MAX_IG_STEPS = 1000  # each step is a forward and backward per batch; EAP-IG and MIB use 5 to 100
@@ -185,4 +267,5 @@ def attribute(model: nn.Module, adapter: Adapter, graph: Graph, batches: Iterabl
         pairs += int(batch["input_ids"].shape[0])
     if pairs == 0:
         raise SubnetlabError("attribution needs at least one prompt pair")
-    return AttributionScores(graph, (total / pairs).float(), method, 1 if method == "eap" else steps, pairs)
+    return AttributionScores(graph, (total / pairs).to(score_dtype(model)), method,
+                             steps if method in IG_METHODS else 1, pairs)
