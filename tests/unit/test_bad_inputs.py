@@ -852,3 +852,20 @@ def test_export_killed_mid_write_leaves_a_temporary_that_the_rerun_removes(files
     assert done.value.code in (0, None), capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, out.name])
     assert (out / "subnetlab_pruning.json").is_file() and (out / "subnetlab_model.safetensors").is_file()
+
+
+def test_retraining_a_gpt2_without_a_pad_token_pads_with_its_end_of_text_token(files, tmp_path, capsys) -> None:
+    """GPT-2 names no padding token; its classification head then refuses any batch of two rows. subnetlab pads
+    with the end-of-text token (``models.loading.pad_like_eos``), so the run finishes."""
+    from subnetlab.models import load_model
+
+    loaded = load_model(files["gpt2-nopad"], head="classification", num_labels=3)
+    assert loaded.model.config.pad_token_id == loaded.tokenizer.eos_token_id == 3
+    assert loaded.tokenizer.pad_token == "[SEP]"
+    torch.set_num_threads(1)
+    out = tmp_path / "retrain"
+    with pytest.raises(SystemExit) as done:
+        main(["lottery-retrain", "--model", files["gpt2-nopad"], *NLI, "--subnetwork", files["gpt2-nopad-sub"],
+              "--max-steps", "2", "--batch-size", "4", "--no-save-model", "--out", str(out)])
+    assert done.value.code in (0, None), capsys.readouterr().err
+    assert (out / "metrics.json").is_file()
