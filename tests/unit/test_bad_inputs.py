@@ -104,7 +104,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     paths.update(emptycsv=str(root / "empty.csv"), twocsv=str(root / "two.csv"))
     # issue 30: damaged metadata, pickled weights, an exported model, other families' files, a malformed CSV
     for name, key, value in (("seed-text", "seed", "abc"), ("target-text", "target_sparsity", "abc"),
-                             ("target-nan", "target_sparsity", "nan")):
+                             ("target-nan", "target_sparsity", "nan"), ("sparsity-text", "sparsity", "abc")):
         save_tensors(root / f"{name}.safetensors", {"heads": good.heads, "mlps": good.mlps}, {**good.metadata(), key: value})
         paths[name] = str(root / f"{name}.safetensors")
     pickled = root / "pickled"  # weights only as a pickle that would run a command if unpickled
@@ -173,7 +173,8 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
                       ("pairs-same", f'"{clean}","{corrupted}"," Mary"," Mary"')):
         (root / f"{name}.csv").write_text(f"clean,corrupted,answer,wrong\n{good}\n{row}\n{good}\n")
         paths[name] = str(root / f"{name}.csv")
-    save_tensors(root / "node-scores.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)})
+    save_tensors(root / "node-scores.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)},
+                 {"format": "subnetlab.attribution/1"})
     paths["nodescores"] = str(root / "node-scores.safetensors")
     (root / "latin1.jsonl").write_bytes(b'{"clean": "When Mary and John went to the caf\xe9, John gave a drink to", '
                                         b'"corrupted": "When Amy and Lisa went to the caf\xe9, Kate gave a drink to", '
@@ -185,6 +186,111 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     (junk / "metrics.json").write_bytes(bytes(range(256)) * 4)
     paths.update({name: str(root / file) for name, file in (("latin1", "latin1.jsonl"), ("listgraph", "list-graph.json"),
                                                             ("junkrun", "junk-run"))})
+    _hostile_score_files(root, paths, lm, tok)
+
+
+def _safetensors_bytes(header: str, data: bytes = b"") -> bytes:
+    return struct.pack("<Q", len(header)) + header.encode() + data
+
+
+def _hostile_score_files(root: Path, paths: dict[str, str], lm, tok) -> None:
+    """Issue 36's battery: scores, circuit and graph files that must be refused before any work, each by the one
+    reader of such files (``models.circuit_files``)."""
+    import json
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from subnetlab.io import save_tensors
+    from subnetlab.models import get_adapter
+    from subnetlab.models.circuit import Circuit
+    from subnetlab.models.graph import Graph
+
+    adapter = get_adapter(lm)
+    graph = Graph.from_adapter(adapter)
+    good = torch.linspace(-1.0, 1.0, graph.num_edges)
+    meta = {"format": "subnetlab.attribution/1", "method": "eap", **Circuit(graph, good).metadata()}
+    files: dict[str, tuple[dict[str, torch.Tensor], dict[str, str]]] = {
+        "scores-good": ({"edges": good}, meta),
+        "scores-nan": ({"edges": torch.where(torch.arange(graph.num_edges) == 3, float("nan"), good)}, meta),
+        "scores-inf": ({"edges": torch.where(torch.arange(graph.num_edges) == 3, float("inf"), good)}, meta),
+        "scores-int8": ({"edges": torch.ones(graph.num_edges, dtype=torch.int8)}, meta),
+        "scores-float16": ({"edges": good.half()}, meta),
+        "scores-no-format": ({"edges": good}, {k: v for k, v in meta.items() if k != "format"}),
+        "scores-wrong-format": ({"edges": good}, {**meta, "format": "subnetlab.sweep/1"}),
+        "scores-short": ({"edges": good[:-5]}, {"format": "subnetlab.attribution/1"}),
+        "scores-other-graph": ({"edges": torch.zeros(Graph.from_adapter(adapter, 1).num_edges)},
+                               {**meta, **Circuit(Graph.from_adapter(adapter, 1),
+                                                  torch.zeros(Graph.from_adapter(adapter, 1).num_edges)).metadata()}),
+        "nodes-inf": ({"heads": torch.tensor([[1.0, float("inf")], [0.0, 1.0]]), "mlps": torch.ones(2)},
+                      {"format": "subnetlab.attribution/1"}),
+        "nodes-int8": ({"heads": torch.ones(2, 2, dtype=torch.int8), "mlps": torch.ones(2, dtype=torch.int8)},
+                       {"format": "subnetlab.attribution/1"}),
+        "nodes-no-format": ({"heads": torch.ones(2, 2), "mlps": torch.ones(2)}, {}),
+        "nodes-good": ({"heads": torch.ones(2, 2), "mlps": torch.ones(2)}, {"format": "subnetlab.attribution/1"}),
+    }
+    for name, (tensors, metadata) in files.items():
+        save_tensors(root / f"{name}.safetensors", tensors, metadata)
+        paths[name] = str(root / f"{name}.safetensors")
+    whole = (root / "scores-good.safetensors").read_bytes()
+    (root / "scores-truncated.safetensors").write_bytes(whole[: len(whole) // 2])
+    (root / "scores-huge-header.safetensors").write_bytes(struct.pack("<Q", 2 ** 40) + b"{}")
+    (root / "scores-offsets.safetensors").write_bytes(_safetensors_bytes(
+        '{"edges":{"dtype":"F32","shape":[4],"data_offsets":[0,4000]}}', bytes(16)))
+    (root / "scores-giant-shape.safetensors").write_bytes(_safetensors_bytes(
+        '{"edges":{"dtype":"F32","shape":[1099511627776],"data_offsets":[0,16]}}', bytes(16)))
+    for name in ("scores-truncated", "scores-huge-header", "scores-offsets", "scores-giant-shape"):
+        paths[name] = str(root / f"{name}.safetensors")
+    sweep_graph = root / "sweep-graph.json"  # a sweep's graph.json: the graph, no scores
+    graph.save(sweep_graph)
+    circuit = Circuit(graph, good, torch.arange(graph.num_edges) % 2 == 0).to_dict()
+    circuit["edges"][2]["in_graph"] = float("nan")
+    (root / "graph-in-graph-nan.json").write_text(json.dumps(circuit))  # json writes NaN as the bare word NaN
+    circuit = Circuit(graph, good, torch.arange(graph.num_edges) % 2 == 0).to_dict()
+    circuit["edges"][2]["writer"] = "a9.h9"
+    (root / "graph-no-writer.json").write_text(json.dumps(circuit))
+    paths.update({"sweep-graph": str(sweep_graph), "graph-in-graph-nan": str(root / "graph-in-graph-nan.json"),
+                  "graph-no-writer": str(root / "graph-no-writer.json"), "lm-weights": str(root / "lm" / "model.safetensors")})
+    for name, value in (("infrun", '{"eval": {"accuracy": Infinity}}'), ("textrun", '{"accuracy": "high"}')):
+        run = root / name  # a finished run whose metrics hold a NaN, or text where a number belongs
+        run.mkdir()
+        (run / "config.json").write_text('{"command": "evaluate"}')
+        (run / "metrics.json").write_text(value)
+        paths[name] = str(run)
+    from subnetlab.intervene import ComponentValues
+
+    ComponentValues([torch.zeros(2, 8) for _ in range(2)], [torch.zeros(16) for _ in range(2)], architecture="bert").save(
+        root / "bert-means.safetensors")  # the tiny BERT's, whose shapes (2 layers, 2 heads of 8, hidden 16) are the lm's
+    paths["bert-means"] = str(root / "bert-means.safetensors")
+    _gpt2_without_pad(root, paths)
+    short = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=8, n_embd=16, n_layer=2, n_head=2))
+    short.save_pretrained(root / "lm8")  # prompts of IOI are longer than its 8 positions
+    tok.save_pretrained(root / "lm8")
+    paths["lm8"] = str(root / "lm8")
+    clean, corrupted = "When Mary and John went to the store, John gave a drink to", "When Amy and Lisa went to the store, Kate gave a drink to"
+    word = " store"
+    good = f'"{clean}","{corrupted}"," Mary"," John"\n'
+    (root / "long-line.csv").write_text("clean,corrupted,answer,wrong\n" + good * 3 +  # a 20 MB line among good ones
+                                        f'"{clean}{word * 1_700_000}","{corrupted}{word * 1_700_000}"," Mary"," John"\n')
+    paths["long-line"] = str(root / "long-line.csv")
+
+
+def _gpt2_without_pad(root: Path, paths: dict[str, str]) -> None:
+    """A GPT-2 language model whose tokenizer and config name no padding token (as GPT-2's own), and a structured
+    subnetwork of it: re-fine-tuning it on a classification task batches padded rows."""
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from subnetlab.models import get_adapter
+    from subnetlab.subnetwork import Subnetwork
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    words = word_tokenizer()
+    tok = PreTrainedTokenizerFast(tokenizer_object=words.backend_tokenizer, eos_token="[SEP]", unk_token="[UNK]")
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(words), n_positions=64, n_embd=16, n_layer=2, n_head=2,
+                                       bos_token_id=3, eos_token_id=3))
+    model.save_pretrained(root / "gpt2-nopad")
+    tok.save_pretrained(root / "gpt2-nopad")
+    Subnetwork.structured(get_adapter(model), torch.tensor([[1.0, 0.0], [1.0, 1.0]])).save(root / "gpt2-nopad-sub.safetensors")
+    paths.update({"gpt2-nopad": str(root / "gpt2-nopad"), "gpt2-nopad-sub": str(root / "gpt2-nopad-sub.safetensors")})
 
 
 def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
@@ -563,6 +669,75 @@ CASES: list[tuple[str, list[str], str]] = [
                                       "--task-option", "n_train=4", "--task-option", "n_eval=2"],
      "list-graph.json: a JSON list, not a graph"),
     ("results-metrics-random-bytes", ["results", "{junkrun}"], "metrics.json: not UTF-8 text"),
+    # issue 36, item 5: --init-from read by the one reader of scores files before anything is written
+    *[(f"circuit-init-from-{name}", [*CIRCUIT, "--sparsity", "0.9", "--preset", "demo", "--init-from", f"{{{file}}}"],
+       fragment) for name, file, fragment in (
+        ("random-bytes", "random", "random.safetensors: not a readable safetensors file"),
+        ("truncated", "scores-truncated", "scores-truncated.safetensors: not a readable safetensors file"),
+        ("huge-header", "scores-huge-header", "scores-huge-header.safetensors: not a readable safetensors file"),
+        ("offsets-out-of-range", "scores-offsets", "scores-offsets.safetensors: not a readable safetensors file"),
+        ("giant-shape", "scores-giant-shape", "scores-giant-shape.safetensors: not a readable safetensors file"),
+        ("short", "scores-short", "scores-short.safetensors: 56 edge scores, the model's graph has 61"),
+        ("other-graph", "scores-other-graph", "a warm start needs edge scores of this run's graph"),
+        ("structured-subnetwork", "sub", "sub.safetensors: a subnetwork (kind structured), not scores"),
+        ("edge-circuit", "edges-partial", "edges-partial.safetensors: a subnetwork (kind edges), not scores"),
+        ("model-weights", "lm-weights", "model.safetensors: not a scores file (format metadata 'pt'"),
+        ("nan", "scores-nan", "scores-nan.safetensors: edges holds 1 NaN or infinite value(s) (edge 3"),
+        ("inf", "scores-inf", "scores-inf.safetensors: edges holds 1 NaN or infinite value(s) (edge 3"),
+        ("int8", "scores-int8", "scores-int8.safetensors: edges has dtype int8; scores are float32 or float64"),
+        ("float16", "scores-float16", "scores-float16.safetensors: edges has dtype float16; scores are float32 or"),
+        ("no-format", "scores-no-format", "scores-no-format.safetensors: not a scores file (format metadata None"),
+        ("wrong-format", "scores-wrong-format", "not a scores file (format metadata 'subnetlab.sweep/1'"),
+        ("graph-without-scores", "sweep-graph", "sweep-graph.json: edge 0 has no 'score'"))],
+    ("circuit-limit-zero", [*CIRCUIT, "--sparsity", "0.9", "--preset", "demo", "--limit", "0"], "--limit 0"),
+    # circuit-eval: the same reader for --scores and --circuit, the same model check as circuit
+    ("circuit-eval-post-ln-bert", ["circuit-eval", "--model", "{bert}", "--scores", "{nodescores}", "--task",
+                                   "circuit:ioi"], "bert models normalise the residual stream after every attention"),
+    *[(f"circuit-eval-scores-{name}", [*CIRCUIT_EVAL[:-2], "--scores", f"{{{file}}}", "--task", "circuit:ioi",
+                                       "--task-option", "n_train=4", "--task-option", "n_eval=2"], fragment)
+      for name, file, fragment in (
+        ("bert-structured-subnetwork", "sub", "sub.safetensors: a subnetwork (kind structured), not scores"),
+        ("inf", "scores-inf", "edges holds 1 NaN or infinite value(s) (edge 3"),
+        ("int8", "scores-int8", "edges has dtype int8; scores are float32 or float64"),
+        ("node-inf", "nodes-inf", "heads holds 1 NaN or infinite value(s)"),
+        ("node-int8", "nodes-int8", "heads has dtype int8; scores are float32 or float64"),
+        ("no-format", "nodes-no-format", "nodes-no-format.safetensors: not a scores file (format metadata None"),
+        ("wrong-format", "scores-wrong-format", "not a scores file (format metadata 'subnetlab.sweep/1'"),
+        ("edge-circuit", "edges-partial", "edges-partial.safetensors: a subnetwork (kind edges), not scores"))],
+    *[(f"circuit-eval-circuit-{name}", [*CIRCUIT_EVAL[:-2], "--circuit", f"{{{file}}}", "--task", "circuit:ioi",
+                                        "--task-option", "n_train=4", "--task-option", "n_eval=2"], fragment)
+      for name, file, fragment in (
+        ("graph-in-graph-nan", "graph-in-graph-nan", "graph-in-graph-nan.json: edge 2 has in_graph nan"),
+        ("graph-writer-names-no-node", "graph-no-writer", "graph-no-writer.json: edge 2 names writer 'a9.h9'"),
+        ("sparsity-text", "sparsity-text", "metadata sparsity='abc' is not a number in [0, 1]"))],
+    # subnetwork metadata sparsity=abc, wherever a subnetwork is read
+    ("evaluate-subnetwork-sparsity-text", [*EVALUATE, "--subnetwork", "{sparsity-text}"],
+     "metadata sparsity='abc' is not a number in [0, 1]"),
+    ("export-subnetwork-sparsity-text", ["export", "--model", "{bert}", "--subnetwork", "{sparsity-text}"],
+     "metadata sparsity='abc'"),
+    ("lottery-retrain-subnetwork-sparsity-text", ["lottery-retrain", "--model", "{bert}", *NLI, "--subnetwork",
+                                                  "{sparsity-text}"], "metadata sparsity='abc'"),
+    ("lottery-stability-subnetwork-sparsity-text", ["lottery-stability", "--subnetwork", "{sparsity-text}",
+                                                    "--subnetwork", "{sub}"], "metadata sparsity='abc'"),
+    ("lottery-patterns-subnetwork-sparsity-text", ["lottery-patterns", "--model", "{bert}", *NLI, "--pairs", "2",
+                                                   "--subnetwork", "{sparsity-text}"], "metadata sparsity='abc'"),
+    # inspect, results, export, lottery-retrain
+    ("inspect-edges-bert", ["inspect", "--model", "{bert}", "--edges"], "--edges: bert models normalise the residual"),
+    ("inspect-embedding-nodes-without-edges", ["inspect", "--model", "{lm}", "--embedding-nodes", "1"],
+     "--embedding-nodes: only with --edges"),
+    ("results-metrics-infinite", ["results", "{infrun}"], "metrics.json: eval.accuracy is inf; a measurement is"),
+    ("results-metrics-string", ["results", "{textrun}"], "metrics.json: accuracy is 'high', not a number; the file is damaged"),
+    ("export-edges-bert-means", ["export", "--model", "{lm}", "--subnetwork", "{edges-partial}", "--edges-as-nodes",
+                                 "--ablation", "{bert-means}"], "they belong to another model"),
+    # prompt pairs against the model's positions and a bound on a line's size, checked when the task is bound
+    ("circuit-eap-pairs-past-positions", [*EAP[:2], "{lm8}", *EAP[3:]], "exceeds the 8 positions"),
+    ("circuit-pairs-past-positions", ["circuit", "--model", "{lm8}", "--task", "circuit:ioi", "--task-option",
+                                      "n_train=16", "--task-option", "n_eval=2", "--sparsity", "0.9", "--preset", "demo"],
+     "exceeds the 8 positions"),
+    ("circuit-eval-pairs-past-positions", ["circuit-eval", "--model", "{lm8}", "--scores", "{nodes-good}", "--task",
+                                           "circuit:ioi", "--split", "train"], "exceeds the 8 positions"),
+    ("circuit-pairs-line-too-long", ["circuit", "--model", "{lm}", "--task", "file:{long-line}", "--method", "eap",
+                                     "--corrupted-column", "corrupted"], "long-line.csv:5: a line of"),
     # export of an edge circuit (issue 27): no smaller standard model, or nothing fixed to fold
     ("export-edges-partial", ["export", "--model", "{lm}", "--subnetwork", "{edges-partial}"],
      "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),
@@ -726,3 +901,20 @@ def test_export_killed_mid_write_leaves_a_temporary_that_the_rerun_removes(files
     assert done.value.code in (0, None), capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, out.name])
     assert (out / "subnetlab_pruning.json").is_file() and (out / "subnetlab_model.safetensors").is_file()
+
+
+def test_retraining_a_gpt2_without_a_pad_token_pads_with_its_end_of_text_token(files, tmp_path, capsys) -> None:
+    """GPT-2 names no padding token; its classification head then refuses any batch of two rows. subnetlab pads
+    with the end-of-text token (``models.loading.pad_like_eos``), so the run finishes."""
+    from subnetlab.models import load_model
+
+    loaded = load_model(files["gpt2-nopad"], head="classification", num_labels=3)
+    assert loaded.model.config.pad_token_id == loaded.tokenizer.eos_token_id == 3
+    assert loaded.tokenizer.pad_token == "[SEP]"
+    torch.set_num_threads(1)
+    out = tmp_path / "retrain"
+    with pytest.raises(SystemExit) as done:
+        main(["lottery-retrain", "--model", files["gpt2-nopad"], *NLI, "--subnetwork", files["gpt2-nopad-sub"],
+              "--max-steps", "2", "--batch-size", "4", "--no-save-model", "--out", str(out)])
+    assert done.value.code in (0, None), capsys.readouterr().err
+    assert (out / "metrics.json").is_file()

@@ -58,25 +58,27 @@ def test_a_graph_file_without_the_new_fields_still_loads(tmp_path):
 def test_scores_files_record_their_graph_and_old_ones_are_inferred(tmp_path, one_thread):
     """An attribution scores file carries its graph's shape (no embedding-count guess); one without it gets the
     model's graph with as many edges, 2 embedding nodes tried first; a checkpoint's state names its graph."""
+    from subnetlab.models.circuit_files import ATTRIBUTION_FORMAT, CHECKPOINT_FORMAT
     from subnetlab.runs.circuit_eval import read_scores
 
     adapter = tiny_model("gpt2", layers=2).adapter
     one, two = Graph.from_adapter(adapter, 1), Graph.from_adapter(adapter, 2)
     for graph in (one, two):
         scores = torch.randn(graph.num_edges, generator=torch.Generator().manual_seed(1))
-        save_tensors(tmp_path / "old.safetensors", {"edges": scores})
+        save_tensors(tmp_path / "old.safetensors", {"edges": scores}, {"format": ATTRIBUTION_FORMAT})
         level, read, found, absolute = read_scores(str(tmp_path / "old.safetensors"), adapter)
         assert (level, found, absolute) == ("edges", graph, True) and torch.equal(read, scores)
-        save_tensors(tmp_path / "new.safetensors", {"edges": scores}, metadata=Circuit(graph, scores).metadata())
+        save_tensors(tmp_path / "new.safetensors", {"edges": scores},
+                     metadata={"format": ATTRIBUTION_FORMAT, **Circuit(graph, scores).metadata()})
         assert read_scores(str(tmp_path / "new.safetensors"), adapter)[2] == graph
-        state = {"state": json.dumps({"graph": graph.shape()})}
+        state = {"state": json.dumps({"format": CHECKPOINT_FORMAT, "graph": graph.shape()})}
         save_tensors(tmp_path / "checkpoint.safetensors", {"log_alpha_edges": scores}, metadata=state)
         level, read, found, absolute = read_scores(str(tmp_path / "checkpoint.safetensors"), adapter)
         assert (found, absolute) == (graph, False) and torch.equal(read, scores)
     # the recorded shape wins: scores of the two-node graph in a file that says one node are refused
     scores = torch.zeros(two.num_edges)
-    save_tensors(tmp_path / "wrong.safetensors", {"edges": scores}, metadata=Circuit(one, torch.zeros(one.num_edges))
-                 .metadata())
+    save_tensors(tmp_path / "wrong.safetensors", {"edges": scores},
+                 metadata={"format": ATTRIBUTION_FORMAT, **Circuit(one, torch.zeros(one.num_edges)).metadata()})
     with pytest.raises(SubnetlabError, match=f"{two.num_edges} edge scores, its graph has {one.num_edges}") as e:
         read_scores(str(tmp_path / "wrong.safetensors"), adapter)
     assert e.value.setting == "scores"
@@ -160,7 +162,8 @@ def test_circuit_eval_writes_its_config_before_the_work(tmp_path, monkeypatch, o
     config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2, n_inner=32)
     build_model(config, head="causal-lm", seed=0).model.save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")
-    save_tensors(tmp_path / "nodes.safetensors", {"heads": torch.ones(2, 2), "mlps": torch.ones(2)})
+    save_tensors(tmp_path / "nodes.safetensors", {"heads": torch.ones(2, 2), "mlps": torch.ones(2)},
+                 {"format": "subnetlab.attribution/1"})
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -48,7 +48,7 @@ def test_node_scores_edge_scores_and_circuits(tiny, tmp_path, capsys, one_thread
     root, model, adapter, tok = tiny
     task = get_task("circuit:ioi", n_train=2, n_eval=6).bind(tok)
     heads, mlps = torch.tensor([[0.9, -0.1], [0.2, 0.8]]), torch.tensor([0.05, -0.7])
-    save_tensors(tmp_path / "nodes.safetensors", {"heads": heads, "mlps": mlps})
+    save_tensors(tmp_path / "nodes.safetensors", {"heads": heads, "mlps": mlps}, {"format": "subnetlab.attribution/1"})
     _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--scores", str(tmp_path / "nodes.safetensors"),
           "--out", str(tmp_path / "nodes")], capsys)
     written = json.loads((tmp_path / "nodes" / "faithfulness.json").read_text())
@@ -74,7 +74,8 @@ def test_node_scores_edge_scores_and_circuits(tiny, tmp_path, capsys, one_thread
 
     kept = scores.abs() >= scores.abs().sort(descending=True).values[graph.num_edges // 2 - 1]  # the top half
     Subnetwork.from_edges(adapter, graph, kept.float()).save(tmp_path / "edges.safetensors")
-    save_tensors(tmp_path / "alphas.safetensors", {"log_alpha_edges": scores})
+    save_tensors(tmp_path / "alphas.safetensors", {"log_alpha_edges": scores},
+                 {"state": json.dumps({"format": "subnetlab.prune-checkpoint/1"})})  # a checkpoint's log-alphas
     _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--circuit", str(tmp_path / "edges.safetensors"),
           "--out", str(tmp_path / "edge-circuit")], capsys)
     circuit = json.loads((tmp_path / "edge-circuit" / "faithfulness.json").read_text())

@@ -96,8 +96,29 @@ def test_circuits_inside_an_nnsight_trace_equal_subnetlabs(family, one_thread):
             with torch.no_grad():
                 values = None if not patch else (capture_writers(model, adapter, bad) if sub.kind == "edges"
                                                  else capture_activations(model, adapter, bad))
-            with torch.no_grad(), apply_subnetwork(wrapped, sub, values):
+            with torch.no_grad(), apply_subnetwork(wrapped, sub, values=values):
                 with wrapped.trace(input_ids=clean, attention_mask=torch.ones_like(clean)):
                     logits = wrapped.output.logits.save()
             assert (ours - logits).abs().max() < 1e-5, (sub.kind, patch)
             assert (ours - model(input_ids=clean).logits).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_nnsight_interop_takes_corrupted_tokens_as_transformer_lens_does(family, one_thread):
+    """``apply_subnetwork(model, sub, corrupted_tokens)`` patches from the corrupted prompts: the same logits as the
+    values captured on them by hand (no nnsight needed: a plain module is its own wrapper)."""
+    from subnetlab.interop.nnsight import apply_subnetwork
+
+    model = _model(family)
+    adapter = get_adapter(model)
+    clean, corrupt = _data()
+    bad = {"input_ids": corrupt, "attention_mask": torch.ones_like(corrupt)}
+    for sub in _circuits(adapter, Graph.from_adapter(adapter)):
+        with torch.no_grad():
+            values = capture_writers(model, adapter, bad) if sub.kind == "edges" else capture_activations(model, adapter, bad)
+            with apply_subnetwork(model, sub, values=values):
+                by_hand = model(input_ids=clean).logits
+            with apply_subnetwork(model, sub, corrupt):
+                by_tokens = model(input_ids=clean).logits
+            assert torch.equal(by_hand, by_tokens), sub.kind
+            assert (by_tokens - model(input_ids=clean).logits).abs().max() > 1e-2

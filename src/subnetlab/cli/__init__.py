@@ -29,7 +29,9 @@ app = typer.Typer(
 @app.callback()
 def _options(strict: bool = typer.Option(False, "--strict", help=(
         "Refuse (exit 2) instead of warning when a result is degenerate, undecided, off target or unconverged "
-        "(subnetlab.runs.health): subnetlab --strict prune ... (also accepted after the command)"))) -> None:
+        "(subnetlab.runs.health): subnetlab --strict prune ... (also accepted after the command). A degenerate "
+        "input (a subnetwork keeping nothing or everything) is refused before any work; a result's health is known "
+        "only once it is trained, so its run directory is written (for inspection) before the refusal."))) -> None:
     """Find, analyse and transfer the subnetworks inside trained neural networks."""
     from subnetlab.cli.commands._health import set_strict
 

@@ -72,11 +72,33 @@ def find_runs(root: Path) -> list[Path]:
     return sorted(runs, key=lambda p: p.relative_to(root).as_posix())
 
 
+# keys that hold measurements wherever they appear in a metrics.json: a string or an infinity there is a damaged file
+NUMERIC_KEYS = {"accuracy", "f1", "mcc", "corr", "loss", "kl", "logit_diff", "answer_prob", "prob_diff", "cpr", "cmd",
+                "sparsity", "target_sparsity", "faithfulness", "n"}
+
+
 def _read_object(path: Path) -> dict:
     data = read_json(path)
     if not isinstance(data, dict):
         raise SubnetlabError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if path.name == METRICS_FILE:
+        _check_measurements(path, data)
     return data
+
+
+def _check_measurements(path: Path, data: Any, where: str = "", numeric: bool = False) -> None:
+    """Refuse an infinity anywhere, and text where a number is measured (``NUMERIC_KEYS``). NaN stays: subnetlab
+    writes it for a quantity that is undefined (a faithfulness f whose full and empty runs agree)."""
+    if isinstance(data, float) and math.isinf(data):
+        raise SubnetlabError(f"{path}: {where or 'the file'} is {data}; a measurement is a finite number or NaN")
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            _check_measurements(path, value, f"{where}.{key}" if where else str(key), str(key) in NUMERIC_KEYS)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _check_measurements(path, value, f"{where}[{i}]", numeric)
+    elif numeric and (isinstance(data, str) or isinstance(data, bool)):
+        raise SubnetlabError(f"{path}: {where} is {data!r}, not a number; the file is damaged")
 
 
 def collect_results(root: str | os.PathLike) -> pd.DataFrame:

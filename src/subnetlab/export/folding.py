@@ -31,6 +31,7 @@ def check_values(values: ComponentValues | None, adapter: Adapter) -> None:
     """Refuse ablation values that cannot be folded, or that were collected on another shape of model."""
     if values is None:
         return
+    values.check_architecture(adapter, "ablation")
     if any(t.dim() == 4 for t in values.heads) or any(t.dim() == 3 for t in values.mlps):
         raise SubnetlabError(
             "ablation: resampled activations cannot be folded into a bias: they change with every input, a bias "

@@ -33,6 +33,7 @@ class ComponentValues:
     heads: list[Tensor]
     mlps: list[Tensor]
     per_position: bool = False
+    architecture: str = ""  # the family of the model they were collected on, where the file records it
 
     def head_value(self, layer: int, like: Tensor) -> Tensor:
         return self._fit(self.heads[layer], like)
@@ -55,7 +56,8 @@ class ComponentValues:
 
     def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
         tensors = {f"heads.{l}": t for l, t in enumerate(self.heads)} | {f"mlps.{l}": t for l, t in enumerate(self.mlps)}
-        save_tensors(path, tensors, {"per_position": str(self.per_position), **(metadata or {})})
+        recorded = {"architecture": self.architecture} if self.architecture else {}
+        save_tensors(path, tensors, {"per_position": str(self.per_position), **recorded, **(metadata or {})})
 
     @classmethod
     def load(cls, path: str | Path) -> "ComponentValues":
@@ -81,10 +83,18 @@ class ComponentValues:
             [tensors[f"heads.{l}"] for l in range(layers)],
             [tensors[f"mlps.{l}"] for l in range(layers)],
             meta.get("per_position") == "True",
+            meta.get("architecture", ""),
         )
+
+    def check_architecture(self, adapter: Adapter, source: str | Path = "mean activations") -> None:
+        """Refuse values recorded on another family, even where its shapes happen to be this model's."""
+        if self.architecture and self.architecture != adapter.family:
+            raise SubnetlabError(f"{source}: mean activations of a {self.architecture} model, and this model is a "
+                                 f"{adapter.family} model: they belong to another model")
 
     def check(self, adapter: Adapter, source: str | Path = "mean activations") -> "ComponentValues":
         """Refuse values of another model: the layers, heads, head width and hidden size must be the adapter's."""
+        self.check_architecture(adapter, source)
         L, H, d, hidden = adapter.num_layers, adapter.num_heads, adapter.head_dim, adapter.hidden_size
         if len(self.heads) != L or len(self.mlps) != L:
             raise SubnetlabError(f"{source}: values for {len(self.heads)} layers, the model has {L}; "

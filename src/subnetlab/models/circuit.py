@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -356,6 +357,10 @@ def _per_edge(edges: list[dict[str, Any]], field: str, count: int, source: str,
     bad = next((i for i, v in enumerate(values) if v is None or isinstance(v, str)), len(values))
     if bad < count:
         raise SubnetlabError(f"{source}: edge {bad} has no {field!r} (every edge needs one)", setting=setting)
+    for i, v in enumerate(values):
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or field == "in_graph" and v not in (0, 1):
+            wanted = "true or false" if field == "in_graph" else "a finite number"
+            raise SubnetlabError(f"{source}: edge {i} has {field} {v!r}; expected {wanted}", setting=setting)
     return [float(v) for v in values]
 
 

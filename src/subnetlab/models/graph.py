@@ -294,6 +294,12 @@ class Graph:
             raise SubnetlabError(f"{source}: 'edges' must be a list of objects, one per edge")
         if edges is not None and [e.get("name") for e in edges] != list(graph.edge_names):
             raise SubnetlabError(f"{source}: its edges are not those of a {graph.family} graph of its shape")
+        for i, edge in enumerate(edges or []):  # a writer or reader field, where given, must be the name's
+            w, r = graph.edges[i]
+            for key, node in (("writer", graph.writers[w]), ("reader", graph.readers[r])):
+                if key in edge and edge[key] != node:
+                    raise SubnetlabError(f"{source}: edge {i} names {key} {edge[key]!r}, and its name "
+                                         f"{graph.edge_names[i]!r} says {node!r}")
         return graph
 
     def save(self, path: str | Path, scores: list[float] | None = None, in_graph: list[bool] | None = None) -> None:

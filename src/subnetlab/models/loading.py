@@ -194,7 +194,29 @@ def load_model(
             tokenizer = AutoTokenizer.from_pretrained(source, config=config)  # an export's config.json is not AutoConfig's
         except (OSError, ValueError, TypeError):
             tokenizer = None  # image models and task-specific tokenizers
+    if head == "classification":
+        pad_like_eos(model, tokenizer)
     return LoadedModel(model, tokenizer, adapter, name_or_path)
+
+
+def pad_like_eos(model: Any, tokenizer: Any) -> None:
+    """A classifier over a model without a padding token (GPT-2's own) pads with its end-of-text token.
+
+    The classification head reads each row's last real token, which it finds by the config's ``pad_token_id``;
+    without one, transformers refuses any batch of more than one row. subnetlab pads with the same id
+    (``tasks.encoding.pad_id``), so setting it here changes nothing else."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "pad_token_id", 0) is not None:
+        return
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    eos = eos if eos is not None else getattr(config, "eos_token_id", None)
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    if eos is None:
+        return
+    config.pad_token_id = int(eos)
+    if tokenizer is not None and tokenizer.pad_token is None and getattr(tokenizer, "eos_token", None) is not None:
+        tokenizer.pad_token = tokenizer.eos_token
 
 
 def _first_line(error: BaseException) -> str:

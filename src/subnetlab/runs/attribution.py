@@ -76,6 +76,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     from subnetlab.models.circuit import Circuit
     from subnetlab.models.graph import Graph
     from subnetlab.intervene.edges import check_edge_family
+    from subnetlab.methods.model_fit import position_limit
     from subnetlab.progress import stage
     from subnetlab.run_directory import check_config
     from subnetlab.runtime import describe_runtime, resolve_device, runtime_record
@@ -94,6 +95,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     if tokenizer is None:
         raise SubnetlabError(f"model {job.model} has no tokenizer to read the prompts with", setting="model")
     task.bind(tokenizer)
+    task.check_positions(position_limit(loaded.model), job.model)
     if job.metric not in task.metric_names:
         raise SubnetlabError(f"metric {job.metric!r}: task {task.name} measures {', '.join(task.metric_names)}",
                              setting="metric")

@@ -37,6 +37,7 @@ from subnetlab.io import write_json
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig, preset_config
 from subnetlab.methods.edge_pruning.data import circuit_data
 from subnetlab.methods.edge_pruning.train import prune_edges
+from subnetlab.methods.model_fit import position_limit
 from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
@@ -92,6 +93,7 @@ def load_circuit_task(job: ModelAndTask) -> tuple[Any, CircuitTask, Any]:
     check_edge_family(loaded.adapter)
     tokenizer = task_tokenizer(loaded, task)
     task.bind(tokenizer)
+    task.check_positions(position_limit(loaded.model), str(job.model))
     return loaded, task, tokenizer
 
 
@@ -107,7 +109,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     model, adapter = loaded.model.to(resolve_device(job.device)), loaded.adapter
     data = circuit_data(task, tokenizer, "train")
     stage(f"edge pruning seed {cfg.seed} to {cfg.sparsity:.3f} of the edges removed ({cfg.total_steps} steps)")
-    result = prune_edges(model, adapter, data, cfg, run_dir=out_dir, init_log_alpha_edges=_warm_start(job, adapter))
+    result = prune_edges(model, adapter, data, cfg, run_dir=out_dir, init_log_alpha_edges=warm_start(job, adapter))
     graph, kept = result.graph, result.selection.edges
     sub = write_circuit_files(out_dir, adapter, result, cfg, task=str(job.task), model=str(job.model))
     stage(f"seed {cfg.seed}: measuring the circuit ({int(kept.sum())} of {graph.num_edges} edges)")
@@ -156,23 +158,27 @@ def _draw(graph: Graph, kept: Any, path: Path, title: str) -> None:
                  title=f"{title}: {int((kept > 0.5).sum())} of {graph.num_edges} edges")
 
 
-def _warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
-    """Starting log-alphas from ``job.init_from``'s edge scores (``methods.attribution.warm_start``), or None."""
+def warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
+    """Starting log-alphas from ``job.init_from``'s edge scores (``methods.attribution.warm_start``), or None.
+
+    The file is read by the one reader of scores files (``models.circuit_files``); the command calls this before
+    it writes anything, so a file that cannot warm-start this run is refused before any work."""
     if job.init_from is None:
         return None
     from subnetlab.methods.attribution.warm_start import warm_start_log_alphas
-    from subnetlab.runs.circuit_eval import read_scores
+    from subnetlab.models.circuit_files import read_scores
 
-    level, scores, graph, attribution = read_scores(job.init_from, adapter)
-    if not attribution:  # log-alphas: the mapping ranks by |score|, which would start the most-closed edges kept
+    scores = read_scores(job.init_from, adapter, setting="init_from")
+    if not scores.absolute:  # log-alphas: the mapping ranks by |score|, which would start the most-closed edges kept
         raise SubnetlabError(f"{job.init_from}: holds log-alphas, not attribution scores; a warm start maps attribution "
                              "scores (eap or eap-ig) to starting log-alphas", setting="init_from")
     mine = Graph.from_adapter(adapter, job.settings.embedding_nodes)
-    if level != "edges" or graph is None or graph.shape() != mine.shape():
-        raise SubnetlabError(f"{job.init_from}: {level} scores{'' if graph is None else f' of {graph.shape()}'}; a "
-                             f"warm start needs edge scores of this run's graph {mine.shape()}", setting="init_from")
+    graph = None if scores.circuit is None else scores.circuit.graph
+    if graph is None or graph.shape() != mine.shape():
+        raise SubnetlabError(f"{job.init_from}: {scores.level} scores{'' if graph is None else f' of {graph.shape()}'}; "
+                             f"a warm start needs edge scores of this run's graph {mine.shape()}", setting="init_from")
     cfg = job.settings
-    return warm_start_log_alphas(scores, cfg.sparsity, cfg.init_log_alpha)
+    return warm_start_log_alphas(scores.circuit.scores, cfg.sparsity, cfg.init_log_alpha)
 
 
 def circuit_health(result: Any, graph: Graph, kept: int, target: float) -> dict[str, Any]:
@@ -213,5 +219,5 @@ def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> G
 
 
 __all__ = ["CIRCUIT_FIGURE", "CIRCUIT_JOB", "CircuitJobConfig", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task",
-           "run_dir_name", "write_circuit_files", "write_sweep_graph"]
+           "run_dir_name", "warm_start", "write_circuit_files", "write_sweep_graph"]
 

@@ -82,73 +82,35 @@ class CircuitEvalJobConfig(JobConfig):
 
 
 # ------------------------------------------------------------------ reading scores and circuits
-def _graph_file(path: str, adapter: Any, setting: str) -> Any:
-    """The ``Circuit`` of a ``graph.json``, its graph checked against the model."""
-    from subnetlab.models.circuit import Circuit, check_model_graph
-
-    circuit = Circuit.load(path, setting)
-    check_model_graph(circuit.graph, adapter, path, setting)
-    return circuit
-
-
-def _edge_scores(path: str, adapter: Any, tensors: dict[str, Tensor]) -> Any:
-    """The ``Circuit`` of an edge scores file: attribution scores (``edges``, ranked by magnitude unless the file
-    says otherwise) or an edge-pruning checkpoint's log-alphas (``log_alpha_edges``, ranked by value)."""
-    from subnetlab.io import load_tensor_metadata
-    from subnetlab.models.circuit import Circuit
-
-    metadata = load_tensor_metadata(path)
-    if "edges" in tensors:
-        return Circuit.from_tensor(tensors["edges"], adapter, metadata, path)
-    try:  # the checkpoint's state records its graph's shape
-        shape = json.loads(metadata.get("state") or "{}").get("graph")
-    except (json.JSONDecodeError, AttributeError):
-        shape = None
-    recorded = {} if not isinstance(shape, dict) else {"graph_shape": json.dumps(shape)}
-    return Circuit.from_tensor(tensors["log_alpha_edges"], adapter, recorded, path, score_sign="signed")
-
-
-def read_scores(path: str, adapter: Any) -> tuple[str, Tensor, Any, bool]:
-    """``(level, scores, graph or None, absolute)`` from a scores file (module doc).
+def read_scores(path: str, adapter: Any, setting: str = "scores") -> tuple[str, Tensor, Any, bool]:
+    """``(level, scores, graph or None, absolute)`` from a scores file, read and checked by the one reader of
+    such files (``models.circuit_files.read_scores``); node scores as one vector (``node_vector``).
 
     ``absolute``: attribution scores rank by magnitude (MIB's ``absolute=True``: a large negative effect is still
     an important edge); log-alphas rank by their signed value, since a very negative log-alpha is a gate training
     closed, the least important item, not the most. Edge files record theirs (``models.circuit``)."""
     from subnetlab.analysis.circuit_evaluation import node_vector
-    from subnetlab.io import load_tensors
+    from subnetlab.models.circuit_files import read_scores as read
 
-    if path.endswith(".json"):
-        circuit = _graph_file(path, adapter, "scores")
-        if circuit.scores is None:
-            raise SubnetlabError(f"{path}: edge 0 has no 'score' (every edge needs one)", setting="scores")
-        return "edges", circuit.scores, circuit.graph, circuit.absolute
-    tensors = load_tensors(path)
-    if "edges" in tensors or "log_alpha_edges" in tensors:
-        circuit = _edge_scores(path, adapter, tensors)
-        return "edges", circuit.scores, circuit.graph, circuit.absolute
-    for heads, mlps in (("heads", "mlps"), ("log_alpha_heads", "log_alpha_mlps")):
-        if heads in tensors and mlps in tensors:
-            L, H = adapter.num_layers, adapter.num_heads
-            if tuple(tensors[heads].shape) != (L, H) or tuple(tensors[mlps].shape) != (L,):
-                raise SubnetlabError(f"{path}: node scores {tuple(tensors[heads].shape)} and "
-                                     f"{tuple(tensors[mlps].shape)}, the model has [{L}, {H}] heads and [{L}] MLPs",
-                                     setting="scores")
-            return "nodes", node_vector(tensors[heads].float(), tensors[mlps].float()), None, not heads.startswith("log_alpha")
-    raise SubnetlabError(f"{path}: no scores (expected a tensor 'edges', or 'heads' and 'mlps'; it holds "
-                         f"{', '.join(sorted(tensors)) or 'nothing'})", setting="scores")
+    scores = read(path, adapter, setting)
+    if scores.level == "edges":
+        return "edges", scores.circuit.scores, scores.circuit.graph, scores.absolute
+    return "nodes", node_vector(scores.heads, scores.mlps), None, scores.absolute
 
 
 def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
     """``(level, keep, graph or None)`` from a circuit file (module doc)."""
     from subnetlab.analysis.circuit_evaluation import node_vector
+    from subnetlab.models.circuit_files import read_graph_file
     from subnetlab.subnetwork import Subnetwork
 
     if path.endswith(".json"):
-        circuit = _graph_file(path, adapter, "circuits")
-        if circuit.in_graph is None:
-            raise SubnetlabError(f"{path}: edge 0 has no 'in_graph' (every edge needs one)", setting="circuits")
+        circuit = read_graph_file(path, adapter, "in_graph", "circuits")
         return "edges", circuit.in_graph, circuit.graph
-    sub = Subnetwork.load(path, adapter)
+    try:
+        sub = Subnetwork.load(path, adapter)
+    except SubnetlabError as e:
+        raise SubnetlabError(str(e), setting="circuits") from None
     if sub.kind == "edges":  # an edge circuit (subnetlab circuit's subnetwork.safetensors)
         return "edges", sub.edges.bool(), sub.graph()
     if sub.kind != "structured":
@@ -166,6 +128,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     """
     from subnetlab.analysis.circuit_evaluation import edge_evaluator, node_evaluator
     from subnetlab.analysis.faithfulness import circuit_faithfulness, curve_from_masks, curve_from_scores
+    from subnetlab.intervene.edges import check_edge_family
+    from subnetlab.methods.model_fit import position_limit
     from subnetlab.models import load_model
     from subnetlab.progress import stage
     from subnetlab.runtime import describe_runtime, resolve_device, runtime_record
@@ -179,10 +143,12 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
                              "circuit:greater-than, circuit:arith:<op>, or your own file with a corrupted column)",
                              setting="task")
     loaded = load_model(job.model, head="causal-lm")
+    check_edge_family(loaded.adapter)  # the pre-LN causal language models the graph describes, as circuit
     tokenizer = task.tokenizer or loaded.tokenizer
     if tokenizer is None:
         raise SubnetlabError(f"model {job.model} has no tokenizer to read the prompts with", setting="model")
     task.bind(tokenizer)  # every pair checked before any work
+    task.check_positions(position_limit(loaded.model), job.model)
     if job.metric not in task.metric_names:
         raise SubnetlabError(f"metric {job.metric!r}: task {task.name} measures {', '.join(task.metric_names)}",
                              setting="metric")

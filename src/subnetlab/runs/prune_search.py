@@ -47,6 +47,7 @@ from subnetlab.analysis.effective_size import StopRule, id_ood_accuracy
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.io import load_tensors, read_json, save_tensors, write_json
+from subnetlab.models.circuit_files import GATES_FORMAT
 from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
 from subnetlab.methods.l0.objective import full_model_table
 from subnetlab.methods.head_pruning.select import GateSelection
@@ -221,7 +222,7 @@ def search_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                            run_dir=run_dir, on_level=on_level, teacher=table, stop_at=end,
                            start_gates=start_gates.get(seed))
             if result.resumed_from <= end and not (where / GATES).is_file():  # the gates now are those at ``end``
-                save_tensors(where / GATES, gate_tensors(result.gates))
+                save_tensors(where / GATES, gate_tensors(result.gates), {"format": GATES_FORMAT})
             train_seconds += result.seconds
             histories[seed] = result.history
             reached = read_json(where / "metrics.json")

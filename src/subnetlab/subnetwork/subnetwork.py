@@ -273,6 +273,7 @@ class Subnetwork:
         kind = meta.get("kind")
         if kind not in KINDS:
             raise SubnetlabError(f"{path}: unknown subnetwork kind {kind!r}")
+        _fraction(path, "sparsity", meta.get("sparsity"))
         graph_shape = None
         if kind == "edges":
             try:
@@ -301,7 +302,7 @@ class Subnetwork:
             weights=tensors if kind == "weights" else {},
             edges=tensors["edges"].float() if kind == "edges" else None, graph_shape=graph_shape,
             method=meta.get("method", ""), seed=_seed(path, meta.get("seed")),
-            target_sparsity=_target_sparsity(path, meta.get("target_sparsity")),
+            target_sparsity=_fraction(path, "target_sparsity", meta.get("target_sparsity")),
             ablation=meta.get("ablation", ""), extra={k: v for k, v in meta.items() if k not in known},
         )
         if adapter is not None:
@@ -322,8 +323,9 @@ def _seed(path: str | Path, text: str | None) -> int | None:
     return int(text)
 
 
-def _target_sparsity(path: str | Path, text: str | None) -> float | None:
-    """The ``target_sparsity`` metadata: empty (none) or a finite number in [0, 1] (NaN would pass every comparison)."""
+def _fraction(path: str | Path, key: str, text: str | None) -> float | None:
+    """A ``target_sparsity`` or ``sparsity`` metadata value: empty (none) or a finite number in [0, 1] (NaN would
+    pass every comparison). ``sparsity`` is recomputed from the masks; a damaged record still marks a damaged file."""
     if not text:
         return None
     try:
@@ -331,8 +333,7 @@ def _target_sparsity(path: str | Path, text: str | None) -> float | None:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 <= value <= 1):
-        raise SubnetlabError(f"{path}: metadata target_sparsity={text!r} is not a number in [0, 1]; "
-                             "the file is damaged")
+        raise SubnetlabError(f"{path}: metadata {key}={text!r} is not a number in [0, 1]; the file is damaged")
     return value
 
 

@@ -105,10 +105,20 @@ def _read(path: Path) -> Any:
         raise SubnetlabError(f"{path}: cannot read the data ({_first_line(e)})", setting="task") from None
 
 
+MAX_LINE_BYTES = 1 << 20  # one row of a CSV / TSV / JSON-lines file; far past any prompt a model's positions take
+
+
 def check_utf8(path: Path) -> None:
-    """Refuse a text file that is not UTF-8, naming its line (the readers decode it lazily, mid-task, otherwise)."""
+    """Refuse a text file that is not UTF-8, naming its line (the readers decode it lazily, mid-task, otherwise),
+    and a row file (not ``.json``, whose one line may be a whole array) with a line over ``MAX_LINE_BYTES``: its
+    text would be tokenised for minutes before any length check could see it."""
+    rows = path.suffix.lower() != ".json"
     with path.open("rb") as f:
-        for number, line in enumerate(f, 1):
+        lines = iter(lambda: f.readline(MAX_LINE_BYTES + 1), b"") if rows else f  # a row: read no further than the bound
+        for number, line in enumerate(lines, 1):
+            if rows and len(line) > MAX_LINE_BYTES:
+                raise SubnetlabError(f"{path}:{number}: a line of more than {MAX_LINE_BYTES:,} bytes; one row of "
+                                     "prompts or examples is far shorter (is this the right file?)", setting="task")
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as e:

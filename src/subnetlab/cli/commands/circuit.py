@@ -83,7 +83,8 @@ def circuit(
     metric: str = typer.Option("logit_diff", "--metric", help="attribution methods: the metric scored "
                                "(logit_diff, answer_prob or kl)."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
-                                             "from attribution scores (a scores.safetensors of eap / eap-ig)."),
+                                             "from attribution scores (the scores.safetensors or graph.json of eap / "
+                                             "eap-ig), checked before anything is written."),
     sparsity: list[str] = typer.Option([], "--sparsity", help="edge-pruning: target edge sparsity (fraction of edges "
                                        "removed) in (0, 1): --sparsity 0.95 0.98, or 0.95,0.98."),
     more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="edge-pruning: further targets."),
@@ -122,7 +123,7 @@ def circuit(
     from subnetlab.cli.commands._health import report_health
     from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
     from subnetlab.progress import stage
-    from subnetlab.runs.circuit import CircuitJobConfig, circuit_sweep, load_circuit_task, write_sweep_graph
+    from subnetlab.runs.circuit import CircuitJobConfig, circuit_sweep, load_circuit_task, warm_start, write_sweep_graph
     from subnetlab.runs.health import read_health
     from subnetlab.runtime import describe_runtime, resolve_device
 
@@ -151,6 +152,7 @@ def circuit(
     first = CircuitJobConfig.from_dict(jobs[0].config)
     loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair: refused here
     built.examples(split)
+    warm_start(first, loaded.adapter)  # the --init-from file: read and checked before anything is written
     write_sweep_graph(loaded.adapter, out, first.settings.embedding_nodes)
     stage(describe_runtime(runs_on))
     report = executor.run(jobs, sweep_dir=out)

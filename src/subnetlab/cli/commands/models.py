@@ -49,9 +49,12 @@ def inspect(
     """
     from pathlib import Path
 
+    from subnetlab.errors import SubnetlabError
     from subnetlab.export import is_exported
     from subnetlab.models import load_model, resolve
 
+    if embedding_nodes is not None and not edges:
+        raise SubnetlabError("--embedding-nodes: only with --edges (it shapes the computation graph --edges prints)")
     if is_exported(Path(resolve(model)).expanduser()):
         _inspect_exported(model, Path(resolve(model)).expanduser())
         return
@@ -85,8 +88,14 @@ def inspect(
 
 def _inspect_edges(model: str, adapter, embedding_nodes: int | None) -> None:
     """Writers, readers (Q/K/V of each head, each MLP, the logits) and the edge count of the model's graph."""
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.intervene.edges import check_edge_family
     from subnetlab.models.graph import Graph
 
+    try:
+        check_edge_family(adapter)  # the models whose graph the circuit commands can cut, as they refuse the others
+    except SubnetlabError as e:
+        raise SubnetlabError(f"--edges: {e}") from None
     graph = Graph.from_adapter(adapter, embedding_nodes)
     print(f"{model}: family {graph.family}, {graph.num_layers} layers x {graph.num_heads} heads "
           f"({graph.num_kv_heads} key/value heads), {graph.num_embeddings} embedding node(s)")

@@ -49,6 +49,7 @@ def mean_activations(model: nn.Module, adapter: Adapter, data: PruningData, exam
     device = model_device(model)
     batches = (to_device(data.model_inputs(data.batch_at(idx)), device) for idx in data.batches(batch_size, limit=examples))
     values = _token_weighted_means(model, adapter, batches)
+    values.architecture = adapter.family
     if path is not None:
         values.save(path, {"data": data.key_text(), "examples": str(min(examples, data.size))})
     return values

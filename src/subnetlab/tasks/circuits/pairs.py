@@ -161,6 +161,19 @@ class CircuitTask(Task):
         self._answer_cache.clear()
         return self
 
+    def check_positions(self, limit: int | None, model_name: str) -> None:
+        """Refuse the first pair (after ``bind``) whose prompt is longer than ``limit``, the model's positions."""
+        self._require_bound()
+        if limit is None:
+            return
+        for split, rows in self._tokens.items():
+            for i, (pair, tokens) in enumerate(zip(self._pairs[split], rows)):
+                longest = max(len(tokens.clean), len(tokens.corrupted))
+                if longest > limit:
+                    where = pair.where or f"task {self.name}, {split} pair {i}"
+                    raise SubnetlabError(f"{where}: the prompt is {longest} tokens, which exceeds the {limit} "
+                                         f"positions of model {model_name}; shorten the prompts", setting="task")
+
     # ---------------------------------------------------------------- metrics
     @property
     def metric_names(self) -> tuple[str, ...]:

@@ -1,0 +1,108 @@
+"""Every ```python block of the README runs as written, in order, in one namespace (later blocks use the names
+earlier ones define), in a fresh directory.
+
+Conventions in a block's first comment lines:
+
+* ``# after: subnetlab CMD ...`` (continued on ``#        subnetlab ...`` lines): the commands a user runs before
+  the block. The test runs them through ``subnetlab.cli.main``, except the fine-tuning runs, whose trained models
+  are stood in for by tiny models of the same family saved where the command writes them (``STAND_INS``:
+  fine-tuning MiniLM takes an hour on a CPU; the block only needs a model directory of that kind there).
+* ``# needs: PACKAGE``: the block uses an optional tool (TransformerLens, nnsight); skipped where it is not
+  installed, and its hub model (``gpt2``) must be reachable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from subnetlab.cli import main
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+pytestmark = pytest.mark.integration
+
+
+def readme_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def block_commands(block: str, key: str) -> list[str]:
+    """The ``# key: ...`` lines at the block's top (and their ``#        ...`` continuations)."""
+    found, inside = [], False
+    for line in block.splitlines():
+        if line.startswith(f"# {key}:"):
+            found.append(line.split(":", 1)[1].strip())
+            inside = True
+        elif inside and re.match(r"#\s{2,}\S", line):
+            found.append(line[1:].strip())
+        elif not line.startswith("#"):
+            break
+    return found
+
+
+def _bert_classifier(out: Path) -> None:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from subnetlab.tasks import NLI3
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    tok = word_tokenizer()
+    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=3,
+                        id2label=dict(enumerate(NLI3)), label2id={k: i for i, k in enumerate(NLI3)})
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+def _arithmetic_gpt2(out: Path) -> None:
+    from subnetlab.methods.finetune.model import model_for_task
+    from subnetlab.tasks import get_task
+
+    loaded = model_for_task("gpt2-arith:2", get_task("arith:ab"), seed=0)  # what finetune starts from, untrained
+    loaded.model.save_pretrained(out)
+    loaded.tokenizer.save_pretrained(out)
+
+
+STAND_INS = {"runs/ft": _bert_classifier, "runs/lm": _arithmetic_gpt2}  # a finetune's --out -> its DIR/model
+
+
+def _run_before(command: str) -> None:
+    args = shlex.split(command)
+    assert args[0] == "subnetlab", command
+    if args[1] == "finetune":
+        out = args[args.index("--out") + 1]
+        STAND_INS[out](Path(out) / "model")
+        return
+    with pytest.raises(SystemExit) as done:
+        main(args[1:])
+    assert done.value.code in (0, None), command
+
+
+def test_the_readme_has_python_blocks_and_the_conventions_parse():
+    blocks = readme_blocks(README.read_text())
+    assert len(blocks) >= 6
+    assert block_commands("# after: subnetlab a\n#        subnetlab b\nx = 1\n", "after") == ["subnetlab a", "subnetlab b"]
+    assert block_commands("x = 1\n# after: no\n", "after") == []
+
+
+def test_every_python_block_of_the_readme_runs_as_written(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__readme__"}
+    ran, skipped = 0, []
+    for i, block in enumerate(readme_blocks(README.read_text())):
+        missing = [p for p in block_commands(block, "needs") if importlib.util.find_spec(p) is None]
+        if missing:
+            skipped.append((i, missing))
+            continue
+        for command in block_commands(block, "after"):
+            _run_before(command)
+        exec(compile(block, f"README.md block {i}", "exec"), namespace)  # noqa: S102  (the README's own text)
+        ran += 1
+    assert ran >= 4, (ran, skipped)
