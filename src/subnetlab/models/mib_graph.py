@@ -146,7 +146,7 @@ def save(circuit: Circuit, path: str | Path, d_model: int) -> None:
 # ------------------------------------------------------------------------------------------- reading
 def is_eap_json(data: Any) -> bool:
     """Whether parsed JSON is an EAP-IG graph (its keys) rather than a subnetlab graph (``format``)."""
-    return isinstance(data, dict) and "format" not in data and "cfg" in data and "edges" in data
+    return isinstance(data, dict) and "format" not in data and ("cfg" in data or "nodes" in data)
 
 
 def graph_of(cfg: Any, source: str, graph: Graph | None = None, setting: str | None = None) -> Graph:
