@@ -289,6 +289,7 @@ def test_mib_cpr_and_cmd_are_the_reference_formula_on_eap_scores(tiny, one_threa
     from subnetlab.analysis.mib_faithfulness import mib_curves
 
     _, _, graph, scores, evaluate = tiny
+    scores = -scores  # MIB's orientation: it attributes the loss (minus the logit difference), subnetlab the metric
     eap = EapIgGraph(graph.num_layers, graph.num_heads)
     matrix = torch.zeros(eap.n_forward, eap.n_backward)
     cells = [eap.edges[n] for n in graph.edge_names]
@@ -334,14 +335,15 @@ def test_circuit_eval_mib_end_to_end_with_eap_ig_files(tiny, tmp_path, capsys, o
 
     out = run(["--scores", str(tmp_path / "scores.json"), "--mib", "--mib-export", str(tmp_path / "eap.json"),
                "--mib-submission", str(tmp_path / "sub"), "--out", str(tmp_path / "a")])
-    expected = mib_curves(graph, scores, evaluate)
+    expected = mib_curves(graph, -scores, evaluate)  # subnetlab's attribution scores turned to MIB's orientation
     written = json.loads((tmp_path / "a" / "faithfulness.json").read_text())
     metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
     assert written["definition"] == metrics["definition"] == "mib" and "MIB: CPR" in out
     assert written["cpr"] == pytest.approx(expected["cpr"], abs=1e-9) and metrics["cmd"] == pytest.approx(expected["cmd"], abs=1e-9)
-    assert torch.equal(mib_graph.load(tmp_path / "eap.json").scores, scores)
+    assert written["score_orientation"].startswith("negated")
+    assert torch.equal(mib_graph.load(tmp_path / "eap.json").scores, -scores)
     assert mib_submission.check(tmp_path / "sub", mib_names=False)[0]["folder"] == "ioi_model"
-    mib_graph.save(Circuit(graph, scores), tmp_path / "eap.pt", d_model=16)
+    mib_graph.save(Circuit(graph, -scores), tmp_path / "eap.pt", d_model=16)
     for name, path in (("b", tmp_path / "eap.json"), ("c", tmp_path / "eap.pt")):  # an EAP-IG file feeds circuit-eval
         run(["--scores", str(path), "--mib", "--out", str(tmp_path / name)])
         again = json.loads((tmp_path / name / "faithfulness.json").read_text())

@@ -185,8 +185,24 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
 
 
 # ------------------------------------------------------------------------------------ MIB's files
-def _mib_circuit(job: CircuitEvalJobConfig, level: str, graph: Any, values: Tensor) -> Any:
-    """The ``Circuit`` MIB's evaluation or files need (None when neither is asked for), checked before any work."""
+def mib_orientation(path: str, absolute: bool) -> float:
+    """The factor taking a scores file's values to MIB's orientation (higher = the edge matters more).
+
+    MIB attributes with ``loss=True`` (``run_attribution.py``: the metric is minus the logit difference), so an
+    EAP-IG / MIB file's scores are the loss's change when the edge is patched. subnetlab's attribution scores are
+    the metric's change (``methods.attribution``): the opposite sign (-1). Log-alphas (signed files) already rank
+    higher as more important (1)."""
+    from subnetlab.io import read_json
+    from subnetlab.models import mib_graph
+
+    if path.endswith(".pt") or (path.endswith(".json") and mib_graph.is_eap_json(read_json(path))):
+        return 1.0
+    return -1.0 if absolute else 1.0
+
+
+def _mib_circuit(job: CircuitEvalJobConfig, level: str, graph: Any, values: Tensor, absolute: bool) -> Any:
+    """The ``Circuit`` MIB's evaluation or files need, scores in MIB's orientation (None when neither is asked
+    for), checked before any work."""
     from subnetlab.models.circuit import Circuit
     from subnetlab.models.mib_graph import check_mappable
 
@@ -198,7 +214,7 @@ def _mib_circuit(job: CircuitEvalJobConfig, level: str, graph: Any, values: Tens
                              "circuits", setting=setting)
     check_mappable(graph, job.scores or job.circuits[0], setting)
     if job.scores is not None:
-        return Circuit(graph, values)
+        return Circuit(graph, mib_orientation(job.scores, absolute) * values)
     return Circuit(graph, None, values)
 
 
@@ -260,7 +276,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     if len(shapes) > 1:
         raise SubnetlabError("the circuits mix levels or graphs (edges of two graphs, or edges and nodes); give one kind",
                              setting="circuits")
-    mib_circuit = _mib_circuit(job, level, graph, scores if job.scores is not None else read[0][1])
+    mib_circuit = _mib_circuit(job, level, graph, scores if job.scores is not None else read[0][1],
+                               absolute if job.scores is not None else True)
     config = {**job.record(task=task.options), **runtime_record(device), "level": level}
     check_config(out, config, "circuit evaluation")  # a finished run of other settings is never overwritten
     out.mkdir(parents=True, exist_ok=True)
@@ -278,7 +295,10 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     if job.definition == "mib":
         from subnetlab.analysis.mib_faithfulness import mib_curves
 
-        result = mib_curves(graph, scores, evaluate, metric=job.metric)
+        result = mib_curves(graph, mib_circuit.scores, evaluate, metric=job.metric)
+        result["score_orientation"] = ("as in the file" if mib_orientation(job.scores, absolute) > 0 else
+                                       "negated: subnetlab's attribution scores are the metric's change when an edge "
+                                       "is patched, MIB's the loss's (minus the logit difference)")
     elif job.scores is not None:
         result = curve_from_scores(scores, evaluate, metric=job.metric, sizes=job.sizes, absolute=absolute,
                                    empty=empty).to_dict()
@@ -305,4 +325,4 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     return result
 
 
-__all__ = ["CircuitEvalJobConfig", "circuit_eval_run", "read_circuit", "read_scores"]
+__all__ = ["CircuitEvalJobConfig", "circuit_eval_run", "mib_orientation", "read_circuit", "read_scores"]
