@@ -3,8 +3,9 @@
 
 On a GPT-2-style model built here (2 layers x 2 heads, hidden 16, seed 0) and ``circuit:ioi`` pairs:
 
-1. subnetlab scores every edge with EAP on its graph with one embedding node and writes the scores as EAP-IG
-   JSON and ``.pt`` (``models.mib_graph``);
+1. subnetlab scores every edge with EAP on its graph with one embedding node, turns them to MIB's orientation
+   (MIB attributes the loss, minus the logit difference: ``circuit-eval --mib`` does the same) and writes them
+   as EAP-IG JSON and ``.pt`` (``models.mib_graph``), with a 5-edge ``in_graph``;
 2. in EAP-IG's own environment (hannamw/EAP-IG at the given git directory, TransformerLens 2.x, numpy < 2,
    built once under ``~/.cache/subnetlab-bench/eap-ig``), ``Graph.from_json`` and ``Graph.from_pt`` load them;
    every edge's score and ``in_graph`` are compared with subnetlab's by name, and ``Graph.to_json`` writes the
@@ -25,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PINS = (["torch==2.13.0"], ["transformer-lens>=2.15,<3", "numpy<2", "matplotlib", "einops"])
+PINS = (["torch==2.13.0"], ["transformer-lens>=2.15,<3", "numpy<2", "datasets<3", "pyarrow<18", "matplotlib", "einops"])
 
 DRIVER = r'''
 import json, sys
@@ -142,8 +143,8 @@ def main() -> None:
     adapter = get_adapter(model)
     graph = Graph.from_adapter(adapter, embedding_nodes=1)
     task = get_task("circuit:ioi", n_train=args.pairs, n_eval=args.pairs).bind(tok)
-    scores = attribute(model, adapter, graph, task.pair_batches(tok, "train", 8, None),
-                       lambda logits, b, full: task.metrics(logits, b, full)["logit_diff"], method="eap").edges
+    scores = -attribute(model, adapter, graph, task.pair_batches(tok, "train", 8, None),  # MIB's orientation:
+                        lambda logits, b, full: task.metrics(logits, b, full)["logit_diff"], method="eap").edges
     keep = torch.zeros(graph.num_edges, dtype=torch.bool)
     keep[scores.abs().argsort(descending=True)[:5]] = True
     circuit = Circuit(graph, scores, keep)
