@@ -343,6 +343,11 @@ def test_circuit_eval_mib_end_to_end_with_eap_ig_files(tiny, tmp_path, capsys, o
     assert written["score_orientation"].startswith("negated")
     assert torch.equal(mib_graph.load(tmp_path / "eap.json").scores, -scores)
     assert mib_submission.check(tmp_path / "sub", mib_names=False)[0]["folder"] == "ioi_model"
+    from subnetlab.models import get_adapter
+    from subnetlab.runs.circuit_eval import read_scores  # what the warm start (circuit --init-from) reads too
+
+    level, read, on, absolute = read_scores(str(tmp_path / "eap.json"), get_adapter(model))
+    assert level == "edges" and absolute and torch.equal(read, -scores) and on.shape() == graph.shape()
     mib_graph.save(Circuit(graph, -scores), tmp_path / "eap.pt", d_model=16)
     for name, path in (("b", tmp_path / "eap.json"), ("c", tmp_path / "eap.pt")):  # an EAP-IG file feeds circuit-eval
         run(["--scores", str(path), "--mib", "--out", str(tmp_path / name)])
