@@ -164,6 +164,7 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     lm = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2))
     lm.save_pretrained(root / "lm")
     _edge_circuit_files(root, paths, lm)
+    _mib_files(root, paths, lm)
     tok.save_pretrained(root / "lm")
     paths["lm"] = str(root / "lm")
     clean, corrupted = "When Mary and John went to the store, John gave a drink to", "When Amy and Lisa went to the store, Kate gave a drink to"
@@ -309,6 +310,40 @@ def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
         root / "edges-corrupted.safetensors")
     paths.update({name: str(root / f"{name}.safetensors") for name in ("edges-partial", "edges-corrupted")})
 
+
+def _mib_files(root: Path, paths: dict[str, str], lm) -> None:
+    """EAP-IG / MIB graph files of the tiny language model, each malformed in one field (issue 35)."""
+    import json
+
+    from subnetlab.models import get_adapter, mib_graph
+    from subnetlab.models.circuit import Circuit
+    from subnetlab.models.graph import Graph
+
+    one = Graph.from_adapter(get_adapter(lm), embedding_nodes=1)
+    Circuit(Graph.from_adapter(get_adapter(lm)), torch.ones(Graph.from_adapter(get_adapter(lm)).num_edges)).save(
+        root / "two-embeddings.json")
+    good = mib_graph.to_dict(Circuit(one, torch.ones(one.num_edges)), 16)
+    edges = dict(good["edges"])
+    edges.pop("input->m0")
+    bad = {"eap-missing-edge": {**good, "edges": edges},
+           "eap-text-score": {**good, "edges": {**good["edges"], "a0.h1->m1": {"score": "high", "in_graph": True}}},
+           "eap-other-model": {**good, "cfg": {**good["cfg"], "n_layers": 3}},
+           "eap-no-cfg": {"nodes": good["nodes"], "edges": good["edges"]}}
+    for name, data in bad.items():
+        (root / f"{name}.json").write_text(json.dumps(data))
+    torch.save({"cfg": good["cfg"], "src_nodes": list(one.writers)}, root / "eap-short.pt")
+    (root / "eap-pickle.pt").write_bytes(b"cposix\nsystem\n(S'true'\ntR.")
+    (root / "mib-sub" / "ioi-gpt2").mkdir(parents=True)
+    (root / "mib-sub-bad" / "ioi_gpt2").mkdir(parents=True)
+    (root / "mib-sub-bad" / "ioi_gpt2" / "importances.json").write_text(json.dumps(
+        {**good, "edges": {**good["edges"], "input->m0": {"score": 1.0, "in_graph": "yes"}}}))
+    for name in ("two-embeddings", *bad):
+        paths[name] = str(root / f"{name}.json")
+    paths.update({"eap-short": str(root / "eap-short.pt"), "eap-pickle": str(root / "eap-pickle.pt"),
+                  "mib-sub": str(root / "mib-sub"), "mib-sub-bad": str(root / "mib-sub-bad")})
+
+
+MIB_EVAL = [*CIRCUIT_EVAL[:-2], "--task", "circuit:ioi", "--task-option", "n_train=2", "--task-option", "n_eval=2"]
 
 CASES: list[tuple[str, list[str], str]] = [
     # --out: a file, under a file (every command that takes --out, checked before anything is loaded)
@@ -738,6 +773,30 @@ CASES: list[tuple[str, list[str], str]] = [
                                            "circuit:ioi", "--split", "train"], "exceeds the 8 positions"),
     ("circuit-pairs-line-too-long", ["circuit", "--model", "{lm}", "--task", "file:{long-line}", "--method", "eap",
                                      "--corrupted-column", "corrupted"], "long-line.csv:5: a line of"),
+    # MIB's numbers and files (issue 35)
+    ("circuit-eval-mib-two-embedding-nodes", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib"],
+     "one embedding node ('input'); this graph has 2"),
+    ("circuit-eval-mib-circuits", [*MIB_EVAL, "--circuit", "{edges-partial}", "--mib"],
+     "MIB's CPR and CMD are defined on edge scores"),
+    ("circuit-eval-mib-sizes", [*MIB_EVAL, "--scores", "{eap-missing-edge}", "--mib", "--sizes", "1,10"],
+     "--sizes: MIB's sizes are fixed"),
+    ("circuit-eval-mib-export-suffix", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export", "{out}.txt"],
+     "an EAP-IG graph file ends in .json or .pt"),
+    ("circuit-eval-mib-export-two-embeddings", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export",
+                                                "{out}.json"], "--mib-export: "),
+    ("circuit-eval-eap-missing-edge", [*MIB_EVAL, "--scores", "{eap-missing-edge}"],
+     "edges['input->m0']: missing"),
+    ("circuit-eval-eap-text-score", [*MIB_EVAL, "--scores", "{eap-text-score}"],
+     "edges['a0.h1->m1'].score: expected a finite number, got 'high'"),
+    ("circuit-eval-eap-other-model", [*MIB_EVAL, "--scores", "{eap-other-model}"],
+     "cfg: a graph of 3 layers x 2 heads, the model's has 2 x 2"),
+    ("circuit-eval-eap-no-cfg", [*MIB_EVAL, "--scores", "{eap-no-cfg}"], "eap-no-cfg.json: cfg: missing"),
+    ("circuit-eval-eap-pt-missing-key", [*MIB_EVAL, "--scores", "{eap-short}"], "dst_nodes: missing"),
+    ("circuit-eval-eap-pt-pickle", [*MIB_EVAL, "--scores", "{eap-pickle}"],
+     "not a weights-only torch file, refused unread"),
+    ("mib-check-folder-name", ["mib-check", "{mib-sub}"], "a folder name is <task>_<model>"),
+    ("mib-check-field", ["mib-check", "{mib-sub-bad}"], "edges['input->m0'].in_graph: expected true or false"),
+    ("mib-check-missing", ["mib-check", "{missing}"], "no such directory"),
     # export of an edge circuit (issue 27): no smaller standard model, or nothing fixed to fold
     ("export-edges-partial", ["export", "--model", "{lm}", "--subnetwork", "{edges-partial}"],
      "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),
@@ -782,7 +841,7 @@ def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files
     torch.set_num_threads(1)
     out = str(tmp_path / "out")
     argv = _filled(args, files, out)
-    if "--out" not in argv and argv[0] not in ("inspect", "results"):
+    if "--out" not in argv and argv[0] not in ("inspect", "results", "mib-check"):
         argv += ["--out", out]
     given = argv[argv.index("--out") + 1] if "--out" in argv else out
     before = {p: _listing(p) for p in (given, out, files["afile"], files["full"])}

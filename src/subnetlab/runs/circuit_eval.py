@@ -62,8 +62,23 @@ class CircuitEvalJobConfig(JobConfig):
     batch_size: int = 32
     limit: int | None = None
     device: str = "auto"
+    definition: str = "subnetlab"  # "mib": CPR / CMD as MIB's circuit track computes them (analysis.mib_faithfulness)
+    mib_export: str | None = None  # also write the scores / circuit as an EAP-IG graph file (.json or .pt)
+    mib_submission: str | None = None  # also write the scores into this MIB submission folder and check it
 
     def __post_init__(self) -> None:
+        from subnetlab.analysis.mib_faithfulness import DEFINITIONS
+
+        if self.definition not in DEFINITIONS:
+            raise SubnetlabError(f"definition {self.definition!r}: choose one of {', '.join(DEFINITIONS)}",
+                                 setting="definition")
+        if self.definition == "mib" and self.scores is None:
+            raise SubnetlabError("MIB's CPR and CMD are defined on edge scores; give a scores file, not circuits",
+                                 setting="definition")
+        if self.mib_export is not None and not self.mib_export.endswith((".json", ".pt")):
+            raise SubnetlabError(f"{self.mib_export}: an EAP-IG graph file ends in .json or .pt", setting="mib_export")
+        if self.mib_submission is not None and self.scores is None:
+            raise SubnetlabError("a MIB submission folder takes edge scores; give a scores file", setting="mib_submission")
         if (self.scores is None) == (not self.circuits):
             raise SubnetlabError("give either a scores file or circuit files (one of the two)", setting="scores")
         for path in ([self.scores] if self.scores else []) + list(self.circuits):
@@ -82,6 +97,26 @@ class CircuitEvalJobConfig(JobConfig):
 
 
 # ------------------------------------------------------------------ reading scores and circuits
+def _eap_graph_file(path: str, adapter: Any, setting: str) -> Any:
+    """The ``Circuit`` of an EAP-IG / MIB graph file (JSON or ``.pt``, ``models.mib_graph``, on the model's graph
+    with one embedding node), or None for any other file (subnetlab's own, read by ``models.circuit_files``)."""
+    from subnetlab.io import read_json
+    from subnetlab.models import mib_graph
+    from subnetlab.models.graph import Graph
+
+    if path.endswith(".pt"):
+        return mib_graph.load(path, Graph.from_adapter(adapter, embedding_nodes=1), setting)
+    if not path.endswith(".json"):
+        return None
+    try:
+        data = read_json(path)
+    except SubnetlabError as e:
+        raise SubnetlabError(str(e), setting=setting) from None
+    if mib_graph.is_eap_json(data):
+        return mib_graph.from_dict(data, path, Graph.from_adapter(adapter, embedding_nodes=1), setting)
+    return None
+
+
 def read_scores(path: str, adapter: Any, setting: str = "scores") -> tuple[str, Tensor, Any, bool]:
     """``(level, scores, graph or None, absolute)`` from a scores file, read and checked by the one reader of
     such files (``models.circuit_files.read_scores``); node scores as one vector (``node_vector``).
@@ -92,6 +127,11 @@ def read_scores(path: str, adapter: Any, setting: str = "scores") -> tuple[str, 
     from subnetlab.analysis.circuit_evaluation import node_vector
     from subnetlab.models.circuit_files import read_scores as read
 
+    eap = _eap_graph_file(path, adapter, setting)
+    if eap is not None:
+        if eap.scores is None:
+            raise SubnetlabError(f"{path}: edge 0 has no 'score' (every edge needs one)", setting=setting)
+        return "edges", eap.scores, eap.graph, eap.absolute
     scores = read(path, adapter, setting)
     if scores.level == "edges":
         return "edges", scores.circuit.scores, scores.circuit.graph, scores.absolute
@@ -104,6 +144,11 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
     from subnetlab.models.circuit_files import read_graph_file
     from subnetlab.subnetwork import Subnetwork
 
+    eap = _eap_graph_file(path, adapter, "circuits")
+    if eap is not None:
+        if eap.in_graph is None:
+            raise SubnetlabError(f"{path}: edge 0 has no 'in_graph' (every edge needs one)", setting="circuits")
+        return "edges", eap.in_graph, eap.graph
     if path.endswith(".json"):
         circuit = read_graph_file(path, adapter, "in_graph", "circuits")
         return "edges", circuit.in_graph, circuit.graph
@@ -117,6 +162,57 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
         raise SubnetlabError(f"{path}: a weight-level subnetwork has no heads, MLPs or edges to measure as a circuit",
                              setting="circuits")
     return "nodes", node_vector(sub.heads, sub.mlps).bool(), None
+
+
+# ------------------------------------------------------------------------------------ MIB's files
+def mib_orientation(path: str, absolute: bool) -> float:
+    """The factor taking a scores file's values to MIB's orientation (higher = the edge matters more).
+
+    MIB attributes with ``loss=True`` (``run_attribution.py``: the metric is minus the logit difference), so an
+    EAP-IG / MIB file's scores are the loss's change when the edge is patched. subnetlab's attribution scores are
+    the metric's change (``methods.attribution``): the opposite sign (-1). Log-alphas (signed files) already rank
+    higher as more important (1)."""
+    from subnetlab.io import read_json
+    from subnetlab.models import mib_graph
+
+    if path.endswith(".pt") or (path.endswith(".json") and mib_graph.is_eap_json(read_json(path))):
+        return 1.0
+    return -1.0 if absolute else 1.0
+
+
+def _mib_circuit(job: CircuitEvalJobConfig, level: str, graph: Any, values: Tensor, absolute: bool) -> Any:
+    """The ``Circuit`` MIB's evaluation or files need, scores in MIB's orientation (None when neither is asked
+    for), checked before any work."""
+    from subnetlab.models.circuit import Circuit
+    from subnetlab.models.mib_graph import check_mappable
+
+    if job.definition != "mib" and job.mib_export is None and job.mib_submission is None:
+        return None
+    setting = "definition" if job.definition == "mib" else "mib_export" if job.mib_export else "mib_submission"
+    if level != "edges":
+        raise SubnetlabError("MIB's evaluation and graph files are defined here on edges; these are node scores or "
+                             "circuits", setting=setting)
+    check_mappable(graph, job.scores or job.circuits[0], setting)
+    if job.scores is not None:
+        return Circuit(graph, mib_orientation(job.scores, absolute) * values)
+    return Circuit(graph, None, values)
+
+
+def _write_mib_files(job: CircuitEvalJobConfig, circuit: Any, model: Any) -> dict[str, Any]:
+    """Write the EAP-IG file and the submission folder asked for; what was written (and the folder's check)."""
+    from subnetlab.models import mib_graph, mib_submission
+
+    d_model = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd"))
+    written: dict[str, Any] = {}
+    if job.mib_export is not None:
+        mib_graph.save(circuit, job.mib_export, d_model)
+        written["export"] = job.mib_export
+    if job.mib_submission is not None:
+        task = job.task.name.removeprefix("circuit:").replace(":", "-")
+        path = mib_submission.write(job.mib_submission, task, Path(job.model).name, circuit, d_model)
+        written["submission_file"] = str(path)
+        written["submission_check"] = mib_submission.check(job.mib_submission, mib_names=False)
+    return written
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -164,6 +260,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     if len(shapes) > 1:
         raise SubnetlabError("the circuits mix levels or graphs (edges of two graphs, or edges and nodes); give one kind",
                              setting="circuits")
+    mib_circuit = _mib_circuit(job, level, graph, scores if job.scores is not None else read[0][1],
+                               absolute if job.scores is not None else True)
     config = {**job.record(task=task.options), **runtime_record(device), "level": level}
     check_config(out, config, "circuit evaluation")  # a finished run of other settings is never overwritten
     out.mkdir(parents=True, exist_ok=True)
@@ -178,7 +276,14 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         evaluate = node_evaluator(model, loaded.adapter, task, tokenizer, job.split, batch_size=job.batch_size,
                                   limit=job.limit, ablation=job.ablation)  # type: ignore[arg-type]
     empty = evaluate.corrupted_run
-    if job.scores is not None:
+    if job.definition == "mib":
+        from subnetlab.analysis.mib_faithfulness import mib_curves
+
+        result = mib_curves(graph, mib_circuit.scores, evaluate, metric=job.metric)
+        result["score_orientation"] = ("as in the file" if mib_orientation(job.scores, absolute) > 0 else
+                                       "negated: subnetlab's attribution scores are the metric's change when an edge "
+                                       "is patched, MIB's the loss's (minus the logit difference)")
+    elif job.scores is not None:
         result = curve_from_scores(scores, evaluate, metric=job.metric, sizes=job.sizes, absolute=absolute,
                                    empty=empty).to_dict()
     elif len(read) > 1:
@@ -187,18 +292,21 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         keep = read[0][1]
         f = circuit_faithfulness(keep, evaluate, empty)
         result = {"metric": job.metric, "items": keep.numel(), "kept": int(keep.sum()), "faithfulness": f}
-    result = {"level": level, "ablation": job.ablation, "split": job.split, "pairs": evaluate.count, **result}
+    result = {"definition": "subnetlab", "level": level, "ablation": job.ablation, "split": job.split,
+              "pairs": evaluate.count, **result}
+    if mib_circuit is not None:
+        result["mib_files"] = _write_mib_files(job, mib_circuit, loaded.model)
     write_json(out / "faithfulness.json", result)
     if figure is not None:
         figure(result, out)
-    summary = {k: result[k] for k in ("level", "metric", "items", "pairs") if k in result}
-    summary.update({k: result[k] for k in ("cpr", "cmd", "kept") if k in result})
+    summary = {k: result[k] for k in ("definition", "level", "metric", "items", "pairs") if k in result}
+    summary.update({k: result[k] for k in ("cpr", "cmd", "cpr_printed", "cmd_printed", "kept") if k in result})
     if "areas" in result:
         summary["areas"] = result["areas"]
-    else:
+    elif result["definition"] == "subnetlab":
         summary["faithfulness"] = result["faithfulness"]
     write_json(out / "metrics.json", summary)
     return result
 
 
-__all__ = ["CircuitEvalJobConfig", "circuit_eval_run", "read_circuit", "read_scores"]
+__all__ = ["CircuitEvalJobConfig", "circuit_eval_run", "mib_orientation", "read_circuit", "read_scores"]

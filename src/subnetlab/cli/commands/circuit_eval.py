@@ -26,6 +26,8 @@ def _table(result: dict[str, Any]) -> Any:
     from rich.table import Table
 
     metric = result["metric"]
+    if result.get("definition") == "mib":
+        return _mib_table(result)
     if "fractions" not in result:
         table = Table(title=f"{result['level']} circuit: {result['kept']} of {result['items']} kept, "
                             f"{result['pairs']} pairs")
@@ -42,6 +44,23 @@ def _table(result: dict[str, Any]) -> Any:
         f = result["faithfulness"][metric][i]
         table.add_row(f"{100 * fraction:g}%", str(result["counts"][i]), f"{result['values'][metric][i]:.4g}",
                       "n/a" if f is None else f"{f:.3f}", f"{result['values']['kl'][i]:.4g}")
+    return table
+
+
+def _mib_table(result: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    metric = result["metric"]
+    table = Table(title=f"MIB: CPR {result['cpr_printed']} (signed ranking), CMD {result['cmd_printed']} (absolute "
+                        f"ranking); {metric}, {result['pairs']} pairs")
+    for col in ("size", "top-n", "signed: kept", "f", "absolute: kept", "f"):
+        table.add_column(col, justify="right")
+    signed, absolute = result["signed"], result["absolute"]
+    for i, fraction in enumerate(result["fractions"]):
+        fs, fa = signed["faithfulness"][metric][i], absolute["faithfulness"][metric][i]
+        table.add_row(f"{100 * fraction:g}%", str(result["counts"][i]), str(signed["edge_counts"][i]),
+                      "n/a" if fs is None else f"{fs:.3f}", str(absolute["edge_counts"][i]),
+                      "n/a" if fa is None else f"{fa:.3f}")
     return table
 
 
@@ -66,6 +85,14 @@ def circuit_eval(
     batch_size: int = typer.Option(32, "--batch-size", help="Prompt pairs per forward pass."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Measure on the first N pairs of the split."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    mib: bool = typer.Option(False, "--mib", help="CPR and CMD exactly as MIB's circuit track computes them: CPR from "
+                             "the signed ranking, CMD from the absolute one, EAP-IG's top-n and pruning, MIB's sizes; "
+                             "edge scores on a graph with one embedding node (an EAP-IG/MIB .json or .pt file too)."),
+    mib_export: Optional[Path] = typer.Option(None, "--mib-export", help="Also write the scores (or the circuit) as "
+                                              "an EAP-IG/MIB graph file: .json (Graph.to_json) or .pt (Graph.to_pt)."),
+    mib_submission: Optional[Path] = typer.Option(None, "--mib-submission", help="Also write the scores into this "
+                                                  "MIB submission folder (DIR/<task>_<model>/importances.json) and "
+                                                  "check the folder."),
 ) -> None:
     """Measure circuits as the MIB benchmark does: f = (m(C) - m(empty)) / (m(N) - m(empty)) at each size, CPR
     (area under f, higher is better) and CMD (area under |1 - f|, lower is better)."""
@@ -73,18 +100,30 @@ def circuit_eval(
 
     from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
     from subnetlab.cli.commands._options import parse_task_options
+    from subnetlab.errors import SubnetlabError
     from subnetlab.runs.circuit_eval import CircuitEvalJobConfig, circuit_eval_run
     from subnetlab.tasks.spec import TaskSpec
 
+    if mib and sizes is not None:
+        raise SubnetlabError("--sizes: MIB's sizes are fixed (0.1 % ... 100 %); leave --sizes out with --mib",
+                             setting="sizes")
     job = CircuitEvalJobConfig(
         model=model, task=TaskSpec(task, with_data_options(task, parse_task_options(task_option, None, "eval"),
                                                            **data_flags)),
         scores=str(scores) if scores else None, circuits=tuple(str(c) for c in circuits), split=split, metric=metric,
-        ablation=ablation, sizes=_sizes(sizes) or CIRCUIT_SIZES, batch_size=batch_size, limit=limit, device=device)
+        ablation=ablation, sizes=_sizes(sizes) or CIRCUIT_SIZES, batch_size=batch_size, limit=limit, device=device,
+        definition="mib" if mib else "subnetlab", mib_export=str(mib_export.resolve()) if mib_export else None,
+        mib_submission=str(mib_submission.resolve()) if mib_submission else None)
     result = circuit_eval_run(job, out, figure=_figure)
     console = Console()
     console.print(_table(result))
     console.print(f"written: {out / 'faithfulness.json'}")
+    for key, label in (("export", "EAP-IG graph file"), ("submission_file", "MIB submission file")):
+        if key in result.get("mib_files", {}):
+            console.print(f"written: {result['mib_files'][key]} ({label})")
+    if "submission_check" in result.get("mib_files", {}):
+        console.print(f"MIB submission folder checked: {len(result['mib_files']['submission_check'])} task/model "
+                      "folder(s) well formed")
 
 
 def _figure(result: dict[str, Any], out: Path) -> None:
@@ -94,6 +133,13 @@ def _figure(result: dict[str, Any], out: Path) -> None:
     if "fractions" not in result:
         return
     metric = result["metric"]
+    if result.get("definition") == "mib":
+        curves([100 * x for x in result["fractions"]],
+               {"signed ranking (CPR)": result["signed"]["faithfulness"][metric],
+                "absolute ranking (CMD)": result["absolute"]["faithfulness"][metric]},
+               out / "faithfulness.png", xlabel=f"circuit size (% of {result['items']} edges, MIB)",
+               ylabel="faithfulness", title=f"MIB: CPR {result['cpr_printed']}, CMD {result['cmd_printed']}")
+        return
     curves([100 * x for x in result["fractions"]], {f"f({metric})": result["faithfulness"][metric]},
            out / "faithfulness.png", xlabel=f"circuit size (% of {result['items']} {result['level']})",
            ylabel="faithfulness", title=f"CPR {result['cpr']:.3f}, CMD {result['cmd']:.3f}")
