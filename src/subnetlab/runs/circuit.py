@@ -133,7 +133,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "steps": cfg.total_steps, "resumed_from": result.resumed_from, "train_seconds": round(result.seconds, 3),
         "final": final,
     }
-    metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity)
+    metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity, evaluate.baseline("logit_diff"))
     return metrics
 
 
@@ -165,13 +165,15 @@ def _warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
     return warm_start_log_alphas(scores, cfg.sparsity, cfg.init_log_alpha)
 
 
-def circuit_health(result: Any, graph: Graph, kept: int, target: float) -> dict[str, Any]:
+def circuit_health(result: Any, graph: Graph, kept: int, target: float,
+                   baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``health`` entry of an edge circuit (``runs.health.judge``): units are edges; the gates are the edge
-    (and node) masks; the objective is the KL over training."""
+    (and node) masks; the objective is the KL over training; ``baseline`` the logit difference of the full model
+    and the empty circuit its faithfulness divides by."""
     expected = result.history[-1].get("expected_sparsity") if result.history else None
     health = judge(kept=kept, maskable=graph.num_edges, undecided=result.selection.undecided,
                    gates=result.selection.num_masks, expected_sparsity=expected, target_sparsity=target,
-                   objective=[h.get("kl") for h in result.history])
+                   objective=[h.get("kl") for h in result.history], baseline=baseline)
     return health.to_dict()
 
 
