@@ -197,6 +197,29 @@ def circuit_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float
     return jobs
 
 
+def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
+                 overrides: Mapping[str, Any] | None = None, task_options: Mapping[str, Any] | None = None,
+                 split: str = "eval", limit: int | None = None, init_from: str | None = None,
+                 device: str = "auto") -> tuple[list[Job], Any]:
+    """The checked jobs of one edge-pruning sweep and the model's adapter, for ``subnetlab circuit`` and
+    ``sl.circuit`` alike; nothing is written. Refused here, before any job: the device, every job's typed
+    settings, the model (a missing directory, its family), every prompt pair, the evaluation split, and (your
+    own pairs) evaluation pairs that were training rows of the run that fine-tuned the model (``runs.splits``)."""
+    from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
+
+    resolve_device(device)
+    earlier = earlier_runs(model)
+    options = held_out_options(model, task, dict(task_options or {}))  # your own pairs: the fine-tuning's split
+    base = {"model": model, "task": task, "task_options": options, "device": device}
+    jobs = circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides,
+                         eval_split=split, eval_limit=limit, init_from=init_from)  # builds (so checks) every config
+    first = CircuitJobConfig.from_dict(jobs[0].config)
+    loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair
+    built.examples(split)
+    check_held_out(built, earlier)
+    return jobs, loaded.adapter
+
+
 def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> Graph:
     """``DIR/graph.json``: the model's graph, for other tools (every run's own copy adds scores and in_graph)."""
     graph = Graph.from_adapter(adapter, embedding_nodes)
@@ -205,5 +228,6 @@ def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> G
 
 
 __all__ = ["CIRCUIT_FIGURE", "CIRCUIT_JOB", "CircuitJobConfig", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task",
+           "plan_circuit",
            "run_dir_name", "write_sweep_graph"]
 

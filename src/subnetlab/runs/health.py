@@ -197,13 +197,14 @@ def baseline_message(b: Mapping[str, Any]) -> str:
     """``degenerate baseline: ...`` with the two values, the gap against the spread, and what it means for f."""
     metric, full, empty = b["metric"], b["full"], b["empty"]
     head = f"degenerate baseline: {metric} of the full model {full:.4g}, of the empty circuit {empty:.4g}"
-    if b.get("inverted"):
+    effect = b.get("effect")
+    if b.get("inverted") and not (effect is not None and effect < MIN_BASELINE_EFFECT):  # a tiny gap: its sign is noise
         better = "above" if b.get("higher_is_better", True) else "below"
         return (f"{head}; the empty circuit scores {better} the full model, so f is upside down (circuits nearer "
                 "the full model get lower f); check the corrupted prompts or the model")
     spread = b.get("spread")
     return (f"{head}: a gap of {abs(full - empty):.3g} against a spread of {spread:.3g} over {b.get('pairs')} pairs "
-            f"(effect {b['effect']:.3g}, below {MIN_BASELINE_EFFECT:g}); f divides by this gap, so it is mostly noise "
+            f"(effect {effect:.3g}, below {MIN_BASELINE_EFFECT:g}); f divides by this gap, so it is mostly noise "
             "(is the model trained on the task, and does the corruption change its answer?)")
 
 
