@@ -181,11 +181,11 @@ def _fine_tuned_on_pairs(root: Path, paths: dict[str, str], rows: list[str]) -> 
     data = root / "ft-pairs.csv"
     data.write_text("clean,corrupted,answer,wrong\n" + "".join(f"{row}\n" for row in rows) * 10)
     options = {"text_column": "clean", "answer_column": "answer"}
-    ft = root / "ft"
+    ft = root / "pairs-ft"
     shutil.copytree(root / "lm", ft / "model")
     write_json(ft / "config.json", {"finetune": {"task": f"file:{data}", "task_options": options}})
     write_json(ft / "splits.json", get_task(f"file:{data}", **options).manifest.to_json())
-    paths.update(ftpairs=str(data), ft=str(ft / "model"))
+    paths.update(ftpairs=str(data), pairsft=str(ft / "model"))
 
 
 def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
@@ -546,10 +546,10 @@ CASES: list[tuple[str, list[str], str]] = [
      "--limit 0: the number of train pairs the edges are scored on"),
     # hostile files and values the circuit commands met (issue 36)
     ("circuit-ig-steps-unbounded", [*EAP_IG, "--ig-steps", "1000000000"], "steps 1000000000 must be between 1 and 1000"),
-    ("circuit-eval-leaking-split", ["circuit-eval", "--model", "{ft}", "--task", "file:{ftpairs}", *PAIR_COLUMNS,
+    ("circuit-eval-leaking-split", ["circuit-eval", "--model", "{pairsft}", "--task", "file:{ftpairs}", *PAIR_COLUMNS,
                                     "--task-option", "split_seed=2", "--scores", "{nodescores}"],
      "2 of the 2 eval rows were training rows of fine-tuning run"),
-    ("circuit-leaking-split", ["circuit", "--model", "{ft}", "--task", "file:{ftpairs}", *PAIR_COLUMNS, "--task-option",
+    ("circuit-leaking-split", ["circuit", "--model", "{pairsft}", "--task", "file:{ftpairs}", *PAIR_COLUMNS, "--task-option",
                                "split_seed=2", "--sparsity", "0.9", "--preset", "demo"],
      "2 of the 2 eval rows were training rows of fine-tuning run"),
     ("circuit-missing-model-dir", ["circuit", "--model", "./no/such/dir", "--task", "circuit:ioi", "--sparsity", "0.9"],
