@@ -1,5 +1,6 @@
-"""What ``subnetlab prune``, ``discover`` and ``transfer`` do, as one Python call each: ``sl.prune``,
-``sl.discover`` and ``sl.transfer_subnetwork`` (``sl.transfer`` is the package of transfer's parts).
+"""What ``subnetlab prune``, ``discover``, ``transfer``, ``circuit`` and ``circuit-eval`` do, as one Python call each:
+``sl.prune``, ``sl.discover``, ``sl.transfer_subnetwork`` (``sl.transfer`` is the package of transfer's parts),
+``sl.circuit`` and ``sl.circuit_eval``.
 
 A notebook user gets the command's runs without the command line: each function builds the same typed
 job configs as the command, runs them through the executor (in this process by default; ``jobs=N``
@@ -11,17 +12,32 @@ command's does) and returns what the command prints, as values, with the paths o
     sub = sl.Subnetwork.load(result["subnetworks"][0])
 
 Settings are the commands' options under their library names; a failed run raises ``SubnetlabError``.
+
+The command's guarantees hold here too, since both run the same checks in ``subnetlab.runs``: a bad setting or
+file is refused with the command's message (naming the setting, not the flag) before any run starts; a split
+that would evaluate on the training rows of the run that fine-tuned ``model`` is refused; and every health
+problem the command prints as ``warning: LINE`` is issued as a ``HealthWarning`` (``warnings.warn``, category
+``subnetlab.HealthWarning``, the same LINE; a notebook shows it under the cell) and returned in
+``result["warnings"]``, with each run's health in ``result["health"]``. ``strict=True`` (the command's strict
+mode) refuses the first problem instead, once the results are written::
+
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sl.HealthWarning)  # or strict=True: raise on the first problem
+        sl.prune(...)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, SweepReport, run_jobs
 from subnetlab.run_directory import lock
+from subnetlab.runs.health import Health, HealthWarning, report_health
 
 
 def _run(jobs: Sequence[Job], out: Path, n_jobs: int | None, what: str) -> SweepReport:
@@ -40,32 +56,47 @@ def _seeds(seeds: int | Sequence[int]) -> list[int]:
     return [seeds] if isinstance(seeds, int) else list(seeds)
 
 
+def _warn(line: str) -> None:
+    warnings.warn(line, HealthWarning, stacklevel=5)  # points at the caller's line
+
+
+def _health(entries: Iterable[tuple[str, Health | None]], strict: bool) -> tuple[dict[str, Any], list[str]]:
+    """Each run's health entry, and the problems as the command's warning lines (warned, or refused under strict)."""
+    entries = list(entries)
+    lines = report_health(entries, strict=strict, emit=_warn)
+    return {what: h.to_dict() for what, h in entries if h is not None}, lines
+
+
 def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[float] = 0.5,
-          seeds: int | Sequence[int] = 0, preset: str = "paper", task_options: Mapping[str, Any] | None = None,
-          device: str = "auto", jobs: int | None = None, **settings: Any) -> dict[str, Any]:
+          seeds: int | Sequence[int] = 0, preset: str = "paper", schedule: str = "linear", levels: Sequence[float] = (),
+          task_options: Mapping[str, Any] | None = None, eval_data: Sequence[str] = (),
+          splits: Sequence[str] | None = None, device: str = "auto", jobs: int | None = None, strict: bool = False,
+          **settings: Any) -> dict[str, Any]:
     """Prune ``model``'s heads and MLPs on ``task`` to each ``sparsity`` with each seed (``subnetlab prune``).
 
     ``settings`` override the preset's pruning settings (``total_steps=500``, ``ablation="zero"``, ...).
-    Returns ``{"out", "summary", "runs": {run: metrics}, "subnetworks": [paths]}``: the summary across
-    seeds that the command prints, each run's metrics, and the chosen subnetwork of each run.
+    Returns ``{"out", "summary", "health", "warnings", "runs", "subnetworks"}``: the summary across seeds that
+    the command prints (with each sparsity's health counts), each run's health and the problems as warning
+    lines (module doc), each run's metrics, and the chosen subnetwork of each run.
     """
-    from subnetlab.runs.prune import SUBNETWORK_FILE, level_name, prune_sweep
-    from subnetlab.runs.prune_summary import summarize
+    from subnetlab.io import write_json
+    from subnetlab.runs.prune import SUBNETWORK_FILE
+    from subnetlab.runs.prune_plan import plan_prune, sweep_healths, sweep_summary
+    from subnetlab.runs.prune_summary import SUMMARY_FILE
 
     out = Path(out)
     targets = [sparsity] if isinstance(sparsity, (int, float)) else list(sparsity)
-    base = {"model": model, "task": task, "task_options": dict(task_options or {}), "eval_data": [], "splits": None,
-            "device": device}
-    sweep = prune_sweep(base, out, targets=targets, seeds=_seeds(seeds), preset=preset, overrides=settings)
+    sweep = plan_prune(model, task, out, targets=targets, seeds=_seeds(seeds), preset=preset, schedule=schedule,
+                       levels=levels, overrides=settings, task_options=task_options, eval_data=eval_data,
+                       splits=splits, device=device)  # the command's checks, before any run
     report = _run(sweep, out, jobs, "pruning")
+    summary = sweep_summary(report)
+    write_json(out / SUMMARY_FILE, summary)  # as the command writes it
+    health, lines = _health(sweep_healths(report), strict)
     runs = {job.name: job.metrics for job in report.jobs}
-    groups: dict[str, list[dict]] = {}
-    for name, metrics in runs.items():
-        if name != "full-model":
-            groups.setdefault(level_name(metrics["target_sparsity"]), []).append(metrics["eval"])
-    full = runs.get("full-model", {}).get("eval")
-    return {"out": out, "summary": summarize(groups, full), "runs": runs,
-            "subnetworks": [job.out_dir / SUBNETWORK_FILE for job in sweep if job.name != "full-model"]}
+    subnetworks = [job.out_dir / SUBNETWORK_FILE for job in sweep if (job.out_dir / SUBNETWORK_FILE).is_file()]
+    return {"out": out, "summary": summary, "health": health, "warnings": lines, "runs": runs,
+            "subnetworks": subnetworks}
 
 
 def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float] = (1e-7, 5e-7, 1e-8), seed: int = 0,
@@ -138,4 +169,125 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
     return {"out": out, "summary": summarise(runs), "runs": runs}
 
 
-__all__ = ["discover", "prune", "transfer_subnetwork"]
+# The settings only some circuit methods read (as the command's --method marks them); None: not given.
+CIRCUIT_METHOD_SETTINGS = {**{name: ("edge-pruning",) for name in ("sparsity", "seeds", "preset", "ablation", "split",
+                                                                   "init_from", "jobs", "settings")},
+                           "metric": ("eap", "eap-ig"), "ig_steps": ("eap-ig",)}
+
+
+def _refuse_unused(method: str, given: Mapping[str, Any]) -> None:
+    """A setting ``method`` does not read, given, is refused as the command refuses its option (never ignored)."""
+    for name, value in given.items():
+        users = CIRCUIT_METHOD_SETTINGS.get(name)
+        if users is not None and value is not None and method not in users:
+            raise SubnetlabError(f"{name}: not used by method {method} (used only by {' and '.join(users)})",
+                                 setting=name)
+
+
+def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruning",
+            sparsity: float | Sequence[float] | None = None, seeds: int | Sequence[int] | None = None,
+            preset: str | None = None, ablation: str | None = None, embedding_nodes: int | None = None,
+            task_options: Mapping[str, Any] | None = None, split: str | None = None, limit: int | None = None,
+            ig_steps: int | None = None, metric: str | None = None, init_from: str | Path | None = None,
+            device: str = "auto", jobs: int | None = None, strict: bool = False, **settings: Any) -> dict[str, Any]:
+    """Edge-level circuits of ``model`` on a circuit ``task`` (``subnetlab circuit``): Edge Pruning at each target
+    ``sparsity`` (fraction of edges removed) and seed (defaults: seed 0, the ``paper`` preset, measured on the
+    ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs).
+
+    ``settings`` override edge pruning's preset (``total_steps=500``, ...). A setting the method does not read
+    is refused, as the command refuses its option. Returns ``{"out", "summary", "health", "warnings", "runs",
+    "paths"}``: per run its kept edges, sparsity and faithfulness (edge pruning) or the scores' summary
+    (attribution), each run's health and the problems as warning lines (module doc), each run's metrics, and
+    the files written (``graph``, ``circuits``, ``figures``; or ``scores``, ``node_scores``, ``graph``).
+    """
+    from subnetlab.runs.circuit import (CIRCUIT_FIGURE, GRAPH_FILE, SUBNETWORK_FILE, CircuitJobConfig, plan_circuit,
+                                        write_sweep_graph)
+    from subnetlab.runs.health import read_health
+
+    methods = ("edge-pruning", "eap", "eap-ig")
+    if method not in methods:
+        raise SubnetlabError(f"method {method!r}: choose one of {', '.join(methods)}", setting="method")
+    _refuse_unused(method, {"sparsity": sparsity, "seeds": seeds, "preset": preset, "ablation": ablation,
+                            "split": split, "init_from": init_from, "jobs": jobs, "settings": settings or None,
+                            "metric": metric, "ig_steps": ig_steps})
+    out = Path(out)
+    if method != "edge-pruning":
+        return _attribution(model, task, out, method, ig_steps=5 if ig_steps is None else ig_steps,
+                            metric=metric or "logit_diff", task_options=task_options, embedding_nodes=embedding_nodes,
+                            limit=limit, device=device)
+    if sparsity is None:
+        raise SubnetlabError("sparsity: give at least one target", setting="sparsity")
+    overrides = dict(settings)
+    if ablation is not None:
+        overrides["ablation"] = ablation
+    if embedding_nodes is not None:
+        overrides["embedding_nodes"] = embedding_nodes
+    targets = [sparsity] if isinstance(sparsity, (int, float)) else list(sparsity)
+    sweep, adapter = plan_circuit(model, task, out, targets=targets, seeds=_seeds(0 if seeds is None else seeds),
+                                  preset=preset or "paper", overrides=overrides, task_options=task_options,
+                                  split=split or "eval", limit=limit,
+                                  init_from=None if init_from is None else str(init_from), device=device)
+    with lock(out):
+        write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(sweep[0].config).settings.embedding_nodes)
+    report = _run(sweep, out, jobs, "edge-pruning")
+    runs = {job.name: job.metrics for job in report.jobs}
+    summary = {name: {"kept_edges": m["kept_edges"], "edges": m["edges"], "sparsity": m["sparsity"],
+                      "faithfulness": m["faithfulness"], "kl": m["eval"].get("kl")} for name, m in runs.items()}
+    health, lines = _health([(name, read_health(m)) for name, m in runs.items()], strict)
+    paths = {"graph": out / GRAPH_FILE, "circuits": [job.out_dir / SUBNETWORK_FILE for job in sweep],
+             "figures": [job.out_dir / CIRCUIT_FIGURE for job in sweep]}
+    return {"out": out, "summary": summary, "health": health, "warnings": lines, "runs": runs, "paths": paths}
+
+
+def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int, metric: str,
+                 task_options: Mapping[str, Any] | None, embedding_nodes: int | None, limit: int | None,
+                 device: str) -> dict[str, Any]:
+    from subnetlab.runs.attribution import NODE_SCORES_FILE, SCORES_FILE, AttributionJobConfig, attribution_run
+    from subnetlab.tasks.spec import TaskSpec
+
+    job = AttributionJobConfig(model=model, task=TaskSpec(task, dict(task_options or {})), method=method,
+                               ig_steps=ig_steps, split="train", metric=metric, limit=limit,
+                               embedding_nodes=embedding_nodes, device=device)
+    with lock(out):
+        metrics = attribution_run(job, out)
+    paths = {"scores": out / SCORES_FILE, "node_scores": out / NODE_SCORES_FILE, "graph": out / "graph.json"}
+    return {"out": out, "summary": metrics, "health": {}, "warnings": [], "runs": {str(out): metrics}, "paths": paths}
+
+
+def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path | None = None,
+                 circuits: Sequence[str | Path] = (), split: str = "eval", metric: str = "logit_diff",
+                 ablation: str = "corrupted", sizes: Sequence[float] | None = None, batch_size: int = 32,
+                 limit: int | None = None, task_options: Mapping[str, Any] | None = None, device: str = "auto",
+                 strict: bool = False) -> dict[str, Any]:
+    """The faithfulness curve (MIB's CPR and CMD) of edge or node ``scores``, or of ``circuits``, on a circuit
+    ``task`` (``subnetlab circuit-eval``). ``sizes`` are fractions of the items (the command's percentages / 100;
+    default MIB's ten).
+
+    Returns ``{"out", "summary", "areas", "health", "warnings", "result", "paths"}``: metrics.json's content;
+    CPR and CMD as the command prints them (labelled with their span when the circuits cover part of the size
+    range); the health (a degenerate baseline is a ``HealthWarning``, refused under ``strict``); the whole curve
+    (faithfulness.json); and the files written.
+    """
+    from subnetlab.analysis.faithfulness import CIRCUIT_SIZES, describe_areas
+    from subnetlab.runs.circuit_eval import CircuitEvalJobConfig, circuit_eval_run
+    from subnetlab.runs.health import read_health
+    from subnetlab.tasks.spec import TaskSpec
+
+    out = Path(out)
+    job = CircuitEvalJobConfig(model=model, task=TaskSpec(task, dict(task_options or {})),
+                               scores=None if scores is None else str(scores), circuits=tuple(str(c) for c in circuits),
+                               split=split, metric=metric, ablation=ablation,
+                               sizes=CIRCUIT_SIZES if sizes is None else tuple(float(s) for s in sizes),
+                               batch_size=batch_size, limit=limit, device=device)
+    with lock(out):
+        result = circuit_eval_run(job, out)
+    health, lines = _health([(str(out), read_health(result))], strict)
+    from subnetlab.io import read_json
+
+    areas = describe_areas(result["cpr"], result["cmd"], result.get("span"), result["level"]) if "cpr" in result else None
+    return {"out": out, "summary": read_json(out / "metrics.json"), "areas": areas, "health": health,
+            "warnings": lines, "result": result,
+            "paths": {"faithfulness": out / "faithfulness.json", "metrics": out / "metrics.json"}}
+
+
+__all__ = ["HealthWarning", "circuit", "circuit_eval", "discover", "prune", "transfer_subnetwork"]

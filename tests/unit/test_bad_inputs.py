@@ -31,6 +31,8 @@ CIRCUIT_EVAL = ["circuit-eval", "--model", "{lm}", "--scores", "{nodescores}"]
 CIRCUIT = ["circuit", "--model", "{lm}", "--task", "circuit:ioi", "--task-option", "n_train=4", "--task-option",
            "n_eval=2"]
 EAP = [*CIRCUIT, "--method", "eap"]
+PAIR_COLUMNS = ["--text-column", "clean", "--corrupted-column", "corrupted", "--answer-column", "answer",
+                "--wrong-answer-column", "wrong"]
 EAP_IG = [*CIRCUIT, "--method", "eap-ig"]
 EFFECTIVE = ["effective-size", "--checkpoints", "{ft}", *NLI, "--preset", "demo", "--levels", "0.1:0.3:0.1"]
 
@@ -292,6 +294,25 @@ def _gpt2_without_pad(root: Path, paths: dict[str, str]) -> None:
     tok.save_pretrained(root / "gpt2-nopad")
     Subnetwork.structured(get_adapter(model), torch.tensor([[1.0, 0.0], [1.0, 1.0]])).save(root / "gpt2-nopad-sub.safetensors")
     paths.update({"gpt2-nopad": str(root / "gpt2-nopad"), "gpt2-nopad-sub": str(root / "gpt2-nopad-sub.safetensors")})
+    swapped = f'"{clean.replace("Mary", "X").replace("John", "Mary").replace("X", "John")}","{corrupted}"," John"," Mary"'
+    _fine_tuned_on_pairs(root, paths, [good, swapped])
+
+
+def _fine_tuned_on_pairs(root: Path, paths: dict[str, str], rows: list[str]) -> None:
+    """What ``subnetlab finetune`` records of a run on prompt pairs (its config's task and ``splits.json``), beside a
+    model: a split of the pairs with another ``split_seed`` measures on its training rows (issue 36; split_seed=2
+    holds out rows 1 and 8 of the 20, both training rows of the default split)."""
+    from subnetlab.io import write_json
+    from subnetlab.tasks import get_task
+
+    data = root / "ft-pairs.csv"
+    data.write_text("clean,corrupted,answer,wrong\n" + "".join(f"{row}\n" for row in rows) * 10)
+    options = {"text_column": "clean", "answer_column": "answer"}
+    ft = root / "pairs-ft"
+    shutil.copytree(root / "lm", ft / "model")
+    write_json(ft / "config.json", {"finetune": {"task": f"file:{data}", "task_options": options}})
+    write_json(ft / "splits.json", get_task(f"file:{data}", **options).manifest.to_json())
+    paths.update(ftpairs=str(data), pairsft=str(ft / "model"))
 
 
 def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
@@ -698,6 +719,16 @@ CASES: list[tuple[str, list[str], str]] = [
      "--sparsity: not used by --method eap-ig-activations (used only by edge-pruning)"),
     # hostile files and values the circuit commands met (issue 36)
     ("circuit-ig-steps-unbounded", [*EAP_IG, "--ig-steps", "1000000000"], "steps 1000000000 must be between 1 and 1000"),
+    ("circuit-eval-leaking-split", ["circuit-eval", "--model", "{pairsft}", "--task", "file:{ftpairs}", *PAIR_COLUMNS,
+                                    "--task-option", "split_seed=2", "--scores", "{nodescores}"],
+     "2 of the 2 eval rows were training rows of fine-tuning run"),
+    ("circuit-leaking-split", ["circuit", "--model", "{pairsft}", "--task", "file:{ftpairs}", *PAIR_COLUMNS, "--task-option",
+                               "split_seed=2", "--sparsity", "0.9", "--preset", "demo"],
+     "2 of the 2 eval rows were training rows of fine-tuning run"),
+    ("circuit-missing-model-dir", ["circuit", "--model", "./no/such/dir", "--task", "circuit:ioi", "--sparsity", "0.9"],
+     "no such model directory"),
+    ("circuit-eval-missing-model-dir", ["circuit-eval", "--model", "./no/such/dir", "--task", "circuit:ioi", "--scores",
+                                        "{nodescores}"], "no such model directory"),
     ("circuit-pairs-not-utf8", ["circuit", "--model", "{lm}", "--task", "file:{latin1}", "--method", "eap",
                                 "--corrupted-column", "corrupted"], "latin1.jsonl:1: not UTF-8 text (byte 0xe9 at column 46)"),
     ("circuit-eval-graph-json-list", [*CIRCUIT_EVAL[:-2], "--scores", "{listgraph}", "--task", "circuit:ioi",

@@ -81,15 +81,33 @@ class Evaluator:
                  intervene: Callable[[Tensor, Any], Any]) -> None:
         device = next(model.parameters()).device
         self.model, self.task, self.intervene, self.batches = model, task, intervene, []
-        corrupted: dict[str, float] = {}
+        full_pairs: list[dict[str, Tensor]] = []
+        corrupted_pairs: list[dict[str, Tensor]] = []
         with torch.no_grad():
             for batch in task.pair_batches(tokenizer, split, batch_size, limit):
                 batch = {k: v.to(device) for k, v in batch.items()}
                 full = model(**clean_inputs(batch)).logits.float()  # [B, T, V]
                 self.batches.append((batch, full, capture(batch)))
-                _add_sums(corrupted, task.metrics(model(**corrupted_inputs(batch)).logits.float(), batch, full))
+                full_pairs.append(task.metrics(full, batch, full))
+                corrupted_pairs.append(task.metrics(model(**corrupted_inputs(batch)).logits.float(), batch, full))
         self.count = sum(len(b["answer_id"]) for b, _, _ in self.batches)
+        # [pairs] per metric: the full model's and the corrupted run's values, for the baseline's spread
+        self.full_pairs = {n: torch.cat([p[n].detach().cpu().double() for p in full_pairs]) for n in full_pairs[0]}
+        self.corrupted_pairs = {n: torch.cat([p[n].detach().cpu().double() for p in corrupted_pairs])
+                                for n in corrupted_pairs[0]}
+        corrupted: dict[str, float] = {}
+        for per_pair in corrupted_pairs:
+            _add_sums(corrupted, per_pair)
         self.corrupted_run = {name: total / self.count for name, total in corrupted.items()}
+
+    def baseline(self, metric: str) -> dict[str, Any]:
+        """``analysis.faithfulness.baseline`` of ``metric``: the full model against the corrupted run, per pair."""
+        from subnetlab.analysis.faithfulness import baseline
+
+        if metric not in self.full_pairs:
+            raise SubnetlabError(f"metric {metric!r} is not measured (measured: {', '.join(self.full_pairs)})",
+                                 setting="metric")
+        return baseline(self.full_pairs[metric], self.corrupted_pairs[metric], metric)
 
     @torch.no_grad()
     def __call__(self, keep: Tensor) -> dict[str, float]:

@@ -31,6 +31,16 @@ boolean ``[items]`` tensor, so this module does not know how items are applied:
 one for its heads and MLPs (Heuristic Core's granularity), on one scale.
 Circuits found at fixed sizes (masks rather than scores, e.g. Edge Pruning at
 several target sparsities) get the same curve from ``curve_from_masks``.
+
+Two things decide whether the numbers mean anything, and both are recorded:
+
+* the **baseline** (``baseline``): ``f`` divides by ``m(N) - m(empty)``; the
+  gap beside the metric's spread over the pairs and its direction, for
+  ``runs.health`` to judge;
+* the **span** (``span``): CPR and CMD are areas over the sizes measured. Over
+  MIB's 0.1-100 % they compare across methods; circuits that cover only part
+  of it (two Edge Pruning circuits at 5.1 and 10.2 %) give areas over that part
+  only, a few times smaller, and are labelled partial (``describe_areas``).
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ from torch import Tensor
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.models.circuit import top_k_mask
+from subnetlab.tasks.circuits.metrics import HIGHER_IS_BETTER
 
 CIRCUIT_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -73,6 +84,41 @@ def area(xs: Sequence[float], ys: Sequence[float]) -> float:
 def faithfulness(value: float, full: float, empty: float) -> float:
     """``(m(C) - m(empty)) / (m(N) - m(empty))``; NaN when the full model and the empty circuit score alike."""
     return (value - empty) / (full - empty) if full != empty else float("nan")
+
+
+def baseline(full: Tensor, empty: Tensor, metric: str) -> dict[str, Any]:
+    """The normaliser of ``f`` for ``metric`` from its per-pair values on the full model and the empty circuit
+    (``[pairs]`` each): both means, the pooled standard deviation over the pairs (``spread``), the gap's effect
+    size ``|m(N) - m(empty)| / spread`` (Cohen's d; None when the spread is 0), and ``inverted``: the empty
+    circuit scores beyond the full model in the metric's direction."""
+    full, empty = full.detach().double().reshape(-1), empty.detach().double().reshape(-1)
+    if full.numel() != empty.numel() or full.numel() == 0:
+        raise SubnetlabError(f"a baseline needs the same pairs on both sides ({full.numel()} and {empty.numel()})")
+    up = HIGHER_IS_BETTER.get(metric, True)
+    m_full, m_empty = float(full.mean()), float(empty.mean())
+    n = full.numel()
+    var = (float(full.var(unbiased=True)) + float(empty.var(unbiased=True))) / 2 if n > 1 else 0.0
+    spread = math.sqrt(var)
+    gap = abs(m_full - m_empty)
+    return {"metric": metric, "full": m_full, "empty": m_empty, "pairs": n, "spread": spread,
+            "effect": gap / spread if spread > 0 else None, "higher_is_better": up,
+            "inverted": (m_empty > m_full) if up else (m_empty < m_full)}
+
+
+def span(fractions: Sequence[float]) -> dict[str, Any]:
+    """The sizes a curve covers (fractions of the items) and whether that is MIB's whole range (``CIRCUIT_SIZES``'
+    first size to every item): the areas of a partial span are over that part only."""
+    low, high = min(fractions), max(fractions)
+    return {"from": low, "to": high, "partial": not (low <= CIRCUIT_SIZES[0] + 1e-12 and high >= 1.0 - 1e-12)}
+
+
+def describe_areas(cpr: float, cmd: float, covered: Mapping[str, Any] | None, items: str = "items") -> str:
+    """``CPR 0.512, CMD 0.203`` over the whole range, or ``CPR 0.021, CMD 0.030 over 5.1-10.2% of edges (partial
+    span)``: areas over part of the range are never shown as if whole."""
+    text = f"CPR {cpr:.3f}, CMD {cmd:.3f}"
+    if covered is not None and covered.get("partial"):
+        text += f" over {100 * covered['from']:.3g}-{100 * covered['to']:.3g}% of {items} (partial span)"
+    return text
 
 
 @dataclass(frozen=True)
@@ -110,7 +156,8 @@ class FaithfulnessCurve:
 
         return clean({"metric": self.metric, "items": self.items, "fractions": list(self.fractions),
                       "counts": list(self.counts), "values": self.values, "full": self.full, "empty": self.empty,
-                      "faithfulness": self.faithfulness, "areas": self.areas, "cpr": self.cpr, "cmd": self.cmd})
+                      "faithfulness": self.faithfulness, "areas": self.areas, "cpr": self.cpr, "cmd": self.cmd,
+                      "span": span(self.fractions)})
 
 
 def _measured(evaluate: Evaluate, keep: Tensor) -> dict[str, float]:
@@ -185,5 +232,5 @@ def circuit_faithfulness(mask: Tensor, evaluate: Evaluate, empty: Mapping[str, f
     return {name: faithfulness(value[name], full[name], empty[name]) for name in full}
 
 
-__all__ = ["CIRCUIT_SIZES", "Evaluate", "FaithfulnessCurve", "area", "circuit_faithfulness", "circuit_size",
-           "curve_from_masks", "curve_from_scores", "faithfulness", "top_k"]
+__all__ = ["CIRCUIT_SIZES", "Evaluate", "FaithfulnessCurve", "area", "baseline", "circuit_faithfulness", "circuit_size",
+           "curve_from_masks", "curve_from_scores", "describe_areas", "faithfulness", "span", "top_k"]

@@ -128,7 +128,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "steps": cfg.total_steps, "resumed_from": result.resumed_from, "train_seconds": round(result.seconds, 3),
         "final": final,
     }
-    metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity)
+    metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity, evaluate.baseline("logit_diff"))
     return metrics
 
 
@@ -181,13 +181,15 @@ def warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
     return warm_start_log_alphas(scores.circuit.scores, cfg.sparsity, cfg.init_log_alpha)
 
 
-def circuit_health(result: Any, graph: Graph, kept: int, target: float) -> dict[str, Any]:
+def circuit_health(result: Any, graph: Graph, kept: int, target: float,
+                   baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``health`` entry of an edge circuit (``runs.health.judge``): units are edges; the gates are the edge
-    (and node) masks; the objective is the KL over training."""
+    (and node) masks; the objective is the KL over training; ``baseline`` the logit difference of the full model
+    and the empty circuit its faithfulness divides by."""
     expected = result.history[-1].get("expected_sparsity") if result.history else None
     health = judge(kept=kept, maskable=graph.num_edges, undecided=result.selection.undecided,
                    gates=result.selection.num_masks, expected_sparsity=expected, target_sparsity=target,
-                   objective=[h.get("kl") for h in result.history])
+                   objective=[h.get("kl") for h in result.history], baseline=baseline)
     return health.to_dict()
 
 
@@ -211,6 +213,30 @@ def circuit_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float
     return jobs
 
 
+def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
+                 overrides: Mapping[str, Any] | None = None, task_options: Mapping[str, Any] | None = None,
+                 split: str = "eval", limit: int | None = None, init_from: str | None = None,
+                 device: str = "auto") -> tuple[list[Job], Any]:
+    """The checked jobs of one edge-pruning sweep and the model's adapter, for ``subnetlab circuit`` and
+    ``sl.circuit`` alike; nothing is written. Refused here, before any job: the device, every job's typed
+    settings, the model (a missing directory, its family), every prompt pair, the evaluation split, and (your
+    own pairs) evaluation pairs that were training rows of the run that fine-tuned the model (``runs.splits``)."""
+    from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
+
+    resolve_device(device)
+    earlier = earlier_runs(model)
+    options = held_out_options(model, task, dict(task_options or {}))  # your own pairs: the fine-tuning's split
+    base = {"model": model, "task": task, "task_options": options, "device": device}
+    jobs = circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides,
+                         eval_split=split, eval_limit=limit, init_from=init_from)  # builds (so checks) every config
+    first = CircuitJobConfig.from_dict(jobs[0].config)
+    loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair
+    built.examples(split)
+    check_held_out(built, earlier)
+    warm_start(first, loaded.adapter)  # the warm start's file: read and checked before anything is written
+    return jobs, loaded.adapter
+
+
 def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> Graph:
     """``DIR/graph.json``: the model's graph, for other tools (every run's own copy adds scores and in_graph)."""
     graph = Graph.from_adapter(adapter, embedding_nodes)
@@ -219,5 +245,5 @@ def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> G
 
 
 __all__ = ["CIRCUIT_FIGURE", "CIRCUIT_JOB", "CircuitJobConfig", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task",
-           "run_dir_name", "warm_start", "write_circuit_files", "write_sweep_graph"]
+           "plan_circuit", "run_dir_name", "warm_start", "write_circuit_files", "write_sweep_graph"]
 

@@ -20,8 +20,15 @@ Node curves are normalised by the model on the corrupted prompts, MIB's
 ``m(empty)`` at every level, so node and edge runs compare on one scale
 (``analysis.circuit_evaluation``). The run writes ``config.json`` first (once
 its inputs are read and checked), then ``faithfulness.json`` (the curve: sizes,
-kept items, every metric's values and ``f``, CPR / CMD of each), the caller's
-figure, and ``metrics.json`` last.
+kept items, every metric's values and ``f``, CPR / CMD of each, the span of
+sizes they cover, ``analysis.faithfulness.span``), the caller's figure, and
+``metrics.json`` last, with ``health`` (``runs.health``: a degenerate
+baseline, the full model and the empty circuit too close to normalise by).
+
+On your own prompt pairs, the pairs measured on are never the training rows of
+the run that fine-tuned the model (``runs.splits``): its split settings are
+taken where not given, and a split that would measure on its training rows is
+refused.
 """
 
 from __future__ import annotations
@@ -39,7 +46,9 @@ from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import write_json
 from subnetlab.run_directory import check_config
+from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import JobConfig, require_positive
+from subnetlab.runs.splits import check_held_out, earlier_runs, inherit_split_settings
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
 
@@ -233,7 +242,9 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
 
     device = resolve_device(job.device)
     stage(describe_runtime(device))
-    task = job.task.build()
+    earlier = earlier_runs(job.model)  # the fine-tuning run that made the model, where subnetlab made it
+    task = TaskSpec(job.task.name, inherit_split_settings(job.task.name, job.task.options, earlier),
+                    job.task.eval_data).build()
     if not isinstance(task, CircuitTask):
         raise SubnetlabError(f"task {job.task.name} is not a circuit task (prompt pairs: circuit:ioi, "
                              "circuit:greater-than, circuit:arith:<op>, or your own file with a corrupted column)",
@@ -245,6 +256,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         raise SubnetlabError(f"model {job.model} has no tokenizer to read the prompts with", setting="model")
     task.bind(tokenizer)  # every pair checked before any work
     task.check_positions(position_limit(loaded.model), job.model)
+    check_held_out(task, earlier)  # no pair measured on was a training row of the model's fine-tuning
     if job.metric not in task.metric_names:
         raise SubnetlabError(f"metric {job.metric!r}: task {task.name} measures {', '.join(task.metric_names)}",
                              setting="metric")
@@ -276,6 +288,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         evaluate = node_evaluator(model, loaded.adapter, task, tokenizer, job.split, batch_size=job.batch_size,
                                   limit=job.limit, ablation=job.ablation)  # type: ignore[arg-type]
     empty = evaluate.corrupted_run
+    baseline = evaluate.baseline(job.metric)
     if job.definition == "mib":
         from subnetlab.analysis.mib_faithfulness import mib_curves
 
@@ -292,15 +305,17 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         keep = read[0][1]
         f = circuit_faithfulness(keep, evaluate, empty)
         result = {"metric": job.metric, "items": keep.numel(), "kept": int(keep.sum()), "faithfulness": f}
+    health = judge(baseline=baseline).to_dict()
     result = {"definition": "subnetlab", "level": level, "ablation": job.ablation, "split": job.split,
-              "pairs": evaluate.count, **result}
+              "pairs": evaluate.count, **result, "health": health}
     if mib_circuit is not None:
         result["mib_files"] = _write_mib_files(job, mib_circuit, loaded.model)
     write_json(out / "faithfulness.json", result)
     if figure is not None:
         figure(result, out)
     summary = {k: result[k] for k in ("definition", "level", "metric", "items", "pairs") if k in result}
-    summary.update({k: result[k] for k in ("cpr", "cmd", "cpr_printed", "cmd_printed", "kept") if k in result})
+    summary.update({k: result[k] for k in ("cpr", "cmd", "cpr_printed", "cmd_printed", "span", "kept") if k in result})
+    summary["health"] = health
     if "areas" in result:
         summary["areas"] = result["areas"]
     elif result["definition"] == "subnetlab":

@@ -17,6 +17,12 @@ over training); ``judge`` turns them into a ``Health`` with a flag per problem:
   that training never moved (so its sparsity reads as the target regardless).
 * **unconverged**: the objective was still falling over the last
   ``CONVERGENCE_STRETCH`` of training by more than ``MAX_FINAL_FALL``.
+* **degenerate baseline** (circuits): faithfulness ``f = (m(C) - m(empty)) /
+  (m(full) - m(empty))`` divides by the gap between the full model and the
+  empty circuit. When that gap is small against how much the metric varies
+  over the pairs (its effect size below ``MIN_BASELINE_EFFECT``), or the empty
+  circuit scores beyond the full model in the metric's direction, every ``f``
+  is noise or upside down (a CPR above 1, f values below 0), whatever the circuit.
 
 A number a method does not have is ``None`` and its check is skipped (a
 magnitude-pruned subnetwork has no gates; a continuous-sparsification run no
@@ -31,10 +37,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from subnetlab.errors import SubnetlabError
 from subnetlab.methods.decided import UNDECIDED
 
 # The thresholds are choices (no paper states one), kept here so every command, report and verdict uses the same.
@@ -54,7 +61,12 @@ MAX_FINAL_FALL = 0.05
 # lose: not judged (a KL of 1e-7 against the full model is float noise, and its relative changes are noise too).
 OBJECTIVE_FLOOR = 1e-3
 
-PROBLEMS = ("degenerate", "undecided", "off-target", "unconverged")
+# |m(full) - m(empty)| over the pooled standard deviation of the metric over the pairs (the full model's values and
+# the empty circuit's, Cohen's d) below this: "degenerate baseline" (0.2 is Cohen's "small" effect; the tutorial's
+# untrained GPT-2 has a gap of 0.001 in logit difference, issue 36).
+MIN_BASELINE_EFFECT = 0.2
+
+PROBLEMS = ("degenerate", "undecided", "off-target", "unconverged", "degenerate-baseline")
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ class Health:
     target_sparsity: float | None = None
     objective_fall: float | None = None  # relative fall over the last stretch (``final_fall``)
     problems: tuple[str, ...] = ()
+    baseline: Mapping[str, Any] | None = None  # a circuit's m(full) and m(empty) (``analysis.faithfulness.baseline``)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +115,8 @@ class Health:
         if "unconverged" in self.problems:
             out.append(f"unconverged: the objective still fell {self.objective_fall:.1%} over the last "
                        f"{CONVERGENCE_STRETCH:.0%} of training (more than {MAX_FINAL_FALL:.0%}); train longer")
+        if "degenerate-baseline" in self.problems and self.baseline is not None:
+            out.append(baseline_message(self.baseline))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,19 +124,23 @@ class Health:
         return {"kept": self.kept, "maskable": self.maskable, "undecided": self.undecided, "gates": self.gates,
                 "undecided_share": self.undecided_share, "expected_sparsity": self.expected_sparsity,
                 "target_sparsity": self.target_sparsity, "objective_fall": self.objective_fall,
-                "problems": list(self.problems), "messages": self.messages(), "thresholds": thresholds()}
+                "problems": list(self.problems), "messages": self.messages(), "thresholds": thresholds(),
+                **({"baseline": dict(self.baseline)} if self.baseline is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Health:
         """Read a ``health`` entry back (the problems as written: a report shows what the run was judged)."""
         fields = ("kept", "maskable", "undecided", "gates", "expected_sparsity", "target_sparsity", "objective_fall")
-        return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()))
+        baseline = data.get("baseline")
+        return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()),
+                   baseline=baseline if isinstance(baseline, Mapping) else None)
 
 
 def thresholds() -> dict[str, Any]:
     return {"undecided_bounds": list(UNDECIDED), "max_undecided_share": MAX_UNDECIDED_SHARE,
             "target_tolerance": TARGET_TOLERANCE, "convergence_stretch": CONVERGENCE_STRETCH,
-            "max_final_fall": MAX_FINAL_FALL, "objective_floor": OBJECTIVE_FLOOR}
+            "max_final_fall": MAX_FINAL_FALL, "objective_floor": OBJECTIVE_FLOOR,
+            "min_baseline_effect": MIN_BASELINE_EFFECT}
 
 
 def final_fall(objective: Sequence[float]) -> float | None:
@@ -143,8 +162,9 @@ def final_fall(objective: Sequence[float]) -> float | None:
 
 def judge(*, kept: int | None = None, maskable: int | None = None, undecided: int | None = None,
           gates: int | None = None, expected_sparsity: float | None = None, target_sparsity: float | None = None,
-          objective: Sequence[float] | None = None) -> Health:
-    """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers)."""
+          objective: Sequence[float] | None = None, baseline: Mapping[str, Any] | None = None) -> Health:
+    """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers);
+    ``baseline``: a circuit's full-model and empty-circuit metric (``analysis.faithfulness.baseline``)."""
     fall = final_fall(objective) if objective is not None else None
     problems = []
     if kept is not None and maskable:
@@ -158,7 +178,64 @@ def judge(*, kept: int | None = None, maskable: int | None = None, undecided: in
             problems.append("off-target")
     if fall is not None and fall > MAX_FINAL_FALL:
         problems.append("unconverged")
-    return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems))
+    if baseline is not None and baseline_degenerate(baseline):
+        problems.append("degenerate-baseline")
+    return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems),
+                  None if baseline is None else dict(baseline))
+
+
+def baseline_degenerate(baseline: Mapping[str, Any]) -> bool:
+    """The empty circuit scores beyond the full model in the metric's direction, or the gap between them is small
+    against the metric's spread over the pairs (effect size below ``MIN_BASELINE_EFFECT``)."""
+    if baseline.get("inverted"):
+        return True
+    effect = baseline.get("effect")
+    return effect is not None and effect < MIN_BASELINE_EFFECT
+
+
+def baseline_message(b: Mapping[str, Any]) -> str:
+    """``degenerate baseline: ...`` with the two values, the gap against the spread, and what it means for f."""
+    metric, full, empty = b["metric"], b["full"], b["empty"]
+    head = f"degenerate baseline: {metric} of the full model {full:.4g}, of the empty circuit {empty:.4g}"
+    effect = b.get("effect")
+    if b.get("inverted") and not (effect is not None and effect < MIN_BASELINE_EFFECT):  # a tiny gap: its sign is noise
+        better = "above" if b.get("higher_is_better", True) else "below"
+        return (f"{head}; the empty circuit scores {better} the full model, so f is upside down (circuits nearer "
+                "the full model get lower f); check the corrupted prompts or the model")
+    spread = b.get("spread")
+    return (f"{head}: a gap of {abs(full - empty):.3g} against a spread of {spread:.3g} over {b.get('pairs')} pairs "
+            f"(effect {effect:.3g}, below {MIN_BASELINE_EFFECT:g}); f divides by this gap, so it is mostly noise "
+            "(is the model trained on the task, and does the corruption change its answer?)")
+
+
+class HealthWarning(UserWarning):
+    """A health problem reported to a Python caller (``warnings``): the text of the command's ``warning:`` line."""
+
+
+def health_problems(entries: Iterable[tuple[str, Health | None]]) -> list[str]:
+    """``WHAT: PROBLEM`` for every problem of every entry (runs without a health entry have none)."""
+    return [f"{what}: {message}" for what, health in entries if health is not None for message in health.messages()]
+
+
+def report_health(entries: Iterable[tuple[str, Health | None]], *, strict: bool,
+                  emit: Callable[[str], Any]) -> list[str]:
+    """Every problem of ``entries`` handed to ``emit`` (the command prints ``warning: LINE``, the Python API
+    warns with ``HealthWarning``); with ``strict`` nothing is emitted and the first problem is refused (naming
+    how many more there are). Returns the problems."""
+    found = health_problems(entries)
+    if found and strict:
+        more = f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else ""
+        raise SubnetlabError(f"{found[0]}{more}; refused under strict health checks", setting="strict")
+    for line in found:
+        emit(line)
+    return found
+
+
+def refuse_or_warn(message: str, *, strict: bool, emit: Callable[[str], Any]) -> None:
+    """A problem that is not one subnetwork's (a sweep with no healthy run): emitted, or refused under ``strict``."""
+    if strict:
+        raise SubnetlabError(f"{message}; refused under strict health checks", setting="strict")
+    emit(message)
 
 
 def read_health(metrics: Mapping[str, Any]) -> Health | None:
@@ -167,6 +244,7 @@ def read_health(metrics: Mapping[str, Any]) -> Health | None:
     return Health.from_dict(data) if isinstance(data, Mapping) else None
 
 
-__all__ = ["CONVERGENCE_STRETCH", "Health", "MAX_FINAL_FALL", "MAX_UNDECIDED_SHARE", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR",
-           "PROBLEMS", "TARGET_TOLERANCE", "UNDECIDED", "final_fall", "judge", "read_health",
-           "thresholds"]
+__all__ = ["CONVERGENCE_STRETCH", "Health", "HealthWarning", "MAX_FINAL_FALL", "MAX_UNDECIDED_SHARE",
+           "MIN_BASELINE_EFFECT", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR", "PROBLEMS", "TARGET_TOLERANCE", "UNDECIDED",
+           "baseline_degenerate", "baseline_message", "final_fall", "health_problems", "judge", "read_health",
+           "refuse_or_warn", "report_health", "thresholds"]

@@ -134,18 +134,19 @@ def check_held_out(task: Task, earlier: list[EarlierRun]) -> None:
                                  "told apart from them: run it again with this version", setting="model")
         manifest, trained_rows = run.manifest, None
         same_table = manifest.sha256 == task.manifest.sha256
-        leaked: dict[str, int] = {}
+        leaked: dict[str, tuple[int, int]] = {}
         for split in task.eval_splits:
             if same_table and (split == "test" or (split == "eval" and task.manifest.eval_source is None)):
                 rows = task.manifest.test if split == "test" else task.manifest.eval
-                hit = len(set(rows) & set(manifest.train))  # the same table: by row index
+                hit, total = len(set(rows) & set(manifest.train)), len(rows)  # the same table: by row index
             else:  # rows of another table (another file, a held-out file): by content
                 trained_rows = trained_rows if trained_rows is not None else _training_rows(run)
-                hit = sum(row in trained_rows for row in _rows(task, split))
+                held = _rows(task, split)
+                hit, total = sum(row in trained_rows for row in held), len(held)
             if hit:
-                leaked[split] = hit
+                leaked[split] = (hit, total)
         if leaked:
-            counts = ", ".join(f"{n} of the {len(task.examples(s))} {s} rows" for s, n in leaked.items())
+            counts = ", ".join(f"{n} of the {total} {s} rows" for s, (n, total) in leaked.items())
             settings = ", ".join(f"{k}={v}" for k, v in manifest.settings.items() if v is not None)
             raise SubnetlabError(
                 f"{task.manifest.data}: {counts} were training rows of {run.what} {run.run} (data {manifest.data}, "

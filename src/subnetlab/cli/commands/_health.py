@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.runs import health
 from subnetlab.runs.health import Health
 
 _state = {"strict": False}
@@ -25,21 +25,16 @@ def strict() -> bool:
     return _state["strict"]
 
 
+def _print(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr)
+
+
 def report_health(entries: Iterable[tuple[str, Health | None]]) -> int:
     """Print ``warning: WHAT: PROBLEM`` for every problem (none for runs without a health entry); return how
-    many. Under ``--strict`` print nothing and refuse with the first problem (and how many more there are)."""
-    found = [(what, message) for what, health in entries if health is not None for message in health.messages()]
-    if found and strict():
-        what, message = found[0]
-        more = f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else ""
-        raise SubnetlabError(f"{what}: {message}{more}; refused under strict health checks", setting="strict")
-    for what, message in found:
-        print(f"warning: {what}: {message}", file=sys.stderr)
-    return len(found)
+    many. Under ``--strict`` print nothing and refuse with the first problem (``runs.health.report_health``)."""
+    return len(health.report_health(entries, strict=strict(), emit=_print))
 
 
 def refuse_if_strict(message: str) -> None:
     """A problem that is not one subnetwork's (a sweep with no healthy run): a warning, or the refusal."""
-    if strict():
-        raise SubnetlabError(f"{message}; refused under strict health checks", setting="strict")
-    print(f"warning: {message}", file=sys.stderr)
+    health.refuse_or_warn(message, strict=strict(), emit=_print)

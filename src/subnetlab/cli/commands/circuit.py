@@ -123,7 +123,7 @@ def circuit(
     from subnetlab.cli.commands._health import report_health
     from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
     from subnetlab.progress import stage
-    from subnetlab.runs.circuit import CircuitJobConfig, circuit_sweep, load_circuit_task, warm_start, write_sweep_graph
+    from subnetlab.runs.circuit import CircuitJobConfig, plan_circuit, write_sweep_graph
     from subnetlab.runs.health import read_health
     from subnetlab.runtime import describe_runtime, resolve_device
 
@@ -145,15 +145,11 @@ def circuit(
     if embedding_nodes is not None:
         overrides["embedding_nodes"] = embedding_nodes
     task_options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
-    base = {"model": model, "task": task, "task_options": task_options, "device": device}
-    jobs = circuit_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, overrides=overrides,
-                         eval_split=split, eval_limit=limit,
-                         init_from=None if init_from is None else str(init_from))  # builds (so checks) every job's config
-    first = CircuitJobConfig.from_dict(jobs[0].config)
-    loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair: refused here
-    built.examples(split)
-    warm_start(first, loaded.adapter)  # the --init-from file: read and checked before anything is written
-    write_sweep_graph(loaded.adapter, out, first.settings.embedding_nodes)
+    jobs, adapter = plan_circuit(model, task, out, targets=targets, seeds=seed_list, preset=preset,
+                                 overrides=overrides, task_options=task_options, split=split, limit=limit,
+                                 init_from=None if init_from is None else str(init_from),
+                                 device=device)  # every check sl.circuit runs too, before any job
+    write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(jobs[0].config).settings.embedding_nodes)
     stage(describe_runtime(runs_on))
     report = executor.run(jobs, sweep_dir=out)
     table = Table(title=f"edge circuits ({method})")

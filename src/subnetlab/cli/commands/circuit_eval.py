@@ -36,8 +36,7 @@ def _table(result: dict[str, Any]) -> Any:
         for name, f in result["faithfulness"].items():
             table.add_row(name, "n/a" if f is None else f"{f:.3f}")
         return table
-    table = Table(title=f"{result['level']}: CPR {result['cpr']:.3f}, CMD {result['cmd']:.3f} ({metric}, "
-                        f"{result['pairs']} pairs)")
+    table = Table(title=f"{result['level']}: {_areas(result)} ({metric}, {result['pairs']} pairs)")
     for col in ("size", "kept", metric, f"f({metric})", "kl"):
         table.add_column(col, justify="right")
     for i, fraction in enumerate(result["fractions"]):
@@ -62,6 +61,13 @@ def _mib_table(result: dict[str, Any]) -> Any:
                       "n/a" if fs is None else f"{fs:.3f}", str(absolute["edge_counts"][i]),
                       "n/a" if fa is None else f"{fa:.3f}")
     return table
+
+
+def _areas(result: dict[str, Any]) -> str:
+    """CPR and CMD, labelled with their span when the curve covers part of the size range."""
+    from subnetlab.analysis.faithfulness import describe_areas
+
+    return describe_areas(result["cpr"], result["cmd"], result.get("span"), result["level"])
 
 
 def circuit_eval(
@@ -95,7 +101,10 @@ def circuit_eval(
                                                   "check the folder."),
 ) -> None:
     """Measure circuits as the MIB benchmark does: f = (m(C) - m(empty)) / (m(N) - m(empty)) at each size, CPR
-    (area under f, higher is better) and CMD (area under |1 - f|, lower is better)."""
+    (area under f, higher is better) and CMD (area under |1 - f|, lower is better). Circuits covering part of the
+    size range get areas over that part, labelled partial. A degenerate baseline (the full model and the empty
+    circuit too close, or the empty circuit better) is a warning, refused under subnetlab --strict (after the
+    files are written)."""
     from rich.console import Console
 
     from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
@@ -124,6 +133,10 @@ def circuit_eval(
     if "submission_check" in result.get("mib_files", {}):
         console.print(f"MIB submission folder checked: {len(result['mib_files']['submission_check'])} task/model "
                       "folder(s) well formed")
+    from subnetlab.cli.commands._health import report_health
+    from subnetlab.runs.health import read_health
+
+    report_health([(str(out), read_health(result))])
 
 
 def _figure(result: dict[str, Any], out: Path) -> None:
@@ -142,7 +155,7 @@ def _figure(result: dict[str, Any], out: Path) -> None:
         return
     curves([100 * x for x in result["fractions"]], {f"f({metric})": result["faithfulness"][metric]},
            out / "faithfulness.png", xlabel=f"circuit size (% of {result['items']} {result['level']})",
-           ylabel="faithfulness", title=f"CPR {result['cpr']:.3f}, CMD {result['cmd']:.3f}")
+           ylabel="faithfulness", title=_areas(result))
 
 
 def register(app: typer.Typer) -> None:

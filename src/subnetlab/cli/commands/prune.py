@@ -51,19 +51,18 @@ def prune(
 
     Each run's health (off target, undecided gates, unconverged) is in its metrics.json and printed as
     warning lines; subnetlab --strict prune ... exits 2 instead."""
+    from subnetlab.cli.commands._health import report_health
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.methods.l0.schedule import parse_levels
-    from subnetlab.runs.prune import prune_sweep
-    from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model
-    from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
-    from subnetlab.tasks.spec import eval_splits, task_from_config
-
+    from subnetlab.progress import stage
+    from subnetlab.runs.prune_plan import plan_prune, sweep_healths, sweep_summary
+    from subnetlab.runs.prune_summary import format_summary
     from subnetlab.runtime import describe_runtime, resolve_device
 
     runs_on = resolve_device(device)  # an unknown or absent device is refused before anything loads
     if schedule not in ("linear", "staircase"):
-        raise SubnetlabError(f"--schedule {schedule!r}: expected linear or staircase")
+        raise SubnetlabError(f"schedule {schedule!r}: expected linear or staircase", setting="schedule")
     given = [*sparsity, *(more or [])]
     targets = parse_sparsities(given) if schedule == "linear" or given else []
     seed_list = parse_int_list(seeds, "--seeds")
@@ -75,73 +74,20 @@ def prune(
     level_list = parse_levels(levels) if schedule == "staircase" else ()
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
     task_options = with_data_options(task, parse_key_values(task_option, "--task-option"), **data_flags)
-    task_options = held_out_options(model, task, task_options)  # your own data: the split its fine-tuning used
-    base = {"model": model, "task": task, "task_options": task_options,
-            "eval_data": list(eval_data), "splits": split_list, "device": device}
-    check_checkpoint(model)  # a bad checkpoint, task option or split fails before any job starts
-    built = task_from_config(base)
-    check_held_out(built, earlier_runs(model))  # no evaluation row was a training row of the model's fine-tuning
-    eval_splits(built, split_list)
-
-    jobs = prune_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,
-                       levels=level_list, overrides=overrides)  # builds (so checks) every job's typed config
-    check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
-    load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task: refused here, not in a job
-    from subnetlab.progress import stage
-
+    jobs = plan_prune(model, task, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,
+                      levels=level_list, overrides=overrides, task_options=task_options, eval_data=list(eval_data),
+                      splits=split_list, device=device)  # every check the Python API runs too, before any job
     stage(describe_runtime(runs_on))
     report = executor.run(jobs, sweep_dir=out)
-    summary = _summary(report)
+    summary = sweep_summary(report)
     write_json(out / "summary.json", summary)
-    from subnetlab.runs.prune_summary import format_summary
-
     if summary:
         typer.echo(format_summary(summary), nl=False)
     failed = [j for j in report.jobs if j.status == "failed"]
     if failed:
         raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
                              f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
-    from subnetlab.cli.commands._health import report_health
-
-    report_health(_healths(report))
-
-
-def _healths(report) -> list:
-    """``(run, health)`` of every pruning run, and of every staircase level (``staircase/seed-0 level 0.05``)."""
-    from subnetlab.runs.health import Health, read_health
-
-    out = []
-    for job in report.jobs:
-        if not job.metrics or job.name == "full-model":
-            continue
-        for level, entry in (job.metrics.get("levels") or {}).items():
-            if isinstance(entry.get("health"), dict):
-                out.append((f"{job.name} level {level}", Health.from_dict(entry["health"])))
-        out.append((job.name, read_health(job.metrics)))
-    return out
-
-
-def _summary(report) -> dict:
-    from subnetlab.runs.prune import level_name
-    from subnetlab.runs.prune_summary import summarize
-
-    groups: dict[str, list[dict]] = {}
-    healths: dict[str, list[dict | None]] = {}
-    model_scores = None
-    for job in report.jobs:
-        if not job.metrics:
-            continue
-        if job.name == "full-model":
-            model_scores = job.metrics.get("eval")
-        elif "levels" in job.metrics:
-            for level, entry in job.metrics["levels"].items():
-                groups.setdefault(level, []).append(entry["eval"])
-                healths.setdefault(level, []).append(entry.get("health"))
-        elif "eval" in job.metrics:
-            key = level_name(job.metrics["target_sparsity"])
-            groups.setdefault(key, []).append(job.metrics["eval"])
-            healths.setdefault(key, []).append(job.metrics.get("health"))
-    return summarize(groups, model_scores, healths) if groups else {}
+    report_health(sweep_healths(report))
 
 
 def register(app: typer.Typer) -> None:

@@ -85,4 +85,4 @@ def make_circuit_file_task(path: str, text_column: str = "clean", corrupted_colu
     splits = {"train": [pairs[i] for i in manifest.train], "eval": held}
     if manifest.test:
         splits["test"] = [pairs[i] for i in manifest.test]
-    return CircuitTask(name, lambda tokenizer: splits, tuple(splits), options=options)
+    return CircuitTask(name, lambda tokenizer: splits, tuple(splits), options=options, manifest=manifest)

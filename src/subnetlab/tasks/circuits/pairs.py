@@ -126,9 +126,9 @@ class CircuitTask(Task):
     tokenizer_dependent = True
 
     def __init__(self, name: str, source: PairSource, splits: Sequence[str], *, options: dict[str, Any] | None = None,
-                 tokenizer: Any = None) -> None:
+                 tokenizer: Any = None, manifest: Any = None) -> None:
         super().__init__(name, "lm", [], [], {s: [] for s in splits if s != "train"}, options=options,
-                         tokenizer=tokenizer)
+                         tokenizer=tokenizer, manifest=manifest)
         self._source = source
         self._bound_to: tuple | None = None
         self._pairs: dict[str, list[CircuitPair]] = {}
