@@ -27,7 +27,7 @@ from subnetlab.models.circuit import ranking
 from subnetlab.view.runs import Curve, ViewRun
 
 DRAW_CAP = 1500  # edges drawn at most; beyond, the best DRAW_CAP of the selection are drawn, the rest counted
-LAYOUT_EDGES = 300  # edges dagre orders the nodes by (its dummy nodes grow with edges x layers spanned)
+LAYOUT_EDGES = 150  # edges dagre orders the nodes by (its dummy nodes grow with edges x layers spanned)
 VENDORED = ("d3.min.js", "dagre.min.js")
 
 

@@ -17,7 +17,7 @@
   // ------------------------------------------------------------------ layout (dagre), shared by every panel
   function dagreLayout(ids, rankOf, layoutEdges) {
     const g = new dagre.graphlib.Graph();
-    g.setGraph({ rankdir: "BT", nodesep: 6, ranksep: 26, marginx: 10, marginy: 10 });
+    g.setGraph({ rankdir: "BT", nodesep: 6, edgesep: 1, ranksep: 26, marginx: 10, marginy: 10 });
     g.setDefaultEdgeLabel(() => ({}));
     const maxRank = Math.max(...ids.map(rankOf));
     // a spine of invisible nodes pins every node to its rank: s(r-1) -> node -> s(r+1)
@@ -36,6 +36,12 @@
     const minX = Math.min(...xs), minY = Math.min(...ys);
     for (const id of ids) { pos[id].x -= minX - NODE_W; pos[id].y -= minY - NODE_H; }
     return { pos, width: Math.max(...xs) - minX + 2 * NODE_W, height: Math.max(...ys) - minY + 2 * NODE_H + 10 };
+  }
+
+  // the drawing shrinks to fit its share of the window's width (beside the details column), never grows
+  function fitScale(L, panels) {
+    const room = Math.max(320, (window.innerWidth || 1200) - 420) / panels - 30;
+    return Math.min(1, room / L.width);
   }
 
   function rankOfComponent(kind, layer) {
@@ -65,8 +71,8 @@
 
   function curveChart(parent, curve, maxK) {
     const W = 300, H = 150, M = { l: 40, r: 10, t: 10, b: 30 };
-    const svg = parent.append("svg").attr("class", "curve").attr("width", W).attr("height", H);
     if (!curve || !curve.points.length) return () => {};
+    const svg = parent.append("svg").attr("class", "curve").attr("width", W).attr("height", H);
     const x = d3.scaleLinear().domain([0, maxK]).range([M.l, W - M.r]);
     const ys = curve.points.map((p) => p[1]);
     const y = d3.scaleLinear().domain([Math.min(0, ...ys), Math.max(1, ...ys)]).nice().range([H - M.b, M.t]);
@@ -147,7 +153,8 @@
       const box = d3.select("#panels").append("div").attr("class", "panel");
       box.append("h2").text(D.mode === "compare" ? (p === 0 ? "left: " : "right: ") + D.runs[p].label : D.mode === "seeds" ? "edge frequency over " + D.runs.length + " runs" : D.runs[0].label);
       box.append("p").attr("class", "count").attr("id", "count-panel-" + p);
-      const svg = box.append("svg").attr("class", "graph").attr("data-panel", p).attr("width", L.width).attr("height", L.height)
+      const scale = fitScale(L, panels.length);
+      const svg = box.append("svg").attr("class", "graph").attr("data-panel", p).attr("width", L.width * scale).attr("height", L.height * scale)
         .attr("viewBox", `0 0 ${L.width} ${L.height}`);
       const edgeLayer = svg.append("g").attr("class", "edges");
       const nodeLayer = svg.append("g").attr("class", "nodes");
@@ -285,7 +292,9 @@
     const box = d3.select("#panels").append("div").attr("class", "panel");
     box.append("h2").text("components by layer");
     box.append("p").attr("class", "count").attr("id", "count-panel-0");
-    const svg = box.append("svg").attr("class", "graph").attr("data-panel", 0).attr("width", L.width).attr("height", L.height);
+    const scale = fitScale(L, 1);
+    const svg = box.append("svg").attr("class", "graph").attr("data-panel", 0).attr("width", L.width * scale).attr("height", L.height * scale)
+      .attr("viewBox", `0 0 ${L.width} ${L.height}`);
     const colour = d3.scaleSequential(d3.interpolateBlues).domain([0, 1]);
     const nodes = svg.append("g").attr("class", "nodes").selectAll("g.node").data(ids).join("g").attr("class", (i) => "node " + kindOf(i))
       .attr("data-name", (i) => D.components[i]).attr("transform", (i) => `translate(${L.pos[i].x},${L.pos[i].y})`)
