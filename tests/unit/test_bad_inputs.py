@@ -144,6 +144,7 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     lm = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2))
     lm.save_pretrained(root / "lm")
     _edge_circuit_files(root, paths, lm)
+    _view_files(root, paths)
     tok.save_pretrained(root / "lm")
     paths["lm"] = str(root / "lm")
     clean, corrupted = "When Mary and John went to the store, John gave a drink to", "When Amy and Lisa went to the store, Kate gave a drink to"
@@ -165,6 +166,30 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     (junk / "metrics.json").write_bytes(bytes(range(256)) * 4)
     paths.update({name: str(root / file) for name, file in (("latin1", "latin1.jsonl"), ("listgraph", "list-graph.json"),
                                                             ("junkrun", "junk-run"))})
+
+
+def _view_files(root: Path, paths: dict[str, str]) -> None:
+    """subnetlab view's inputs: scored graphs of two shapes, one cut short, one with a text score; a pruning run."""
+    import json
+
+    from subnetlab.models.circuit import Circuit
+    from subnetlab.models.graph import Graph
+
+    for name, layers in (("view-small", 2), ("view-large", 3)):
+        graph = Graph("gpt2", layers, 2, 2, 2)
+        Circuit(graph, torch.linspace(-1, 1, graph.num_edges)).save(root / f"{name}.json")
+    text = (root / "view-small.json").read_text()
+    (root / "view-truncated.json").write_text(text[: len(text) // 2])
+    data = json.loads(text)
+    data["edges"][3]["score"] = "high"
+    (root / "view-text-score.json").write_text(json.dumps(data))
+    nodes = root / "view-nodes"
+    nodes.mkdir()
+    shutil.copy(root / "sub.safetensors", nodes / "subnetwork.safetensors")
+    (nodes / "metrics.json").write_text('{"seed": 0}')
+    paths.update({name: str(root / f"{name}.json") for name in ("view-small", "view-large", "view-truncated",
+                                                               "view-text-score")})
+    paths["viewnodes"] = str(nodes)
 
 
 def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
@@ -536,6 +561,15 @@ CASES: list[tuple[str, list[str], str]] = [
      "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),
     ("export-edges-corrupted", ["export", "--model", "{lm}", "--subnetwork", "{edges-corrupted}"],
      "--ablation: the edge circuit was found with corrupted-prompt ablation"),
+    # subnetlab view (issue 38): no run, damaged graph / scores files, runs of two graphs, --out a directory
+    ("view-no-run", ["view", "{full}"], "holds no run"),
+    ("view-damaged-graph", ["view", "{view-truncated}"], "view-truncated.json"),
+    ("view-graph-json-list", ["view", "{listgraph}"], "list-graph.json: a JSON list, not a graph"),
+    ("view-damaged-scores", ["view", "{view-text-score}"], "edge 3 has no 'score'"),
+    ("view-different-graphs", ["view", "{view-small}", "{view-large}"], "the runs are of different graphs"),
+    ("view-out-directory", ["view", "{view-small}", "--out", "{full}"], "is a directory"),
+    ("view-tracer-json-nodes", ["view", "{viewnodes}", "--tracer-json", "{out}/tracer.json"],
+     "circuit-tracer graph JSON is written for edge circuits"),
 ]
 
 

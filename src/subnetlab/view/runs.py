@@ -168,8 +168,18 @@ def _subnetwork_run(file: Path, label: str, run_dir: Path | None = None) -> View
                              "and [layers] masks", setting="runs")
     seed = metrics.get("seed", metadata.get("seed"))
     target = metrics.get("target_sparsity", metadata.get("target_sparsity"))
+    seed, target = _number(seed), _number(target)
     return ViewRun(label, str(run_dir or file), heads=heads, mlps=mlps, health=_health(metrics),
-                   seed=None if seed is None else int(float(seed)), target=None if target is None else float(target))
+                   seed=None if seed is None else int(seed), target=target)
+
+
+def _number(value: Any) -> float | None:
+    """A label's number (a seed, a target) or None where the file records none (or not a number)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number else None
 
 
 def read_all(paths: list[Path]) -> list[list[ViewRun]]:
