@@ -41,7 +41,7 @@ class Curve:
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "points": sorted(self.points), "cpr": self.cpr, "cmd": self.cmd,
+        return {"metric": self.metric, "points": [list(p) for p in sorted(self.points)], "cpr": self.cpr, "cmd": self.cmd,
                 "source": self.source}
 
 
