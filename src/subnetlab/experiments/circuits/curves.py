@@ -91,6 +91,7 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
     from subnetlab.methods.edge_pruning.data import circuit_data
     from subnetlab.methods.edge_pruning.train import prune_edges
     from subnetlab.models.adapters import get_adapter
+    from subnetlab.models.circuit import Circuit
 
     adapter = get_adapter(model)
     data = circuit_data(task, tokenizer, "train")
@@ -99,15 +100,18 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
     for sparsity in ep["sparsities"]:
         stage(f"edge pruning to {sparsity:.0%} of the edges removed")
         config = preset_config(preset, float(sparsity), seed=seed, **dict(ep.get("overrides") or {}))
-        result = prune_edges(model, adapter, data, config, run_dir=out / "edge-pruning" / f"sparsity-{sparsity}")
+        run_dir = out / "edge-pruning" / f"sparsity-{sparsity}"
+        result = prune_edges(model, adapter, data, config, run_dir=run_dir)
         graph, mask = result.graph, result.selection.edges
+        Circuit(graph, result.log_alpha_edges, mask, score_sign="signed").save(run_dir / "graph.json")  # figures, view
         if evaluate is None:
             evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=batch_size)
         kept = [graph.edge_names[i] for i in mask.nonzero().flatten().tolist()]
         runs.append({"sparsity": float(sparsity), "kept": len(kept), "undecided": result.selection.undecided,
                      "faithfulness": circuit_faithfulness(mask, evaluate, empty),
                      "key_edges": {e: e in kept for e in key_edges},
-                     "edges": kept if len(kept) <= int(ep["list_up_to"]) else None})
+                     "edges": kept if len(kept) <= int(ep["list_up_to"]) else None,
+                     "circuit": str((run_dir / "graph.json").relative_to(out))})
         log_alphas[float(sparsity)] = result.log_alpha_edges
     chosen = float(ep["curve_sparsity"])
     curve = curve_from_scores(log_alphas[chosen], evaluate, empty=empty, absolute=False).to_dict()
