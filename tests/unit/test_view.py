@@ -96,3 +96,16 @@ def test_a_circuit_subnetwork_file_and_a_graph_file_read_alike(tmp_path) -> None
                  {"kind": "edges", "graph_shape": json.dumps(GRAPH.shape())})
     (from_file,) = read_runs(tmp_path / "edges.safetensors")
     assert torch.equal(from_file.circuit.in_graph, circuit.in_graph)
+
+
+def test_a_circuit_eval_run_shows_its_curve_and_ranks_as_the_curve_did(tmp_path) -> None:
+    from tests.unit.view_helpers import circuit_eval_run
+
+    circuit_run(tmp_path / "run", 0)
+    circuit_eval_run(tmp_path / "eval", tmp_path / "run" / "graph.json", [3, 30, 300], [0.1, 0.4, 1.0])
+    (run,) = read_runs(tmp_path / "eval")
+    assert run.circuit.in_graph is None  # the curve kept the top k by score alone
+    data = page_data([[run]], "t")
+    assert data["runs"][0]["curve"] == {"metric": "logit_diff", "points": [[3, 0.1], [30, 0.4], [300, 1.0]],
+                                        "cpr": 0.61, "cmd": 0.42, "source": "faithfulness.json"}
+    assert data["runs"][0]["order"] == torch.sort(run.circuit.scores, descending=True, stable=True).indices.tolist()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from subnetlab.cli import main
 from tests.unit.view_helpers import GRAPH, KEPT, WARNING, circuit_eval_run, circuit_run, touched_nodes
@@ -54,13 +55,15 @@ def test_view_page_in_chromium_counts_slider_compare_and_screenshot(tmp_path, ca
             main(["view", *args])
         assert done.value.code in (0, None), capsys.readouterr().err
 
-    # one run (a circuit-eval run's curve on the circuit's scores): the circuit's own size first, then the slider
-    dom, log = chromium(tmp_path, f"{single.as_uri()}#selftest=0,5,{KEPT},100", "--dump-dom")
+    # one run (a circuit-eval run's curve of the top k by score): KEPT edges first (from the URL), then the slider
+    dom, log = chromium(tmp_path, f"{single.as_uri()}#k={KEPT}&selftest=0,5,{KEPT},100", "--dump-dom")
     no_errors(dom, log)
     result = selftest(dom)
     nodes = len(GRAPH.writers) + 1
     first = result["initial"]["panels"][0]
-    assert first == {"nodes": nodes, "active": touched_nodes(GRAPH, left.in_graph), "edges": KEPT, "selected": KEPT}
+    top = torch.zeros(GRAPH.num_edges, dtype=torch.bool)  # the curve's circuit: the KEPT highest (signed) scores
+    top[torch.sort(left.scores, descending=True).indices[:KEPT]] = True
+    assert first == {"nodes": nodes, "active": touched_nodes(GRAPH, top), "edges": KEPT, "selected": KEPT}
     drawn = [step["panels"][0]["edges"] for step in result["steps"]]
     assert drawn == [0, 5, KEPT, 100]  # the slider changes the edges drawn
     assert [step["panels"][0]["active"] for step in result["steps"]][0] == 0

@@ -16,7 +16,7 @@ evaluates a model: faithfulness is read off what the runs measured.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,9 @@ def _circuit_eval_run(run_dir: Path) -> ViewRun:
     run = read_runs(Path(measured))[0]
     run.label, run.path = run_dir.name, str(run_dir)
     run.health = _health(_metrics(run_dir))
-    if "fractions" in result:
+    if "fractions" in result:  # a curve of the top k by score alone: the page ranks as the curve did
+        if run.circuit is not None:
+            run.circuit = replace(run.circuit, in_graph=None)
         metric = result["metric"]
         points = [(int(c), float(f)) for c, f in zip(result["counts"], result["faithfulness"][metric]) if f is not None]
         run.curve = Curve(metric, points, result.get("cpr"), result.get("cmd"), source="faithfulness.json")

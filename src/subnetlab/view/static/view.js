@@ -38,10 +38,10 @@
     return { pos, width: Math.max(...xs) - minX + 2 * NODE_W, height: Math.max(...ys) - minY + 2 * NODE_H + 10 };
   }
 
-  // the drawing shrinks to fit its share of the window's width (beside the details column), never grows
+  // the drawing fits its share of the window's width (beside the details column); small graphs grow a little
   function fitScale(L, panels) {
     const room = Math.max(320, (window.innerWidth || 1200) - 420) / panels - 30;
-    return Math.min(1, room / L.width);
+    return Math.min(1.6, room / L.width);
   }
 
   function rankOfComponent(kind, layer) {
@@ -234,7 +234,8 @@
       if (sel.counts) for (const cat of ["both", "left", "right"]) d3.select("#count-" + cat).attr("data-count", sel.counts[cat])
         .text({ both: "in both", left: "only left", right: "only right" }[cat] + ": " + sel.counts[cat]);
       const read = readCurve(curve, k);
-      info.text(k + " edges kept. " + read.text).attr("data-f", read.value === null ? "" : read.value);
+      info.text(k + " edges kept. " + (D.mode === "compare" ? "left: " : "") + read.text + (D.mode === "compare" ? "; right: " + readCurve(D.runs[1].curve, k).text : ""))
+        .attr("data-f", read.value === null ? "" : read.value);
       chartUpdate(k);
       d3.select("#drawnote").text(capped ? " Drawing capped: only the best " + D.draw_cap + " selected edges per panel are drawn (by the ranking); every selected edge is counted in the totals and in a node's list." :
         " Every selected edge is drawn (up to " + D.draw_cap + " per panel; beyond that the best " + D.draw_cap + " are drawn).");
@@ -270,7 +271,8 @@
     const setK = slider(E, D.initial, "edges kept (the top k of the ranking)", update);
     d3.select("#controls").append("p").attr("class", "note").text(
       D.mode === "seeds" ? "Ranking: each edge's frequency over the runs (ties: mean |score|). Edge width: frequency."
-        : "Ranking: the run's kept edges first, then by score (" + (D.runs[0].score_sign || "absolute") + "). Edge width: |score|.");
+        : "Ranking: " + (D.runs[0].kept !== null ? "the run's kept edges first, then " : "") + "by score (" + (D.runs[0].score_sign || "absolute") +
+          (D.runs[0].score_sign === "signed" ? ": highest first" : ": largest magnitude first") + "). Edge width: |score|.");
     return setK;
   }
 
