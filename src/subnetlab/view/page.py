@@ -27,7 +27,8 @@ from subnetlab.models.circuit import ranking
 from subnetlab.view.runs import Curve, ViewRun
 
 DRAW_CAP = 1500  # edges drawn at most; beyond, the best DRAW_CAP of the selection are drawn, the rest counted
-LAYOUT_EDGES = 150  # edges dagre orders the nodes by (its dummy nodes grow with edges x layers spanned)
+LAYOUT_EDGES = 150  # edges dagre orders the nodes by, at most
+LAYOUT_SPAN = 600  # ... and ranks they cross in all, at most (dagre adds a dummy node per rank an edge crosses)
 VENDORED = ("d3.min.js", "dagre.min.js")
 
 
@@ -130,7 +131,7 @@ def page_data(groups: list[list[ViewRun]], title: str) -> dict[str, Any]:
     """The JSON the page draws (module doc)."""
     runs = [r for g in groups for r in g]
     data = _node_page(groups) if runs[0].level == "nodes" else _edge_page(groups)
-    return {"title": title, "draw_cap": DRAW_CAP, "layout_edges": LAYOUT_EDGES, **data}
+    return {"title": title, "draw_cap": DRAW_CAP, "layout_edges": LAYOUT_EDGES, "layout_span": LAYOUT_SPAN, **data}
 
 
 def _static(name: str) -> str:
@@ -163,4 +164,4 @@ box.dataset.count = String(Number(box.dataset.count) + 1); box.textContent += "e
 """
 
 
-__all__ = ["DRAW_CAP", "LAYOUT_EDGES", "page_data", "render", "run_order"]
+__all__ = ["DRAW_CAP", "LAYOUT_EDGES", "LAYOUT_SPAN", "page_data", "render", "run_order"]

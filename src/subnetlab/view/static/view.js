@@ -118,8 +118,17 @@
     const edgeName = (e) => G.writers[G.edge_writer[e]] + "->" + G.readers[G.edge_reader[e]];
     const ids = d3.range(W + 1);
     const mainOrder = D.mode === "seeds" ? D.order : D.runs[0].order;
-    const layoutEdges = mainOrder.slice(0, Math.min(D.layout_edges, Math.max(D.initial, 1))).map((e) => [G.edge_writer[e], target(e)]);
-    const L = dagreLayout(ids, (id) => rankOfComponent(kindOf(id), layerOf(id)), layoutEdges);
+    const rankOf = (id) => rankOfComponent(kindOf(id), layerOf(id));
+    // dagre orders the nodes by the best edges: at most layout_edges of them, and no more ranks crossed in all than
+    // layout_span (dagre adds a dummy node per rank an edge crosses: its time grows with that sum)
+    const layoutEdges = [];
+    let span = 0;
+    for (const e of mainOrder.slice(0, Math.min(D.layout_edges, Math.max(D.initial, 1)))) {
+      const a = G.edge_writer[e], b = target(e), s = rankOf(b) - rankOf(a);
+      if (span + s > D.layout_span) continue;
+      span += s; layoutEdges.push([a, b]);
+    }
+    const L = dagreLayout(ids, rankOf, layoutEdges);
     const rankIn = D.runs.map((r) => { const a = new Int32Array(E); r.order.forEach((e, i) => (a[e] = i)); return a; });
     const seedRank = D.mode === "seeds" ? (() => { const a = new Int32Array(E); D.order.forEach((e, i) => (a[e] = i)); return a; })() : null;
     const panels = D.mode === "compare" ? [0, 1] : [0];
@@ -268,6 +277,9 @@
     }
 
     showHealth(D.runs);
+    d3.select("footer").append("div").attr("id", "layoutnote").text("Layout: dagre, ranks pinned to the layers (embeddings, each layer's heads, " +
+      "its MLP, the logits); the order within a layer from the best " + layoutEdges.length + " edges (at most " + D.layout_edges + ", crossing at most " +
+      D.layout_span + " ranks in all); positions stay fixed while the slider moves. Edges are drawn up to " + D.draw_cap + " per panel, best first.");
     const setK = slider(E, D.initial, "edges kept (the top k of the ranking)", update);
     d3.select("#controls").append("p").attr("class", "note").text(
       D.mode === "seeds" ? "Ranking: each edge's frequency over the runs (ties: mean |score|). Edge width: frequency."
@@ -342,10 +354,10 @@
       edges: s.querySelectorAll("path.edge").length, selected: +s.dataset.edgesSelected })),
       both: count("both"), left: count("left"), right: count("right") };
   };
-  const renderMs = performance.now() - T0;
-  d3.select("#drawnote").append("span").attr("id", "render-time").text(" Rendered in " + renderMs.toFixed(0) + " ms.");
+  const renderMs = performance.now() - T0, loadMs = performance.now();  // the script; since navigation started
+  d3.select("#drawnote").append("span").attr("id", "render-time").text(" Drawn in " + renderMs.toFixed(0) + " ms (" + loadMs.toFixed(0) + " ms since the page was opened).");
   if (params.has("selftest")) {
-    const out = { render_ms: renderMs, initial: record(), steps: [] };
+    const out = { render_ms: renderMs, load_ms: loadMs, initial: record(), steps: [] };
     for (const k of params.get("selftest").split(",").map(Number)) {
       const t = performance.now(); setK(k); out.steps.push(Object.assign(record(), { ms: performance.now() - t }));
     }
