@@ -45,6 +45,8 @@ def test_prune_runs_give_gates_per_seed_frequencies_and_the_core(tmp_path) -> No
     heads = [torch.tensor([[1.0, 1.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]])]
     for seed, h in enumerate(heads):
         prune_run(tmp_path / "prune" / "sparsity-0.50" / f"seed-{seed}", h, torch.tensor([1.0, 0.0]), seed)
+    (tmp_path / "prune" / "full-model").mkdir()  # a prune sweep's unpruned evaluation: no subnetwork, not a run
+    (tmp_path / "prune" / "full-model" / "metrics.json").write_text("{}")
     data = page_data(read_all([tmp_path / "prune"]), "t")
     assert data["mode"] == "nodes"
     assert data["components"] == ["L0.H0", "L0.H1", "L1.H0", "L1.H1", "L0.MLP", "L1.MLP"]

@@ -6,7 +6,8 @@ A path is one of:
 * a circuit run (``subnetlab circuit``'s ``sparsity-*/seed-*``): its ``graph.json``, ``metrics.json`` (health,
   faithfulness at its size);
 * a circuit-eval run (``faithfulness.json`` + ``config.json``): the curve, and the scores file it measured;
-* a sweep (``subnetlab circuit`` or ``prune``'s ``--out``): every finished run under it;
+* a sweep (``subnetlab circuit`` or ``prune``'s ``--out``, or a folder of runs): every finished run in ``*/`` or
+  ``*/seed-*/``;
 * a pruning run (``subnetwork.safetensors`` of kind ``structured``): its heads and MLPs kept.
 
 Each becomes a ``ViewRun`` (edges or nodes); ``page_data`` turns them into the page's JSON. Nothing here
@@ -82,11 +83,11 @@ def read_runs(path: Path) -> list[ViewRun]:
         return [_graph_run(path / GRAPH_FILE, path.name, path)]
     if (path / SUBNETWORK_FILE).is_file() and (path / "metrics.json").is_file():
         return [_subnetwork_run(path / SUBNETWORK_FILE, path.name, path)]
-    found = sorted({p.parent for p in path.glob("*/seed-*/metrics.json")} | {p.parent for p in path.glob("seed-*/metrics.json")})
-    runs = [r for run_dir in found for r in read_runs(run_dir) if _is_run(run_dir)]
+    found = sorted({p.parent for pattern in ("*/seed-*/metrics.json", "*/metrics.json") for p in path.glob(pattern)})
+    runs = [r for run_dir in found if _is_run(run_dir) for r in read_runs(run_dir)]
     if not runs:
         raise SubnetlabError(f"{path}: holds no run (no graph.json, faithfulness.json or subnetwork.safetensors with "
-                             "a metrics.json, here or in */seed-*/)", setting="runs")
+                             "a metrics.json, here, in */ or in */seed-*/)", setting="runs")
     for run in runs:
         run.label = str(Path(run.path).relative_to(path))
     return runs
