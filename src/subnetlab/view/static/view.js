@@ -316,7 +316,7 @@
     nodes.append("rect").attr("x", -NODE_W / 2).attr("y", -NODE_H / 2).attr("width", NODE_W).attr("height", NODE_H).attr("rx", 4)
       .style("fill", (i) => colour(D.frequency[i])).classed("core", (i) => D.frequency[i] === 1);
     nodes.append("text").attr("text-anchor", "middle").attr("dy", "0.35em").text((i) => (kindOf(i) === "head" ? "h" + (i % D.heads) : "MLP"))
-      .attr("fill", (i) => (D.frequency[i] > 0.6 ? "white" : "black"));
+      .style("fill", (i) => (D.frequency[i] > 0.6 ? "white" : "black"));
     nodes.append("title").text((i) => D.components[i] + ": kept by " + fmt(D.frequency[i]) + " of the runs\ngates: " + D.runs.map((r) => fmt(r.gates[i])).join(", "));
     for (let l = 0; l < D.layers; l++) svg.append("text").attr("class", "layer-label").attr("x", 2).attr("y", L.pos[l * D.heads].y + 4).text("L" + l);
 
