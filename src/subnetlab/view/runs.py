@@ -6,8 +6,8 @@ A path is one of:
 * a circuit run (``subnetlab circuit``'s ``sparsity-*/seed-*``): its ``graph.json``, ``metrics.json`` (health,
   faithfulness at its size);
 * a circuit-eval run (``faithfulness.json`` + ``config.json``): the curve, and the scores file it measured;
-* a sweep (``subnetlab circuit`` or ``prune``'s ``--out``, or a folder of runs): every finished run in ``*/`` or
-  ``*/seed-*/``;
+* a sweep (the output directory of ``subnetlab circuit`` or ``prune``, or a folder of runs): every finished
+  run in ``*/`` or ``*/seed-*/``;
 * a pruning run (``subnetwork.safetensors`` of kind ``structured``): its heads and MLPs kept.
 
 Each becomes a ``ViewRun`` (edges or nodes); ``page_data`` turns them into the page's JSON. Nothing here
