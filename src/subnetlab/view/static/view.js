@@ -17,17 +17,11 @@
   // ------------------------------------------------------------------ layout (dagre), shared by every panel
   function dagreLayout(ids, rankOf, layoutEdges) {
     const g = new dagre.graphlib.Graph();
-    g.setGraph({ rankdir: "BT", nodesep: 6, edgesep: 1, ranksep: 26, marginx: 10, marginy: 10 });
+    // ranks are given (dagre's ranker "none"): each node on its layer's rank; dagre orders and places the nodes.
+    // dagre doubles edge lengths to leave room for labels, so the given ranks are doubled too.
+    g.setGraph({ rankdir: "BT", ranker: "none", nodesep: 6, edgesep: 1, ranksep: 26, marginx: 10, marginy: 10 });
     g.setDefaultEdgeLabel(() => ({}));
-    const maxRank = Math.max(...ids.map(rankOf));
-    // a spine of invisible nodes pins every node to its rank: s(r-1) -> node -> s(r+1)
-    for (let r = -1; r <= maxRank + 1; r++) g.setNode("s" + r, { width: 1, height: 1 });
-    for (let r = -1; r <= maxRank; r++) g.setEdge("s" + r, "s" + (r + 1), { minlen: 1, weight: 1000 });
-    for (const id of ids) {
-      g.setNode(String(id), { width: NODE_W, height: NODE_H });
-      g.setEdge("s" + (rankOf(id) - 1), String(id), { minlen: 1, weight: 1 });
-      g.setEdge(String(id), "s" + (rankOf(id) + 1), { minlen: 1, weight: 1 });
-    }
+    for (const id of ids) g.setNode(String(id), { width: NODE_W, height: NODE_H, rank: 2 * rankOf(id) });
     for (const [a, b] of layoutEdges) if (a !== b && !g.hasEdge(String(a), String(b))) g.setEdge(String(a), String(b), { minlen: 1, weight: 1 });
     dagre.layout(g);
     const pos = {};
