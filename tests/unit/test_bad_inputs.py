@@ -132,11 +132,11 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "bad.csv").write_text('text,label\nthe cat sleeps,a\n"the dog runs,b\nthe bird sings,a\n')
     paths["badcsv"] = str(root / "bad.csv")
     _circuit_files(root, paths)
-    _mib_files(root, paths)
+    _mib_task_files(root, paths)
     return paths
 
 
-def _mib_files(root: Path, paths: dict[str, str]) -> None:
+def _mib_task_files(root: Path, paths: dict[str, str]) -> None:
     """Copies of MIB's datasets (issue 35) in JSON lines, each bad in one way (tests/unit/mib_helpers.py)."""
     import json
 
@@ -166,7 +166,8 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     lm = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2))
     lm.save_pretrained(root / "lm")
     _edge_circuit_files(root, paths, lm)
-    _mib_files(root, paths, lm)
+    _mib_graph_files(root, paths, lm)
+    _view_files(root, paths)
     tok.save_pretrained(root / "lm")
     paths["lm"] = str(root / "lm")
     clean, corrupted = "When Mary and John went to the store, John gave a drink to", "When Amy and Lisa went to the store, Kate gave a drink to"
@@ -190,6 +191,8 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     paths.update({name: str(root / file) for name, file in (("latin1", "latin1.jsonl"), ("listgraph", "list-graph.json"),
                                                             ("junkrun", "junk-run"))})
     _hostile_score_files(root, paths, lm, tok)
+    swapped = f'"{clean.replace("Mary", "X").replace("John", "Mary").replace("X", "John")}","{corrupted}"," John"," Mary"'
+    _fine_tuned_on_pairs(root, paths, [good, swapped])
 
 
 def _safetensors_bytes(header: str, data: bytes = b"") -> bytes:
@@ -294,8 +297,6 @@ def _gpt2_without_pad(root: Path, paths: dict[str, str]) -> None:
     tok.save_pretrained(root / "gpt2-nopad")
     Subnetwork.structured(get_adapter(model), torch.tensor([[1.0, 0.0], [1.0, 1.0]])).save(root / "gpt2-nopad-sub.safetensors")
     paths.update({"gpt2-nopad": str(root / "gpt2-nopad"), "gpt2-nopad-sub": str(root / "gpt2-nopad-sub.safetensors")})
-    swapped = f'"{clean.replace("Mary", "X").replace("John", "Mary").replace("X", "John")}","{corrupted}"," John"," Mary"'
-    _fine_tuned_on_pairs(root, paths, [good, swapped])
 
 
 def _fine_tuned_on_pairs(root: Path, paths: dict[str, str], rows: list[str]) -> None:
@@ -315,6 +316,30 @@ def _fine_tuned_on_pairs(root: Path, paths: dict[str, str], rows: list[str]) -> 
     paths.update(ftpairs=str(data), pairsft=str(ft / "model"))
 
 
+def _view_files(root: Path, paths: dict[str, str]) -> None:
+    """subnetlab view's inputs: scored graphs of two shapes, one cut short, one with a text score; a pruning run."""
+    import json
+
+    from subnetlab.models.circuit import Circuit
+    from subnetlab.models.graph import Graph
+
+    for name, layers in (("view-small", 2), ("view-large", 3)):
+        graph = Graph("gpt2", layers, 2, 2, 2)
+        Circuit(graph, torch.linspace(-1, 1, graph.num_edges)).save(root / f"{name}.json")
+    text = (root / "view-small.json").read_text()
+    (root / "view-truncated.json").write_text(text[: len(text) // 2])
+    data = json.loads(text)
+    data["edges"][3]["score"] = "high"
+    (root / "view-text-score.json").write_text(json.dumps(data))
+    nodes = root / "view-nodes"
+    nodes.mkdir()
+    shutil.copy(root / "sub.safetensors", nodes / "subnetwork.safetensors")
+    (nodes / "metrics.json").write_text('{"seed": 0}')
+    paths.update({name: str(root / f"{name}.json") for name in ("view-small", "view-large", "view-truncated",
+                                                               "view-text-score")})
+    paths["viewnodes"] = str(nodes)
+
+
 def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
     """Edge circuits on the tiny language model: one missing an edge between kept nodes, one found with
     corrupted-prompt ablation (nothing fixed to fold into a bias)."""
@@ -332,7 +357,7 @@ def _edge_circuit_files(root: Path, paths: dict[str, str], lm) -> None:
     paths.update({name: str(root / f"{name}.safetensors") for name in ("edges-partial", "edges-corrupted")})
 
 
-def _mib_files(root: Path, paths: dict[str, str], lm) -> None:
+def _mib_graph_files(root: Path, paths: dict[str, str], lm) -> None:
     """EAP-IG / MIB graph files of the tiny language model, each malformed in one field (issue 35)."""
     import json
 
@@ -850,6 +875,15 @@ CASES: list[tuple[str, list[str], str]] = [
      "mib-latin1.jsonl:2: not UTF-8 text"),
     ("mib-unfit", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-ioi}", "--task-option",
                    "unfit=skip"], "unfit"),
+    # subnetlab view (issue 38): no run, damaged graph / scores files, runs of two graphs, --out a directory
+    ("view-no-run", ["view", "{full}"], "holds no run"),
+    ("view-damaged-graph", ["view", "{view-truncated}"], "view-truncated.json"),
+    ("view-graph-json-list", ["view", "{listgraph}"], "list-graph.json: a JSON list, not a graph"),
+    ("view-damaged-scores", ["view", "{view-text-score}"], "edge 3 has no 'score'"),
+    ("view-different-graphs", ["view", "{view-small}", "{view-large}"], "the runs are of different graphs"),
+    ("view-out-directory", ["view", "{view-small}", "--out", "{full}"], "is a directory"),
+    ("view-tracer-json-nodes", ["view", "{viewnodes}", "--tracer-json", "{out}/tracer.json"],
+     "circuit-tracer graph JSON is written for edge circuits"),
 ]
 
 

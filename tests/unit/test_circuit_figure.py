@@ -52,3 +52,32 @@ def test_grouped_key_value_readers_end_between_their_query_heads():
 def test_a_mask_of_the_wrong_length_is_refused():
     with pytest.raises(SubnetlabError, match="edge values"):
         circuit_layout(Graph("gpt2", 1, 2, 2, 2), np.ones(3))
+
+
+def test_marked_edges_are_drawn_over_the_circuit_kept_or_removed(tmp_path):
+    graph = Graph("gpt2", 2, 2, 2, 2)
+    kept = _kept(graph, NAMES)
+    fig, ax = circuit_axes(graph, kept, marked=["a0.h1->a1.h0<k>", "a0.h0->a1.h1<k>"])
+    marks = {line.get_gid(): line for line in ax.get_lines() if (line.get_gid() or "").startswith("marked:")}
+    assert set(marks) == {"marked:a0.h1->a1.h0<k>", "marked:a0.h0->a1.h1<k>"}
+    assert marks["marked:a0.h1->a1.h0<k>"].get_color() == "black"  # kept
+    assert marks["marked:a0.h0->a1.h1<k>"].get_color() == "tab:gray"  # removed
+    plain = {line.get_gid(): line for line in ax.get_lines() if line.get_gid() in NAMES}
+    assert np.allclose(marks["marked:a0.h1->a1.h0<k>"].get_xydata(), plain["a0.h1->a1.h0<k>"].get_xydata())
+    plt.close(fig)
+
+
+def test_faithfulness_curves_figure_and_the_sweep_curve(tmp_path):
+    from subnetlab.cli.commands.circuit import sweep_curve
+    from subnetlab.report.circuit_figure import draw_faithfulness_curves
+
+    curve = {"metric": "logit_diff", "items": 10, "fractions": [0.1, 0.5, 1.0], "faithfulness": {"logit_diff": [0.1, None, 1.0]},
+             "cpr": 0.5, "cmd": 0.4}
+    path = draw_faithfulness_curves({"a": curve, "b": curve}, tmp_path / "f.png", title="t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs = [{"target_sparsity": t, "kept_edges": k, "faithfulness": {"logit_diff": f, "kl": None}}
+            for t, k, f in ((0.5, 30, 0.8), (0.9, 6, 0.2), (0.9, 8, 0.4), (0.5, 32, None))]
+    x, series = sweep_curve(runs)
+    assert x == [7, 31]  # sparsest first: mean kept edges per target
+    assert series["f(logit_diff)"] == pytest.approx([0.3, 0.8])
+    assert all(np.isnan(series["f(kl)"]))

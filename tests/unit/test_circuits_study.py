@@ -123,6 +123,9 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
     assert set(table.command) == {"circuit"} and set(table[table.metric.str.startswith("faithfulness")].split) == {"eval"}
     text = (tmp_path / "report.md").read_text()
     assert "Edge pruning's circuits" in text and "## 5. IOI-style task on a second small model" in text
+    figures = ["figures/faithfulness.png", "figures/induction-circuit-0.5.png", "figures/induction-circuit-0.9.png",
+               "figures/ioi-faithfulness.png", "figures/ioi-circuit-0.9.png"]  # the report shows each, and it exists
+    assert all(f"]({name})" in text and (tmp_path / name).is_file() for name in figures), text
     from subnetlab.experiments.circuits.findings import findings
     from subnetlab.experiments.demo.verdicts import NOT_MEASURABLE, NOT_SHOWN, SHOWN
 

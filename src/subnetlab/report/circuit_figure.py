@@ -17,6 +17,7 @@ kept edge), so that tests and other tools can check it without reading pixels.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,15 +104,17 @@ def circuit_layout(graph: Graph, kept: Any) -> CircuitLayout:
     return CircuitLayout(nodes, frozenset(active), tuple(segments))
 
 
-def draw_circuit(graph: Graph, kept: Any, path: str | os.PathLike, *, title: str = "") -> Path:
-    """Write the circuit's figure to ``path`` (PNG, atomically) and return the path."""
-    fig, _ = circuit_axes(graph, kept, title=title)
+def draw_circuit(graph: Graph, kept: Any, path: str | os.PathLike, *, title: str = "",
+                 marked: Sequence[str] = ()) -> Path:
+    """Write the circuit's figure to ``path`` (PNG, atomically) and return the path; ``marked`` edges (names, such
+    as a mechanism's key edges) are drawn over it, thick where kept and dashed grey where removed."""
+    fig, _ = circuit_axes(graph, kept, title=title, marked=marked)
     return save_figure(fig, path)
 
 
-def circuit_axes(graph: Graph, kept: Any, *, title: str = "") -> tuple[Any, Any]:
-    """The open figure and its axes (one line per kept edge, its ``gid`` the edge's name), for callers that
-    compose or inspect it; ``draw_circuit`` writes and closes it."""
+def circuit_axes(graph: Graph, kept: Any, *, title: str = "", marked: Sequence[str] = ()) -> tuple[Any, Any]:
+    """The open figure and its axes (one line per kept edge, its ``gid`` the edge's name; a marked edge's overlay
+    ``marked:<name>``), for callers that compose or inspect it; ``draw_circuit`` writes and closes it."""
     layout = circuit_layout(graph, kept)
     H, L = graph.num_heads, graph.num_layers
     fig, ax = plt.subplots(figsize=(min(2.0 + 0.55 * (H + 1), 18.0), min(1.6 + 1.1 * (L + 2), 16.0)))
@@ -130,9 +133,20 @@ def circuit_axes(graph: Graph, kept: Any, *, title: str = "") -> tuple[Any, Any]
         label = f"h{node.index}" if node is not None and node.kind == "head" else name
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, -13), ha="center", fontsize=6,
                     color="black" if on else "tab:gray")
+    drawn = {seg.name for seg in layout.segments}
+    for name in marked:
+        i = graph.edge_index(name)
+        w, r = graph.edges[i]
+        start, end = layout.nodes[graph.writers[w]], _reader_end(graph, r, layout.nodes)
+        on = name in drawn
+        ax.plot([start[0], end[0]], [start[1], end[1]], color="black" if on else "tab:gray", lw=3.2 if on else 1.6,
+                ls="-" if on else (0, (2, 2)), alpha=0.9, zorder=3, gid=f"marked:{name}")
     for kind in ("q", "k", "v", "mlp", "logits"):
         colour, style, _, label = STYLES[kind]
         ax.plot([], [], color=colour, ls=style, label=label)  # legend entries only (no data)
+    if marked:
+        ax.plot([], [], color="black", lw=3.2, label="key edge, kept")
+        ax.plot([], [], color="tab:gray", lw=1.6, ls=(0, (2, 2)), label="key edge, removed")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="edge into")
     ax.set_yticks([0] + [layer + 1 for layer in range(L)] + [L + 1], ["embeddings"] + [f"layer {l}" for l in range(L)]
                   + ["logits"])
@@ -146,4 +160,27 @@ def circuit_axes(graph: Graph, kept: Any, *, title: str = "") -> tuple[Any, Any]
     return fig, ax
 
 
-__all__ = ["CircuitLayout", "EdgeSegment", "READER_DROP", "STYLES", "circuit_axes", "circuit_layout", "draw_circuit"]
+def draw_faithfulness_curves(curves: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, *,
+                             title: str = "") -> Path:
+    """Each method's faithfulness curve (MIB): f of its headline metric over the circuit size in percent of its
+    items (log axis), CPR / CMD in the legend. ``curves``: name -> a ``FaithfulnessCurve.to_dict()``."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for name, curve in curves.items():
+        metric = curve["metric"]
+        f = [np.nan if v is None else v for v in curve["faithfulness"][metric]]
+        x = [max(100 * fraction, 1e-2) for fraction in curve["fractions"]]
+        ax.plot(x, f, marker="o", ms=3, label=f"{name} ({curve['items']} items): CPR {curve['cpr']:.3f}, "
+                                               f"CMD {curve['cmd']:.3f}")
+    ax.axhline(1.0, color="tab:gray", lw=0.8, ls=":")
+    ax.axhline(0.0, color="tab:gray", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("circuit size (% of the method's items)")
+    metrics = sorted({c["metric"] for c in curves.values()})
+    ax.set_ylabel(f"faithfulness f({', '.join(metrics)})")
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)
+
+
+__all__ = ["CircuitLayout", "EdgeSegment", "READER_DROP", "STYLES", "circuit_axes", "circuit_layout", "draw_circuit",
+           "draw_faithfulness_curves"]

@@ -248,10 +248,10 @@ def parse_fraction(value: float, name: str = "--sparsity") -> float:
 
 
 # commands whose --out is not a run directory of their own
-OUT_IS_FILE_STEM = {"results"}  # --out names STEM for STEM.csv and STEM.parquet
+OUT_IS_FILE_STEM = {"results", "view"}  # --out names a file: results STEM.csv / STEM.parquet, view the page
 OUT_WITHOUT_LOCK = {
     "export": "the small model is written beside --out and renamed onto it when complete: one atomic step",
-    **{name: "--out is a file stem, not a directory" for name in OUT_IS_FILE_STEM},
+    **{name: "--out is a file (stem), not a directory" for name in OUT_IS_FILE_STEM},
 }
 
 

@@ -163,11 +163,44 @@ def circuit(
         table.add_row(job.name, f"{m['kept_edges']} of {m['edges']}", f"{m['sparsity']:.4f}",
                       "n/a" if f is None else f"{f:.3f}", f"{m['eval'].get('kl', float('nan')):.4g}")
     Console().print(table)
+    figure = _curve_figure([job.metrics for job in report.jobs if job.metrics], out)
+    if figure is not None:
+        print(f"written: {figure} (faithfulness over the circuit sizes; each run's circuit.png beside its metrics)")
     failed = [j for j in report.jobs if j.status == "failed"]
     if failed:
         raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
                              f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
     report_health([(job.name, read_health(job.metrics)) for job in report.jobs if job.metrics])
+
+
+def sweep_curve(metrics: list[dict]) -> tuple[list[float], dict[str, list[float]]]:
+    """Kept edges and f (logit diff, KL) per target sparsity, sparsest first, each the mean over its seeds (runs
+    whose f is undefined left out of the mean; NaN where none has one)."""
+    from statistics import fmean
+
+    by_target: dict[float, list[dict]] = {}
+    for m in metrics:
+        by_target.setdefault(m["target_sparsity"], []).append(m)
+    rows = [by_target[t] for t in sorted(by_target, reverse=True)]
+
+    def mean_f(runs: list[dict], name: str) -> float:
+        values = [m["faithfulness"].get(name) for m in runs if m["faithfulness"].get(name) is not None]
+        return fmean(values) if values else float("nan")
+
+    return ([fmean(m["kept_edges"] for m in runs) for runs in rows],
+            {f"f({name})": [mean_f(runs, name) for runs in rows] for name in ("logit_diff", "kl")})
+
+
+def _curve_figure(metrics: list[dict], out: Path) -> Optional[Path]:
+    """``faithfulness.png`` in the sweep's directory (``sweep_curve``); none with a single target (each run's f is
+    in its metrics.json, its circuit in its circuit.png)."""
+    from subnetlab.report.plots import curves
+
+    x, series = sweep_curve(metrics)
+    if len(x) < 2:
+        return None
+    return curves(x, series, out / "faithfulness.png", xlabel=f"kept edges (of {metrics[0]['edges']})",
+                  ylabel="faithfulness", title="edge pruning: faithfulness over circuit sizes (mean over seeds)")
 
 
 def register(app: typer.Typer) -> None:

@@ -113,7 +113,8 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
         run = {"sparsity": float(sparsity), "kept": len(kept), "undecided": result.selection.undecided,
                "faithfulness": circuit_faithfulness(mask, evaluate, empty),
                "key_edges": {e: e in kept for e in key_edges},
-               "edges": kept if len(kept) <= int(ep["list_up_to"]) else None}
+               "edges": kept if len(kept) <= int(ep["list_up_to"]) else None,
+               "circuit": str((run_dir / "graph.json").relative_to(out))}
         runs.append(run)
         log_alphas[float(sparsity)] = result.log_alpha_edges
         write_circuit_files(run_dir, adapter, result, config, task=task.name, model=model_name)

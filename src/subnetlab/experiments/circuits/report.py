@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from subnetlab.experiments.circuits.figures import circuit_figures, curves_figure
 from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import write_text
 from subnetlab.report.markdown import num, table
@@ -130,6 +131,7 @@ def write_report(out: Path, settings: CircuitsSettings, training: dict[str, Any]
         table(["method", "items", "CPR", "CMD"],
               [[name, c["items"], num(c["cpr"]), num(c["cmd"])] for name, c in curves["curves"].items()]),
         "",
+        *curves_figure(out, curves["curves"], "faithfulness", "induction task: faithfulness of each circuit method"),
     ]
     runs = curves.get("key_edges_kept", [])
     if runs:
@@ -143,11 +145,15 @@ def write_report(out: Path, settings: CircuitsSettings, training: dict[str, Any]
         for r in runs:
             if r["edges"] is not None:
                 lines += [f"Edges kept at {r['sparsity']}: " + ", ".join(f"`{e}`" for e in r["edges"]) + ".", ""]
+        lines += circuit_figures(out, out, runs, mechanism["key_edges"], "induction-circuit", "induction circuit")
         lines += [f"The edge-pruning curve ranks edges by the log-alphas of the run at "
                   f"{curves['curves']['edge-pruning']['from_sparsity']}.", ""]
     for name, why in curves.get("missing", {}).items():
         lines += [f"Not run: **{name}**: {why}.", ""]
     lines += _ioi_section(settings, ioi)
+    if ioi is not None:
+        lines += curves_figure(out, ioi["curves"], "ioi-faithfulness", "IOI-style task: faithfulness of each method")
+        lines += circuit_figures(out, out / "ioi", ioi.get("edge_pruning_runs", []), [], "ioi-circuit", "IOI circuit")
     path = out / "report.md"
     write_text(path, "\n".join(lines))
     return path
