@@ -169,21 +169,6 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
     return {"out": out, "summary": summarise(runs), "runs": runs}
 
 
-# The settings only some circuit methods read (as the command's --method marks them); None: not given.
-CIRCUIT_METHOD_SETTINGS = {**{name: ("edge-pruning",) for name in ("sparsity", "seeds", "preset", "ablation", "split",
-                                                                   "init_from", "jobs", "settings")},
-                           "metric": ("eap", "eap-ig"), "ig_steps": ("eap-ig",)}
-
-
-def _refuse_unused(method: str, given: Mapping[str, Any]) -> None:
-    """A setting ``method`` does not read, given, is refused as the command refuses its option (never ignored)."""
-    for name, value in given.items():
-        users = CIRCUIT_METHOD_SETTINGS.get(name)
-        if users is not None and value is not None and method not in users:
-            raise SubnetlabError(f"{name}: not used by method {method} (used only by {' and '.join(users)})",
-                                 setting=name)
-
-
 def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruning",
             sparsity: float | Sequence[float] | None = None, seeds: int | Sequence[int] | None = None,
             preset: str | None = None, ablation: str | None = None, embedding_nodes: int | None = None,
@@ -202,12 +187,11 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     """
     from subnetlab.runs.circuit import (CIRCUIT_FIGURE, GRAPH_FILE, SUBNETWORK_FILE, CircuitJobConfig, plan_circuit,
                                         write_sweep_graph)
+    from subnetlab.runs.circuit_methods import check_method, refuse_unused
     from subnetlab.runs.health import read_health
 
-    methods = ("edge-pruning", "eap", "eap-ig")
-    if method not in methods:
-        raise SubnetlabError(f"method {method!r}: choose one of {', '.join(methods)}", setting="method")
-    _refuse_unused(method, {"sparsity": sparsity, "seeds": seeds, "preset": preset, "ablation": ablation,
+    check_method(method)
+    refuse_unused(method, {"sparsity": sparsity, "seeds": seeds, "preset": preset, "ablation": ablation,
                             "split": split, "init_from": init_from, "jobs": jobs, "settings": settings or None,
                             "metric": metric, "ig_steps": ig_steps})
     out = Path(out)

@@ -53,7 +53,8 @@ def ctx(tmp_path_factory) -> dict[str, Path]:
     from subnetlab.io import save_tensors
 
     save_tensors(root / "nodes.safetensors", {"heads": torch.tensor([[0.9, -0.1], [0.2, 0.8]]),
-                                              "mlps": torch.tensor([0.05, -0.7])})
+                                              "mlps": torch.tensor([0.05, -0.7])},
+                 {"format": "subnetlab.attribution/1"})
     return {"root": root, "lm": root / "lm", "ft": root / "ft" / "model", "data": data,
             "nodes": root / "nodes.safetensors", "missing": root / "runs" / "nope" / "model"}
 

@@ -98,7 +98,8 @@ def _cli(capsys, *args) -> tuple[int, str, str]:
 def _node_scores(path):
     from subnetlab.io import save_tensors
 
-    save_tensors(path, {"heads": torch.tensor([[0.9, -0.1], [0.2, 0.8]]), "mlps": torch.tensor([0.05, -0.7])})
+    save_tensors(path, {"heads": torch.tensor([[0.9, -0.1], [0.2, 0.8]]), "mlps": torch.tensor([0.05, -0.7])},
+                 {"format": "subnetlab.attribution/1"})
     return path
 
 

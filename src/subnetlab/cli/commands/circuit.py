@@ -8,7 +8,7 @@ One run directory per (sparsity, seed) through ``subnetlab.executor`` (finished
 runs skipped, killed runs resumed); the layout is documented in
 ``subnetlab.runs.circuit``. ``DIR/graph.json`` holds the model's graph.
 
-The two pipelines read different options (``METHOD_PARAMETERS``): an option the
+The two pipelines read different options (``runs.circuit_methods.METHOD_SETTINGS``): an option the
 chosen method does not read, given on the command line, is refused before any
 work rather than ignored. ``--limit`` is read by both and counts what each
 method measures on: the evaluation pairs of ``--split`` for edge-pruning (which
@@ -27,19 +27,12 @@ from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, given_options, with_data_options
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
+from subnetlab.runs.circuit_methods import ATTRIBUTION_METHODS as ATTRIBUTION
+from subnetlab.runs.circuit_methods import CIRCUIT_METHODS as METHODS
+from subnetlab.runs.circuit_methods import joined, readers
 
-ATTRIBUTION = ("eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact")
-METHODS = ("edge-pruning", *ATTRIBUTION)
-
-# The parameters only some methods read, and which methods; every other parameter is read by every method.
-# (eap-ig and eap-ig-activations integrate over steps; the attribution methods score one run on the training pairs, so the
-# sweep, its training settings, its evaluation split and the executor are edge-pruning's.)
-METHOD_PARAMETERS: dict[str, tuple[str, ...]] = {
-    **{name: ("edge-pruning",) for name in ("sparsity", "more", "seeds", "preset", "ablation", "set_", "split",
-                                            "init_from", *EXECUTOR_PARAMETERS)},
-    "metric": ATTRIBUTION,
-    "ig_steps": ("eap-ig", "eap-ig-activations"),
-}
+# The command's parameters by the setting each sets (runs.circuit_methods.METHOD_SETTINGS says which methods read it).
+SETTING_OF = {"more": "sparsity", "set_": "settings", **{name: "jobs" for name in EXECUTOR_PARAMETERS}}
 
 
 def refuse_unused_options(method: str) -> None:
@@ -50,7 +43,7 @@ def refuse_unused_options(method: str) -> None:
     """
     unused: dict[tuple[str, ...], list[str]] = {}
     for name, flag in given_options().items():
-        users = METHOD_PARAMETERS.get(name, METHODS)
+        users = readers(SETTING_OF.get(name, name))
         flag = "--sparsity" if name == "more" else flag  # further targets are --sparsity values
         if method not in users and flag not in unused.get(users, []):
             unused.setdefault(users, []).append(flag)
@@ -58,14 +51,10 @@ def refuse_unused_options(method: str) -> None:
         return
     flags = ", ".join(f for group in unused.values() for f in group)
     if len(unused) == 1:
-        whose = "used only by " + _and(next(iter(unused)))
+        whose = "used only by " + joined(next(iter(unused)))
     else:
-        whose = "; ".join(f"{', '.join(group)} used only by {_and(users)}" for users, group in unused.items())
+        whose = "; ".join(f"{', '.join(group)} used only by {joined(users)}" for users, group in unused.items())
     raise SubnetlabError(f"{flags}: not used by --method {method} ({whose})")
-
-
-def _and(names: tuple[str, ...]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def circuit(

@@ -1,6 +1,18 @@
-"""Gradient attribution on the edge graph: EAP, EAP-IG and node-level attribution patching (``scores``)."""
+"""Gradient attribution on the edge graph: EAP, EAP-IG and node-level attribution patching (``scores``).
 
-from subnetlab.methods.attribution.scores import (METHODS, AttributionScores, attribute, attribute_batch,
-                                                  node_scores)
+The functions load with their module (torch) on first use, so the methods' names (``names``) stay light."""
 
-__all__ = ["METHODS", "AttributionScores", "attribute", "attribute_batch", "node_scores"]
+from subnetlab.methods.attribution.names import METHODS
+
+_SCORES = ("AttributionScores", "attribute", "attribute_batch", "node_scores")
+
+
+def __getattr__(name: str):
+    if name in _SCORES:
+        from subnetlab.methods.attribution import scores
+
+        return getattr(scores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["METHODS", *_SCORES]

@@ -66,12 +66,11 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.edges import apply_edges, check_edge_family
+from subnetlab.methods.attribution.names import IG_METHODS, METHODS
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
 Method = Literal["eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact"]
-METHODS = ("eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact")
-IG_METHODS = ("eap-ig", "eap-ig-activations")  # the methods that read ``steps``
 # metric(logits [B, T, V], batch, full_logits [B, T, V]) -> [B]
 Metric = Callable[[Tensor, dict[str, Tensor], Tensor], Tensor]
 NodeKey = tuple[str, int]  # ("embedding", i), ("heads", layer), ("mlp", layer)

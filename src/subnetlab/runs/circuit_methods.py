@@ -1,0 +1,50 @@
+"""The circuit methods and which of their settings each reads: one table for ``subnetlab circuit`` and ``sl.circuit``.
+
+Edge pruning searches (a sweep of targets and seeds, a preset, an ablation, an evaluation split, a warm start,
+the executor); the attribution methods score every edge once on the training pairs, with a metric, and the
+integrated ones over steps. A setting the chosen method does not read, given, is refused rather than ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.methods.attribution.names import IG_METHODS
+from subnetlab.methods.attribution.names import METHODS as ATTRIBUTION_METHODS
+
+CIRCUIT_METHODS = ("edge-pruning", *ATTRIBUTION_METHODS)
+
+# The settings only some methods read, and which methods; every other setting is read by every method.
+METHOD_SETTINGS: dict[str, tuple[str, ...]] = {
+    **{name: ("edge-pruning",) for name in ("sparsity", "seeds", "preset", "ablation", "settings", "split",
+                                            "init_from", "jobs")},
+    "metric": ATTRIBUTION_METHODS,
+    "ig_steps": IG_METHODS,
+}
+
+
+def check_method(method: str) -> None:
+    if method not in CIRCUIT_METHODS:
+        raise SubnetlabError(f"method {method!r}: choose one of {', '.join(CIRCUIT_METHODS)}", setting="method")
+
+
+def readers(setting: str) -> tuple[str, ...]:
+    """The methods that read ``setting``."""
+    return METHOD_SETTINGS.get(setting, CIRCUIT_METHODS)
+
+
+def joined(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def refuse_unused(method: str, given: Mapping[str, Any]) -> None:
+    """The first setting given (not None) that ``method`` does not read, refused in the library's terms."""
+    for name, value in given.items():
+        users = readers(name)
+        if value is not None and method not in users:
+            raise SubnetlabError(f"{name}: not used by method {method} (used only by {joined(users)})", setting=name)
+
+
+__all__ = ["ATTRIBUTION_METHODS", "CIRCUIT_METHODS", "IG_METHODS", "METHOD_SETTINGS", "check_method", "joined",
+           "readers", "refuse_unused"]
