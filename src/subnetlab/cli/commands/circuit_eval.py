@@ -63,6 +63,9 @@ def circuit_eval(
                                  "the corrupted prompt (patching, as MIB) or zero."),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="Circuit sizes in percent of the items, comma-separated "
                                         "[0.1,0.2,0.5,1,2,5,10,20,50,100, MIB's]."),
+    selection: str = typer.Option("topn", "--selection", help="How each size's circuit is taken from --scores: topn "
+                                  "(the best k edges or nodes) or greedy (EAP-IG's apply_greedy: best-first from the "
+                                  "logits, edges only)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Prompt pairs per forward pass."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Measure on the first N pairs of the split."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
@@ -80,7 +83,8 @@ def circuit_eval(
         model=model, task=TaskSpec(task, with_data_options(task, parse_task_options(task_option, None, "eval"),
                                                            **data_flags)),
         scores=str(scores) if scores else None, circuits=tuple(str(c) for c in circuits), split=split, metric=metric,
-        ablation=ablation, sizes=_sizes(sizes) or CIRCUIT_SIZES, batch_size=batch_size, limit=limit, device=device)
+        ablation=ablation, sizes=_sizes(sizes) or CIRCUIT_SIZES, batch_size=batch_size, limit=limit, device=device,
+        selection=selection)
     result = circuit_eval_run(job, out, figure=_figure)
     console = Console()
     console.print(_table(result))

@@ -70,7 +70,7 @@ from subnetlab.methods.l0.schedule import LinearSchedule
 from subnetlab.methods.l0.settings import OPTIMIZERS, DictSettings, check_grad_norm
 
 ABLATIONS = ("corrupted", "mean", "zero")
-SELECTIONS = ("connected", "topk", "threshold")
+SELECTIONS = ("connected", "topk", "threshold", "greedy")
 REPAIRS = ("none", "greedy")
 REPAIR_OBJECTIVES = ("logit_diff", "kl")
 
@@ -102,7 +102,7 @@ class EdgePruneConfig(DictSettings):
     ablation: str = "corrupted"
     sparsity_estimate: str = "expected"
     # connected: top-k of the deterministic masks among edges connected to the logits; topk: plain top-k;
-    # threshold: the authors' final circuit (module docstring)
+    # threshold: the authors' final circuit (module docstring); greedy: EAP-IG's apply_greedy on the masks
     selection: str = "connected"
     clip_node_target: float | None = None  # node target whose untrained Lagrangian's gradients enter the clipped norm
     checkpoint_every: int = 50

@@ -43,7 +43,7 @@ from subnetlab.methods.l0.objective import Lagrangian
 from subnetlab.methods.l0.schedule import LinearSchedule
 from subnetlab.methods.l0.trainer import MaskTrainer, StepCallback, train
 from subnetlab.models.adapters import Adapter
-from subnetlab.models.circuit import threshold_choice
+from subnetlab.models.circuit import Circuit, edges_kept, threshold_choice
 from subnetlab.models.graph import Graph
 from subnetlab.runtime import model_device
 
@@ -120,7 +120,10 @@ class EdgePruner(MaskTrainer):
             scores = scores * self.nodes.deterministic()[writer]
             tiebreak = tiebreak + self.nodes.log_alpha.detach().cpu()[writer]
             undecided, num_masks = undecided + self.nodes.undecided(), num_masks + self.nodes.size
-        if self.config.selection == "connected":
+        if self.config.selection == "greedy":
+            edges = Circuit(self.graph, scores, score_sign="signed").greedy(
+                edges_kept(sparsity, self.graph.num_edges), tiebreak).kept().float()
+        elif self.config.selection == "connected":
             edges = select_connected_edges(self.graph, scores, tiebreak, sparsity,
                                            corrupted=self.config.ablation == "corrupted")
         else:
