@@ -549,6 +549,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-eval-greedy-node-scores", [*CIRCUIT_EVAL[:-1], "{nodescores-fit}", "--task", "circuit:ioi", "--task-option", "n_train=2",
                                          "--task-option", "n_eval=2", "--selection", "greedy"],
      "node scores; greedy selection follows edges from the logits"),
+    ("circuit-warm-start-unknown", [*CIRCUIT, "--sparsity", "0.9", "--warm-start", "acdc"],
+     "--warm-start 'acdc': choose eap or eap-ig"),
+    ("circuit-warm-start-and-init-from", [*CIRCUIT, "--sparsity", "0.9", "--warm-start", "eap", "--init-from",
+                                          "{nodescores}"], "give one of the two"),
+    ("circuit-eap-refuses-warm-start", [*EAP, "--warm-start", "eap"],
+     "--warm-start: not used by --method eap (used only by edge-pruning)"),
     ("export-edges-corrupted", ["export", "--model", "{lm}", "--subnetwork", "{edges-corrupted}"],
      "--ablation: the edge circuit was found with corrupted-prompt ablation"),
 ]

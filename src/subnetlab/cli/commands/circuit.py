@@ -35,7 +35,7 @@ METHODS = ("edge-pruning", "eap", "eap-ig")
 # sweep, its training settings, its evaluation split and the executor are edge-pruning's.)
 METHOD_PARAMETERS: dict[str, tuple[str, ...]] = {
     **{name: ("edge-pruning",) for name in ("sparsity", "more", "seeds", "preset", "ablation", "set_", "split",
-                                            "init_from", *EXECUTOR_PARAMETERS)},
+                                            "init_from", "warm_start", *EXECUTOR_PARAMETERS)},
     "metric": ("eap", "eap-ig"),
     "ig_steps": ("eap-ig",),
 }
@@ -78,6 +78,10 @@ def circuit(
                                "(logit_diff, answer_prob or kl)."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
                                              "from attribution scores (a scores.safetensors of eap / eap-ig)."),
+    warm_start: Optional[str] = typer.Option(None, "--warm-start", help="edge-pruning: eap or eap-ig: score the edges "
+                                             "first (into DIR/warm-start/, as --method METHOD would) and warm-start "
+                                             "from them: --init-from in one command (MIB's EAP-IG -> Edge Pruning "
+                                             "ensemble)."),
     sparsity: list[str] = typer.Option([], "--sparsity", help="edge-pruning: target edge sparsity (fraction of edges "
                                        "removed) in (0, 1): --sparsity 0.95 0.98, or 0.95,0.98."),
     more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="edge-pruning: further targets."),
@@ -139,6 +143,11 @@ def circuit(
         overrides["embedding_nodes"] = embedding_nodes
     task_options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
     base = {"model": model, "task": task, "task_options": task_options, "device": device}
+    if warm_start is not None:
+        init_from = warm_start_scores(warm_start, init_from, base, out, targets=targets, seeds=seed_list,
+                                      preset=preset, overrides=overrides, task_option=task_option,
+                                      data_flags=data_flags, embedding_nodes=embedding_nodes, device=device,
+                                      ig_steps=ig_steps, metric=metric)
     jobs = circuit_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, overrides=overrides,
                          eval_split=split, eval_limit=limit,
                          init_from=None if init_from is None else str(init_from))  # builds (so checks) every job's config
@@ -164,6 +173,30 @@ def circuit(
         raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
                              f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
     report_health([(job.name, read_health(job.metrics)) for job in report.jobs if job.metrics])
+
+
+WARM_START_DIR = "warm-start"
+
+
+def warm_start_scores(method: str, init_from: Optional[Path], base: dict, out: Path, *, targets: list[float],
+                      seeds: list[int], preset: str, overrides: dict, task_option: list[str], data_flags: dict,
+                      embedding_nodes: Optional[int], device: str, ig_steps: int, metric: str) -> Path:
+    """``--warm-start``: check the sweep, score the edges into ``DIR/warm-start/`` exactly as ``circuit --method
+    METHOD --out DIR/warm-start`` would (``ig_steps`` and ``metric`` are the defaults: edge-pruning refuses
+    their flags), and return the scores file for ``--init-from``."""
+    from subnetlab.cli.commands._circuit_attribution import attribution_command
+    from subnetlab.runs.attribution import SCORES_FILE
+    from subnetlab.runs.circuit import circuit_sweep
+
+    if method not in ("eap", "eap-ig"):
+        raise SubnetlabError(f"--warm-start {method!r}: choose eap or eap-ig")
+    if init_from is not None:
+        raise SubnetlabError("--warm-start computes the scores that --init-from would read: give one of the two")
+    circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides)  # checks, no work
+    attribution_command(model=base["model"], task=base["task"], out=out / WARM_START_DIR, method=method,
+                        ig_steps=ig_steps, task_option=task_option, data_flags=data_flags, metric=metric,
+                        embedding_nodes=embedding_nodes, limit=None, device=device)
+    return out / WARM_START_DIR / SCORES_FILE
 
 
 def register(app: typer.Typer) -> None:
