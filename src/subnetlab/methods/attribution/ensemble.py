@@ -3,7 +3,7 @@
 The MIB shared task's best entry (Mondorf et al., BlackboxNLP 2025, "Exploring Ensemble Strategies for Circuit
 Localization Methods") combined edge scores of several methods by a plain mean (better than a weighted mean, the
 maximum or the minimum), over EAP variants that share one scale, and warm-started Edge Pruning from EAP-IG scores
-(``circuit --warm-start``). Methods on other scales (log-alphas, exact patching in another metric) need a common
+(``warm_start``). Methods on other scales (log-alphas, exact patching in another metric) need a common
 one first; here each method's scores are divided by their largest magnitude (``max_abs``):
 
 * it keeps the sign, which MIB's signed ranking (its CPR) reads, and zero, so an edge no method scores stays 0;
