@@ -180,6 +180,8 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     save_tensors(root / "node-scores.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)},
                  {"format": "subnetlab.attribution/1"})
     paths["nodescores"] = str(root / "node-scores.safetensors")
+    save_tensors(root / "node-scores-fit.safetensors", {"heads": torch.ones(2, 2), "mlps": torch.ones(2)})
+    paths["nodescores-fit"] = str(root / "node-scores-fit.safetensors")
     (root / "latin1.jsonl").write_bytes(b'{"clean": "When Mary and John went to the caf\xe9, John gave a drink to", '
                                         b'"corrupted": "When Amy and Lisa went to the caf\xe9, Kate gave a drink to", '
                                         b'"answer": " Mary", "wrong": " John"}\n')
@@ -697,8 +699,8 @@ CASES: list[tuple[str, list[str], str]] = [
      "unknown edge pruning setting(s) colour"),
     ("circuit-clip-node-target-without-clipping", [*CIRCUIT, "--sparsity", "0.9", "--preset", "demo", "--set",
                                                    "clip_node_target=0.5"], "clip_node_target is for node masks"),
-    ("circuit-selection", [*CIRCUIT, "--sparsity", "0.9", "--set", "selection=greedy"],
-     "selection 'greedy': expected one of connected, topk, threshold"),
+    ("circuit-selection", [*CIRCUIT, "--sparsity", "0.9", "--set", "selection=best"],
+     "selection 'best': expected one of connected, topk, threshold, greedy"),
     ("circuit-not-a-circuit-task", ["circuit", "--model", "{lm}", "--task", "arith:ab", "--sparsity", "0.9"],
      "task arith:ab is not a circuit task"),
     ("circuit-encoder-model", ["circuit", "--model", "{bert}", "--task", "circuit:ioi", "--sparsity", "0.9"],
@@ -856,6 +858,25 @@ CASES: list[tuple[str, list[str], str]] = [
     # export of an edge circuit (issue 27): no smaller standard model, or nothing fixed to fold
     ("export-edges-partial", ["export", "--model", "{lm}", "--subnetwork", "{edges-partial}"],
      "--edges-as-nodes is off and the edge circuit removes 1 edge(s) between nodes it keeps (a0.h0->a1.h0<k>)"),
+    # edge-pruning repair and greedy selection (issue 35)
+    ("circuit-repair-unknown", [*CIRCUIT, "--sparsity", "0.9", "--set", "repair=best"],
+     "repair 'best': expected one of none, greedy"),
+    ("circuit-repair-objective", [*CIRCUIT, "--sparsity", "0.9", "--set", "repair_objective=accuracy"],
+     "repair_objective 'accuracy': expected one of logit_diff, kl"),
+    ("circuit-restarts-zero", [*CIRCUIT, "--sparsity", "0.9", "--set", "restarts=0"], "restarts 0 must be at least 1"),
+    ("circuit-repair-depth-zero", [*CIRCUIT, "--sparsity", "0.9", "--set", "repair_depth=0"],
+     "repair_depth 0 must be at least 1"),
+    ("circuit-eval-selection-unknown", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--selection", "best"],
+     "selection 'best': choose one of topn, greedy"),
+    ("circuit-eval-greedy-node-scores", [*CIRCUIT_EVAL[:-1], "{nodescores-fit}", "--task", "circuit:ioi", "--task-option", "n_train=2",
+                                         "--task-option", "n_eval=2", "--selection", "greedy"],
+     "node scores; greedy selection follows edges from the logits"),
+    ("circuit-warm-start-unknown", [*CIRCUIT, "--sparsity", "0.9", "--warm-start", "acdc"],
+     "--warm-start 'acdc': choose eap or eap-ig"),
+    ("circuit-warm-start-and-init-from", [*CIRCUIT, "--sparsity", "0.9", "--warm-start", "eap", "--init-from",
+                                          "{nodescores}"], "give one of the two"),
+    ("circuit-eap-refuses-warm-start", [*EAP, "--warm-start", "eap"],
+     "--warm-start: not used by --method eap (used only by edge-pruning)"),
     ("export-edges-corrupted", ["export", "--model", "{lm}", "--subnetwork", "{edges-corrupted}"],
      "--ablation: the edge circuit was found with corrupted-prompt ablation"),
     # MIB's datasets from a local copy (issue 35): a bad copy names its file, row and column

@@ -112,6 +112,7 @@ def test_pruned_circuits_against_an_exhaustive_search(one_thread):
     in faithfulness (``MEASURED_GAP``; the goal was 0.02): the best 4-edge circuit routes the head through the
     MLP (a0.h0->m0->logits), and training left m0->logits' log-alpha low (-3.4) while keeping a0.h0->m0 (+1.9),
     so the circuit cannot use that path. A mask that saturates early gets almost no gradient to undo it.
+    ``repair="greedy"`` with restarts closes the gap (test_edge_pruning_optimum.py).
     """
     m = tiny_model("gpt2", layers=1, heads=1)
     data = _pairs(m, n=32)

@@ -193,15 +193,19 @@ def _curve(evaluate: Evaluate, items: int, keeps: Sequence[Tensor], fractions: S
 
 def curve_from_scores(scores: Tensor, evaluate: Evaluate, *, metric: str = "logit_diff",
                       sizes: Sequence[float] = CIRCUIT_SIZES, absolute: bool = True,
-                      empty: Mapping[str, float] | None = None) -> FaithfulnessCurve:
+                      empty: Mapping[str, float] | None = None,
+                      select: Callable[[int], Tensor] | None = None) -> FaithfulnessCurve:
     """The faithfulness curve of the top-k circuits by ``scores`` (``[items]``, any shape flattened) at ``sizes``.
 
     ``empty``: the metrics ``m(empty)`` to normalise by, instead of ``evaluate`` with nothing kept (a node
     curve on the edge scale: the evaluator's ``corrupted_run``, as MIB normalises every level).
+    ``select(k)``: the ``[items]`` bool circuit of ``k`` items by another rule than top-k (greedy selection,
+    ``models.circuit.Circuit.greedy``).
     """
     items = scores.numel()
     fractions = sorted(float(s) for s in sizes)
-    keeps = [top_k(scores, circuit_size(s, items), absolute) for s in fractions]
+    keeps = [top_k(scores, circuit_size(s, items), absolute) if select is None else select(circuit_size(s, items))
+             for s in fractions]
     return _curve(evaluate, items, keeps, fractions, metric, empty)
 
 

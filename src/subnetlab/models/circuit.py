@@ -7,8 +7,10 @@ every consumer reads one (the EAP-IG library's ``Graph``), so the rules live
 here once:
 
 * **selection**: the top ``k`` edges by score, the edges at or above a
-  threshold, or the connected top ``k`` (every kept edge on a path of kept edges
-  to the logits); ties by an optional tie-break, then by edge order; and Edge
+  threshold, the connected top ``k`` (every kept edge on a path of kept edges
+  to the logits), EAP-IG's greedy selection from the logits (``greedy``), and
+  MIB's pruning of what no longer connects (``pruned``); ties by an optional
+  tie-break, then by edge order; and Edge
   Pruning's own final circuit (``threshold_choice``: a bisected threshold on
   the edges' deterministic masks, then on the nodes', then edges of removed
   writers dropped);
@@ -247,6 +249,49 @@ class Circuit:
                 keep[e] = True
                 taken += 1
         return replace(self, in_graph=keep)
+
+    def greedy(self, k: int, tiebreak: Tensor | None = None) -> "Circuit":
+        """EAP-IG's ``Graph.apply_greedy(k, absolute, prune=False)`` (hannamw/EAP-IG, src/eap/graph.py): from the
+        logits up, repeatedly keep the best-scoring edge whose reader belongs to a node already in the circuit
+        (the logits always are); keeping an edge puts its writer in the circuit, which makes the edges into it
+        candidates. ``greedy(k).pruned()`` is its default ``prune=True``.
+
+        Ties go to the tie-break, then to the lower edge index (EAP-IG's go to its sort and merge order)."""
+        if not 0 <= k <= self.graph.num_edges:
+            raise SubnetlabError(f"greedy selection of {k} edges: the graph has {self.graph.num_edges}", setting="edges")
+        order = self.ranking(tiebreak)
+        rank = torch.empty(order.numel(), dtype=torch.long)
+        rank[order] = torch.arange(order.numel())
+        keep = torch.zeros(order.numel(), dtype=torch.bool)
+        keep[list(_best_first_from_logits(self.graph, rank.tolist(), k, set()))] = True
+        return replace(self, in_graph=keep)
+
+    def pruned(self) -> "Circuit":
+        """EAP-IG's ``Graph.prune`` (MIB's step after selection): repeatedly drop the nodes with no kept outgoing
+        edge or no kept incoming edge, then the edges out of or into a dropped node, until nothing changes.
+
+        A node is a writer; its incoming edges are the edges into its readers (``Graph.reader_owners``); the
+        embedding nodes count as having input, the logits are always kept. In a graph without embedding nodes
+        (Edge Pruning's default) the embeddings feed every reader and are never cut, so every node has input."""
+        graph, keep = self.graph, self.kept().clone()
+        owners = graph.reader_owners
+        writer_of = [w for w, _ in graph.edges]
+        reader_of = [r for _, r in graph.edges]
+        writers = len(graph.writers)
+        while True:
+            has_out = [False] * writers
+            has_in = [w < graph.num_embeddings or graph.num_embeddings == 0 for w in range(writers)]
+            for e in torch.nonzero(keep).flatten().tolist():
+                has_out[writer_of[e]] = True
+                for node in owners[reader_of[e]]:
+                    has_in[node] = True
+            alive = [has_out[w] and has_in[w] for w in range(writers)]
+            new = torch.tensor([alive[writer_of[e]] and (not owners[reader_of[e]] or
+                                                          any(alive[o] for o in owners[reader_of[e]]))
+                                for e in range(graph.num_edges)], dtype=torch.bool) & keep
+            if torch.equal(new, keep):
+                return replace(self, in_graph=keep)
+            keep = new
 
     # -- connectivity ---------------------------------------------------------------------------------
     def live_writers(self) -> frozenset[int]:

@@ -128,6 +128,8 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "steps": cfg.total_steps, "resumed_from": result.resumed_from, "train_seconds": round(result.seconds, 3),
         "final": final,
     }
+    if result.repair is not None:
+        metrics["repair"] = result.repair
     metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity, evaluate.baseline("logit_diff"))
     return metrics
 

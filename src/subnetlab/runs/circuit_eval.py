@@ -53,6 +53,7 @@ from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
 
 ABLATIONS = ("corrupted", "zero")
+SELECTIONS = ("topn", "greedy")  # how a curve's circuits are taken from scores (``models.circuit.Circuit``)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class CircuitEvalJobConfig(JobConfig):
     definition: str = "subnetlab"  # "mib": CPR / CMD as MIB's circuit track computes them (analysis.mib_faithfulness)
     mib_export: str | None = None  # also write the scores / circuit as an EAP-IG graph file (.json or .pt)
     mib_submission: str | None = None  # also write the scores into this MIB submission folder and check it
+    selection: str = "topn"
 
     def __post_init__(self) -> None:
         from subnetlab.analysis.mib_faithfulness import DEFINITIONS
@@ -101,6 +103,12 @@ class CircuitEvalJobConfig(JobConfig):
         if len(self.sizes) < 2 or any(not 0.0 <= s <= 1.0 for s in self.sizes):
             raise SubnetlabError(f"sizes {list(self.sizes)}: at least two fractions of the items in [0, 1]",
                                  setting="sizes")
+        if self.selection not in SELECTIONS:
+            raise SubnetlabError(f"selection {self.selection!r}: choose one of {', '.join(SELECTIONS)}",
+                                 setting="selection")
+        if self.selection != "topn" and self.scores is None:
+            raise SubnetlabError(f"{self.selection} selection takes circuits from scores; circuit files are measured "
+                                 "as they are", setting="selection")
         require_positive("circuit evaluation", "batch_size", self.batch_size)
         require_positive("circuit evaluation", "limit", self.limit, allow_none=True)
 
@@ -263,6 +271,9 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     task.examples(job.split)
     if job.scores is not None:
         level, scores, graph, absolute = read_scores(job.scores, loaded.adapter)
+        if job.selection == "greedy" and level != "edges":
+            raise SubnetlabError(f"{job.scores}: node scores; greedy selection follows edges from the logits",
+                                 setting="selection")
         inputs = [(level, graph)]
     else:
         read = [read_circuit(path, loaded.adapter) for path in job.circuits]
@@ -297,8 +308,14 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
                                        "negated: subnetlab's attribution scores are the metric's change when an edge "
                                        "is patched, MIB's the loss's (minus the logit difference)")
     elif job.scores is not None:
+        select = None
+        if job.selection == "greedy":
+            from subnetlab.models.circuit import Circuit
+
+            ranked = Circuit(graph, scores, score_sign="absolute" if absolute else "signed")
+            select = lambda k: ranked.greedy(k).kept()  # noqa: E731
         result = curve_from_scores(scores, evaluate, metric=job.metric, sizes=job.sizes, absolute=absolute,
-                                   empty=empty).to_dict()
+                                   empty=empty, select=select).to_dict()
     elif len(read) > 1:
         result = curve_from_masks([keep for _, keep, _ in read], evaluate, metric=job.metric, empty=empty).to_dict()
     else:
@@ -310,6 +327,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
               "pairs": evaluate.count, **result, "health": health}
     if mib_circuit is not None:
         result["mib_files"] = _write_mib_files(job, mib_circuit, loaded.model)
+    if job.scores is not None:
+        result["selection"] = job.selection
     write_json(out / "faithfulness.json", result)
     if figure is not None:
         figure(result, out)

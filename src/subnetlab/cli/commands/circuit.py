@@ -74,6 +74,10 @@ def circuit(
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
                                              "from attribution scores (the scores.safetensors or graph.json of eap / "
                                              "eap-ig), checked before anything is written."),
+    warm_start: Optional[str] = typer.Option(None, "--warm-start", help="edge-pruning: eap or eap-ig: score the edges "
+                                             "first (into DIR/warm-start/, as --method METHOD would) and warm-start "
+                                             "from them: --init-from in one command (MIB's EAP-IG -> Edge Pruning "
+                                             "ensemble)."),
     sparsity: list[str] = typer.Option([], "--sparsity", help="edge-pruning: target edge sparsity (fraction of edges "
                                        "removed) in (0, 1): --sparsity 0.95 0.98, or 0.95,0.98."),
     more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="edge-pruning: further targets."),
@@ -134,6 +138,12 @@ def circuit(
     if embedding_nodes is not None:
         overrides["embedding_nodes"] = embedding_nodes
     task_options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
+    base = {"model": model, "task": task, "task_options": task_options, "device": device}
+    if warm_start is not None:
+        init_from = warm_start_scores(warm_start, init_from, base, out, targets=targets, seeds=seed_list,
+                                      preset=preset, overrides=overrides, task_option=task_option,
+                                      data_flags=data_flags, embedding_nodes=embedding_nodes, device=device,
+                                      ig_steps=ig_steps, metric=metric)
     jobs, adapter = plan_circuit(model, task, out, targets=targets, seeds=seed_list, preset=preset,
                                  overrides=overrides, task_options=task_options, split=split, limit=limit,
                                  init_from=None if init_from is None else str(init_from),
@@ -190,6 +200,30 @@ def _curve_figure(metrics: list[dict], out: Path) -> Optional[Path]:
         return None
     return curves(x, series, out / "faithfulness.png", xlabel=f"kept edges (of {metrics[0]['edges']})",
                   ylabel="faithfulness", title="edge pruning: faithfulness over circuit sizes (mean over seeds)")
+
+
+WARM_START_DIR = "warm-start"
+
+
+def warm_start_scores(method: str, init_from: Optional[Path], base: dict, out: Path, *, targets: list[float],
+                      seeds: list[int], preset: str, overrides: dict, task_option: list[str], data_flags: dict,
+                      embedding_nodes: Optional[int], device: str, ig_steps: int, metric: str) -> Path:
+    """``--warm-start``: check the sweep, score the edges into ``DIR/warm-start/`` exactly as ``circuit --method
+    METHOD --out DIR/warm-start`` would (``ig_steps`` and ``metric`` are the defaults: edge-pruning refuses
+    their flags), and return the scores file for ``--init-from``."""
+    from subnetlab.cli.commands._circuit_attribution import attribution_command
+    from subnetlab.runs.attribution import SCORES_FILE
+    from subnetlab.runs.circuit import circuit_sweep
+
+    if method not in ("eap", "eap-ig"):
+        raise SubnetlabError(f"--warm-start {method!r}: choose eap or eap-ig")
+    if init_from is not None:
+        raise SubnetlabError("--warm-start computes the scores that --init-from would read: give one of the two")
+    circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides)  # checks, no work
+    attribution_command(model=base["model"], task=base["task"], out=out / WARM_START_DIR, method=method,
+                        ig_steps=ig_steps, task_option=task_option, data_flags=data_flags, metric=metric,
+                        embedding_nodes=embedding_nodes, limit=None, device=device)
+    return out / WARM_START_DIR / SCORES_FILE
 
 
 def register(app: typer.Typer) -> None:

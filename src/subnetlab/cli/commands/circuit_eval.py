@@ -88,6 +88,9 @@ def circuit_eval(
                                  "the corrupted prompt (patching, as MIB) or zero."),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="Circuit sizes in percent of the items, comma-separated "
                                         "[0.1,0.2,0.5,1,2,5,10,20,50,100, MIB's]."),
+    selection: str = typer.Option("topn", "--selection", help="How each size's circuit is taken from --scores: topn "
+                                  "(the best k edges or nodes) or greedy (EAP-IG's apply_greedy: best-first from the "
+                                  "logits, edges only)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Prompt pairs per forward pass."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Measure on the first N pairs of the split."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
@@ -122,7 +125,8 @@ def circuit_eval(
         scores=str(scores) if scores else None, circuits=tuple(str(c) for c in circuits), split=split, metric=metric,
         ablation=ablation, sizes=_sizes(sizes) or CIRCUIT_SIZES, batch_size=batch_size, limit=limit, device=device,
         definition="mib" if mib else "subnetlab", mib_export=str(mib_export.resolve()) if mib_export else None,
-        mib_submission=str(mib_submission.resolve()) if mib_submission else None)
+        mib_submission=str(mib_submission.resolve()) if mib_submission else None,
+        selection=selection)
     result = circuit_eval_run(job, out, figure=_figure)
     console = Console()
     console.print(_table(result))

@@ -21,7 +21,7 @@ resumes from the last checkpoint; on the CPU the result is bit-identical.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,9 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.edges import EdgeMasks, WriterValues, apply_edges, capture_writers, writer_means
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig
 from subnetlab.tasks.circuits.pairs import corrupted_inputs
-from subnetlab.methods.edge_pruning.select import EdgeSelection, select_connected_edges, select_top_edges
+from subnetlab.methods.edge_pruning.repair import CircuitLoss
+from subnetlab.methods.edge_pruning.select import (EdgeSelection, Repair, greedy_repair, select_connected_edges,
+                                                   select_top_edges)
 from subnetlab.methods.edge_pruning.tensors import (node_tensors, padding_size, per_tensor_edges, per_tensor_nodes,
                                                     tensor_sums)
 from subnetlab.methods.l0.data import PruningData, to_device
@@ -41,7 +43,7 @@ from subnetlab.methods.l0.objective import Lagrangian
 from subnetlab.methods.l0.schedule import LinearSchedule
 from subnetlab.methods.l0.trainer import MaskTrainer, StepCallback, train
 from subnetlab.models.adapters import Adapter
-from subnetlab.models.circuit import threshold_choice
+from subnetlab.models.circuit import Circuit, edges_kept, threshold_choice
 from subnetlab.models.graph import Graph
 from subnetlab.runtime import model_device
 
@@ -56,6 +58,7 @@ class EdgePruneResult:
     history: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
     resumed_from: int = 0
+    repair: dict[str, Any] | None = None  # with repair or restarts: the exact losses, swaps, the restart kept
 
 
 class EdgePruner(MaskTrainer):
@@ -117,7 +120,10 @@ class EdgePruner(MaskTrainer):
             scores = scores * self.nodes.deterministic()[writer]
             tiebreak = tiebreak + self.nodes.log_alpha.detach().cpu()[writer]
             undecided, num_masks = undecided + self.nodes.undecided(), num_masks + self.nodes.size
-        if self.config.selection == "connected":
+        if self.config.selection == "greedy":
+            edges = Circuit(self.graph, scores, score_sign="signed").greedy(
+                edges_kept(sparsity, self.graph.num_edges), tiebreak).kept().float()
+        elif self.config.selection == "connected":
             edges = select_connected_edges(self.graph, scores, tiebreak, sparsity,
                                            corrupted=self.config.ablation == "corrupted")
         else:
@@ -144,11 +150,23 @@ class EdgePruner(MaskTrainer):
         return EdgeSelection(choice.edges.float(), undecided, num_masks)
 
     # -- the trainer's parts ----------------------------------------------------------------------
-    def install(self) -> EdgeMasks:
+    def ablation_values(self) -> WriterValues | None:
+        """The fixed writer values of mean ablation (computed once); None for corrupted and zero ablation."""
         if self.config.ablation == "mean" and self.values is None:
             batches = (to_device(self.data.model_inputs(self.data.batch_at(idx)), self.device)
                        for idx in self.data.batches(self.config.eval_batch_size))
             self.values = writer_means(self.model, self.adapter, batches)
+        return self.values
+
+    def strength(self) -> Tensor:
+        """``[edges]`` summed log-alphas of each edge and its writer: which edges the repair tries first."""
+        strength = self.edges.log_alpha.detach().cpu().clone()
+        if self.nodes is not None:
+            strength = strength + self.nodes.log_alpha.detach().cpu()[self.writer_of.cpu()]
+        return strength
+
+    def install(self) -> EdgeMasks:
+        self.ablation_values()
         return apply_edges(self.model, self.adapter, self.graph, values=self.values, source=self.masks).__enter__()
 
     def target(self, step: int) -> float:
@@ -232,13 +250,49 @@ def prune_edges(model: nn.Module, adapter: Adapter, data: PruningData, config: E
     step and its checkpoint (tests use it to simulate a kill). ``teacher``: the full model's table.
     ``init_log_alpha_edges``: ``[edges]`` starting log-alphas (a warm start from attribution scores,
     ``methods.attribution.warm_start``) instead of the config's constant; a resumed run keeps its checkpoint's.
+
+    With ``config.restarts`` > 1, seeds ``seed + i`` train too (checkpoints in ``run_dir/restart-i``) and the
+    circuit of lowest exact loss (``repair.CircuitLoss``) is kept; ``config.repair == "greedy"`` repairs each
+    restart's circuit first (``select.greedy_repair``).
     """
     if config.batch_size > data.size:
         raise SubnetlabError(f"batch size {config.batch_size} is larger than the {data.size} training examples",
                              setting="batch_size")
+    runs = []
+    for i in range(config.restarts):
+        cfg = config if i == 0 else replace(config, seed=config.seed + i)
+        where = None if run_dir is None else Path(run_dir) / (f"restart-{i}" if i else "")
+        runs.append(train_one(model, adapter, data, cfg, values, where, on_step, teacher, init_log_alpha_edges))
+    if config.repair == "none" and config.restarts == 1:
+        return runs[0][0]
+    first = runs[0][1]
+    loss = CircuitLoss(model, adapter, first.graph, data, config.repair_objective, config.ablation,
+                       first.ablation_values(), config.eval_batch_size)
+    repaired = []
+    for result, pruner in runs:
+        keep = result.selection.edges.bool()
+        if config.repair == "greedy":
+            repaired.append(greedy_repair(keep, loss, pruner.strength(), config.repair_pool, config.repair_depth))
+        else:
+            value = loss(keep)
+            repaired.append(Repair(keep, value, value, 0, 1))
+    chosen = min(range(len(runs)), key=lambda i: repaired[i].loss_after)  # ties: the first restart
+    result, fix = runs[chosen][0], repaired[chosen]
+    record = {"objective": config.repair_objective, "restart": chosen, "seed": config.seed + chosen,
+              "loss_trained": [r.loss_before for r in repaired], "loss_repaired": [r.loss_after for r in repaired],
+              "swaps": fix.swaps, "evaluations": sum(r.evaluations for r in repaired)}
+    selection = replace(result.selection, edges=fix.edges.float())
+    return replace(result, selection=selection, repair=record)
+
+
+def train_one(model: nn.Module, adapter: Adapter, data: PruningData, config: EdgePruneConfig,
+              values: WriterValues | None, run_dir: Path | None, on_step: StepCallback | None,
+              teacher: Tensor | None, init_log_alpha_edges: Tensor | None) -> tuple[EdgePruneResult, EdgePruner]:
+    """One training run of ``prune_edges`` (one seed) and its pruner."""
     pruner = EdgePruner(model, adapter, data, config, values, teacher)
     warm = (lambda: pruner.start_edges(init_log_alpha_edges)) if init_log_alpha_edges is not None else None
-    start, seconds = train(pruner, Path(run_dir) if run_dir is not None else None, warm_start=warm, on_step=on_step)
+    start, seconds = train(pruner, run_dir, warm_start=warm, on_step=on_step)
     nodes = pruner.nodes.log_alpha.detach().cpu().clone() if pruner.nodes is not None else None
-    return EdgePruneResult(config, pruner.graph, pruner.selection(), pruner.edges.log_alpha.detach().cpu().clone(),
-                           nodes, pruner.history, seconds, start)
+    result = EdgePruneResult(config, pruner.graph, pruner.selection(), pruner.edges.log_alpha.detach().cpu().clone(),
+                             nodes, pruner.history, seconds, start)
+    return result, pruner
