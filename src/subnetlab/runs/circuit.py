@@ -34,6 +34,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.intervene.edges import check_edge_family
 from subnetlab.io import write_json
+from subnetlab.methods.controls import apply_control
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig, preset_config
 from subnetlab.methods.edge_pruning.data import circuit_data
 from subnetlab.methods.edge_pruning.train import prune_edges
@@ -104,7 +105,9 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     job = CircuitJobConfig.from_dict(config)
     cfg = job.settings
     loaded, task, tokenizer = load_circuit_task(job)
-    model, adapter = loaded.model.to(resolve_device(job.device)), loaded.adapter
+    loaded.model.to(resolve_device(job.device))
+    loaded = apply_control(job.control, loaded, task, cfg.seed)  # methods.controls: the same search, nothing to find
+    model, adapter = loaded.model, loaded.adapter
     data = circuit_data(task, tokenizer, "train")
     stage(f"edge pruning seed {cfg.seed} to {cfg.sparsity:.3f} of the edges removed ({cfg.total_steps} steps)")
     result = prune_edges(model, adapter, data, cfg, run_dir=out_dir, init_log_alpha_edges=_warm_start(job, adapter))
@@ -126,6 +129,8 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "steps": cfg.total_steps, "resumed_from": result.resumed_from, "train_seconds": round(result.seconds, 3),
         "final": final,
     }
+    if job.control is not None:
+        metrics["control"] = job.control
     metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity)
     return metrics
 

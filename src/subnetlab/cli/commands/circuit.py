@@ -23,6 +23,7 @@ from typing import Optional
 import typer
 
 from subnetlab.cli.commands._executor_options import PARAMETERS as EXECUTOR_PARAMETERS
+from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, given_options, with_data_options
 from subnetlab.errors import SubnetlabError
@@ -36,7 +37,7 @@ METHODS = ("edge-pruning", *ATTRIBUTION)
 # sweep, its training settings, its evaluation split and the executor are edge-pruning's.)
 METHOD_PARAMETERS: dict[str, tuple[str, ...]] = {
     **{name: ("edge-pruning",) for name in ("sparsity", "more", "seeds", "preset", "ablation", "set_", "split",
-                                            "init_from", *EXECUTOR_PARAMETERS)},
+                                            "init_from", "control", *EXECUTOR_PARAMETERS)},
     "metric": ATTRIBUTION,
     "ig_steps": ("eap-ig", "eap-ig-activations"),
 }
@@ -109,6 +110,7 @@ def circuit(
                                         "circuit on the first N pairs of --split (and trains on every training pair); "
                                         "eap / eap-ig score the edges on the first N training pairs."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    control: list[str] = typer.Option([], "--control", help="edge-pruning: " + CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
     """Find edge-level circuits with Edge Pruning: hard-concrete masks over the edges of the model's computation
@@ -119,7 +121,11 @@ def circuit(
     from rich.console import Console
     from rich.table import Table
 
+    from subnetlab.cli.commands._controls import parse_controls, report_sweep
     from subnetlab.cli.commands._health import report_health
+    from subnetlab.methods.controls import SHUFFLED_LABELS, check_shufflable
+    from subnetlab.runs.circuit import CIRCUIT_JOB
+    from subnetlab.runs.controls import circuit_masks, circuit_measure, control_jobs
     from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
     from subnetlab.progress import stage
     from subnetlab.runs.circuit import CircuitJobConfig, circuit_sweep, load_circuit_task, write_sweep_graph
@@ -138,6 +144,7 @@ def circuit(
     runs_on = resolve_device(device)
     targets = parse_sparsities([*sparsity, *(more or [])])
     seed_list = parse_int_list(seeds, "--seeds")
+    controls = parse_controls(control)
     overrides = parse_key_values(set_, "--set")
     if ablation is not None:
         overrides["ablation"] = ablation
@@ -151,6 +158,9 @@ def circuit(
     first = CircuitJobConfig.from_dict(jobs[0].config)
     loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair: refused here
     built.examples(split)
+    if SHUFFLED_LABELS in controls:
+        check_shufflable(built)
+    jobs += control_jobs(jobs, out, controls, CIRCUIT_JOB)
     write_sweep_graph(loaded.adapter, out, first.settings.embedding_nodes)
     stage(describe_runtime(runs_on))
     report = executor.run(jobs, sweep_dir=out)
@@ -169,6 +179,8 @@ def circuit(
     if failed:
         raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
                              f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
+    report_sweep(out, report.jobs, "circuit", controls=controls, measure=circuit_measure, score_name="logit_diff",
+                 masks=circuit_masks)
     report_health([(job.name, read_health(job.metrics)) for job in report.jobs if job.metrics])
 
 
