@@ -77,7 +77,7 @@ def sweep_comparison(results: Sequence[Any], measure: Measure, *, score_name: st
     groups: dict[str, dict[str, list[Any]]] = {}
     for job in results:
         m = job.metrics
-        if not m or "target_sparsity" not in m or "seed" not in m:
+        if not m or not all(k in m for k in ("target_sparsity", "seed", "sparsity")):  # staircases: per level
             continue
         key = f"{float(m['target_sparsity']):.3f}"
         groups.setdefault(key, {}).setdefault(m.get("control") or "real", []).append(job)

@@ -18,6 +18,7 @@ from typing import Optional
 import typer
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import (PRUNE_PRESET_HELP, data_flag_options, parse_key_values, parse_sparsities,
                                              with_data_options)
@@ -45,17 +46,22 @@ def prune(
     set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE, e.g. total_steps=500 (repeatable)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else mps, else the CPU), cpu, cuda, cuda:N or mps; "
                                "with --gpus-per-job each job gets its own GPU."),
+    control: list[str] = typer.Option([], "--control", help=CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
     """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds.
 
     Each run's health (off target, undecided gates, unconverged) is in its metrics.json and printed as
     warning lines; subnetlab --strict prune ... exits 2 instead."""
+    from subnetlab.cli.commands._controls import parse_controls, report_sweep
     from subnetlab.cli.commands._options import parse_int_list
+    from subnetlab.methods.controls import SHUFFLED_LABELS, check_shufflable
+    from subnetlab.runs.controls import control_jobs, subnetwork_measure
     from subnetlab.io import write_json
     from subnetlab.methods.l0.schedule import parse_levels
-    from subnetlab.runs.prune import prune_sweep
-    from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model
+    from subnetlab.runs.prune import PRUNE_JOB, prune_sweep
+    from subnetlab.runs.prune_setup import (PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model,
+                                            task_tokenizer)
     from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
     from subnetlab.tasks.spec import eval_splits, task_from_config
 
@@ -67,6 +73,7 @@ def prune(
     given = [*sparsity, *(more or [])]
     targets = parse_sparsities(given) if schedule == "linear" or given else []
     seed_list = parse_int_list(seeds, "--seeds")
+    controls = parse_controls(control)
     overrides = parse_key_values(set_, "--set")
     if ablation is not None:
         overrides["ablation"] = ablation
@@ -86,7 +93,10 @@ def prune(
     jobs = prune_sweep(base, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,
                        levels=level_list, overrides=overrides)  # builds (so checks) every job's typed config
     check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
-    load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task: refused here, not in a job
+    loaded = load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task: refused here
+    if SHUFFLED_LABELS in controls:
+        check_shufflable(built.bind(task_tokenizer(loaded, built)))
+    jobs += control_jobs(jobs, out, controls, PRUNE_JOB)
     from subnetlab.progress import stage
 
     stage(describe_runtime(runs_on))
@@ -103,6 +113,7 @@ def prune(
                              f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
     from subnetlab.cli.commands._health import report_health
 
+    report_sweep(out, report.jobs, "prune", controls=controls, measure=subnetwork_measure, score_name="accuracy")
     report_health(_healths(report))
 
 
@@ -129,7 +140,7 @@ def _summary(report) -> dict:
     healths: dict[str, list[dict | None]] = {}
     model_scores = None
     for job in report.jobs:
-        if not job.metrics:
+        if not job.metrics or job.metrics.get("control"):  # controls are compared in DIR/metrics.json
             continue
         if job.name == "full-model":
             model_scores = job.metrics.get("eval")
