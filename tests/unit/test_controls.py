@@ -171,3 +171,52 @@ def test_circuit_controls_run_beside_the_search_and_are_measured_as_it_is(tmp_pa
     assert set(summary["verdict"]["controls"]) == {"random-weights", "shuffled-labels"}
     assert summary["stability"]["seeds"] == [0, 1] and len(summary["stability"]["pairwise_jaccard"]) == 2
     assert "beats both controls beyond the seed spread" in printed and "mean pairwise Jaccard" in printed
+
+    from subnetlab.executor.results import results_table
+
+    table = results_table(out)
+    sweep = table[table["run_dir"] == "."]
+    assert set(sweep["command"]) == {"circuit"}
+    jaccard = sweep[sweep["metric_path"] == "targets.0.900.stability.mean_jaccard"]["value"].tolist()
+    assert jaccard == [pytest.approx(summary["stability"]["mean_jaccard"])]
+    controls = table[table["run_dir"].str.startswith("controls/")]
+    assert set(controls["run_dir"]) == {f"controls/{c}/sparsity-0.900/seed-{s}" for c in ("random-weights",
+                                        "shuffled-labels") for s in (0, 1)}
+
+
+def test_prune_controls_run_beside_the_search_and_stay_out_of_its_summary(tmp_path, capsys, one_thread):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from subnetlab.cli import main
+    from subnetlab.run_directory import resolve_run_path
+    from subnetlab.tasks import NLI3
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=3,
+                        id2label=dict(enumerate(NLI3)), label2id={k: i for i, k in enumerate(NLI3)})
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "bert")
+    word_tokenizer().save_pretrained(tmp_path / "bert")
+    out = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as e:
+        main(["prune", "--model", str(tmp_path / "bert"), "--task", "nli-synthetic", "--task-option", "n_train=24",
+              "--task-option", "n_eval=12", "--task-option", "hans_per_subcase=1", "--sparsity", "0.5", "--seeds",
+              "0,1", "--preset", "demo", "--set", "first_ramp_steps=2", "--set", "ramp_steps=2", "--set",
+              "hold_steps=2", "--set", "batch_size=8", "--set", "means_examples=16",
+              "--control", "shuffled-labels", "--control", "random-weights", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert e.value.code == 0
+    for control in ("shuffled-labels", "random-weights"):
+        run = out / "controls" / control / "sparsity-0.50" / "seed-1"
+        config = json.loads((run / "config.json").read_text())
+        assert config["control"] == control and json.loads((run / "metrics.json").read_text())["control"] == control
+        assert resolve_run_path(config["cache_dir"], run) == str((out / "controls" / control / "cache").resolve())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary  # the real runs' Table 5 summary, controls left out
+    compared = json.loads((out / "metrics.json").read_text())["targets"]["0.500"]
+    real = [json.loads((out / "sparsity-0.50" / f"seed-{s}" / "metrics.json").read_text()) for s in (0, 1)]
+    split = compared["real"]["split"][0]
+    assert compared["real"]["score"] == [m["eval"][split]["accuracy"] for m in real]
+    assert set(compared) >= {"real", "random-weights", "shuffled-labels", "verdict"}
+    assert "beats both controls beyond the seed spread" in printed
