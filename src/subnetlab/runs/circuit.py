@@ -15,6 +15,11 @@ Layout of a circuit sweep's directory DIR (what ``subnetlab circuit`` writes)::
         history.json                      target, expected sparsity, KL, lambdas over training
         metrics.json                      kept edges, sparsity, the circuit's metrics and faithfulness on the
                                           evaluation pairs, health (written last: marks the run finished)
+      controls/<control>/sparsity-0.950/seed-0/   with --control: the same search as a control
+                                          (``methods.controls``), a full run directory of its own
+      metrics.json                        with controls or several seeds, per target: the found circuits'
+                                          logit difference, faithfulness and density beside each control's, the
+                                          verdict, and the circuits' stability over seeds (``runs.controls``)
 
 The circuit is measured as ``subnetlab circuit-eval`` measures one: removed
 edges patched from each pair's corrupted prompt, every metric the task
