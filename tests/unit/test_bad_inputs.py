@@ -174,7 +174,8 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     good = f'"{clean}","{corrupted}"," Mary"," John"'
     for name, row in (("pairs-length", f'"{clean}","When Amy went to the store, Kate gave a drink to"," Mary"," John"'),
                       ("pairs-answer", f'"{clean}","{corrupted}"," Frank"," John"'),
-                      ("pairs-same", f'"{clean}","{corrupted}"," Mary"," Mary"')):
+                      ("pairs-same", f'"{clean}","{corrupted}"," Mary"," Mary"'),
+                      ("pairs-one-answer", good)):  # every pair the same answer: nothing to shuffle
         (root / f"{name}.csv").write_text(f"clean,corrupted,answer,wrong\n{good}\n{row}\n{good}\n")
         paths[name] = str(root / f"{name}.csv")
     save_tensors(root / "node-scores.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)},
@@ -680,6 +681,14 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-eval-no-wrong-column", [*CIRCUIT_EVAL, "--task", "file:{pairs-same}", "--corrupted-column", "corrupted",
                                       "--wrong-answer-column", "incorrect"],
      "pairs-same.csv: no wrong answer column 'incorrect'"),
+    # search controls (issue 39): only where there is a search; shuffled answers need two answers at least
+    ("circuit-control-without-search", [*EAP, "--control", "random-weights"], "--control: not used by --method eap"),
+    ("circuit-control-unknown", [*CIRCUIT, "--sparsity", "0.9", "--control", "random-labels"],
+     "--control 'random-labels': expected one of random-weights, shuffled-labels"),
+    ("circuit-shuffled-labels-one-answer", ["circuit", "--model", "{lm}", "--task", "file:{pairs-one-answer}",
+                                            "--corrupted-column", "corrupted", "--sparsity", "0.9", "--control",
+                                            "shuffled-labels"], "every example has the same answer"),
+    ("prune-control-unknown", [*PRUNE, "--control", "shuffled-labels,none"], "--control 'none'"),
     ("circuit-eval-not-a-circuit-task", [*CIRCUIT_EVAL, "--task", "arith:ab"], "task arith:ab is not a circuit task"),
     ("circuit-eval-scores-and-circuit", [*CIRCUIT_EVAL, "--task", "circuit:ioi", "--circuit", "{sub}"],
      "give either a scores file or circuit files"),

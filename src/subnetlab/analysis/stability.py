@@ -94,3 +94,51 @@ def stability_summary(subnetworks: Sequence[Subnetwork]) -> dict:
         "super_survivor_heads": [head_name(l, h) for l in range(L) for h in range(H) if sup_h[l, h] > 0.5],
         "super_survivor_mlps": [mlp_name(l) for l in range(L) if sup_m[l] > 0.5],
     }
+
+
+def bootstrap_interval(values: Sequence[float], seed: int, *, resamples: int = 2000,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (resampled with replacement, ``seed``)."""
+    x = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    if x.numel() == 0:
+        raise SubnetlabError("a bootstrap interval needs at least one value")
+    g = torch.Generator().manual_seed(int(seed))
+    means = x[torch.randint(0, x.numel(), (resamples, x.numel()), generator=g)].mean(1)
+    tail = (1.0 - level) / 2
+    return float(torch.quantile(means, tail)), float(torch.quantile(means, 1.0 - tail))
+
+
+def mask_stability(masks: Sequence[Tensor], names: Sequence[str], scores: Sequence[float] | None = None, *,
+                   seed: int = 0, resamples: int = 2000) -> dict:
+    """Stability of circuits (0/1 masks over the same units, e.g. edges) found with different seeds: how often
+    each unit is kept, the pairwise Jaccard of the masks, and a seeded bootstrap interval of the mean of
+    ``scores`` (one per mask: faithfulness, CPR or CMD) over the masks."""
+    if not masks:
+        raise SubnetlabError("stability needs at least one circuit")
+    stacked = torch.stack([(m > 0.5).flatten().float() for m in masks])
+    if stacked.shape[1] != len(names):
+        raise SubnetlabError(f"stability: {stacked.shape[1]} mask entries but {len(names)} names")
+    n = len(masks)
+    pj = torch.ones(n, n, dtype=torch.float64)
+    for i in range(n):
+        for j in range(i + 1, n):
+            pj[i, j] = pj[j, i] = jaccard(stacked[i], stacked[j])
+    off = [float(pj[i, j]) for i in range(n) for j in range(i + 1, n)]
+    freq = stacked.mean(0)
+    out = {
+        "circuits": n,
+        "kept": [int(k) for k in stacked.sum(1).tolist()],
+        "pairwise_jaccard": pj.tolist(),
+        "mean_jaccard": sum(off) / len(off) if off else math.nan,
+        "min_jaccard": min(off) if off else math.nan,
+        "kept_in_every": int((freq >= 1.0).sum()),
+        "kept_in_any": int((freq > 0.0).sum()),
+        "frequency": {name: float(f) for name, f in zip(names, freq.tolist()) if f > 0.0},
+    }
+    if scores is not None:
+        values = [float(s) for s in scores if s is not None and not math.isnan(float(s))]
+        if values:
+            low, high = bootstrap_interval(values, seed, resamples=resamples)
+            out["score"] = {"mean": sum(values) / len(values), "bootstrap_95": [low, high], "over": "seeds",
+                            "resamples": resamples, "seed": int(seed)}
+    return out

@@ -244,7 +244,7 @@ def results_table(root: str | os.PathLike) -> pd.DataFrame:
         run = root / record["run_dir"]
         config = _read_object(run / CONFIG_FILE) if (run / CONFIG_FILE).is_file() else {}
         metrics = _read_object(run / METRICS_FILE)
-        command = _command(config, record["run_dir"])
+        command = _command(config, record["run_dir"]) or _command(metrics, record["run_dir"])  # a sweep's own
         seed = next((v for v in (config.get("seed"), _get(config, "prune", "seed"), _get(config, "finetune", "seed"),
                                  metrics.get("seed")) if _is_number(v)), None)
         sparsity = next((v for v in (metrics.get("target_sparsity"), _get(config, "prune", "sparsity"),

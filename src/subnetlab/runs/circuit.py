@@ -15,6 +15,11 @@ Layout of a circuit sweep's directory DIR (what ``subnetlab circuit`` writes)::
         history.json                      target, expected sparsity, KL, lambdas over training
         metrics.json                      kept edges, sparsity, the circuit's metrics and faithfulness on the
                                           evaluation pairs, health (written last: marks the run finished)
+      controls/<control>/sparsity-0.950/seed-0/   with --control: the same search as a control
+                                          (``methods.controls``), a full run directory of its own
+      metrics.json                        with controls or several seeds, per target: the found circuits'
+                                          logit difference, faithfulness and density beside each control's, the
+                                          verdict, and the circuits' stability over seeds (``runs.controls``)
 
 The circuit is measured as ``subnetlab circuit-eval`` measures one: removed
 edges patched from each pair's corrupted prompt, every metric the task
@@ -34,6 +39,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.intervene.edges import check_edge_family
 from subnetlab.io import write_json
+from subnetlab.methods.controls import apply_control
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig, preset_config
 from subnetlab.methods.edge_pruning.data import circuit_data
 from subnetlab.methods.edge_pruning.train import prune_edges
@@ -106,7 +112,9 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     job = CircuitJobConfig.from_dict(config)
     cfg = job.settings
     loaded, task, tokenizer = load_circuit_task(job)
-    model, adapter = loaded.model.to(resolve_device(job.device)), loaded.adapter
+    loaded.model.to(resolve_device(job.device))
+    loaded = apply_control(job.control, loaded, task, cfg.seed)  # methods.controls: the same search, nothing to find
+    model, adapter = loaded.model, loaded.adapter
     data = circuit_data(task, tokenizer, "train")
     stage(f"edge pruning seed {cfg.seed} to {cfg.sparsity:.3f} of the edges removed ({cfg.total_steps} steps)")
     result = prune_edges(model, adapter, data, cfg, run_dir=out_dir, init_log_alpha_edges=warm_start(job, adapter))
@@ -130,6 +138,8 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     }
     if result.repair is not None:
         metrics["repair"] = result.repair
+    if job.control is not None:
+        metrics["control"] = job.control
     metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity, evaluate.baseline("logit_diff"))
     return metrics
 
@@ -218,11 +228,13 @@ def circuit_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float
 def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
                  overrides: Mapping[str, Any] | None = None, task_options: Mapping[str, Any] | None = None,
                  split: str = "eval", limit: int | None = None, init_from: str | None = None,
-                 device: str = "auto") -> tuple[list[Job], Any]:
+                 device: str = "auto", controls: Sequence[str] = ()) -> tuple[list[Job], Any]:
     """The checked jobs of one edge-pruning sweep and the model's adapter, for ``subnetlab circuit`` and
     ``sl.circuit`` alike; nothing is written. Refused here, before any job: the device, every job's typed
     settings, the model (a missing directory, its family), every prompt pair, the evaluation split, and (your
     own pairs) evaluation pairs that were training rows of the run that fine-tuned the model (``runs.splits``)."""
+    from subnetlab.methods.controls import SHUFFLED_LABELS, check_shufflable
+    from subnetlab.runs.controls import control_jobs
     from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
 
     resolve_device(device)
@@ -236,7 +248,9 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     built.examples(split)
     check_held_out(built, earlier)
     warm_start(first, loaded.adapter)  # the warm start's file: read and checked before anything is written
-    return jobs, loaded.adapter
+    if SHUFFLED_LABELS in controls:
+        check_shufflable(built)
+    return jobs + control_jobs(jobs, out, controls, CIRCUIT_JOB), loaded.adapter
 
 
 def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> Graph:

@@ -158,7 +158,7 @@ def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                 "health": health.to_dict()}  # the gates at the end of the climb (each level has its own)
     stage(f"seed {cfg.seed}: evaluating the {cfg.sparsity:.2f} subnetwork")
     metrics = write_selections(out_dir, setup, result.selections, cfg, cfg.sparsity, job, result.history)
-    return {**metrics, **training}
+    return {**metrics, **training, **({} if job.control is None else {"control": job.control})}
 
 
 def _level_summary(metrics: dict[str, Any]) -> dict[str, Any]:

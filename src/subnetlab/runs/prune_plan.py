@@ -18,8 +18,11 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, SweepReport
 from subnetlab.runs.health import Health, read_health
-from subnetlab.runs.prune import level_name, prune_sweep
-from subnetlab.runs.prune_setup import PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model
+from subnetlab.methods.controls import SHUFFLED_LABELS, check_shufflable
+from subnetlab.runs.controls import control_jobs
+from subnetlab.runs.prune import PRUNE_JOB, level_name, prune_sweep
+from subnetlab.runs.prune_setup import (PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model,
+                                        task_tokenizer)
 from subnetlab.runs.prune_summary import summarize
 from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
 from subnetlab.tasks.spec import eval_splits, task_from_config
@@ -30,8 +33,9 @@ SCHEDULES = ("linear", "staircase")
 def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
                schedule: str = "linear", levels: Sequence[float] = (), overrides: Mapping[str, Any] | None = None,
                task_options: Mapping[str, Any] | None = None, eval_data: Sequence[str] = (),
-               splits: Sequence[str] | None = None, device: str = "auto") -> list[Job]:
-    """The checked jobs of one pruning sweep (module doc); nothing is written."""
+               splits: Sequence[str] | None = None, device: str = "auto", controls: Sequence[str] = ()) -> list[Job]:
+    """The checked jobs of one pruning sweep (module doc), with a copy of each search under every control
+    (``runs.controls``); nothing is written."""
     from subnetlab.runtime import resolve_device
 
     resolve_device(device)  # an unknown or absent device is refused before anything loads
@@ -47,8 +51,10 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
     jobs = prune_sweep(base, out, targets=list(targets), seeds=list(seeds), preset=preset, schedule=schedule,
                        levels=tuple(levels), overrides=dict(overrides or {}))  # builds (so checks) every job's config
     check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
-    load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task
-    return jobs
+    loaded = load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task
+    if SHUFFLED_LABELS in controls:
+        check_shufflable(built.bind(task_tokenizer(loaded, built)))
+    return jobs + control_jobs(jobs, out, controls, PRUNE_JOB)
 
 
 def sweep_healths(report: SweepReport) -> list[tuple[str, Health | None]]:
@@ -70,7 +76,7 @@ def sweep_summary(report: SweepReport) -> dict[str, Any]:
     healths: dict[str, list[dict | None]] = {}
     model_scores = None
     for job in report.jobs:
-        if not job.metrics:
+        if not job.metrics or job.metrics.get("control"):  # controls are compared in DIR/metrics.json
             continue
         if job.name == "full-model":
             model_scores = job.metrics.get("eval")

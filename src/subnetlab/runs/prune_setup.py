@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues
+from subnetlab.methods.controls import apply_control, check_controls
 from subnetlab.methods.head_pruning.ablation import ablation_values, mean_activations
 from subnetlab.methods.head_pruning.config import PruneConfig
 from subnetlab.methods.l0.data import PruningData
@@ -43,8 +44,12 @@ class ModelAndTask(JobConfig):
     eval_data: list[str] = field(default_factory=list)
     splits: list[str] | None = None
     device: str = "auto"  # where the model runs (``runtime.resolve_device``); not part of a run's identity
+    # a search control (``methods.controls``): random-weights or shuffled-labels, seeded by the run's seed
+    control: str | None = field(default=None, metadata={"optional": True})
 
     def __post_init__(self) -> None:
+        if self.control is not None:
+            check_controls([self.control])
         if not isinstance(self.device, str) or not self.device:
             raise SubnetlabError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}", setting="device")
         if not isinstance(self.model, str) or not self.model:
@@ -253,6 +258,7 @@ class PruningSetup:
         loaded.model.to(resolve_device(job.device))  # gates, data, teacher and means follow the model's device
         tokenizer = task_tokenizer(loaded, task)
         task.bind(tokenizer)
+        loaded = apply_control(job.control, loaded, task, prune.seed)
         check_lengths_fit(loaded.model, tokenizer, task, prune.max_length, job.model, ["train", *splits])
         data = PruningData.from_task(task, tokenizer, "train", prune.max_length, prune.train_limit)
         cache = job.cache_dir

@@ -129,6 +129,18 @@ class Task:
             raise SubnetlabError(f"task {self.name}: unknown split {split!r} (known: {known})")
         return self.eval_splits[split]
 
+    def replace_examples(self, split: str, examples: list[Example]) -> None:
+        """Put ``examples`` in place of ``split``'s (as many, same label space); encodings made so far are dropped."""
+        if len(examples) != len(self.examples(split)):
+            raise SubnetlabError(f"task {self.name}: split {split!r} holds {len(self.examples(split))} examples, "
+                                 f"not {len(examples)}")
+        if split == "train":
+            self.train = list(examples)
+        else:
+            self.eval_splits[split] = list(examples)
+        self._cache.clear()
+        self._answer_cache.clear()
+
     def split_labels(self, split: str) -> list[str]:
         """Label names that the examples of ``split`` index into."""
         self.examples(split)

@@ -23,6 +23,7 @@ from typing import Optional
 import typer
 
 from subnetlab.cli.commands._executor_options import PARAMETERS as EXECUTOR_PARAMETERS
+from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, given_options, with_data_options
 from subnetlab.errors import SubnetlabError
@@ -103,6 +104,7 @@ def circuit(
                                         "circuit on the first N pairs of --split (and trains on every training pair); "
                                         "eap / eap-ig score the edges on the first N training pairs."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    control: list[str] = typer.Option([], "--control", help="edge-pruning: " + CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
     """Find edge-level circuits with Edge Pruning: hard-concrete masks over the edges of the model's computation
@@ -113,7 +115,9 @@ def circuit(
     from rich.console import Console
     from rich.table import Table
 
+    from subnetlab.cli.commands._controls import parse_controls, report_sweep
     from subnetlab.cli.commands._health import report_health
+    from subnetlab.runs.controls import circuit_masks, circuit_measure
     from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
     from subnetlab.progress import stage
     from subnetlab.runs.circuit import CircuitJobConfig, plan_circuit, write_sweep_graph
@@ -132,6 +136,7 @@ def circuit(
     runs_on = resolve_device(device)
     targets = parse_sparsities([*sparsity, *(more or [])])
     seed_list = parse_int_list(seeds, "--seeds")
+    controls = parse_controls(control)
     overrides = parse_key_values(set_, "--set")
     if ablation is not None:
         overrides["ablation"] = ablation
@@ -147,7 +152,7 @@ def circuit(
     jobs, adapter = plan_circuit(model, task, out, targets=targets, seeds=seed_list, preset=preset,
                                  overrides=overrides, task_options=task_options, split=split, limit=limit,
                                  init_from=None if init_from is None else str(init_from),
-                                 device=device)  # every check sl.circuit runs too, before any job
+                                 device=device, controls=controls)  # every check sl.circuit runs too, before any job
     write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(jobs[0].config).settings.embedding_nodes)
     stage(describe_runtime(runs_on))
     report = executor.run(jobs, sweep_dir=out)
@@ -169,6 +174,8 @@ def circuit(
     if failed:
         raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
                              f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
+    report_sweep(out, report.jobs, "circuit", controls=controls, measure=circuit_measure, score_name="logit_diff",
+                 masks=circuit_masks)
     report_health([(job.name, read_health(job.metrics)) for job in report.jobs if job.metrics])
 
 

@@ -18,6 +18,7 @@ from typing import Optional
 import typer
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import (PRUNE_PRESET_HELP, data_flag_options, parse_key_values, parse_sparsities,
                                              with_data_options)
@@ -45,6 +46,7 @@ def prune(
     set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE, e.g. total_steps=500 (repeatable)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else mps, else the CPU), cpu, cuda, cuda:N or mps; "
                                "with --gpus-per-job each job gets its own GPU."),
+    control: list[str] = typer.Option([], "--control", help=CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
     """Prune heads and MLPs with hard-concrete gates (Heuristic Core, Appendix B); summarise across seeds.
@@ -52,12 +54,14 @@ def prune(
     Each run's health (off target, undecided gates, unconverged) is in its metrics.json and printed as
     warning lines; subnetlab --strict prune ... exits 2 instead."""
     from subnetlab.cli.commands._health import report_health
+    from subnetlab.cli.commands._controls import parse_controls, report_sweep
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.methods.l0.schedule import parse_levels
     from subnetlab.progress import stage
     from subnetlab.runs.prune_plan import plan_prune, sweep_healths, sweep_summary
     from subnetlab.runs.prune_summary import format_summary
+    from subnetlab.runs.controls import subnetwork_measure
     from subnetlab.runtime import describe_runtime, resolve_device
 
     runs_on = resolve_device(device)  # an unknown or absent device is refused before anything loads
@@ -66,6 +70,7 @@ def prune(
     given = [*sparsity, *(more or [])]
     targets = parse_sparsities(given) if schedule == "linear" or given else []
     seed_list = parse_int_list(seeds, "--seeds")
+    controls = parse_controls(control)
     overrides = parse_key_values(set_, "--set")
     if ablation is not None:
         overrides["ablation"] = ablation
@@ -76,7 +81,8 @@ def prune(
     task_options = with_data_options(task, parse_key_values(task_option, "--task-option"), **data_flags)
     jobs = plan_prune(model, task, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,
                       levels=level_list, overrides=overrides, task_options=task_options, eval_data=list(eval_data),
-                      splits=split_list, device=device)  # every check the Python API runs too, before any job
+                      splits=split_list, device=device,
+                      controls=controls)  # every check the Python API runs too, before any job
     stage(describe_runtime(runs_on))
     report = executor.run(jobs, sweep_dir=out)
     summary = sweep_summary(report)
@@ -87,6 +93,7 @@ def prune(
     if failed:
         raise SubnetlabError(f"{len(failed)} of {len(report.jobs)} runs failed; {failed[0].name}: {failed[0].error} "
                              f"(details in {out / 'sweep.json'}; rerun the same command to resume)")
+    report_sweep(out, report.jobs, "prune", controls=controls, measure=subnetwork_measure, score_name="accuracy")
     report_health(sweep_healths(report))
 
 

@@ -31,7 +31,7 @@ methods and for ``subnetlab.tasks.circuits.metrics``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -189,6 +189,18 @@ class CircuitTask(Task):
         self._require_bound()
         self.examples(split)
         return self._pairs[split]
+
+    def permute_answers(self, split: str, order: Sequence[int]) -> None:
+        """Pair ``i`` of ``split`` takes the answer and wrong answer (tokens and texts) of pair ``order[i]``; the
+        prompts stay. The clean prompts' labels follow their new answers."""
+        self._require_bound()
+        pairs, tokens = self.pairs(split), self._tokens[split]
+        if sorted(order) != list(range(len(pairs))):
+            raise SubnetlabError(f"task {self.name}: not a permutation of the {len(pairs)} pairs of {split!r}")
+        self._pairs[split] = [replace(p, answer=pairs[j].answer, wrong=pairs[j].wrong) for p, j in zip(pairs, order)]
+        self._tokens[split] = [replace(t, answer=tokens[j].answer, wrong=tokens[j].wrong) for t, j in zip(tokens, order)]
+        examples = self.examples(split)
+        self.replace_examples(split, [replace(e, label=examples[j].label) for e, j in zip(examples, order)])
 
     def _require_bound(self) -> None:
         if self._bound_to is None:

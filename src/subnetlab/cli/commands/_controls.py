@@ -1,0 +1,36 @@
+"""The command line's side of search controls (``methods.controls``, ``runs.controls``): ``--control`` read the
+same way by every searching command, and the sweep's comparison written to ``DIR/metrics.json`` and printed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+CONTROL_HELP = ("Also run the same search, budget and seeds as a control (repeatable or a comma list): "
+                "random-weights (the architecture re-initialised by its own initialiser, seeded by the run's seed) "
+                "or shuffled-labels (answers permuted within the task, seeded); each under DIR/controls/<control>/, "
+                "compared with the found masks in DIR/metrics.json.")
+
+
+def parse_controls(values: Sequence[str]) -> tuple[str, ...]:
+    """``--control a --control b`` or ``--control a,b``: each control once, an unknown one refused."""
+    from subnetlab.methods.controls import check_controls
+
+    return check_controls([v.strip() for value in values for v in value.split(",") if v.strip()])
+
+
+def report_sweep(out: Path, results: Sequence[Any], command: str, *, controls: Sequence[str], measure: Callable,
+                 score_name: str, masks: Callable | None = None) -> dict[str, Any]:
+    """Compare the sweep's runs (controls, stability over seeds), write ``DIR/metrics.json`` when there is
+    anything to compare, and print it."""
+    from subnetlab.io import write_json
+    from subnetlab.runs.controls import format_comparison, sweep_comparison
+
+    comparison = sweep_comparison(results, measure, score_name=score_name, masks=masks)
+    if controls or any("stability" in entry for entry in comparison.values()):
+        write_json(out / "metrics.json", {"command": command, "controls": list(controls), "targets": comparison})
+        typer.echo(format_comparison(comparison), nl=False)
+    return comparison

@@ -1,0 +1,222 @@
+"""Search controls (methods.controls): the random-weights model, shuffled answers, the verdict; circuits'
+stability over seeds (analysis.stability.mask_stability); the controls of `subnetlab circuit` end to end."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+
+import pytest
+import torch
+
+from subnetlab.analysis.stability import bootstrap_interval, mask_stability
+from subnetlab.errors import SubnetlabError
+from subnetlab.methods.controls import (apply_control, check_controls, control_verdict, permutation, reinitialised,
+                                        shuffle_labels)
+from subnetlab.tasks.base import Example, Task
+from subnetlab.tasks.registry import get_task
+from tests.conftest import tiny_model
+
+
+# ---------------------------------------------------------------- random weights
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_random_weights_is_the_same_config_initialised_afresh_by_its_seed(family):
+    trained = tiny_model(family, seed=3)
+    with torch.no_grad():  # as if trained: no initialiser gives these weights
+        for p in trained.model.parameters():
+            p.add_(0.01)
+    control = reinitialised(trained, seed=5)
+    assert type(control.model) is type(trained.model)
+    assert control.model.config.to_dict() == trained.model.config.to_dict()
+    mine, theirs = control.model.state_dict(), trained.model.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert any(not torch.equal(mine[k], theirs[k]) for k in mine)
+    independent = tiny_model(family, seed=5).model.state_dict()  # the model's own initialiser, seeded alike
+    assert all(torch.equal(mine[k], independent[k]) for k in mine)
+    again = reinitialised(trained, seed=5).model.state_dict()
+    assert all(torch.equal(mine[k], again[k]) for k in mine)
+    assert control.adapter.model is control.model and not control.model.training
+
+
+# --------------------------------------------------------------- shuffled labels
+def test_shuffled_labels_are_a_seeded_permutation_within_each_split():
+    def labels(task):
+        return {s: [e.label for e in task.examples(s)] for s in task.split_names}
+
+    def texts(task):
+        return {s: [(e.text_a, e.text_b) for e in task.examples(s)] for s in task.split_names}
+
+    real = get_task("nli-synthetic", n_train=40, n_eval=30, hans_per_subcase=1, seed=0)
+    a = shuffle_labels(get_task("nli-synthetic", n_train=40, n_eval=30, hans_per_subcase=1, seed=0), seed=1)
+    b = shuffle_labels(get_task("nli-synthetic", n_train=40, n_eval=30, hans_per_subcase=1, seed=0), seed=1)
+    c = shuffle_labels(get_task("nli-synthetic", n_train=40, n_eval=30, hans_per_subcase=1, seed=0), seed=2)
+    assert texts(a) == texts(real)  # the same inputs
+    for split, want in labels(real).items():
+        assert Counter(labels(a)[split]) == Counter(want)  # the same multiset
+        order = permutation(len(want), 1 + real.split_names.index(split))
+        assert labels(a)[split] == [want[j] for j in order]  # the documented permutation
+    assert labels(a) == labels(b) and labels(a) != labels(c) and labels(a) != labels(real)
+
+
+def test_one_label_cannot_be_shuffled():
+    task = Task("one", "classification", ["yes", "no"], [Example(f"x{i}", None, 0) for i in range(5)],
+                {"eval": [Example(f"y{i}", None, 0) for i in range(3)]})
+    with pytest.raises(SubnetlabError, match="same answer") as e:
+        shuffle_labels(task, seed=0)
+    assert e.value.setting == "control"
+
+
+def test_circuit_answers_move_across_pairs_with_their_wrong_answers():
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    tok = gpt2_style_tokenizer()
+    real = get_task("circuit:ioi", n_train=12, n_eval=6).bind(tok)
+    task = get_task("circuit:ioi", n_train=12, n_eval=6).bind(tok)
+    apply_control("shuffled-labels", None, task, seed=4)
+    for k, split in enumerate(task.split_names):
+        n = len(real.pairs(split))
+        order = permutation(n, 4 + k)
+        before, after = real.pair_batch(tok, split, range(n)), task.pair_batch(tok, split, range(n))
+        assert torch.equal(after["input_ids"], before["input_ids"])
+        assert torch.equal(after["corrupted_input_ids"], before["corrupted_input_ids"])
+        assert after["answer_id"].tolist() == [before["answer_id"][j] for j in order]
+        assert after["wrong_id"].tolist() == [before["wrong_id"][j] for j in order]
+        assert [e.label for e in task.examples(split)] == [real.examples(split)[j].label for j in order]
+
+
+def test_controls_are_named_once_and_unknown_ones_refused():
+    assert check_controls(["shuffled-labels", "random-weights", "shuffled-labels"]) == ("shuffled-labels",
+                                                                                       "random-weights")
+    with pytest.raises(SubnetlabError, match="expected one of random-weights, shuffled-labels"):
+        check_controls(["random"])
+
+
+# ----------------------------------------------------------------------- verdict
+def test_verdict_beats_every_control_only_beyond_the_seed_spread():
+    real = [0.9, 0.8, 1.0]  # mean 0.9, sd 0.1
+    far = {"random-weights": [0.1, 0.2, 0.0], "shuffled-labels": [0.3, 0.3, 0.3]}  # gaps 0.8, 0.6; margins 0.2, 0.1
+    v = control_verdict(real, far)
+    assert v["beats"] is True
+    assert v["controls"]["random-weights"]["gap"] == pytest.approx(0.8)
+    assert v["controls"]["random-weights"]["margin"] == pytest.approx(0.2)
+    assert v["controls"]["shuffled-labels"]["margin"] == pytest.approx(0.1)
+    near = {"random-weights": [0.1, 0.2, 0.0], "shuffled-labels": [0.75, 0.75, 0.75]}  # gap 0.15 > 0.1 + 0
+    assert control_verdict(real, near)["beats"] is True
+    within = {"random-weights": [0.1, 0.2, 0.0], "shuffled-labels": [0.85, 0.65, 0.75]}  # gap 0.15 < 0.1 + 0.1
+    v = control_verdict(real, within)
+    assert v["beats"] is False and "shuffled-labels" in v["reason"] and "random-weights" not in v["reason"]
+    assert control_verdict([0.9], far)["beats"] is None  # one seed: no spread
+    assert control_verdict(real, {"random-weights": []})["beats"] is None
+    lower = control_verdict([0.1, 0.2], {"random-weights": [0.9, 1.0]}, higher_is_better=False)  # e.g. KL
+    assert lower["beats"] is True and lower["controls"]["random-weights"]["gap"] == pytest.approx(0.8)
+    assert v["real"]["sd"] == pytest.approx(statistics.stdev(real))
+
+
+# --------------------------------------------------------------------- stability
+def test_mask_stability_by_hand():
+    names = ["e0", "e1", "e2", "e3"]
+    masks = [torch.tensor([1, 1, 0, 0]), torch.tensor([1, 0, 1, 0]), torch.tensor([1, 1, 0, 0])]
+    s = mask_stability(masks, names, [0.5, 0.7, 0.6], seed=0, resamples=500)
+    assert s["pairwise_jaccard"][0][1] == pytest.approx(1 / 3) and s["pairwise_jaccard"][0][2] == 1.0
+    assert s["mean_jaccard"] == pytest.approx((1 / 3 + 1 + 1 / 3) / 3) and s["min_jaccard"] == pytest.approx(1 / 3)
+    assert s["frequency"] == pytest.approx({"e0": 1.0, "e1": 2 / 3, "e2": 1 / 3})
+    assert s["kept_in_every"] == 1 and s["kept_in_any"] == 3 and s["kept"] == [2, 2, 2]
+    low, high = s["score"]["bootstrap_95"]
+    assert 0.5 <= low <= 0.6 <= high <= 0.7
+    assert bootstrap_interval([0.5, 0.7, 0.6], 0, resamples=500) == (low, high)  # seeded: the same again
+    assert bootstrap_interval([0.4, 0.4], 3) == (pytest.approx(0.4), pytest.approx(0.4))
+
+
+# ----------------------------------------------------------------- end to end
+def test_circuit_controls_run_beside_the_search_and_are_measured_as_it_is(tmp_path, capsys, one_thread):
+    """Each control is a full run directory; its circuit, re-measured here on an independently re-initialised
+    model (the control's own seed), gives the logit difference its metrics report; DIR/metrics.json compares."""
+    from transformers import GPT2Config
+
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.cli import main
+    from subnetlab.models import build_model, get_adapter
+    from subnetlab.subnetwork import Subnetwork
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    tok = gpt2_style_tokenizer()
+    config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2, n_inner=32,
+                        initializer_range=0.3)
+    build_model(config, head="causal-lm", seed=11).model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    out = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as e:
+        main(["circuit", "--model", str(tmp_path / "model"), "--task", "circuit:ioi", "--task-option", "n_train=8",
+              "--task-option", "n_eval=6", "--sparsity", "0.9", "--seeds", "0,1", "--preset", "demo", "--set",
+              "total_steps=4", "--set", "warmup_steps=2", "--set", "batch_size=4", "--set", "checkpoint_every=4",
+              "--control", "random-weights,shuffled-labels", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert e.value.code == 0
+    run = out / "controls" / "random-weights" / "sparsity-0.900" / "seed-1"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert json.loads((run / "config.json").read_text())["control"] == "random-weights"
+    assert metrics["control"] == "random-weights" and "health" in metrics
+
+    model = build_model(GPT2Config.from_pretrained(tmp_path / "model"), head="causal-lm", seed=1).model
+    task = get_task("circuit:ioi", n_train=8, n_eval=6).bind(tok)
+    sub = Subnetwork.load(run / "subnetwork.safetensors")
+    evaluate = edge_evaluator(model, get_adapter(model), sub.graph(), task, tok, "eval")
+    assert evaluate(sub.edges.bool())["logit_diff"] == pytest.approx(metrics["eval"]["logit_diff"], abs=1e-4)
+
+    summary = json.loads((out / "metrics.json").read_text())["targets"]["0.900"]
+    real = [json.loads((out / "sparsity-0.900" / f"seed-{s}" / "metrics.json").read_text()) for s in (0, 1)]
+    assert summary["real"]["score"] == [m["eval"]["logit_diff"] for m in real]
+    assert summary["random-weights"]["score"][1] == metrics["eval"]["logit_diff"]
+    assert set(summary["verdict"]["controls"]) == {"random-weights", "shuffled-labels"}
+    assert summary["stability"]["seeds"] == [0, 1] and len(summary["stability"]["pairwise_jaccard"]) == 2
+    assert "beats both controls beyond the seed spread" in printed and "mean pairwise Jaccard" in printed
+
+    from subnetlab.executor.results import results_table
+
+    table = results_table(out)
+    sweep = table[table["run_dir"] == "."]
+    assert set(sweep["command"]) == {"circuit"}
+    jaccard = sweep[sweep["metric_path"] == "targets.0.900.stability.mean_jaccard"]["value"].tolist()
+    assert jaccard == [pytest.approx(summary["stability"]["mean_jaccard"])]
+    controls = table[table["run_dir"].str.startswith("controls/")]
+    assert set(controls["run_dir"]) == {f"controls/{c}/sparsity-0.900/seed-{s}" for c in ("random-weights",
+                                        "shuffled-labels") for s in (0, 1)}
+
+
+def test_prune_controls_run_beside_the_search_and_stay_out_of_its_summary(tmp_path, capsys, one_thread):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from subnetlab.cli import main
+    from subnetlab.run_directory import resolve_run_path
+    from subnetlab.tasks import NLI3
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=3,
+                        id2label=dict(enumerate(NLI3)), label2id={k: i for i, k in enumerate(NLI3)})
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "bert")
+    word_tokenizer().save_pretrained(tmp_path / "bert")
+    out = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as e:
+        main(["prune", "--model", str(tmp_path / "bert"), "--task", "nli-synthetic", "--task-option", "n_train=24",
+              "--task-option", "n_eval=12", "--task-option", "hans_per_subcase=1", "--sparsity", "0.5", "--seeds",
+              "0,1", "--preset", "demo", "--set", "first_ramp_steps=2", "--set", "ramp_steps=2", "--set",
+              "hold_steps=2", "--set", "batch_size=8", "--set", "means_examples=16",
+              "--control", "shuffled-labels", "--control", "random-weights", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert e.value.code == 0
+    for control in ("shuffled-labels", "random-weights"):
+        run = out / "controls" / control / "sparsity-0.50" / "seed-1"
+        config = json.loads((run / "config.json").read_text())
+        assert config["control"] == control and json.loads((run / "metrics.json").read_text())["control"] == control
+        assert resolve_run_path(config["cache_dir"], run) == str((out / "controls" / control / "cache").resolve())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary  # the real runs' Table 5 summary, controls left out
+    compared = json.loads((out / "metrics.json").read_text())["targets"]["0.500"]
+    real = [json.loads((out / "sparsity-0.50" / f"seed-{s}" / "metrics.json").read_text()) for s in (0, 1)]
+    split = compared["real"]["split"][0]
+    assert compared["real"]["score"] == [m["eval"][split]["accuracy"] for m in real]
+    assert set(compared) >= {"real", "random-weights", "shuffled-labels", "verdict"}
+    assert "beats both controls beyond the seed spread" in printed
