@@ -173,7 +173,11 @@ def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
 
 def fake_data(model: Any, adapter: Any, size: int, length: int) -> Any:
     """``size`` examples of ``length`` tokens: prompt pairs for a decoder (the answer at the last position),
-    classification rows for an encoder; made when a batch is asked for (under the fake mode: no memory)."""
+    classification rows for an encoder; made when a batch is asked for (under the fake mode: no memory).
+
+    Without padding: a padded batch carries an attention mask, which under fake tensors transformers always
+    expands to ``[batch, 1, length, length]`` (it cannot read that the mask is all ones), sending attention to
+    the kernel that keeps its weights; real batches of equal length skip the mask."""
     import torch
 
     from subnetlab.methods.edge_pruning.data import prediction_logits
@@ -184,7 +188,7 @@ def fake_data(model: Any, adapter: Any, size: int, length: int) -> Any:
     def batch_at(indices: Any) -> dict[str, Any]:
         n = len(list(indices))
         ids = torch.zeros(n, length, dtype=torch.long)
-        batch = {"input_ids": ids, "attention_mask": torch.ones(n, length, dtype=torch.long)}
+        batch = {"input_ids": ids, "attention_mask": None}  # no padding: the causal kernel without a mask
         if decoder:
             batch.update(corrupted_input_ids=torch.zeros(n, length, dtype=torch.long),
                          answer_index=torch.full((n,), length - 1, dtype=torch.long),
@@ -281,7 +285,8 @@ def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callab
 
 
 def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any) -> tuple[int, int]:
-    """``(peak bytes, FLOPs of one step)``: the set-up and two steps, the FLOPs counted on the second."""
+    """``(peak bytes, FLOPs of one step)``: the peak over the set-up and two steps, the FLOPs counted on a third
+    (the counter keeps module outputs alive while it runs)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     gc.collect()
@@ -289,11 +294,12 @@ def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any) ->
     step = run_step(model, adapter, settings, live)
     try:
         step(0)
+        step(1)
+        peak = live.peak
         with FlopCounterMode(display=False) as flops:
-            step(1)
+            step(2)
     finally:
         step(-1)
-    peak = live.peak
     del step
     gc.collect()
     return peak, int(flops.get_total_flops())
