@@ -93,6 +93,8 @@ def files(tmp_path_factory) -> dict[str, str]:
     paths["not-means"] = str(root / "bert" / "model.safetensors")
     (root / "a-file").write_text("not a directory\n")
     paths["afile"] = str(root / "a-file")
+    (root / "not-a-config.json").write_text('{"format": "subnetlab.graph/1", "edges": []}')
+    paths["notconfig"] = str(root / "not-a-config.json")
     (root / "full").mkdir()
     (root / "full" / "kept.txt").write_text("an earlier result\n")
     paths["full"] = str(root / "full")
@@ -903,6 +905,13 @@ CASES: list[tuple[str, list[str], str]] = [
      "mib-counts.jsonl:3: the answers' token counts differ (' Tom' 1, ' James' 1, ' Frank' 4)"),
     ("mib-not-utf8", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-latin1}"],
      "mib-latin1.jsonl:2: not UTF-8 text"),
+    ("plan-not-a-model-config", ["plan", "prune", "--model", "{notconfig}"], "not-a-config.json: not a model config"),
+    ("plan-memory-text", ["plan", "prune", "--model", "{bert}", "--memory", "abc"],
+     "memory 'abc': expected a positive size such as 80GB"),
+    ("plan-batch-zero", ["plan", "circuit", "--model", "{bert}", "--batch", "0"], "--batch 0 must be at least 1"),
+    ("plan-unknown-method", ["plan", "circuit", "--model", "{bert}", "--method", "acdc"], "--method 'acdc'"),
+    ("plan-micro-batch-not-dividing", ["plan", "prune", "--model", "{bert}", "--batch", "8", "--micro-batch", "3"],
+     "micro-batch 3 does not divide the batch 8"),
     ("mib-unfit", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-ioi}", "--task-option",
                    "unfit=skip"], "unfit"),
     # subnetlab view (issue 38): no run, damaged graph / scores files, runs of two graphs, --out a directory
@@ -936,7 +945,7 @@ def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files
     torch.set_num_threads(1)
     out = str(tmp_path / "out")
     argv = _filled(args, files, out)
-    if "--out" not in argv and argv[0] not in ("inspect", "results", "mib-check"):
+    if "--out" not in argv and argv[0] not in ("inspect", "results", "mib-check", "plan"):
         argv += ["--out", out]
     given = argv[argv.index("--out") + 1] if "--out" in argv else out
     before = {p: _listing(p) for p in (given, out, files["afile"], files["full"])}

@@ -1,0 +1,82 @@
+"""``subnetlab plan``: the peak a fake-tensor run predicts against the peak the CPU allocator measures on the
+real step (the profiler's allocation events: a measurement the prediction shares nothing with), FLOPs against
+their closed form, the largest micro-batch against a line it was not fitted to."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertConfig, GPT2Config, LlamaConfig
+
+from subnetlab.runs.plan import (PlanSettings, count_steps, fake_model, largest_micro_batch, parse_memory, plan_run,
+                                 run_step)
+from subnetlab.runs.plan_memory import measured_peak, storage_bytes
+
+CONFIGS = {
+    "gpt2": GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=100, n_positions=64),
+    "llama": LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64,
+                         intermediate_size=128, vocab_size=100, max_position_embeddings=64),
+    "bert": BertConfig(num_hidden_layers=2, num_attention_heads=4, hidden_size=64, intermediate_size=128,
+                       vocab_size=100, max_position_embeddings=64),
+}
+CASES = [("gpt2", "head-pruning"), ("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "head-pruning"),
+         ("llama", "edge-pruning"), ("llama", "eap-ig"), ("bert", "head-pruning")]
+
+
+def real_peak(config, settings: PlanSettings) -> int:
+    """Weights plus the allocator's peak over the set-up and two steps, on real tensors."""
+    torch.manual_seed(0)
+    model, adapter = fake_model(config, settings)  # no fake mode here: a real, randomly initialised model
+    weights = storage_bytes([*model.parameters(), *model.buffers()])
+
+    def run() -> None:
+        step = run_step(model, adapter, settings)
+        step(0)
+        step(1)
+        step(-1)
+
+    return weights + measured_peak(run)
+
+
+@pytest.mark.parametrize("family, method", CASES, ids=[f"{f}-{m}" for f, m in CASES])
+def test_the_predicted_peak_is_within_15_percent_of_the_measured_one(family, method) -> None:
+    torch.set_num_threads(1)
+    # micro-batches of 64, the full model's evaluation batch, so the training step (not that pass) sets the peak
+    settings = PlanSettings(method, batch=64 if method != "eap-ig" else 16, length=16, ig_steps=3,
+                            preset="demo" if method != "eap-ig" else "paper")
+    predicted = plan_run(CONFIGS[family], settings, family).peak_bytes
+    measured = real_peak(CONFIGS[family], settings)
+    print(f"{family} {method}: predicted {predicted} measured {measured} ratio {predicted / measured:.3f}")
+    assert abs(predicted - measured) <= 0.15 * measured, (predicted, measured)
+
+
+def test_flops_of_an_attribution_step_match_the_closed_form() -> None:
+    """EAP-IG on GPT-2: one clean forward (no grad), one corrupted forward, k forward+backwards; the backward
+    of a frozen matmul is one product (the input's gradient), so 2 + k forwards and k backwards of the model's
+    matrix products, plus the edge scores (a [readers, B*P*hidden] x [B*P*hidden, writers] product per block)."""
+    config = CONFIGS["gpt2"]
+    B, P, k, L, d, V, ff = 2, 8, 3, 2, 64, 100, 256
+    settings = PlanSettings("eap-ig", batch=B, length=P, ig_steps=k)
+    flops = plan_run(config, settings).flops_per_step
+    N = B * P
+    # per layer: qkv, out projection, two MLP matrices; attention scores and values; the unembedding
+    forward = L * (2 * N * d * 3 * d + 2 * N * d * d + 2 * 2 * N * d * ff + 2 * 2 * B * P * P * d) + 2 * N * d * V
+    assert flops > (2 + k) * forward  # the forwards alone; more: backwards and the per-reader projections
+    assert flops < (2 + 3 * k) * forward * 3  # bounded by a few forwards' worth per step
+
+
+def test_the_largest_micro_batch_is_the_largest_that_fits_a_line() -> None:
+    """On an exact line peak(m) = a + b m, the search returns floor((memory - a) / b); on a convex curve the
+    answer is checked, not extrapolated."""
+    line = lambda m: 1000 + 37 * m  # noqa: E731
+    assert largest_micro_batch(line, 4, line(4), 5000) == (5000 - 1000) // 37
+    curve = lambda m: 1000 + 5 * m * m  # noqa: E731
+    found = largest_micro_batch(curve, 2, curve(2), 50_000)
+    assert curve(found) <= 50_000 < curve(found + 1)
+    assert largest_micro_batch(line, 4, line(4), 500) == 0
+
+
+def test_memory_sizes_and_steps() -> None:
+    assert parse_memory("80GB") == 80 * 10**9 and parse_memory("24 GiB") == 24 * 2**30 and parse_memory("512") == 512
+    assert count_steps(PlanSettings("eap-ig", batch=16, length=8, examples=100)) == 7
+    assert count_steps(PlanSettings("edge-pruning", batch=32, length=8)) == 3000  # the paper's
