@@ -183,7 +183,8 @@ def _circuit_files(root: Path, paths: dict[str, str]) -> None:
     save_tensors(root / "node-scores.safetensors", {"heads": torch.ones(3, 2), "mlps": torch.ones(3)},
                  {"format": "subnetlab.attribution/1"})
     paths["nodescores"] = str(root / "node-scores.safetensors")
-    save_tensors(root / "node-scores-fit.safetensors", {"heads": torch.ones(2, 2), "mlps": torch.ones(2)})
+    save_tensors(root / "node-scores-fit.safetensors", {"heads": torch.ones(2, 2), "mlps": torch.ones(2)},
+                 {"format": "subnetlab.attribution/1"})
     paths["nodescores-fit"] = str(root / "node-scores-fit.safetensors")
     (root / "latin1.jsonl").write_bytes(b'{"clean": "When Mary and John went to the caf\xe9, John gave a drink to", '
                                         b'"corrupted": "When Amy and Lisa went to the caf\xe9, Kate gave a drink to", '
