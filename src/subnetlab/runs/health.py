@@ -1,4 +1,4 @@
-"""Is a found subnetwork a result? The one place that judges it (issue 26).
+"""Is a found subnetwork a result? The one place that judges it.
 
 The methods report raw numbers about what they found (how many units the
 subnetwork keeps out of how many could be masked, how many gates were still
@@ -46,10 +46,10 @@ from subnetlab.methods.decided import UNDECIDED
 
 # The thresholds are choices (no paper states one), kept here so every command, report and verdict uses the same.
 # More than this share of gates undecided at the end: "undecided" (one gate in ten left to small score
-# differences; the demo's Table 2 had 85% undecided at 50%, issue 26).
+# differences; a demo's Table 2 once had 85% undecided at 50%).
 MAX_UNDECIDED_SHARE = 0.10
-# |expected sparsity - target| above this (a difference of sparsities, in [0, 1]): "off target" (issue 26's BERT
-# run after 40 steps: 0.047 against 0.5).
+# |expected sparsity - target| above this (a difference of sparsities, in [0, 1]): "off target" (a BERT run
+# stopped after 40 steps: 0.047 against 0.5).
 TARGET_TOLERANCE = 0.05
 # The last stretch of training looked at for convergence, as a share of the recorded objective values...
 CONVERGENCE_STRETCH = 0.2
@@ -63,7 +63,7 @@ OBJECTIVE_FLOOR = 1e-3
 
 # |m(full) - m(empty)| over the pooled standard deviation of the metric over the pairs (the full model's values and
 # the empty circuit's, Cohen's d) below this: "degenerate baseline" (0.2 is Cohen's "small" effect; the tutorial's
-# untrained GPT-2 has a gap of 0.001 in logit difference, issue 36).
+# untrained GPT-2 has a gap of 0.001 in logit difference).
 MIN_BASELINE_EFFECT = 0.2
 
 PROBLEMS = ("degenerate", "undecided", "off-target", "unconverged", "degenerate-baseline")
