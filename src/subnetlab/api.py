@@ -71,15 +71,19 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
           seeds: int | Sequence[int] = 0, preset: str = "paper", schedule: str = "linear", levels: Sequence[float] = (),
           task_options: Mapping[str, Any] | None = None, eval_data: Sequence[str] = (),
           splits: Sequence[str] | None = None, device: str = "auto", jobs: int | None = None, strict: bool = False,
-          **settings: Any) -> dict[str, Any]:
+          controls: Sequence[str] = (), **settings: Any) -> dict[str, Any]:
     """Prune ``model``'s heads and MLPs on ``task`` to each ``sparsity`` with each seed (``subnetlab prune``).
 
-    ``settings`` override the preset's pruning settings (``total_steps=500``, ``ablation="zero"``, ...).
-    Returns ``{"out", "summary", "health", "warnings", "runs", "subnetworks"}``: the summary across seeds that
-    the command prints (with each sparsity's health counts), each run's health and the problems as warning
-    lines (module doc), each run's metrics, and the chosen subnetwork of each run.
+    ``settings`` override the preset's pruning settings (``total_steps=500``, ``ablation="zero"``, ...);
+    ``controls`` (``"random-weights"``, ``"shuffled-labels"``: ``methods.controls``) run the same search beside
+    it. Returns ``{"out", "summary", "health", "warnings", "runs", "subnetworks", "controls"}``: the summary
+    across seeds that the command prints (with each sparsity's health counts), each run's health and the problems
+    as warning lines (module doc), each run's metrics, the chosen subnetwork of each run, and the comparison with
+    the controls (``runs.controls``; empty without).
     """
     from subnetlab.io import write_json
+    from subnetlab.methods.controls import check_controls
+    from subnetlab.runs.controls import subnetwork_measure, write_comparison
     from subnetlab.runs.prune import SUBNETWORK_FILE
     from subnetlab.runs.prune_plan import plan_prune, sweep_healths, sweep_summary
     from subnetlab.runs.prune_summary import SUMMARY_FILE
@@ -88,15 +92,17 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
     targets = [sparsity] if isinstance(sparsity, (int, float)) else list(sparsity)
     sweep = plan_prune(model, task, out, targets=targets, seeds=_seeds(seeds), preset=preset, schedule=schedule,
                        levels=levels, overrides=settings, task_options=task_options, eval_data=eval_data,
-                       splits=splits, device=device)  # the command's checks, before any run
+                       splits=splits, device=device, controls=check_controls(controls))  # the command's checks
     report = _run(sweep, out, jobs, "pruning")
+    comparison = write_comparison(out, report.jobs, "prune", controls=controls, measure=subnetwork_measure,
+                                  score_name="accuracy") if controls else {}
     summary = sweep_summary(report)
     write_json(out / SUMMARY_FILE, summary)  # as the command writes it
     health, lines = _health(sweep_healths(report), strict)
     runs = {job.name: job.metrics for job in report.jobs}
     subnetworks = [job.out_dir / SUBNETWORK_FILE for job in sweep if (job.out_dir / SUBNETWORK_FILE).is_file()]
     return {"out": out, "summary": summary, "health": health, "warnings": lines, "runs": runs,
-            "subnetworks": subnetworks}
+            "subnetworks": subnetworks, "controls": comparison}
 
 
 def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float] = (1e-7, 5e-7, 1e-8), seed: int = 0,
@@ -174,7 +180,8 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             preset: str | None = None, ablation: str | None = None, embedding_nodes: int | None = None,
             task_options: Mapping[str, Any] | None = None, split: str | None = None, limit: int | None = None,
             ig_steps: int | None = None, metric: str | None = None, init_from: str | Path | None = None,
-            device: str = "auto", jobs: int | None = None, strict: bool = False, **settings: Any) -> dict[str, Any]:
+            device: str = "auto", jobs: int | None = None, strict: bool = False, controls: Sequence[str] = (),
+            **settings: Any) -> dict[str, Any]:
     """Edge-level circuits of ``model`` on a circuit ``task`` (``subnetlab circuit``): Edge Pruning at each target
     ``sparsity`` (fraction of edges removed) and seed (defaults: seed 0, the ``paper`` preset, measured on the
     ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs).
@@ -187,13 +194,15 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     """
     from subnetlab.runs.circuit import (CIRCUIT_FIGURE, GRAPH_FILE, SUBNETWORK_FILE, CircuitJobConfig, plan_circuit,
                                         write_sweep_graph)
+    from subnetlab.methods.controls import check_controls
     from subnetlab.runs.circuit_methods import check_method, refuse_unused
+    from subnetlab.runs.controls import circuit_masks, circuit_measure, write_comparison
     from subnetlab.runs.health import read_health
 
     check_method(method)
     refuse_unused(method, {"sparsity": sparsity, "seeds": seeds, "preset": preset, "ablation": ablation,
                             "split": split, "init_from": init_from, "jobs": jobs, "settings": settings or None,
-                            "metric": metric, "ig_steps": ig_steps})
+                            "metric": metric, "ig_steps": ig_steps, "control": list(controls) or None})
     out = Path(out)
     if method != "edge-pruning":
         return _attribution(model, task, out, method, ig_steps=5 if ig_steps is None else ig_steps,
@@ -210,17 +219,22 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     sweep, adapter = plan_circuit(model, task, out, targets=targets, seeds=_seeds(0 if seeds is None else seeds),
                                   preset=preset or "paper", overrides=overrides, task_options=task_options,
                                   split=split or "eval", limit=limit,
-                                  init_from=None if init_from is None else str(init_from), device=device)
+                                  init_from=None if init_from is None else str(init_from), device=device,
+                                  controls=check_controls(controls))
     with lock(out):
         write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(sweep[0].config).settings.embedding_nodes)
     report = _run(sweep, out, jobs, "edge-pruning")
+    comparison = write_comparison(out, report.jobs, "circuit", controls=controls, measure=circuit_measure,
+                                  score_name="logit_diff", masks=circuit_masks)
     runs = {job.name: job.metrics for job in report.jobs}
     summary = {name: {"kept_edges": m["kept_edges"], "edges": m["edges"], "sparsity": m["sparsity"],
-                      "faithfulness": m["faithfulness"], "kl": m["eval"].get("kl")} for name, m in runs.items()}
+                      "faithfulness": m["faithfulness"], "kl": m["eval"].get("kl")} for name, m in runs.items()
+               if not m.get("control")}  # the controls' runs are compared in "controls"
     health, lines = _health([(name, read_health(m)) for name, m in runs.items()], strict)
     paths = {"graph": out / GRAPH_FILE, "circuits": [job.out_dir / SUBNETWORK_FILE for job in sweep],
              "figures": [job.out_dir / CIRCUIT_FIGURE for job in sweep]}
-    return {"out": out, "summary": summary, "health": health, "warnings": lines, "runs": runs, "paths": paths}
+    return {"out": out, "summary": summary, "health": health, "warnings": lines, "runs": runs, "paths": paths,
+            "controls": comparison}
 
 
 def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int, metric: str,

@@ -220,3 +220,30 @@ def test_prune_controls_run_beside_the_search_and_stay_out_of_its_summary(tmp_pa
     assert compared["real"]["score"] == [m["eval"][split]["accuracy"] for m in real]
     assert set(compared) >= {"real", "random-weights", "shuffled-labels", "verdict"}
     assert "beats both controls beyond the seed spread" in printed
+
+
+def test_the_api_runs_the_controls_as_the_command_does(tmp_path, one_thread):
+    """``sl.circuit(controls=...)`` builds the same sweep as ``circuit --control`` and writes the same comparison."""
+    from transformers import GPT2Config
+
+    import subnetlab as sl
+    from subnetlab.cli import main
+    from subnetlab.models import build_model
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    tok = gpt2_style_tokenizer()
+    config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2, n_inner=32)
+    build_model(config, head="causal-lm", seed=11).model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    settings = {"total_steps": 4, "warmup_steps": 2, "batch_size": 4, "checkpoint_every": 4}
+    r = sl.circuit(str(tmp_path / "model"), "circuit:ioi", tmp_path / "api", task_options={"n_train": 8, "n_eval": 6},
+                   sparsity=0.9, preset="demo", controls=["random-weights"], **settings)
+    with pytest.raises(SystemExit) as done:
+        main(["circuit", "--model", str(tmp_path / "model"), "--task", "circuit:ioi", "--task-option", "n_train=8",
+              "--task-option", "n_eval=6", "--sparsity", "0.9", "--preset", "demo",
+              *[a for k, v in settings.items() for a in ("--set", f"{k}={v}")], "--control", "random-weights",
+              "--out", str(tmp_path / "cli")])
+    assert done.value.code in (0, None)
+    cli = json.loads((tmp_path / "cli" / "metrics.json").read_text())
+    assert r["controls"] == cli["targets"] and set(r["controls"]["0.900"]) >= {"real", "random-weights"}
+    assert list(r["summary"]) == ["sparsity-0.900/seed-0"]

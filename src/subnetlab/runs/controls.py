@@ -143,4 +143,18 @@ def _mean_sd(values: Sequence[Any]) -> str:
     return f"{mean:.3f}" if len(got) == 1 else f"{mean:.3f} (sd {spread(got):.3f})"
 
 
-__all__ = ["circuit_masks", "circuit_measure", "control_jobs", "format_comparison", "subnetwork_measure", "sweep_comparison"]
+def write_comparison(out: Path, results: Sequence[Any], command: str, *, controls: Sequence[str], measure: Measure,
+                     score_name: str, masks: Callable[[Any], tuple[Any, list[str]] | None] | None = None
+                     ) -> dict[str, Any]:
+    """The sweep's comparison (``sweep_comparison``), written to ``DIR/metrics.json`` when there is anything to
+    compare (controls, or several seeds of circuits): for ``subnetlab CMD --control`` and ``sl.CMD(controls=)``."""
+    from subnetlab.io import write_json
+
+    comparison = sweep_comparison(results, measure, score_name=score_name, masks=masks)
+    if controls or any("stability" in entry for entry in comparison.values()):
+        write_json(out / "metrics.json", {"command": command, "controls": list(controls), "targets": comparison})
+    return comparison
+
+
+__all__ = ["circuit_masks", "circuit_measure", "control_jobs", "format_comparison", "subnetwork_measure",
+           "sweep_comparison", "write_comparison"]

@@ -24,13 +24,12 @@ def parse_controls(values: Sequence[str]) -> tuple[str, ...]:
 
 def report_sweep(out: Path, results: Sequence[Any], command: str, *, controls: Sequence[str], measure: Callable,
                  score_name: str, masks: Callable | None = None) -> dict[str, Any]:
-    """Compare the sweep's runs (controls, stability over seeds), write ``DIR/metrics.json`` when there is
-    anything to compare, and print it."""
-    from subnetlab.io import write_json
-    from subnetlab.runs.controls import format_comparison, sweep_comparison
+    """Compare the sweep's runs (controls, stability over seeds; ``runs.controls.write_comparison``) and print
+    the comparison when there is one."""
+    from subnetlab.runs.controls import format_comparison, write_comparison
 
-    comparison = sweep_comparison(results, measure, score_name=score_name, masks=masks)
+    comparison = write_comparison(out, results, command, controls=controls, measure=measure, score_name=score_name,
+                                  masks=masks)
     if controls or any("stability" in entry for entry in comparison.values()):
-        write_json(out / "metrics.json", {"command": command, "controls": list(controls), "targets": comparison})
         typer.echo(format_comparison(comparison), nl=False)
     return comparison
