@@ -69,6 +69,7 @@ class Health:
     target_sparsity: float | None = None
     objective_fall: float | None = None  # relative fall over the last stretch (``final_fall``)
     problems: tuple[str, ...] = ()
+    undecided_advice: str | None = None  # what to raise when gates stay undecided, in the run's own settings
 
     @property
     def ok(self) -> bool:
@@ -94,7 +95,8 @@ class Health:
         if "undecided" in self.problems:
             out.append(f"undecided: {self.undecided} of {self.gates} gates ({self.undecided_share:.0%}) still between "
                        f"{UNDECIDED[0]:g} and {UNDECIDED[1]:g} at the end (more than {MAX_UNDECIDED_SHARE:.0%}); "
-                       "another seed may select other units")
+                       + (f"raise {self.undecided_advice}" if self.undecided_advice
+                          else "another seed may select other units"))
         if "off-target" in self.problems:
             out.append(f"off target: expected sparsity {self.expected_sparsity:.3f} at the end against the target "
                        f"{self.target_sparsity:.3f} (tolerance {TARGET_TOLERANCE:g}); the selection forced the target on "
@@ -109,13 +111,15 @@ class Health:
         return {"kept": self.kept, "maskable": self.maskable, "undecided": self.undecided, "gates": self.gates,
                 "undecided_share": self.undecided_share, "expected_sparsity": self.expected_sparsity,
                 "target_sparsity": self.target_sparsity, "objective_fall": self.objective_fall,
-                "problems": list(self.problems), "messages": self.messages(), "thresholds": thresholds()}
+                "problems": list(self.problems), "messages": self.messages(), "thresholds": thresholds(),
+                **({"undecided_advice": self.undecided_advice} if self.undecided_advice else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Health:
         """Read a ``health`` entry back (the problems as written: a report shows what the run was judged)."""
         fields = ("kept", "maskable", "undecided", "gates", "expected_sparsity", "target_sparsity", "objective_fall")
-        return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()))
+        return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()),
+                   undecided_advice=data.get("undecided_advice"))
 
 
 def thresholds() -> dict[str, Any]:
@@ -143,8 +147,9 @@ def final_fall(objective: Sequence[float]) -> float | None:
 
 def judge(*, kept: int | None = None, maskable: int | None = None, undecided: int | None = None,
           gates: int | None = None, expected_sparsity: float | None = None, target_sparsity: float | None = None,
-          objective: Sequence[float] | None = None) -> Health:
-    """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers)."""
+          objective: Sequence[float] | None = None, undecided_advice: str | None = None) -> Health:
+    """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers).
+    ``undecided_advice``: the settings to raise, with their values, named in the undecided message."""
     fall = final_fall(objective) if objective is not None else None
     problems = []
     if kept is not None and maskable:
@@ -158,7 +163,8 @@ def judge(*, kept: int | None = None, maskable: int | None = None, undecided: in
             problems.append("off-target")
     if fall is not None and fall > MAX_FINAL_FALL:
         problems.append("unconverged")
-    return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems))
+    return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems),
+                  undecided_advice)
 
 
 def read_health(metrics: Mapping[str, Any]) -> Health | None:

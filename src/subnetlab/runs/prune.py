@@ -93,7 +93,16 @@ def pruning_health(sel: GateSelection, cfg: PruneConfig, target: float, history:
     kept = int(sel.heads.sum()) + (int(sel.mlps.sum()) if cfg.prune_mlps else 0)
     return judge(kept=kept, maskable=sel.num_gates, undecided=sel.undecided, gates=sel.num_gates,
                  expected_sparsity=sel.expected_sparsity, target_sparsity=target,
-                 objective=[h["kl"] for h in history if "kl" in h] if history else None)
+                 objective=[h["kl"] for h in history if "kl" in h] if history else None,
+                 undecided_advice=undecided_advice(cfg))
+
+
+def undecided_advice(cfg: PruneConfig) -> str:
+    """The settings that let gates travel to a decision, with this run's values: the steps the gates train at the
+    target (the hold of a staircase level) and the log-alpha learning rate."""
+    steps = (f"hold_steps (now {cfg.hold_steps})" if cfg.schedule == "staircase"
+             else f"total_steps (now {cfg.total_steps})")
+    return f"{steps} or lr (now {cfg.lr:g})"
 
 
 def write_selections(out: Path, setup: PruningSetup, selections: dict[str, GateSelection], cfg: PruneConfig,
