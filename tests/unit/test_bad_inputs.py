@@ -573,6 +573,13 @@ CASES: list[tuple[str, list[str], str]] = [
      "mib-latin1.jsonl:2: not UTF-8 text"),
     ("mib-unfit", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-ioi}", "--task-option",
                    "unfit=skip"], "unfit"),
+    # --preset nosuch on every command that trains (quick and paper are the names every one of them knows)
+    ("prune-preset-nosuch", [*PRUNE[:-1], "nosuch"], "--preset 'nosuch': expected one of paper, demo, quick"),
+    ("circuit-preset-nosuch", [*CIRCUIT, "--sparsity", "0.9", "--preset", "nosuch"], "--preset 'nosuch': expected one of"),
+    ("discover-preset-nosuch", [*DISCOVER, "--preset", "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
+    ("transfer-preset-nosuch", [*TRANSFER, "--preset", "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
+    ("lottery-prune-preset-nosuch", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--preset",
+                                     "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
 ]
 
 

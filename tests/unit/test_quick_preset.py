@@ -15,6 +15,7 @@ from subnetlab.errors import SubnetlabError, preset_values
 from subnetlab.intervene import collect_means
 from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS, ContinuousSparsification
 from subnetlab.methods.head_pruning.config import PRESETS, QUICK_HOLD_STEPS, preset_config
+from subnetlab.methods.head_pruning.select import GateSelection
 from subnetlab.methods.head_pruning.train import prune
 from subnetlab.methods.l0.data import PruningData
 from subnetlab.methods.l0.distribution import BETA, LEFT, RIGHT
@@ -51,6 +52,16 @@ def test_the_help_states_what_quick_costs(command, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert ("quick (your own small model on a CPU: 600-640 steps of 16 rows per run at lr 0.3, under a minute per "
             "run for a 2-layer model)") in text
+
+
+@pytest.mark.parametrize("schedule, steps", [("linear", "total_steps (now 925)"), ("staircase", "hold_steps (now 33)")])
+def test_an_undecided_run_says_which_of_its_settings_to_raise(schedule, steps):
+    cfg = preset_config("quick", 0.5, schedule=schedule, levels=(0.5,), total_steps=925, hold_steps=33, lr=0.25)
+    sel = GateSelection("topk", torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([1.0, 0.0]), undecided=5,
+                        num_gates=6, expected_sparsity=0.5)
+    (message,) = pruning_health(sel, cfg, 0.5).messages()
+    assert message == ("undecided: 5 of 6 gates (83%) still between 0.05 and 0.95 at the end (more than 10%); "
+                       f"raise {steps} or lr (now 0.25)")
 
 
 # -- every command's preset table is typed ------------------------------------------------------------------------
