@@ -120,7 +120,7 @@ def test_quick_is_smaller_than_paper_for_every_command():
 
 
 @pytest.mark.parametrize("command, stated", [
-    ("discover", "quick (your own small model on a CPU: 20 epochs of batches of 16"),
+    ("discover", "quick (your own small model on a CPU: 50 epochs of batches of 16 at lr 1e-2, 2,000 arithmetic rows"),
     ("transfer", "quick (your own small model on a CPU: 20 epochs of batches of 16 at lr 1e-3)"),
     ("lottery-prune", "quick (your own small model on a CPU: batches of 16 of 64 tokens, at most 300 development "
                       "examples and 10 pruning steps)"),

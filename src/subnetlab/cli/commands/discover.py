@@ -13,8 +13,8 @@ from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtyp
 from subnetlab.executor import ExecutorOptions, Job
 
 DISCOVER_PRESET_HELP = ("paper (Zhang et al. 2024: 50 epochs, batch 500, 50,000 arithmetic rows, lambdas 1e-7, 5e-7, "
-                        "1e-8) or quick (your own small model on a CPU: 20 epochs of batches of 16, 2,000 arithmetic "
-                        "rows, lambda 1e-7; seconds to minutes). --epochs, --lr, --batch-size, --samples and --lambdas "
+                        "1e-8) or quick (your own small model on a CPU: 50 epochs of batches of 16 at lr 1e-2, 2,000 "
+                        "arithmetic rows, lambda 1e-7; seconds to minutes). --epochs, --lr, --batch-size, --samples and --lambdas "
                         "override it.")
 
 
@@ -38,8 +38,8 @@ def discover(
     lambdas: Optional[str] = typer.Option(None, "--lambdas", help="L0 penalties to sweep, e.g. 1e-7,5e-7 [the preset's]; "
                                           "--select picks the subnetwork."),
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs of mask training (beta reaches beta_final at the "
-                                         "end) [paper 50, quick 20]."),
-    lr: Optional[float] = typer.Option(None, "--lr", help="AdamW learning rate of the mask logits [1e-3]."),
+                                         "end) [50]."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="AdamW learning rate of the mask logits [paper 1e-3, quick 1e-2]."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Examples per step [paper 500, quick 16]."),
     samples: Optional[int] = typer.Option(None, "--samples", help="Training rows of an arithmetic subtask (n_train) "
                                           "[paper 50,000, quick 2,000]."),
@@ -72,7 +72,7 @@ def discover(
 
     Defaults are the paper's (Zhang et al. 2024, appendix A and B.1): s = -0.1, beta 1 -> 100,
     lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples; --preset quick
-    trains 20 epochs of batches of 16 with lambda 1e-7 (a small model on a CPU).
+    trains 50 epochs of batches of 16 at lr 1e-2 with lambda 1e-7 (a small model on a CPU).
 
     A degenerate lambda (its mask keeps no weight, or every one) is never selected while another is not;
     health problems are warning lines (subnetlab --strict discover ... exits 2 instead)."""
