@@ -62,6 +62,9 @@ def test_an_undecided_run_says_which_of_its_settings_to_raise(schedule, steps):
     (message,) = pruning_health(sel, cfg, 0.5).messages()
     assert message == ("undecided: 5 of 6 gates (83%) still between 0.05 and 0.95 at the end (more than 10%); "
                        f"raise {steps} or lr (now 0.25)")
+    expected = dataclasses.replace(cfg, sparsity_estimate="expected")
+    assert pruning_health(sel, expected, 0.5).messages()[0].endswith(
+        f"raise {steps} or lr (now 0.25), or set sparsity_estimate=sample (now expected)")
 
 
 # -- every command's preset table is typed ------------------------------------------------------------------------
