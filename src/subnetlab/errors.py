@@ -146,3 +146,16 @@ def check_field_types(obj: Any, owner: str) -> None:
         read = check_typed(owner, f.name, value, hint)
         if read is not value:
             object.__setattr__(obj, f.name, read)
+
+
+# -- presets ------------------------------------------------------------------------------------
+def preset_values(presets: Mapping[str, Mapping[str, Any]], preset: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """A command's settings from a named preset: the preset's values, each one the caller gave (not None) winning.
+
+    The one rule of every ``preset`` that lists a command's settings (fine-tuning, discovery, transfer training,
+    lottery pruning); the hard-concrete and edge presets add step counts that scale with the target."""
+    if preset not in presets:
+        raise SubnetlabError(f"preset {preset!r}: expected one of {', '.join(presets)}", setting="preset")
+    values = dict(presets[preset])
+    values.update({key: value for key, value in given.items() if value is not None})
+    return values

@@ -924,6 +924,13 @@ CASES: list[tuple[str, list[str], str]] = [
     ("view-out-directory", ["view", "{view-small}", "--out", "{full}"], "is a directory"),
     ("view-tracer-json-nodes", ["view", "{viewnodes}", "--tracer-json", "{out}/tracer.json"],
      "circuit-tracer graph JSON is written for edge circuits"),
+    # --preset nosuch on every command that trains (quick and paper are the names every one of them knows)
+    ("prune-preset-nosuch", [*PRUNE[:-1], "nosuch"], "--preset 'nosuch': expected one of paper, demo, quick"),
+    ("circuit-preset-nosuch", [*CIRCUIT, "--sparsity", "0.9", "--preset", "nosuch"], "--preset 'nosuch': expected one of"),
+    ("discover-preset-nosuch", [*DISCOVER, "--preset", "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
+    ("transfer-preset-nosuch", [*TRANSFER, "--preset", "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
+    ("lottery-prune-preset-nosuch", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--preset",
+                                     "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
 ]
 
 

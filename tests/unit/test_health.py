@@ -35,6 +35,17 @@ def test_undecided_share_against_the_threshold() -> None:
     assert h.judge(undecided=10, gates=10).problems == ("undecided",)  # the Llama run of issue 26: 10 of 10
 
 
+def test_undecided_message_names_what_to_raise_on_its_one_line() -> None:
+    advice = "total_steps (now 300) or lr (now 0.1)"
+    got = h.judge(undecided=9, gates=10, undecided_advice=advice)
+    (message,) = got.messages()
+    assert message.startswith("undecided: 9 of 10 gates (90%)") and message.endswith("; raise " + advice)
+    assert "\n" not in message and "another seed" not in message
+    assert h.read_health({"health": got.to_dict()}) == got  # the advice travels through metrics.json
+    assert h.judge(undecided=9, gates=10).messages()[0].endswith("another seed may select other units")  # none given
+    assert h.judge(undecided=0, gates=10, undecided_advice=advice).messages() == []  # decided: no advice printed
+
+
 def test_count_undecided_is_strictly_between_the_bounds() -> None:
     p = torch.tensor([0.0, 0.05, 0.0501, 0.5, 0.9499, 0.95, 1.0])
     assert count_undecided(p) == 3

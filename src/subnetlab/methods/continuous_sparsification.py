@@ -40,6 +40,17 @@ PAPER_LAMBDAS = (1e-7, 5e-7, 1e-8)  # appendix B.1
 KEEP = ("best", "best-latest", "last")  # which epoch's hard mask a discovery run keeps (ContinuousSparsification)
 SELECTION_RULES = ("sparsest", "best-accuracy", "lambda")  # which run of a lambda sweep wins (LambdaChoice)
 
+# ``subnetlab discover``'s presets (``errors.preset_values``: the preset, then what the user gave). ``paper``:
+# appendix A and B.1 (batch 500 and 50,000 subtask rows are not in the paper's text; they come with the issue's
+# preset). ``quick``: your own small model on a CPU (docs/your-own-model.md): the paper's 50 epochs over batches of 16
+# (an arithmetic subtask of 2,000 rows), one lambda, and lr 1e-2: a mask logit starts at -0.1 and a small data set
+# gives a few steps per epoch, too few at 1e-3 for any logit to cross 0 (on the README's tutorial Llama, 20 epochs at
+# 1e-3 kept nothing; 50 at 1e-2 kept 20.6% of the weights at full accuracy, healthy, in 25 s).
+DISCOVERY_PRESETS: dict[str, dict[str, Any]] = {
+    "paper": dict(epochs=50, lr=1e-3, batch_size=500, samples=50_000, lambdas=PAPER_LAMBDAS),
+    "quick": dict(epochs=50, lr=1e-2, batch_size=16, samples=2_000, lambdas=(1e-7,)),
+}
+
 
 def beta_at(epoch: int, epochs: int, beta_final: float = 100.0, beta_start: float = 1.0) -> float:
     """``beta`` in force during ``epoch`` (0-based): ``beta_start * beta_final**(epoch/epochs)``, capped.

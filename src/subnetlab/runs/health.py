@@ -82,6 +82,7 @@ class Health:
     objective_fall: float | None = None  # relative fall over the last stretch (``final_fall``)
     problems: tuple[str, ...] = ()
     baseline: Mapping[str, Any] | None = None  # a circuit's m(full) and m(empty) (``analysis.faithfulness.baseline``)
+    undecided_advice: str | None = None  # what to raise when gates stay undecided, in the run's own settings
 
     @property
     def ok(self) -> bool:
@@ -107,7 +108,8 @@ class Health:
         if "undecided" in self.problems:
             out.append(f"undecided: {self.undecided} of {self.gates} gates ({self.undecided_share:.0%}) still between "
                        f"{UNDECIDED[0]:g} and {UNDECIDED[1]:g} at the end (more than {MAX_UNDECIDED_SHARE:.0%}); "
-                       "another seed may select other units")
+                       + (f"raise {self.undecided_advice}" if self.undecided_advice
+                          else "another seed may select other units"))
         if "off-target" in self.problems:
             out.append(f"off target: expected sparsity {self.expected_sparsity:.3f} at the end against the target "
                        f"{self.target_sparsity:.3f} (tolerance {TARGET_TOLERANCE:g}); the selection forced the target on "
@@ -125,7 +127,8 @@ class Health:
                 "undecided_share": self.undecided_share, "expected_sparsity": self.expected_sparsity,
                 "target_sparsity": self.target_sparsity, "objective_fall": self.objective_fall,
                 "problems": list(self.problems), "messages": self.messages(), "thresholds": thresholds(),
-                **({"baseline": dict(self.baseline)} if self.baseline is not None else {})}
+                **({"baseline": dict(self.baseline)} if self.baseline is not None else {}),
+                **({"undecided_advice": self.undecided_advice} if self.undecided_advice else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Health:
@@ -133,7 +136,8 @@ class Health:
         fields = ("kept", "maskable", "undecided", "gates", "expected_sparsity", "target_sparsity", "objective_fall")
         baseline = data.get("baseline")
         return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()),
-                   baseline=baseline if isinstance(baseline, Mapping) else None)
+                   baseline=baseline if isinstance(baseline, Mapping) else None,
+                   undecided_advice=data.get("undecided_advice"))
 
 
 def thresholds() -> dict[str, Any]:
@@ -162,9 +166,11 @@ def final_fall(objective: Sequence[float]) -> float | None:
 
 def judge(*, kept: int | None = None, maskable: int | None = None, undecided: int | None = None,
           gates: int | None = None, expected_sparsity: float | None = None, target_sparsity: float | None = None,
-          objective: Sequence[float] | None = None, baseline: Mapping[str, Any] | None = None) -> Health:
+          objective: Sequence[float] | None = None, baseline: Mapping[str, Any] | None = None,
+          undecided_advice: str | None = None) -> Health:
     """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers);
-    ``baseline``: a circuit's full-model and empty-circuit metric (``analysis.faithfulness.baseline``)."""
+    ``baseline``: a circuit's full-model and empty-circuit metric (``analysis.faithfulness.baseline``);
+    ``undecided_advice``: the settings to raise, with their values, named in the undecided message."""
     fall = final_fall(objective) if objective is not None else None
     problems = []
     if kept is not None and maskable:
@@ -181,7 +187,7 @@ def judge(*, kept: int | None = None, maskable: int | None = None, undecided: in
     if baseline is not None and baseline_degenerate(baseline):
         problems.append("degenerate-baseline")
     return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems),
-                  None if baseline is None else dict(baseline))
+                  None if baseline is None else dict(baseline), undecided_advice)
 
 
 def baseline_degenerate(baseline: Mapping[str, Any]) -> bool:

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, preset_values
 from subnetlab.intervene import apply_gates, mask_weights
 from subnetlab.io import atomic_directory, read_json, save_tensors, write_json
 from subnetlab.methods.evaluate import evaluate, label_permutation
@@ -119,12 +119,22 @@ class LotteryPruneJobConfig(JobConfig):
         return TaskSpec(self.task, self.task_options, tuple(self.eval_data))
 
 
-def prune_config(**given: Any) -> dict[str, Any]:
-    """A complete, validated pruning config as ``config.json`` holds it (None means: the default).
+# ``subnetlab lottery-prune``'s presets (``errors.preset_values``: the preset, then what the user gave). ``paper``:
+# the config's defaults (Prasanna et al.: batch 32, length 128, every development example). ``quick``: your own small
+# model on a CPU: batches of 16 of 64 tokens, scored on at most 300 development examples, at most 10 pruning steps.
+LOTTERY_PRUNE_PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "quick": dict(batch_size=16, max_length=64, eval_limit=300, max_steps=10),
+}
+
+
+def prune_config(preset: str = "paper", **given: Any) -> dict[str, Any]:
+    """A complete, validated pruning config as ``config.json`` holds it: the preset's settings, then ``given``
+    (None means: the preset's, else the default).
 
     An exported (sliced) model is refused here, before the run directory is written.
     """
-    config = LotteryPruneJobConfig.from_dict({k: v for k, v in given.items() if v is not None}).to_dict()
+    config = LotteryPruneJobConfig.from_dict(preset_values(LOTTERY_PRUNE_PRESETS, preset, given)).to_dict()
     refuse_exported(config["model"], "lottery pruning")
     return config
 

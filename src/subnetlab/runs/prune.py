@@ -93,7 +93,20 @@ def pruning_health(sel: GateSelection, cfg: PruneConfig, target: float, history:
     kept = int(sel.heads.sum()) + (int(sel.mlps.sum()) if cfg.prune_mlps else 0)
     return judge(kept=kept, maskable=sel.num_gates, undecided=sel.undecided, gates=sel.num_gates,
                  expected_sparsity=sel.expected_sparsity, target_sparsity=target,
-                 objective=[h["kl"] for h in history if "kl" in h] if history else None)
+                 objective=[h["kl"] for h in history if "kl" in h] if history else None,
+                 undecided_advice=undecided_advice(cfg))
+
+
+def undecided_advice(cfg: PruneConfig) -> str:
+    """The settings that let gates travel to a decision, with this run's values: the steps the gates train at the
+    target (the hold of a staircase level), the log-alpha learning rate and, on the expected L0 (which every gate
+    half open meets as well as decided gates do), the sampled sparsity (``head_pruning.config``'s ``quick``)."""
+    steps = (f"hold_steps (now {cfg.hold_steps})" if cfg.schedule == "staircase"
+             else f"total_steps (now {cfg.total_steps})")
+    advice = f"{steps} or lr (now {cfg.lr:g})"
+    if cfg.sparsity_estimate == "expected":
+        advice += ", or set sparsity_estimate=sample (now expected)"
+    return advice
 
 
 def write_selections(out: Path, setup: PruningSetup, selections: dict[str, GateSelection], cfg: PruneConfig,

@@ -12,7 +12,10 @@ from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
 from subnetlab.executor import ExecutorOptions, Job
 
-PAPER = dict(epochs=50, lr=1e-3, batch_size=500, samples=50_000, lambdas="1e-7,5e-7,1e-8")
+DISCOVER_PRESET_HELP = ("paper (Zhang et al. 2024: 50 epochs, batch 500, 50,000 arithmetic rows, lambdas 1e-7, 5e-7, "
+                        "1e-8) or quick (your own small model on a CPU: 50 epochs of batches of 16 at lr 1e-2, 2,000 "
+                        "arithmetic rows, lambda 1e-7; seconds to minutes). --epochs, --lr, --batch-size, --samples and --lambdas "
+                        "override it.")
 
 
 def parse_floats(text: str, name: str) -> list[float]:
@@ -31,11 +34,15 @@ def discover(
                              "--answer-column: file:PATH or hub:NAME[:CONFIG] (held-out eval and test rows: the same as every "
                              "command's on that file, never rows the model was fine-tuned on)."),
     out: Path = typer.Option(..., "--out", help="Run directory: subnetwork.safetensors, metrics.json; a rerun resumes."),
-    lambdas: str = typer.Option(PAPER["lambdas"], "--lambdas", help="L0 penalties to sweep; --select picks the subnetwork."),
-    epochs: int = typer.Option(PAPER["epochs"], "--epochs", help="Epochs of mask training (beta reaches beta_final at the end)."),
-    lr: float = typer.Option(PAPER["lr"], "--lr", help="AdamW learning rate of the mask logits."),
-    batch_size: int = typer.Option(PAPER["batch_size"], "--batch-size", help="Examples per step."),
-    samples: Optional[int] = typer.Option(PAPER["samples"], "--samples", help="Training rows of an arithmetic subtask (n_train)."),
+    preset: str = typer.Option("paper", "--preset", help=DISCOVER_PRESET_HELP),
+    lambdas: Optional[str] = typer.Option(None, "--lambdas", help="L0 penalties to sweep, e.g. 1e-7,5e-7 [the preset's]; "
+                                          "--select picks the subnetwork."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs of mask training (beta reaches beta_final at the "
+                                         "end) [50]."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="AdamW learning rate of the mask logits [paper 1e-3, quick 1e-2]."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Examples per step [paper 500, quick 16]."),
+    samples: Optional[int] = typer.Option(None, "--samples", help="Training rows of an arithmetic subtask (n_train) "
+                                          "[paper 50,000, quick 2,000]."),
     include: str = typer.Option("attention,mlp", "--include", help="Masked weight matrices: attention, mlp or both."),
     keep: str = typer.Option("best", "--keep", help="Mask of the best epoch on evaluation (best: ties to the sparser; "
                              "best-latest: ties to the later, as the released code), or of the last (Algorithm 1)."),
@@ -64,7 +71,8 @@ def discover(
     """Train a continuous-sparsification mask over MODEL's frozen attention and MLP weights on TASK.
 
     Defaults are the paper's (Zhang et al. 2024, appendix A and B.1): s = -0.1, beta 1 -> 100,
-    lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples.
+    lambda in {1e-7, 5e-7, 1e-8}, AdamW lr 1e-3, 50 epochs, batch 500, 50,000 samples; --preset quick
+    trains 50 epochs of batches of 16 at lr 1e-2 with lambda 1e-7 (a small model on a CPU).
 
     A degenerate lambda (its mask keeps no weight, or every one) is never selected while another is not;
     health problems are warning lines (subnetlab --strict discover ... exits 2 instead)."""
@@ -79,10 +87,17 @@ def discover(
     from subnetlab.runs.transfer import lm_task_options, load_lm, select_best, task_options_for
     from subnetlab.runtime import describe_runtime, dtype_name, resolve_device, resolve_dtype, runtime_record
 
+    from subnetlab.errors import preset_values
+    from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS
+
+    settings = preset_values(DISCOVERY_PRESETS, preset, dict(epochs=epochs, lr=lr, batch_size=batch_size,
+                                                             samples=samples, lambdas=lambdas))
+    epochs, lr, batch_size, samples = (settings[k] for k in ("epochs", "lr", "batch_size", "samples"))
     options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
     if samples is not None and task.startswith("arith:"):
         options.setdefault("n_train", samples)
-    values = parse_floats(lambdas, "--lambdas")
+    given = settings["lambdas"]
+    values = parse_floats(given, "--lambdas") if isinstance(given, str) else [float(v) for v in given]
     where = resolve_device(device)
     forward = resolve_dtype(dtype, where)  # float16 on the CPU: refused here
     precision = dtype_name(forward)

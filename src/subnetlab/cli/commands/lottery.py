@@ -44,13 +44,16 @@ def lottery_prune(
     eval_data: list[str] = typer.Option([], "--eval-data", help="Extra split, FORMAT=FILE or SPLIT:FORMAT=FILE (repeatable)."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable)."),
     split: Optional[str] = typer.Option(None, "--split", help="Development split to evaluate on [the task's first]."),
-    eval_limit: Optional[int] = typer.Option(None, "--eval-limit", help="Development examples used (default: all)."),
+    eval_limit: Optional[int] = typer.Option(None, "--eval-limit", help="Development examples used [paper: all, quick 300]."),
     importance_limit: Optional[int] = typer.Option(None, "--importance-limit", help="Examples for importance scores [--eval-limit]."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Examples per importance batch."),
-    max_length: int = typer.Option(128, "--max-length", help="Tokens per example."),
+    preset: str = typer.Option("paper", "--preset", help="paper (batch 32, 128 tokens, every development example) or "
+                               "quick (your own small model on a CPU: batches of 16 of 64 tokens, at most 300 development "
+                               "examples and 10 pruning steps); the options below override it."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Examples per importance batch [paper 32, quick 16]."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens per example [paper 128, quick 64]."),
     threshold: float = typer.Option(0.9, "--threshold", help="Stop before the metric falls below this share of the full model's."),
     fraction: float = typer.Option(0.1, "--fraction", help="Share removed per step: of the remaining weights, or of all heads."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="At most this many steps [magnitude: 10; importance: no limit]."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="At most this many steps [magnitude: 10; importance: no limit; quick: 10]."),
     criterion: str = typer.Option("sensitivity", "--criterion", help="Importance: sensitivity (per example, Michel et al.), "
                                   "sensitivity-per-batch (the authors' code), taylor or grad-x-activation."),
     importance_batch_size: Optional[int] = typer.Option(None, "--importance-batch-size", help="Importance: examples per batch [--batch-size; the authors: 64]."),
@@ -70,12 +73,17 @@ def lottery_prune(
     from subnetlab.runs.splits import held_out_options, held_out_task
     from subnetlab.tasks.spec import TaskSpec
 
+    from subnetlab.errors import preset_values
+    from subnetlab.runs.lottery import LOTTERY_PRUNE_PRESETS
+
+    preset_values(LOTTERY_PRUNE_PRESETS, preset, {})  # an unknown preset: refused before the task is read
+
     options = held_out_options(model, task, with_data_options(task, parse_task_options(task_option, data, "eval"),
                                                               **data_flags))  # your own data: its fine-tuning's split
     if task.startswith(("file:", "hub:")):
         held_out_task(TaskSpec(task, options, tuple(eval_data)), model)  # its training rows are never evaluation rows
     config = prune_config(
-        model=model, task=task, method=method,
+        preset, model=model, task=task, method=method,
         task_options=options,
         eval_data=list(eval_data), split=split, eval_limit=eval_limit, importance_limit=importance_limit,
         batch_size=batch_size, max_length=max_length, threshold=threshold, fraction=fraction, max_steps=max_steps,
@@ -83,7 +91,7 @@ def lottery_prune(
         importance_batch_size=importance_batch_size, stop_metric=stop_metric, control_scope=control_scope,
         bad_fill=bad_fill,
     )
-    check_max_length_option(model, max_length)
+    check_max_length_option(model, config["max_length"])
     metrics = run_one("subnetlab.runs.lottery:prune_job", config, out)
     print(f"full model ({metrics.get('metric_name', 'accuracy')}): {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
           f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")

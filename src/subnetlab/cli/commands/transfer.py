@@ -40,9 +40,14 @@ def transfer(
     disambiguation: Optional[str] = typer.Option(None, "--disambiguation", help="Numbers of disambiguation rows of an "
                                                  "arithmetic task, e.g. 0,10,100 or 'paper' [0,100,1000]."),
     seeds: str = typer.Option("0", "--seeds", help="Seeds (initialisation, training order, controls; an arithmetic task's rows): 0-4 or 0,2."),
-    epochs: int = typer.Option(100, "--epochs", help="Training epochs; the model best on evaluation is kept."),
-    lr: float = typer.Option(2e-4, "--lr", help="AdamW learning rate."),
-    batch_size: int = typer.Option(64, "--batch-size", help="Rows per step (not stated in the paper)."),
+    preset: str = typer.Option("paper", "--preset", help="paper (100 epochs, AdamW 2e-4, batch 64) or quick (your own "
+                               "small model on a CPU: 20 epochs of batches of 16 at lr 1e-3); --epochs, --lr and "
+                               "--batch-size override it."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Training epochs; the model best on evaluation is kept "
+                                         "[paper 100, quick 20]."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="AdamW learning rate [paper 2e-4, quick 1e-3]."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Rows per step [paper 64 (not stated in the "
+                                             "paper), quick 16]."),
     eval_every: int = typer.Option(1, "--eval-every", help="Evaluate every N epochs."),
     freeze: bool = typer.Option(True, "--freeze/--no-freeze", help="Keep the transferred weights frozen (--no-freeze: appendix B.3)."),
     reinit: str = typer.Option("all", "--reinit", help="all: everything outside the subnetwork (the paper's text); masked: only the masked matrices (its code)."),
@@ -92,8 +97,11 @@ def transfer(
     stage(describe_runtime(where, forward))
     if stack < 1 or threads < 1:
         raise SubnetlabError("--stack and --threads must be at least 1")
-    train = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, eval_every=eval_every, loss=loss,
-                          accuracy=accuracy, ties=ties).config()
+    from subnetlab.errors import preset_values
+    from subnetlab.transfer.train import TRANSFER_PRESETS
+
+    training = preset_values(TRANSFER_PRESETS, preset, dict(epochs=epochs, lr=lr, batch_size=batch_size))
+    train = TrainSettings(**training, eval_every=eval_every, loss=loss, accuracy=accuracy, ties=ties).config()
     options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
     needs_sub = [c for c in conditions if CONDITIONS[c].needs_subnetwork]
     if needs_sub and subnetwork is None:
