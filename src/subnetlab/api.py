@@ -105,22 +105,37 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
             "subnetworks": subnetworks, "controls": comparison}
 
 
-def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float] = (1e-7, 5e-7, 1e-8), seed: int = 0,
+def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float] | None = None, seed: int = 0,
              task_options: Mapping[str, Any] | None = None, selection: Any = None, device: str = "auto",
-             jobs: int | None = None, **cs: Any) -> dict[str, Any]:
+             jobs: int | None = None, preset: str | None = None, samples: int | None = None,
+             **cs: Any) -> dict[str, Any]:
     """Find a weight mask for ``task`` in a causal LM with continuous sparsification, one run per lambda
     (``subnetlab discover``).
 
-    ``cs`` are ``ContinuousSparsification`` settings (``epochs``, ``lr``, ``batch_size``, ``include``, ...);
+    ``preset`` (``paper`` or ``quick``: ``methods.continuous_sparsification.DISCOVERY_PRESETS``, as the command's
+    ``--preset``) sets the epochs, learning rate, batch size, lambdas and arithmetic rows (``samples``) that are
+    not given; without one, the lambdas are 1e-7, 5e-7 and 1e-8 and the rest ``ContinuousSparsification``'s
+    defaults. ``cs`` are ``ContinuousSparsification`` settings (``epochs``, ``lr``, ``batch_size``, ``include``, ...);
     ``selection`` a ``methods.continuous_sparsification.LambdaChoice`` (default: the sparsest subnetwork within
     a point of the best evaluation accuracy). Returns the chosen run's metrics with ``"subnetwork"`` (its
     file) and ``"sweep"`` (every lambda's metrics).
     """
+    from subnetlab.errors import preset_values
+    from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS
     from subnetlab.run_directory import absolute_input
     from subnetlab.runs.transfer import DiscoverJobConfig, lm_task_options, select_best
 
     out = Path(out)
-    options = lm_task_options(str(model), task, dict(task_options or {}))  # your own data: the fine-tuning's split
+    options = dict(task_options or {})
+    if preset is not None:
+        given = {"lambdas": lambdas, "samples": samples, **{k: cs.get(k) for k in ("epochs", "lr", "batch_size")}}
+        settings = preset_values(DISCOVERY_PRESETS, preset, given)
+        lambdas, samples = settings.pop("lambdas"), settings.pop("samples")
+        cs.update(settings)
+    if samples is not None and task.startswith("arith:"):
+        options.setdefault("n_train", samples)
+    lambdas = (1e-7, 5e-7, 1e-8) if lambdas is None else lambdas
+    options = lm_task_options(str(model), task, options)  # your own data: the fine-tuning's split
     configs = [DiscoverJobConfig.from_dict({"model": str(absolute_input(model)), "task": task, "task_options": options,
                                             "seed": seed, "device": device, "cs": {**cs, "l0_lambda": lam}}).to_dict()
                for lam in lambdas]
@@ -134,12 +149,15 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
 def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: str | Path | None = None,
              conditions: Sequence[str] = ("subnetwork",), sizes: Sequence[int] | None = None,
              seeds: int | Sequence[int] = 0, task_options: Mapping[str, Any] | None = None, reinit: str = "all",
-             freeze: bool = True, device: str = "auto", jobs: int | None = None, **train: Any) -> dict[str, Any]:
+             freeze: bool = True, device: str = "auto", jobs: int | None = None, preset: str | None = None,
+             **train: Any) -> dict[str, Any]:
     """Transfer ``subnetwork`` from ``model`` into fresh models and train them on ``task``, for every condition,
     number of disambiguation rows (``sizes``: arithmetic tasks only, default 0, 100 and 1000) and seed
     (``subnetlab transfer``).
 
-    ``train`` are ``transfer.TrainSettings`` fields (``epochs``, ``lr``, ``batch_size``, ...). Returns
+    ``train`` are ``transfer.TrainSettings`` fields (``epochs``, ``lr``, ``batch_size``, ...); ``preset``
+    (``paper`` or ``quick``: ``transfer.train.TRANSFER_PRESETS``, as the command's ``--preset``) sets the epochs,
+    learning rate and batch size not given. Returns
     ``{"out", "summary", "runs"}``: per condition and size the mean test accuracy over seeds (at each run's
     best evaluation epoch), and every run's record.
     """
@@ -159,6 +177,12 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
         sizes = (0,) if own_data(task) else (0, 100, 1000)
     options = lm_task_options(str(model), task, dict(task_options or {}),  # your own data: the earlier runs' split
                               None if subnetwork is None else str(subnetwork))
+    if preset is not None:
+        from subnetlab.errors import preset_values
+        from subnetlab.transfer.train import TRANSFER_PRESETS
+
+        train = {**train, **preset_values(TRANSFER_PRESETS, preset,
+                                          {k: train.get(k) for k in ("epochs", "lr", "batch_size")})}
     settings = TrainSettings(**train).config()
     sweep = []
     for condition in conditions:
