@@ -31,6 +31,7 @@ from subnetlab.errors import SubnetlabError
 
 METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig")
 DTYPES = ("float32", "bfloat16", "float16")
+PACKAGED_CONFIGS = Path(__file__).resolve().parents[1] / "models" / "configs"  # bert-base, gpt2-small, ...
 MAX_MICRO_BATCH = 1 << 16  # the largest micro-batch the search tries
 H100_BF16_DENSE = 989e12  # FLOP/s: an H100 SXM's dense bf16 tensor-core peak, for a time lower bound
 PAPER_SPARSITY = {"head-pruning": 0.5, "edge-pruning": 0.95}
@@ -113,13 +114,16 @@ class Plan:
 
 
 def read_model_config(source: str) -> Any:
-    """A model's config from a ``config.json`` file, a directory holding one, or a hub id already in the local
-    cache (nothing is downloaded)."""
+    """A model's config from a ``config.json`` file, a directory holding one, a config shipped with subnetlab by
+    name (``llama-3.1-8b``: ``PACKAGED_CONFIGS``) or a hub id already in the local cache (nothing is downloaded)."""
     from transformers import AutoConfig
 
     from subnetlab.models.aliases import resolve
 
     path = Path(resolve(source)).expanduser()
+    packaged = PACKAGED_CONFIGS / f"{source.removesuffix('.json')}.json"
+    if not path.exists() and "/" not in source and packaged.is_file():
+        path = packaged
     if path.is_dir() and not (path / "config.json").is_file():
         raise SubnetlabError(f"{source}: a directory without a config.json", setting="model")
     if not path.exists() and (source.startswith((".", "/", "~")) or source.endswith(".json") or source.count("/") > 1):
