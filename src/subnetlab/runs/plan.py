@@ -171,12 +171,12 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
 
         def peak_at(s: PlanSettings) -> int:
             peaks, places, _ = measured(s, False)
-            return fitted_peak(peaks, places, layers) if samples else peaks[layers]
+            return fitted_peak(places, layers) if samples else peaks[layers]
 
         peaks, places, counted = measured(settings, True)
         if samples:
             weights = quadratic_at({n: b[2] for n, b in built.items()}, layers)
-            peak, flops = fitted_peak(peaks, places, layers), quadratic_at(counted, layers)
+            peak, flops = fitted_peak(places, layers), quadratic_at(counted, layers)
         else:
             weights, peak, flops = built[layers][2], peaks[layers], counted[layers]
         largest = None

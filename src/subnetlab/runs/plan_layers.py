@@ -71,11 +71,11 @@ def quadratic_at(points: dict[int, int], x: int) -> int:
     return round(total)
 
 
-def fitted_peak(peaks: dict[int, int], places: dict[int, dict[Any, int]], layers: int) -> int:
-    """The largest fitted peak over the places present at every sampled layer count, and the step's own peak."""
+def fitted_peak(places: dict[int, dict[Any, int]], layers: int) -> int:
+    """The largest fitted peak over the places present at every sampled layer count. Not the fit of the step's own
+    peak: where its place changes between the samples (120, 130, 160) a quadratic through it is not the step's."""
     common = set.intersection(*(set(p) for p in places.values()))
-    fits = [quadratic_at({n: places[n][key] for n in places}, layers) for key in common]
-    return max([quadratic_at(peaks, layers), *fits])
+    return max(quadratic_at({n: places[n][key] for n in places}, layers) for key in common)
 
 
 __all__ = ["DEFAULT_SAMPLES", "SAMPLED_ABOVE", "check_samples", "default_samples", "fitted_peak", "layer_count",
