@@ -913,6 +913,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("plan-unknown-method", ["plan", "circuit", "--model", "{bert}", "--method", "acdc"], "--method 'acdc'"),
     ("plan-micro-batch-not-dividing", ["plan", "prune", "--model", "{bert}", "--batch", "8", "--micro-batch", "3"],
      "micro-batch 3 does not divide the batch 8"),
+    ("plan-layers-sampled-two", ["plan", "prune", "--model", "{bert}", "--layers-sampled", "1,2"],
+     "need three distinct layer counts"),
+    ("plan-layers-sampled-deeper", ["plan", "prune", "--model", "{bert}", "--layers-sampled", "1,2,9"],
+     "each must be fewer than the model's"),
+    ("plan-layers-sampled-text", ["plan", "prune", "--model", "{bert}", "--layers-sampled", "two"],
+     "--layers-sampled 'two': expected auto, all or layer counts"),
     ("mib-unfit", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-ioi}", "--task-option",
                    "unfit=skip"], "unfit"),
     # subnetlab view (issue 38): no run, damaged graph / scores files, runs of two graphs, --out a directory

@@ -9,7 +9,8 @@ import torch
 from transformers import BertConfig, GPT2Config, LlamaConfig
 
 from subnetlab.runs.plan import (PlanSettings, count_steps, fake_model, largest_micro_batch, parse_memory, plan_run,
-                                 run_step)
+                                 plan_table, run_step)
+from subnetlab.runs.plan_layers import default_samples, fitted_peak, quadratic_at, with_layers
 from subnetlab.runs.plan_memory import measured_peak, storage_bytes
 
 CONFIGS = {
@@ -80,3 +81,49 @@ def test_memory_sizes_and_steps() -> None:
     assert parse_memory("80GB") == 80 * 10**9 and parse_memory("24 GiB") == 24 * 2**30 and parse_memory("512") == 512
     assert count_steps(PlanSettings("eap-ig", batch=16, length=8, examples=100)) == 7
     assert count_steps(PlanSettings("edge-pruning", batch=32, length=8)) == 3000  # the paper's
+
+
+def test_the_quadratic_through_three_layer_counts_is_exact_on_a_quadratic() -> None:
+    q = lambda n: 7 + 5 * n + 3 * n * n  # noqa: E731
+    assert quadratic_at({2: q(2), 3: q(3), 4: q(4)}, 32) == q(32)
+    assert quadratic_at({1: q(1), 2: q(2), 3: q(3), 5: q(5)}, 9) == q(9)  # the three deepest
+
+
+def test_a_peak_that_moves_is_the_largest_of_the_places_fitted_peaks() -> None:
+    """Two places: one large and flat, one growing faster; the step's peak follows the first at 2, 3, 4 layers and
+    the second at 12; a quadratic through the step's own peaks (120, 130, 160) would say 1120."""
+    flat, steep = (lambda n: 100 + 10 * n), (lambda n: 40 + 30 * n)  # noqa: E731
+    places = {n: {("step1", "IndexBackward0"): flat(n), ("step1", "NativeLayerNormBackward0"): steep(n)}
+              for n in (2, 3, 4)}
+    assert quadratic_at({n: max(flat(n), steep(n)) for n in (2, 3, 4)}, 12) == 1120
+    assert fitted_peak(places, 12) == steep(12) == max(flat(12), steep(12))
+
+
+SAMPLED = [("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "edge-pruning"), ("llama", "head-pruning"),
+           ("bert", "head-pruning")]
+
+
+@pytest.mark.parametrize("family, method", SAMPLED, ids=[f"{f}-{m}" for f, m in SAMPLED])
+def test_a_plan_fitted_from_2_3_4_layers_equals_the_direct_plan_of_7(family, method) -> None:
+    """Weights and FLOPs exactly (polynomials of degree <= 2 in the layer count), the peak within 0.5%, the
+    largest micro-batch (searched on GPT-2's edge pruning) within one; the direct plan runs all 7 layers."""
+    torch.set_num_threads(1)
+    config = with_layers(CONFIGS[family], 7)
+    settings = PlanSettings(method, batch=8, length=16, ig_steps=3, preset="demo" if method != "eap-ig" else "paper")
+    memory = 64 * 10**6 if (family, method) == ("gpt2", "edge-pruning") else None
+    direct = plan_run(config, settings, family, memory)
+    fitted = plan_run(config, settings, family, memory, layers_sampled=(2, 3, 4))
+    assert fitted.layers_sampled == (2, 3, 4) and direct.layers_sampled is None and fitted.layers == 7
+    assert fitted.weights_bytes == direct.weights_bytes
+    assert fitted.flops_per_step == direct.flops_per_step
+    assert abs(fitted.peak_bytes - direct.peak_bytes) <= 0.005 * direct.peak_bytes, (fitted.peak_bytes,
+                                                                                     direct.peak_bytes)
+    if memory is not None:
+        assert abs(fitted.largest_micro_batch - direct.largest_micro_batch) <= 1
+    assert "7 (fitted from 2, 3, 4)" in plan_table([fitted])
+
+
+def test_models_deeper_than_8_layers_are_sampled_by_default() -> None:
+    assert default_samples(with_layers(CONFIGS["gpt2"], 12)) == (2, 3, 4)
+    assert default_samples(with_layers(CONFIGS["gpt2"], 8)) is None
+    assert with_layers(CONFIGS["gpt2"], 12).n_layer == 12 and CONFIGS["gpt2"].n_layer == 2

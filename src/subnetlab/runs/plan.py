@@ -31,7 +31,9 @@ from subnetlab.errors import SubnetlabError
 
 METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig")
 DTYPES = ("float32", "bfloat16", "float16")
+PACKAGED_CONFIGS = Path(__file__).resolve().parents[1] / "models" / "configs"  # bert-base, gpt2-small, ...
 MAX_MICRO_BATCH = 1 << 16  # the largest micro-batch the search tries
+H100_BF16_DENSE = 989e12  # FLOP/s: an H100 SXM's dense bf16 tensor-core peak, for a time lower bound
 PAPER_SPARSITY = {"head-pruning": 0.5, "edge-pruning": 0.95}
 
 
@@ -94,23 +96,34 @@ class Plan:
     steps: int
     largest_micro_batch: int | None = None
     memory_limit: int | None = None
+    layers: int | None = None
+    layers_sampled: tuple[int, ...] | None = None  # planned at these depths and fitted (runs.plan_layers)
+
+    def time_bound(self, flops_per_second: float = H100_BF16_DENSE) -> float:
+        """Seconds the run's steps take at least at ``flops_per_second`` (a lower bound, not an estimate)."""
+        return self.flops_per_step * self.steps / flops_per_second
 
     def to_dict(self) -> dict[str, Any]:
         s = self.settings
         return {"model": self.model, "method": s.method, "dtype": s.dtype, "batch": s.batch, "micro_batch": s.micro,
                 "length": s.length, "weights_bytes": self.weights_bytes, "peak_bytes": self.peak_bytes,
                 "flops_per_step": self.flops_per_step, "steps": self.steps, "memory_limit": self.memory_limit,
-                "largest_micro_batch": self.largest_micro_batch}
+                "largest_micro_batch": self.largest_micro_batch, "layers": self.layers,
+                "layers_sampled": list(self.layers_sampled) if self.layers_sampled else None,
+                "time_bound_s_at_h100_bf16_peak": self.time_bound()}
 
 
 def read_model_config(source: str) -> Any:
-    """A model's config from a ``config.json`` file, a directory holding one, or a hub id already in the local
-    cache (nothing is downloaded)."""
+    """A model's config from a ``config.json`` file, a directory holding one, a config shipped with subnetlab by
+    name (``llama-3.1-8b``: ``PACKAGED_CONFIGS``) or a hub id already in the local cache (nothing is downloaded)."""
     from transformers import AutoConfig
 
     from subnetlab.models.aliases import resolve
 
     path = Path(resolve(source)).expanduser()
+    packaged = PACKAGED_CONFIGS / f"{source.removesuffix('.json')}.json"
+    if not path.exists() and "/" not in source and packaged.is_file():
+        path = packaged
     if path.is_dir() and not (path / "config.json").is_file():
         raise SubnetlabError(f"{source}: a directory without a config.json", setting="model")
     if not path.exists() and (source.startswith((".", "/", "~")) or source.endswith(".json") or source.count("/") > 1):
@@ -127,23 +140,49 @@ def read_model_config(source: str) -> Any:
     return config
 
 
-def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: int | None = None) -> Plan:
+def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: int | None = None,
+             layers_sampled: tuple[int, ...] | None = None) -> Plan:
     """The plan of ``settings`` on the model of ``config`` (module docstring); with ``memory`` (bytes), also the
-    largest micro-batch whose peak fits it."""
+    largest micro-batch whose peak fits it. With ``layers_sampled`` (three or more layer counts below the model's),
+    the model is planned at those depths and each quantity fitted to its own (``runs.plan_layers``)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from subnetlab.runs.plan_layers import check_samples, fitted_peak, layer_count, quadratic_at, with_layers
     from subnetlab.runs.plan_memory import LiveBytes
 
+    layers = layer_count(config)
+    samples = check_samples(layers_sampled, layers) if layers_sampled is not None else None
     with FakeTensorMode(allow_non_fake_inputs=True), LiveBytes(fake=True) as live:
-        model, adapter = fake_model(config, settings)
-        weights = live.live
-        peak, flops = measure_step(model, adapter, settings, live)
-        steps = count_steps(settings)
+        built: dict[int, tuple[Any, Any, int]] = {}  # layer count -> (model, adapter, its weights' bytes)
+        for n in samples or (layers,):
+            before = live.live
+            model, adapter = fake_model(with_layers(config, n) if samples else config, settings)
+            built[n] = (model, adapter, live.live - before)
+
+        def measured(s: PlanSettings, flops: bool) -> tuple[dict[int, int], dict[int, dict[Any, int]], dict[int, int]]:
+            """Per layer count: the peak (its own weights, not the other samples'), the places' peaks, FLOPs."""
+            peaks, places, counted = {}, {}, {}
+            for n, (model, adapter, weights) in built.items():
+                others = live.live - weights
+                peak, counted[n] = measure_step(model, adapter, s, live, flops)
+                peaks[n] = peak - others
+                places[n] = {key: value - others for key, value in live.phase_peaks.items()}
+            return peaks, places, counted
+
+        def peak_at(s: PlanSettings) -> int:
+            peaks, places, _ = measured(s, False)
+            return fitted_peak(places, layers) if samples else peaks[layers]
+
+        peaks, places, counted = measured(settings, True)
+        if samples:
+            weights = quadratic_at({n: b[2] for n, b in built.items()}, layers)
+            peak, flops = fitted_peak(places, layers), quadratic_at(counted, layers)
+        else:
+            weights, peak, flops = built[layers][2], peaks[layers], counted[layers]
         largest = None
         if memory is not None:
-            largest = largest_micro_batch(lambda m: measure_step(model, adapter, settings.with_micro(m), live)[0],
-                                          settings.micro, peak, memory)
-    return Plan(settings, name, weights, peak, flops, steps, largest, memory)
+            largest = largest_micro_batch(lambda m: peak_at(settings.with_micro(m)), settings.micro, peak, memory)
+    return Plan(settings, name, weights, peak, flops, count_steps(settings), largest, memory, layers, samples)
 
 
 def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
@@ -284,25 +323,33 @@ def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callab
     return step
 
 
-def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any) -> tuple[int, int]:
-    """``(peak bytes, FLOPs of one step)``: the peak over the set-up and two steps, the FLOPs counted on a third
-    (the counter keeps module outputs alive while it runs)."""
+def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any, flops: bool = True) -> tuple[int, int]:
+    """``(peak bytes, FLOPs of one step)``: the peak over the set-up and two steps (``live.phase_peaks`` per
+    place, the phases ``setup``, ``step0``, ``step1``), the FLOPs counted on a third (the counter keeps module
+    outputs alive while it runs); 0 FLOPs without ``flops`` (a memory search)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     gc.collect()
     live.reset_peak()
+    live.phase = "setup"
     step = run_step(model, adapter, settings, live)
+    counted = 0
     try:
-        step(0)
-        step(1)
-        peak = live.peak
-        with FlopCounterMode(display=False) as flops:
-            step(2)
+        for i in (0, 1):
+            live.phase = f"step{i}"
+            step(i)
+        peak, places = live.peak, dict(live.phase_peaks)
+        live.phase = "flops"
+        if flops:
+            with FlopCounterMode(display=False) as counter:
+                step(2)
+            counted = int(counter.get_total_flops())
     finally:
         step(-1)
     del step
     gc.collect()
-    return peak, int(flops.get_total_flops())
+    live.phase_peaks = places
+    return peak, counted
 
 
 def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, memory: int) -> int:
@@ -361,20 +408,31 @@ def format_flops(n: int) -> str:
     return f"{n} FLOP"
 
 
+def format_seconds(t: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if t >= size:
+            return f"{t / size:.3g} {unit}"
+    return f"{t:.3g} s"
+
+
 def plan_table(plans: list[Plan]) -> str:
-    """A Markdown table, one row per plan."""
-    head = ["model", "method", "dtype", "batch x length (micro)", "weights", "peak memory", "FLOPs / step", "steps",
-            "largest micro-batch"]
+    """A Markdown table, one row per plan; a row fitted from fewer layers says so in its layers column."""
+    head = ["model", "method", "dtype", "batch x length (micro)", "layers", "weights", "peak memory", "FLOPs / step",
+            "steps", "time >= (at 989 TFLOP/s)", "largest micro-batch"]
     rows = []
     for p in plans:
         s = p.settings
         fits = "" if p.memory_limit is None else f"{p.largest_micro_batch} in {format_bytes(p.memory_limit)}"
-        rows.append([p.model, s.method, s.dtype, f"{s.batch} x {s.length} ({s.micro})", format_bytes(p.weights_bytes),
-                     format_bytes(p.peak_bytes), format_flops(p.flops_per_step), f"{p.steps:,}", fits])
+        layers = "" if p.layers is None else str(p.layers)
+        if p.layers_sampled:
+            layers += f" (fitted from {', '.join(map(str, p.layers_sampled))})"
+        rows.append([p.model, s.method, s.dtype, f"{s.batch} x {s.length} ({s.micro})", layers,
+                     format_bytes(p.weights_bytes), format_bytes(p.peak_bytes), format_flops(p.flops_per_step),
+                     f"{p.steps:,}", format_seconds(p.time_bound()), fits])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
 
-__all__ = ["DTYPES", "METHODS", "Plan", "PlanSettings", "count_steps", "fake_data", "fake_model", "format_bytes",
+__all__ = ["DTYPES", "H100_BF16_DENSE", "METHODS", "Plan", "PlanSettings", "count_steps", "fake_data", "fake_model", "format_bytes",
            "largest_micro_batch", "measure_step", "parse_memory", "plan_run", "plan_table", "read_model_config",
            "run_step"]

@@ -11,6 +11,12 @@ data order) cannot do so from a fake tensor. Under ``fake=True`` the mode answer
 gives 1 (``True`` for a boolean), which is finite and keeps Adam's bias correction non-zero, and a random
 permutation is computed for real (it is an index list the code iterates over, not model memory).
 
+``phase_peaks`` keeps the peak per place a storage was made: ``(phase, operation)``, the phase a name the
+caller sets (``live.phase = "step0"``) and the operation the autograd node running (backward) or the operator
+(forward). A plan from fewer layers fits each place's peak across layer counts (``runs.plan_layers``): the
+step's peak moves between places as the model deepens (the logits' gradients at the top of the backward on a
+shallow model, a layer's backward on a deep one), and each place's own peak is smooth in the layer count.
+
 ``measured_peak(fn)`` runs ``fn`` on real tensors and returns the allocator's peak above what was allocated
 when it started: on a GPU ``torch.cuda.max_memory_allocated``, on the CPU the profiler's allocation events
 (every allocation and free of PyTorch's CPU allocator, in order), so the counter is checked against a
@@ -40,10 +46,13 @@ class LiveBytes(TorchDispatchMode):
         self.live = 0
         self.peak = 0
         self.tracked: dict[int, weakref.finalize] = {}
+        self.phase = ""
+        self.phase_peaks: dict[tuple[str, str], int] = {}
 
     def reset_peak(self) -> None:
-        """Start a new peak from what is alive now."""
+        """Start a new peak (and new peaks per place) from what is alive now."""
         self.peak = self.live
+        self.phase_peaks = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -55,10 +64,10 @@ class LiveBytes(TorchDispatchMode):
         out = func(*args, **kwargs)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
-                self.count(t)
+                self.count(t, str(func))
         return out
 
-    def count(self, tensor: torch.Tensor) -> None:
+    def count(self, tensor: torch.Tensor, where: str = "") -> None:
         """Add ``tensor``'s storage if it is new; its finaliser takes it off when the storage is freed."""
         storage = tensor.untyped_storage()
         key = id(storage)
@@ -67,6 +76,9 @@ class LiveBytes(TorchDispatchMode):
         size = storage.nbytes()
         self.live += size
         self.peak = max(self.peak, self.live)
+        node = torch._C._current_autograd_node()
+        place = (self.phase, node.name() if node is not None else where)
+        self.phase_peaks[place] = max(self.phase_peaks.get(place, 0), self.live)
         self.tracked[key] = weakref.finalize(storage, self.freed, key, size)
 
     def freed(self, key: int, size: int) -> None:

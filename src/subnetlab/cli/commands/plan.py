@@ -39,10 +39,14 @@ def plan(
     ig_steps: int = typer.Option(5, "--ig-steps", help="eap-ig: interpolation steps."),
     examples: Optional[int] = typer.Option(None, "--examples", help="eap / eap-ig: the pairs scored (the steps are "
                                            "their batches) [one batch]."),
+    layers_sampled: str = typer.Option("auto", "--layers-sampled", help="Plan the model at these layer counts "
+                                       "(e.g. 2,3,4) and fit each quantity in the number of layers; 'all' plans "
+                                       "every layer; 'auto' samples 2,3,4 for models of more than 8 layers."),
 ) -> None:
     """Plan a run: peak memory per device, FLOPs per step, the number of steps, and with --memory the largest
     micro-batch that fits, from the method's real step on fake tensors (no weights allocated)."""
     from subnetlab.runs.plan import PlanSettings, parse_memory, plan_run, plan_table, read_model_config
+    from subnetlab.runs.plan_layers import default_samples
 
     if command not in COMMANDS:
         raise SubnetlabError(f"COMMAND {command!r}: plan one of {', '.join(COMMANDS)}")
@@ -57,7 +61,17 @@ def plan(
                             micro_batch=micro, dtype=dtype, preset=preset, sparsity=sparsity, ig_steps=ig_steps,
                             examples=examples)
     config = read_model_config(model)
-    typer.echo(plan_table([plan_run(config, settings, model, limit)]), nl=False)
+    if layers_sampled == "auto":
+        samples = default_samples(config)
+    elif layers_sampled == "all":
+        samples = None
+    else:
+        try:
+            samples = tuple(int(n) for n in layers_sampled.split(","))
+        except ValueError:
+            raise SubnetlabError(f"--layers-sampled {layers_sampled!r}: expected auto, all or layer counts such as "
+                                 "2,3,4") from None
+    typer.echo(plan_table([plan_run(config, settings, model, limit, samples)]), nl=False)
 
 
 def register(app: typer.Typer) -> None:
