@@ -15,7 +15,7 @@ Layout of a circuit sweep's directory DIR (what ``subnetlab circuit`` writes)::
         history.json                      target, expected sparsity, KL, lambdas over training
         metrics.json                      kept edges, sparsity, the circuit's metrics and faithfulness on the
                                           evaluation pairs, health (written last: marks the run finished)
-      controls/<control>/sparsity-0.950/seed-0/   with a control: the same search as a control  
+      controls/<control>/sparsity-0.950/seed-0/   with a control: the same search as a control
                                           (``methods.controls``), a full run directory of its own
       metrics.json                        with controls or several seeds, per target: the found circuits'
                                           logit difference, faithfulness and density beside each control's, the
