@@ -56,6 +56,20 @@ def subnetwork_measure(metrics: Mapping[str, Any]) -> dict[str, float | None]:
             "density": 1.0 - float(metrics["sparsity"])}
 
 
+def discovery_measure(metrics: Mapping[str, Any]) -> dict[str, float | None]:
+    """A continuous-sparsification mask's test accuracy, its evaluation accuracy, its kept percent and density."""
+    kept = metrics.get("kept_percent")
+    return {"score": metrics.get("test_accuracy"), "eval_accuracy": metrics.get("eval_accuracy"),
+            "kept_percent": kept, "density": None if kept is None else float(kept) / 100.0}
+
+
+def lottery_measure(metrics: Mapping[str, Any]) -> dict[str, float | None]:
+    """A lottery-pruned subnetwork's development metric, the full model's (its own: a control's model or labels),
+    its density (the kept share of what the method prunes: weights, or heads and MLPs)."""
+    return {"score": metrics.get("metric"), "full_metric": metrics.get("full_metric"),
+            "density": 1.0 - float(metrics["sparsity"])}
+
+
 def circuit_masks(job: Any) -> tuple[Any, list[str]]:
     """A finished edge-pruning run's 0/1 edge mask and the graph's edge names (its ``subnetwork.safetensors``)."""
     from subnetlab.subnetwork import Subnetwork
@@ -64,22 +78,30 @@ def circuit_masks(job: Any) -> tuple[Any, list[str]]:
     return sub.edges, list(sub.graph().edge_names)
 
 
+def by_target(metrics: Mapping[str, Any]) -> str | None:
+    """A sweep run's group: its target sparsity (None for a run that has none, e.g. a staircase's)."""
+    if not all(k in metrics for k in ("target_sparsity", "seed", "sparsity")):  # staircases: per level
+        return None
+    return f"{float(metrics['target_sparsity']):.3f}"
+
+
 def sweep_comparison(results: Sequence[Any], measure: Measure, *, score_name: str,
                      masks: Callable[[Any], tuple[Any, list[str]] | None] | None = None,
-                     seed: int = 0) -> dict[str, Any]:
-    """Per target sparsity: the real runs' measures over seeds, each control's, the verdict and, with
-    ``masks`` (a finished job -> its 0/1 mask and unit names), the real circuits' stability over seeds.
+                     seed: int = 0, group: Callable[[Mapping[str, Any]], str | None] = by_target) -> dict[str, Any]:
+    """Per group (``group``: a run's metrics -> its key, None to leave it out; by default its target
+    sparsity): the real runs' measures over seeds, each control's, the verdict and, with ``masks`` (a
+    finished job -> its 0/1 mask and unit names), the real circuits' stability over seeds.
 
     ``results`` are the executor's job results (``name``, ``metrics``); a control run is one whose metrics
-    name its ``control``."""
+    name its ``control``; a run without a ``seed`` counts as seed 0."""
     from subnetlab.analysis.stability import mask_stability
 
     groups: dict[str, dict[str, list[Any]]] = {}
     for job in results:
         m = job.metrics
-        if not m or not all(k in m for k in ("target_sparsity", "seed", "sparsity")):  # staircases: per level
+        key = group(m) if m else None
+        if key is None:
             continue
-        key = f"{float(m['target_sparsity']):.3f}"
         groups.setdefault(key, {}).setdefault(m.get("control") or "real", []).append(job)
     out: dict[str, Any] = {}
     for key, by_kind in sorted(groups.items()):
@@ -88,30 +110,36 @@ def sweep_comparison(results: Sequence[Any], measure: Measure, *, score_name: st
         controls = {k: v["score"] for k, v in table.items() if k != "real"}
         if controls and "real" in table:
             entry["verdict"] = control_verdict(table["real"]["score"], controls)
-        real = sorted(by_kind.get("real", []), key=lambda j: j.metrics["seed"])
+        real = sorted(by_kind.get("real", []), key=_seed)
         found = [masks(j) for j in real] if masks is not None else []
         if len(found) > 1 and all(f is not None for f in found):
             entry["stability"] = mask_stability([f[0] for f in found], found[0][1],
                                                 [measure(j.metrics).get("faithfulness") for j in real], seed=seed)
-            entry["stability"]["seeds"] = [j.metrics["seed"] for j in real]
+            entry["stability"]["seeds"] = [_seed(j) for j in real]
         out[key] = entry
     return out
 
 
+def _seed(job: Any) -> int:
+    return int(job.metrics.get("seed") or 0)
+
+
 def _measures(jobs: Sequence[Any], measure: Measure) -> dict[str, list[Any]]:
-    rows = [dict(measure(j.metrics), seed=j.metrics["seed"]) for j in sorted(jobs, key=lambda j: j.metrics["seed"])]
+    rows = [dict(measure(j.metrics), seed=_seed(j)) for j in sorted(jobs, key=_seed)]
     keys = [k for k in rows[0] if k != "seed"]
     return {"seeds": [r["seed"] for r in rows], **{k: [r.get(k) for r in rows] for k in keys}}
 
 
-def format_comparison(comparison: Mapping[str, Any]) -> str:
-    """The comparison as plain lines: per target, real and control means (sd) and the verdict; stability."""
+def format_comparison(comparison: Mapping[str, Any], heading: Callable[[str], str] = "target sparsity {}".format
+                      ) -> str:
+    """The comparison as plain lines: per group (``heading`` names it), real and control means (sd) and the
+    verdict; stability."""
     lines = []
     for key, entry in comparison.items():
         name = entry["score"]
         kinds = [k for k in entry if k not in ("score", "verdict", "stability")]
         if len(kinds) > 1:
-            lines.append(f"controls at target sparsity {key} ({name} of the found mask; density = kept fraction):")
+            lines.append(f"controls at {heading(key)} ({name} of the found mask; density = kept fraction):")
             for kind in kinds:
                 row = entry[kind]
                 cells = [f"{col} {_mean_sd(row[col])}" for col in ("score", "faithfulness", "density") if col in row]
@@ -144,17 +172,40 @@ def _mean_sd(values: Sequence[Any]) -> str:
 
 
 def write_comparison(out: Path, results: Sequence[Any], command: str, *, controls: Sequence[str], measure: Measure,
-                     score_name: str, masks: Callable[[Any], tuple[Any, list[str]] | None] | None = None
-                     ) -> dict[str, Any]:
-    """The sweep's comparison (``sweep_comparison``), written to ``DIR/metrics.json`` when there is anything to
-    compare (controls, or several seeds of circuits): for ``subnetlab CMD --control`` and ``sl.CMD(controls=)``."""
+                     score_name: str, masks: Callable[[Any], tuple[Any, list[str]] | None] | None = None,
+                     group: Callable[[Mapping[str, Any]], str | None] = by_target) -> dict[str, Any]:
+    """The sweep's comparison (``sweep_comparison``), written to ``out/metrics.json`` when there is anything to
+    compare (controls, or several seeds of circuits): for ``subnetlab CMD --control`` and ``sl.CMD(controls=)``.
+    A command whose ``DIR/metrics.json`` is its own result passes ``out = DIR/controls``."""
     from subnetlab.io import write_json
 
-    comparison = sweep_comparison(results, measure, score_name=score_name, masks=masks)
+    comparison = sweep_comparison(results, measure, score_name=score_name, masks=masks, group=group)
     if controls or any("stability" in entry for entry in comparison.values()):
         write_json(out / "metrics.json", {"command": command, "controls": list(controls), "targets": comparison})
     return comparison
 
 
-__all__ = ["circuit_masks", "circuit_measure", "control_jobs", "format_comparison", "subnetwork_measure",
-           "sweep_comparison", "write_comparison"]
+__all__ = ["SELECTED", "by_target", "circuit_masks", "circuit_measure", "control_jobs", "discovery_measure",
+           "format_comparison", "lottery_measure", "selected_comparison", "subnetwork_measure", "sweep_comparison",
+           "write_comparison"]
+
+
+SELECTED = "selected"  # the one group of a command that keeps one run of its sweep (discover: one lambda)
+
+
+def selected_comparison(out: Path, results: Sequence[Any], command: str, *, controls: Sequence[str],
+                        select: Callable[[list[dict[str, Any]]], Mapping[str, Any]], measure: Measure,
+                        score_name: str) -> dict[str, Any]:
+    """For a command that keeps one run of its sweep: ``select`` (a kind's runs' metrics -> the kept one, by
+    identity) picks among the real runs and among each control's alike, and the picks are compared
+    (``write_comparison`` into ``out``; one group, ``SELECTED``)."""
+    by_kind: dict[str, list[Any]] = {}
+    for job in results:
+        if job.metrics:
+            by_kind.setdefault(job.metrics.get("control") or "real", []).append(job)
+    picked = []
+    for jobs in by_kind.values():
+        chosen = select([j.metrics for j in jobs])
+        picked.append(next(j for j in jobs if j.metrics is chosen))
+    return write_comparison(out, picked, command, controls=controls, measure=measure, score_name=score_name,
+                            group=lambda metrics: SELECTED)

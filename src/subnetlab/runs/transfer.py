@@ -23,6 +23,7 @@ from subnetlab.runtime import (DTYPE_NAMES, autocast, describe_runtime, resolve_
 from subnetlab.intervene import mask_weights
 from subnetlab.io import read_json
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification, kept_percentages
+from subnetlab.methods.controls import apply_control, check_controls
 from subnetlab.models import load_model
 from subnetlab.models.loading import LoadedModel
 from subnetlab.methods.model_fit import check_model_fits_task
@@ -125,8 +126,11 @@ class DiscoverJobConfig(JobConfig):
     loss: str | None = optional()  # "last-token" (none) or "sequence" (the released math/ablate.py)
     accuracy: str | None = optional()  # "answers" (none) or "vocabulary" (the released math/ablate.py)
     dtype: str | None = optional()  # forward passes: None (float32), bfloat16 or float16 autocast
+    control: str | None = optional()  # a search control (methods.controls), seeded by the run's seed
 
     def __post_init__(self) -> None:
+        if self.control is not None:
+            check_controls([self.control])
         require_positive("discovery", "threads", self.threads, allow_none=True)
         check_dtype_name(self.dtype, "discovery (the mask logits are trained)")
         self.strategy  # checks the continuous-sparsification settings
@@ -208,7 +212,8 @@ def discover_job(config: dict, out_dir: Path) -> dict:
 def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
     seed = int(job.seed)
     loaded, task = load_lm(job.model, job.task, task_options_for(job.task, job.task_options, seed))
-    save_splits(out_dir, task)
+    save_splits(out_dir, task)  # the real rows: a shuffled-labels control permutes their answers below
+    loaded = apply_control(job.control, loaded, task, seed)  # methods.controls: the same search, nothing to find
     device = resolve_device(job.device or "cpu")
     dtype = resolve_dtype(job.dtype, device)
     stage(describe_runtime(device, dtype))
@@ -243,7 +248,8 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
         "full_model_test_accuracy": full_acc, "kept_percent": kept["overall"], "kept_percent_per_layer": kept["per_layer"],
         "kept": kept["kept"], "masked_total": kept["total"],
         "history": [vars(h) for h in found.history], "seconds": time.perf_counter() - started,
-        "cpu_seconds": time.process_time() - cpu_started,
+        "cpu_seconds": time.process_time() - cpu_started, "seed": seed,
+        **({} if job.control is None else {"control": job.control}),
     }
     return {**metrics, "health": discovery_health(metrics).to_dict()}
 

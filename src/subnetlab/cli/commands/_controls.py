@@ -33,3 +33,11 @@ def report_sweep(out: Path, results: Sequence[Any], command: str, *, controls: S
     if controls or any("stability" in entry for entry in comparison.values()):
         typer.echo(format_comparison(comparison), nl=False)
     return comparison
+
+
+def show_comparison(comparison: dict[str, Any], heading: Callable[[str], str], where: Path) -> None:
+    """Print a command's comparison with its controls (``runs.controls.format_comparison``) and where it is."""
+    from subnetlab.runs.controls import format_comparison
+
+    typer.echo(format_comparison(comparison, heading), nl=False)
+    typer.echo(f"controls compared in {where}")

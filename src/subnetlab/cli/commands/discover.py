@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
 from subnetlab.executor import ExecutorOptions, Job
@@ -16,6 +17,8 @@ DISCOVER_PRESET_HELP = ("paper (Zhang et al. 2024: 50 epochs, batch 500, 50,000 
                         "1e-8) or quick (your own small model on a CPU: 50 epochs of batches of 16 at lr 1e-2, 2,000 "
                         "arithmetic rows, lambda 1e-7; seconds to minutes). --epochs, --lr, --batch-size, --samples and --lambdas "
                         "override it.")
+
+DISCOVER_JOB = "subnetlab.runs.transfer:discover_job"
 
 
 def parse_floats(text: str, name: str) -> list[float]:
@@ -65,6 +68,8 @@ def discover(
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     dtype: Optional[str] = dtype_option(),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. max_number=100."),
+    control: list[str] = typer.Option([], "--control", help=CONTROL_HELP.replace(
+        "DIR/metrics.json", "DIR/controls/metrics.json (each control's lambda chosen by --select, as the real one)")),
     data_flags: dict = None,
     executor: ExecutorOptions = None,
 ) -> None:
@@ -90,6 +95,9 @@ def discover(
     from subnetlab.errors import preset_values
     from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS
 
+    from subnetlab.cli.commands._controls import parse_controls
+
+    controls = parse_controls(control)
     settings = preset_values(DISCOVERY_PRESETS, preset, dict(epochs=epochs, lr=lr, batch_size=batch_size,
                                                              samples=samples, lambdas=lambdas))
     epochs, lr, batch_size, samples = (settings[k] for k in ("epochs", "lr", "batch_size", "samples"))
@@ -124,21 +132,27 @@ def discover(
     if built.kind != "lm":
         raise SubnetlabError(f"task {task}: discovery runs on language-model tasks (e.g. arith:ab, or your own data "
                              "with --answer-column)")
+    from subnetlab.methods.controls import SHUFFLED_LABELS, check_shufflable
+
+    if SHUFFLED_LABELS in controls:
+        check_shufflable(built)
     config = {"command": "discover", "model": str(model), "task": task, "task_options": options, "cs": cs,
               "lambdas": values, "seed": seed, **scoring}  # the selection is not part of it: a rerun may choose differently
     claim(out, config, what="discovery run")
     record_runtime(out, runtime_record(where, forward))  # not compared when the run resumes
     save_splits(out, built)
-    jobs = [Job("subnetlab.runs.transfer:discover_job",
+    jobs = [Job(DISCOVER_JOB,
                 {"model": str(model), "task": task, "task_options": options, "seed": seed, "threads": threads, "device": device,
                  "cs": {**cs, "l0_lambda": lam}, **scoring}, out / f"lambda_{lam:g}") for lam in values]
-    report = executor.run(jobs, sweep_dir=out)
+    from subnetlab.runs.controls import control_jobs
+
+    report = executor.run(jobs + control_jobs(jobs, out, controls, DISCOVER_JOB), sweep_dir=out)
     failed = [j for j in report.jobs if j.status == "failed"]
     if failed:
         raise SubnetlabError(f"discovery failed for {failed[0].name}: {failed[0].error}")
     from subnetlab.runs.transfer import degenerate_passed_over, sweep_health
 
-    runs = [j.metrics for j in report.jobs]
+    runs = [j.metrics for j in report.jobs if not j.metrics.get("control")]  # the controls: compared below
     healths = sweep_health(runs)
     best = select_best(runs, chooser)
     passed_over = degenerate_passed_over(runs, chooser)
@@ -162,6 +176,15 @@ def discover(
           f"(full model {best['full_model_test_accuracy']:.4f}); parameters kept {best['kept_percent']:.2f}% "
           f"(per layer: {', '.join(f'L{k} {v:.2f}%' for k, v in best['kept_percent_per_layer'].items())})")
     print(f"subnetwork: {out / 'subnetwork.safetensors'}")
+    if controls:
+        from subnetlab.cli.commands._controls import show_comparison
+        from subnetlab.methods.controls import CONTROLS_DIR
+        from subnetlab.runs.controls import discovery_measure, selected_comparison
+
+        compared = selected_comparison(out / CONTROLS_DIR, report.jobs, "discover", controls=controls,
+                                       select=lambda metrics: select_best(metrics, chooser), measure=discovery_measure,
+                                       score_name="test_accuracy")
+        show_comparison(compared, lambda key: f"the {key} lambda", out / CONTROLS_DIR / "metrics.json")
     from subnetlab.cli.commands._health import refuse_if_strict, report_health
 
     if len(runs) > 1 and not any(h.ok for h in healths):
