@@ -46,6 +46,7 @@ from subnetlab.methods.lottery.retrain import train_masked
 from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
+from subnetlab.methods.controls import apply_control, check_controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
 from subnetlab.models.loading import quiet_transformers, refuse_exported
 from subnetlab.progress import stage
@@ -89,8 +90,11 @@ class LotteryPruneJobConfig(JobConfig):
     device: str = "cpu"
     seed: int | None = None
     dtype: str | None = optional()  # forward passes: None (float32), bfloat16 or float16 autocast
+    control: str | None = optional()  # a search control (methods.controls), seeded by ``seed`` (0 if none)
 
     def __post_init__(self) -> None:
+        if self.control is not None:
+            check_controls([self.control])
         if self.dtype is not None and self.dtype not in DTYPE_NAMES:
             raise SubnetlabError(f"dtype {self.dtype!r}: expected {', '.join(DTYPE_NAMES)}", setting="dtype")
         if self.dtype == "float16" and self.method == "importance":
@@ -253,6 +257,7 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
         raise SubnetlabError(f"task {task.name} has no development split to prune on")
     task.examples(split)  # unknown split -> error naming it
     loaded = model_for_task(job.model, task, seed=0)
+    loaded = apply_control(job.control, loaded, task, int(job.seed or 0))  # the same search, nothing to find
     device = resolve_device(job.device)
     dtype = resolve_dtype(job.dtype, device)
     stage(describe_runtime(device, dtype))
@@ -300,7 +305,9 @@ def prune_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, A
     metrics = {**result.summary(), "method": job.method, "split": split, "kind": good.kind, "metric_name": metric_name,
                "parameter_sparsity": good.parameter_sparsity(adapter), "kept": good.count(),
                "controls_metric": pruned_metric, "wall_seconds": time.time() - started,
-               "resumed_from": journal.replayed}
+               "resumed_from": journal.replayed, "seed": job.seed}
+    if job.control is not None:
+        metrics["control"] = job.control
     if good.kind == "structured":
         metrics["kept_components"] = good.kept_names()
         metrics["heads_kept"], metrics["mlps_kept"] = int(good.heads.sum()), int(good.mlps.sum())

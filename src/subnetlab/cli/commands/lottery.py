@@ -12,11 +12,16 @@ seeds (super-survivors); ``lottery-patterns`` types every head's attention.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import typer
 
+from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._options import DEVICE_HELP, check_max_length_option, data_flag_options, dtype_option
+
+
+LOTTERY_PRUNE_JOB = "subnetlab.runs.lottery:prune_job"
 
 
 def run_one(fn: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -64,9 +69,14 @@ def lottery_prune(
     control_seed: int = typer.Option(0, "--control-seed", help="Seed of the random and bad controls."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     dtype: Optional[str] = dtype_option(),
+    control: list[str] = typer.Option([], "--control", help=CONTROL_HELP.replace("seeds", "seed").replace(
+        "DIR/metrics.json", "DIR/controls/metrics.json")),
     data_flags: dict = None,
 ) -> None:
     """Prune a fine-tuned model and write subnetwork.safetensors plus random.safetensors and bad.safetensors."""
+    from subnetlab.cli.commands._controls import parse_controls
+
+    controls = parse_controls(control)
     from subnetlab.cli.commands._options import with_data_options
     from subnetlab.cli.commands._options import parse_task_options
     from subnetlab.runs.lottery import prune_config
@@ -92,10 +102,27 @@ def lottery_prune(
         bad_fill=bad_fill,
     )
     check_max_length_option(model, config["max_length"])
-    metrics = run_one("subnetlab.runs.lottery:prune_job", config, out)
+    from subnetlab.methods.controls import SHUFFLED_LABELS, check_shufflable
+
+    if SHUFFLED_LABELS in controls:
+        check_shufflable(TaskSpec(task, options, tuple(eval_data)).build())
+    metrics = run_one(LOTTERY_PRUNE_JOB, config, out)
     print(f"full model ({metrics.get('metric_name', 'accuracy')}): {metrics['full_metric']:.4f}; subnetwork: {metrics['metric']:.4f} "
           f"at sparsity {metrics['sparsity']:.1%} ({len(metrics['steps'])} steps tried)")
     print(f"subnetwork: {out / 'subnetwork.safetensors'} (controls: random.safetensors, bad.safetensors)")
+    if controls:
+        from subnetlab.cli.commands._controls import show_comparison
+        from subnetlab.executor import Job
+        from subnetlab.methods.controls import CONTROLS_DIR
+        from subnetlab.runs.controls import control_jobs, lottery_measure, write_comparison
+
+        finished = [SimpleNamespace(metrics=metrics)]  # what the comparison reads of a run: its metrics
+        for job in control_jobs([Job(LOTTERY_PRUNE_JOB, config, out)], out, controls, LOTTERY_PRUNE_JOB):
+            finished.append(SimpleNamespace(metrics=run_one(job.fn, job.config, job.out_dir)))
+        compared = write_comparison(out / CONTROLS_DIR, finished, "lottery-prune",
+                                    controls=controls, measure=lottery_measure, score_name=metrics["metric_name"],
+                                    group=lambda m: m.get("method"))
+        show_comparison(compared, lambda key: f"{key} pruning", out / CONTROLS_DIR / "metrics.json")
     from subnetlab.cli.commands._health import report_health
     from subnetlab.runs.health import read_health
 
