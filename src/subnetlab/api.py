@@ -108,7 +108,7 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
 def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float] | None = None, seed: int = 0,
              task_options: Mapping[str, Any] | None = None, selection: Any = None, device: str = "auto",
              jobs: int | None = None, preset: str | None = None, samples: int | None = None,
-             **cs: Any) -> dict[str, Any]:
+             controls: Sequence[str] = (), **cs: Any) -> dict[str, Any]:
     """Find a weight mask for ``task`` in a causal LM with continuous sparsification, one run per lambda
     (``subnetlab discover``).
 
@@ -117,15 +117,20 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     not given; without one, the lambdas are 1e-7, 5e-7 and 1e-8 and the rest ``ContinuousSparsification``'s
     defaults. ``cs`` are ``ContinuousSparsification`` settings (``epochs``, ``lr``, ``batch_size``, ``include``, ...);
     ``selection`` a ``methods.continuous_sparsification.LambdaChoice`` (default: the sparsest subnetwork within
-    a point of the best evaluation accuracy). Returns the chosen run's metrics with ``"subnetwork"`` (its
-    file) and ``"sweep"`` (every lambda's metrics).
+    a point of the best evaluation accuracy). ``controls`` (``"random-weights"``, ``"shuffled-labels"``:
+    ``methods.controls``) run the same sweep beside it, each control's lambda chosen alike. Returns the chosen
+    run's metrics with ``"subnetwork"`` (its file), ``"sweep"`` (every lambda's metrics) and ``"controls"`` (the
+    chosen masks compared with the controls' as ``out/controls/metrics.json`` holds it; empty without).
     """
+    from subnetlab.methods.controls import CONTROLS_DIR, SHUFFLED_LABELS, check_controls, check_shufflable
+    from subnetlab.runs.controls import control_jobs, discovery_measure, selected_comparison
     from subnetlab.errors import preset_values
     from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS
     from subnetlab.run_directory import absolute_input
-    from subnetlab.runs.transfer import DiscoverJobConfig, lm_task_options, select_best
+    from subnetlab.runs.transfer import DiscoverJobConfig, lm_task_options, load_lm, select_best, task_options_for
 
     out = Path(out)
+    controls = check_controls(controls)
     options = dict(task_options or {})
     if preset is not None:
         given = {"lambdas": lambdas, "samples": samples, **{k: cs.get(k) for k in ("epochs", "lr", "batch_size")}}
@@ -139,11 +144,16 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     configs = [DiscoverJobConfig.from_dict({"model": str(absolute_input(model)), "task": task, "task_options": options,
                                             "seed": seed, "device": device, "cs": {**cs, "l0_lambda": lam}}).to_dict()
                for lam in lambdas]
-    sweep = [Job("subnetlab.runs.transfer:discover_job", config, out / f"lambda_{lam:g}")
-             for config, lam in zip(configs, lambdas)]
-    report = _run(sweep, out, jobs, "discovery")
-    metrics = [job.metrics for job in report.jobs]
-    return {**select_best(metrics, selection), "sweep": metrics}
+    fn = "subnetlab.runs.transfer:discover_job"
+    sweep = [Job(fn, config, out / f"lambda_{lam:g}") for config, lam in zip(configs, lambdas)]
+    if SHUFFLED_LABELS in controls:  # as the command: a task with one answer is refused before any job
+        check_shufflable(load_lm(configs[0]["model"], task, task_options_for(task, options, seed))[1])
+    report = _run(sweep + control_jobs(sweep, out, controls, fn), out, jobs, "discovery")
+    metrics = [job.metrics for job in report.jobs if not job.metrics.get("control")]
+    comparison = selected_comparison(out / CONTROLS_DIR, report.jobs, "discover", controls=controls,
+                                     select=lambda runs: select_best(runs, selection), measure=discovery_measure,
+                                     score_name="test_accuracy") if controls else {}
+    return {**select_best(metrics, selection), "sweep": metrics, "controls": comparison}
 
 
 def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: str | Path | None = None,

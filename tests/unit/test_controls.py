@@ -247,3 +247,138 @@ def test_the_api_runs_the_controls_as_the_command_does(tmp_path, one_thread):
     cli = json.loads((tmp_path / "cli" / "metrics.json").read_text())
     assert r["controls"] == cli["targets"] and set(r["controls"]["0.900"]) >= {"real", "random-weights"}
     assert list(r["summary"]) == ["sparsity-0.900/seed-0"]
+
+
+# ------------------------------------------------ discover and lottery-prune (selected runs)
+ARITH = {"n_train": 40, "n_eval": 10, "n_test": 10}
+DISCOVER = ["--lambdas", "1e-7,1e-8", "--epochs", "1", "--lr", "0.01", "--batch-size", "20", "--include", "attention",
+            "--keep", "last", "--init", "0.05", "--seed", "2"]  # from init 0.05 one epoch keeps some weights
+
+
+def _arith_lm(where):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=23, n_embd=16, n_layer=1, n_head=2, n_positions=8)).save_pretrained(where)
+    return where
+
+
+def test_discover_controls_sweep_and_choose_as_the_real_run_does(tmp_path, capsys, one_thread):
+    """Each control's lambda sweep is a full run directory per lambda; the control's chosen mask, re-measured
+    here on an independently re-initialised model, gives the test accuracy compared in DIR/controls/metrics.json;
+    the shuffled control's full model scores the real model on answers shuffled here."""
+    from transformers import GPT2Config
+
+    from subnetlab.cli import main
+    from subnetlab.intervene import mask_weights
+    from subnetlab.methods.continuous_sparsification import LambdaChoice
+    from subnetlab.models import build_model
+    from subnetlab.runs.transfer import load_lm, select_best
+    from subnetlab.subnetwork import Subnetwork
+    from subnetlab.transfer.data import lm_split
+    from subnetlab.transfer.train import accuracy
+
+    lm, out = _arith_lm(tmp_path / "lm"), tmp_path / "d"
+    with pytest.raises(SystemExit) as e:
+        main(["discover", "--model", str(lm), "--task", "arith:ab",
+              *[a for k, v in ARITH.items() for a in ("--task-option", f"{k}={v}")], *DISCOVER,
+              "--control", "random-weights,shuffled-labels", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert e.value.code in (0, None)
+    runs = {}
+    for control in ("random-weights", "shuffled-labels"):
+        for lam in ("1e-07", "1e-08"):
+            run = out / "controls" / control / f"lambda_{lam}"
+            assert json.loads((run / "config.json").read_text())["control"] == control
+            metrics = json.loads((run / "metrics.json").read_text())
+            assert metrics["control"] == control and "health" in metrics
+            assert (run / "subnetwork.safetensors").is_file()
+            runs.setdefault(control, []).append(metrics)
+    chosen = {c: select_best(m, LambdaChoice()) for c, m in runs.items()}  # the command's default rule
+
+    real, task = load_lm(str(lm), "arith:ab", {"seed": 2, **ARITH})
+    test = lm_split(task, "test")
+    fresh = build_model(GPT2Config.from_pretrained(lm), head="causal-lm", seed=2).model.eval()  # the control's seed
+    sub = Subnetwork.load(chosen["random-weights"]["subnetwork"])
+    with mask_weights(fresh, dict(sub.weights)):
+        assert accuracy(fresh, test) == pytest.approx(chosen["random-weights"]["test_accuracy"])
+    shuffled = shuffle_labels(load_lm(str(lm), "arith:ab", {"seed": 2, **ARITH})[1], seed=2)
+    assert accuracy(real.model, lm_split(shuffled, "test")) == pytest.approx(
+        chosen["shuffled-labels"]["full_model_test_accuracy"])
+
+    compared = json.loads((out / "controls" / "metrics.json").read_text())
+    assert compared["command"] == "discover" and compared["controls"] == ["random-weights", "shuffled-labels"]
+    entry = compared["targets"]["selected"]
+    summary = json.loads((out / "metrics.json").read_text())  # the real run's result, controls left out
+    assert [row["l0_lambda"] for row in summary["sweep"]] == [1e-7, 1e-8]
+    assert entry["real"]["score"] == [summary["test_accuracy"]]
+    assert entry["real"]["kept_percent"] == [summary["kept_percent"]]
+    for control, m in chosen.items():
+        assert entry[control]["score"] == [m["test_accuracy"]] and entry[control]["kept_percent"] == [m["kept_percent"]]
+        assert entry[control]["density"] == [pytest.approx(m["kept_percent"] / 100)]
+    assert entry["verdict"]["beats"] is None  # one seed: no spread to judge by, and it says so
+    assert "controls at the selected lambda" in printed and "undecided (1 real seed(s)" in printed
+
+    found = __import__("subnetlab").discover(str(lm), "arith:ab", tmp_path / "api", lambdas=[1e-7, 1e-8], seed=2,
+                                             task_options=ARITH, epochs=1, lr=0.01, batch_size=20,
+                                             include=["attention"], keep="last", init=0.05,
+                                             controls=["random-weights", "shuffled-labels"])
+    assert found["controls"] == compared["targets"]  # sl.discover(controls=) is the command's sweep
+    assert found["test_accuracy"] == summary["test_accuracy"] and len(found["sweep"]) == 2
+
+
+def test_lottery_prune_controls_prune_alike_and_are_compared(tmp_path, capsys, one_thread):
+    """Each control is the same importance pruning in a full run directory of its own; its full model is the
+    model re-initialised from its config (measured again here), its importance scores are not the real run's."""
+    from safetensors.torch import load_file
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from subnetlab.cli import main
+    from subnetlab.methods.evaluate import evaluate
+    from subnetlab.models import build_model
+    from subnetlab.tasks import NLI3
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=3, initializer_range=0.5,
+                        id2label=dict(enumerate(NLI3)), label2id={k: i for i, k in enumerate(NLI3)})
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "bert")
+    tok = word_tokenizer()
+    tok.save_pretrained(tmp_path / "bert")
+    out = tmp_path / "lottery"
+    options = {"n_train": 24, "n_eval": 24, "hans_per_subcase": 1}
+    with pytest.raises(SystemExit) as e:
+        main(["lottery-prune", "--model", str(tmp_path / "bert"), "--task", "nli-synthetic",
+              *[a for k, v in options.items() for a in ("--task-option", f"{k}={v}")], "--method", "importance",
+              "--preset", "quick", "--max-steps", "3", "--threshold", "0.5", "--device", "cpu",
+              "--control", "shuffled-labels", "--control", "random-weights", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert e.value.code in (0, None)
+    real = json.loads((out / "metrics.json").read_text())
+    scores = load_file(str(out / "importance.safetensors"))
+    runs = {}
+    for control in ("shuffled-labels", "random-weights"):
+        run = out / "controls" / control
+        assert json.loads((run / "config.json").read_text())["control"] == control
+        runs[control] = json.loads((run / "metrics.json").read_text())
+        assert runs[control]["control"] == control and "health" in runs[control]
+        assert {"subnetwork.safetensors", "random.safetensors", "bad.safetensors"} <= {p.name for p in run.iterdir()}
+        theirs = load_file(str(run / "importance.safetensors"))
+        assert not torch.equal(theirs["heads"], scores["heads"])  # another search: other weights or other answers
+
+    from subnetlab.tasks.spec import TaskSpec
+
+    task = TaskSpec("nli-synthetic", options).build()
+    fresh = build_model(BertConfig.from_pretrained(tmp_path / "bert"), head="classification", seed=0).model.eval()
+    split = real["split"]
+    again = evaluate(fresh, tok, task, [split], batch_size=32, max_length=64, limit=300)[split]["accuracy"]
+    assert runs["random-weights"]["full_metric"] == pytest.approx(again)
+
+    compared = json.loads((out / "controls" / "metrics.json").read_text())
+    entry = compared["targets"]["importance"]
+    assert compared["command"] == "lottery-prune" and entry["score"] == "accuracy"
+    assert entry["real"]["score"] == [real["metric"]] and entry["real"]["density"] == [pytest.approx(1 - real["sparsity"])]
+    for control, m in runs.items():
+        assert entry[control]["score"] == [m["metric"]] and entry[control]["full_metric"] == [m["full_metric"]]
+    assert "controls at importance pruning" in printed
