@@ -113,7 +113,7 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     (``subnetlab discover``).
 
     ``preset`` (``paper`` or ``quick``: ``methods.continuous_sparsification.DISCOVERY_PRESETS``, as the command's
-    ``--preset``) sets the epochs, learning rate, batch size, lambdas and arithmetic rows (``samples``) that are
+    preset) sets the epochs, learning rate, batch size, lambdas and arithmetic rows (``samples``) that are
     not given; without one, the lambdas are 1e-7, 5e-7 and 1e-8 and the rest ``ContinuousSparsification``'s
     defaults. ``cs`` are ``ContinuousSparsification`` settings (``epochs``, ``lr``, ``batch_size``, ``include``, ...);
     ``selection`` a ``methods.continuous_sparsification.LambdaChoice`` (default: the sparsest subnetwork within
@@ -166,7 +166,7 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
     (``subnetlab transfer``).
 
     ``train`` are ``transfer.TrainSettings`` fields (``epochs``, ``lr``, ``batch_size``, ...); ``preset``
-    (``paper`` or ``quick``: ``transfer.train.TRANSFER_PRESETS``, as the command's ``--preset``) sets the epochs,
+    (``paper`` or ``quick``: ``transfer.train.TRANSFER_PRESETS``, as the command's preset) sets the epochs,
     learning rate and batch size not given. Returns
     ``{"out", "summary", "runs"}``: per condition and size the mean test accuracy over seeds (at each run's
     best evaluation epoch), and every run's record.

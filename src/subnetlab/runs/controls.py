@@ -175,7 +175,7 @@ def write_comparison(out: Path, results: Sequence[Any], command: str, *, control
                      score_name: str, masks: Callable[[Any], tuple[Any, list[str]] | None] | None = None,
                      group: Callable[[Mapping[str, Any]], str | None] = by_target) -> dict[str, Any]:
     """The sweep's comparison (``sweep_comparison``), written to ``out/metrics.json`` when there is anything to
-    compare (controls, or several seeds of circuits): for ``subnetlab CMD --control`` and ``sl.CMD(controls=)``.
+    compare (controls, or several seeds of circuits): for a command's controls and ``sl.CMD(controls=)``.
     A command whose ``DIR/metrics.json`` is its own result passes ``out = DIR/controls``."""
     from subnetlab.io import write_json
 
