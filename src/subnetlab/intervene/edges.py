@@ -158,6 +158,9 @@ class EdgeMasks:
                 (adapter.family, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads):
             raise SubnetlabError(f"the graph is of a {graph.family} model {graph.num_layers} x {graph.num_heads}, "
                                  f"the model a {adapter.family} {adapter.num_layers} x {adapter.num_heads}")
+        if graph.parallel_attn_mlp != adapter.parallel_attn_mlp:
+            raise SubnetlabError(f"the graph's MLPs read {'beside' if graph.parallel_attn_mlp else 'after'} their "
+                                 f"layer's attention, the model's {'beside' if adapter.parallel_attn_mlp else 'after'}")
         self.model, self.adapter, self.graph, self.values, self.source = model, adapter, graph, values, source
         self.enabled = True
         self.on_reader_input = on_reader_input

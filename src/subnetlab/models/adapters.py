@@ -106,6 +106,7 @@ class FamilySpec:
     final_norm: str = ""
     residual: str = "pre-ln"
     parallel_flag: str = ""
+    attention: str = ""  # the attention implementation the family needs ("eager": Gemma-2's soft-capping), "" any
     make_adapter: Callable[[nn.Module, FamilySpec], Any] = field(default=_transformer_adapter, repr=False)
 
     @property
@@ -156,7 +157,7 @@ FAMILIES: dict[str, FamilySpec] = {
             "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
             "self_attn.o_proj", "post_feedforward_layernorm", ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
             example="Gemma-2 (norms after attention and MLP; soft-capped logits)", kind="decoder",
-            embeddings=("embed_tokens",), final_norm="norm", residual="block-norm",
+            embeddings=("embed_tokens",), final_norm="norm", residual="block-norm", attention="eager",
         ),
         FamilySpec(
             "olmo2", ("olmo2",), "layers",
@@ -187,6 +188,12 @@ def _family_for(model_type: str) -> FamilySpec:
             return spec
     supported = ", ".join(f"{s.family} ({'/'.join(s.model_types)})" for s in FAMILIES.values())
     raise SubnetlabError(f"unsupported model type {model_type!r}; supported families: {supported}")
+
+
+def attention_for(model_type: str, wanted: str) -> str:
+    """The attention implementation to load ``model_type`` with: ``wanted`` unless its family needs another."""
+    spec = next((s for s in FAMILIES.values() if model_type in s.model_types), None)
+    return spec.attention if spec is not None and spec.attention else wanted
 
 
 def _get(module: nn.Module, path: str) -> nn.Module:
