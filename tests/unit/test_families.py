@@ -15,11 +15,13 @@ import torch
 from transformers import Gemma2Config, GPTNeoXConfig, Olmo2Config
 
 from subnetlab.cli import main
+from subnetlab.export import slice_subnetwork
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, capture_activations, collect_means, count_hooks
 from subnetlab.intervene.edges import apply_edges, capture_writers, check_edge_family, writer_means
 from subnetlab.models import FAMILIES, build_model, get_adapter
 from subnetlab.models.graph import Graph
+from subnetlab.subnetwork import Subnetwork
 from tests.conftest import VOCAB, output_of, tiny_inputs
 
 NEW = ["gemma2", "olmo2", "neox-parallel", "neox-sequential"]
@@ -32,7 +34,7 @@ def _config(name: str, layers: int = 2, heads: int = 4, hidden: int = 32):
         return Gemma2Config(num_key_value_heads=heads // 2, head_dim=8, query_pre_attn_scalar=8, sliding_window=4,
                             attn_logit_softcapping=5.0, final_logit_softcapping=3.0, **common)
     if name == "olmo2":
-        return Olmo2Config(num_key_value_heads=heads // 2, **common)
+        return Olmo2Config(num_key_value_heads=heads // 2, pad_token_id=1, bos_token_id=0, eos_token_id=0, **common)
     return GPTNeoXConfig(use_parallel_residual=name == "neox-parallel", rotary_pct=0.5, bos_token_id=0,
                          eos_token_id=0, **common)
 
@@ -296,3 +298,31 @@ def test_gemma2_soft_capping_is_active_and_gates_keep_it():
             gated = output_of(m.model, _inputs())
     assert gated.abs().max() < 3.0
     assert gated.abs().max() > 1.0  # the cap is reached for, so it shapes the output
+
+
+def _pruned(m):
+    heads, mlps = torch.ones(3, 4), torch.ones(3)
+    heads[0, 1], heads[1, :], heads[2, 3], mlps[1] = 0, 0, 0, 0
+    return Subnetwork.structured(m.adapter, heads, mlps, ablation="mean")
+
+
+@pytest.mark.parametrize("sliced", ["gemma2", "neox-parallel", "neox-sequential"])
+def test_sliced_model_computes_what_the_gated_model_computes(sliced, one_thread):
+    """Physical removal (GPT-NeoX's per-head fused Q/K/V rows; Gemma-2's MLP folded after its norm) = the gates."""
+    m = _model(sliced, layers=3)
+    x = _inputs()
+    values = collect_means(m.model, m.adapter, [x, _inputs(1)])
+    sub = _pruned(m)
+    small = slice_subnetwork(m.model, m.adapter, sub, values).model
+    with torch.no_grad():
+        with apply_gates(m.model, m.adapter, *sub.gates(), ablation=values):
+            gated = output_of(m.model, x)
+        assert (output_of(small, x) - gated).abs().max() <= 1e-5
+        assert (output_of(m.model, x) - gated).abs().max() > 1e-3
+    assert sum(p.numel() for p in small.parameters()) < sum(p.numel() for p in m.model.parameters())
+
+
+def test_olmo2_refuses_slicing_out_some_heads(one_thread):
+    m = _model("olmo2", layers=3)
+    with pytest.raises(SubnetlabError, match="q_norm, k_norm"):
+        slice_subnetwork(m.model, m.adapter, _pruned(m), None)
