@@ -30,9 +30,10 @@ def test_the_sentence_lists_the_families_of_each_kind_from_the_family_table():
         expected = [s.family for s in FAMILIES.values() if s.kind == kind and s.has_components]
         assert families_of(kind) == expected
     assert families_of("vision", components=False) == ["vit", "resnet"]
-    assert accepted_models("discover").startswith("Models: causal language models (gpt2, llama).")
-    assert accepted_models("inspect") == ("Models: text encoders (bert, roberta); causal language models (gpt2, llama); "
-                                          "image models (vit, resnet).")
+    assert accepted_models("discover").startswith("Models: causal language models (gpt2, llama, gemma2, olmo2, "
+                                                  "gpt_neox).")
+    assert accepted_models("inspect") == ("Models: text encoders (bert, roberta); causal language models (gpt2, llama, "
+                                          "gemma2, olmo2, gpt_neox); image models (vit, resnet).")
     assert accepted_models("core") is None  # loads no model
 
 

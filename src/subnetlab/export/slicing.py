@@ -328,9 +328,15 @@ def _slice_attention(block: nn.Module, spec: FamilySpec, plan: Plan, layer: Laye
         block.set_submodule(attn_path, no_heads)
         return
     if layer.heads != tuple(range(H)):
+        if spec.family == "olmo2":
+            raise SubnetlabError("olmo2: cannot slice out some of a layer's heads: its query and key norms "
+                                 "(q_norm, k_norm) normalise over every head at once, so the kept heads' values "
+                                 "depend on the removed ones; gate them instead (or remove every head of the layer)")
         device = out.weight.device
         q_index = _rows(layer.heads, d, device)
-        if spec.key is None:  # fused [q | k | v] along the output axis
+        if spec.key is None and spec.fused_layout == "per-head":  # fused [q k v] of each head in turn (GPT-NeoX)
+            _keep_outputs(block.get_submodule(spec.query), _rows(layer.heads, 3 * d, device))
+        elif spec.key is None:  # fused [q | k | v] along the output axis
             width = H * d
             _keep_outputs(block.get_submodule(spec.query), torch.cat([q_index, q_index + width, q_index + 2 * width]))
         else:

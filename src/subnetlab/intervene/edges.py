@@ -36,10 +36,14 @@ Two public hooks let a method read the intervention without reaching into it
 * ``writer_deltas()``: after a forward, every writer's ``D_w`` in graph writer
   order (its output itself when ``values`` is None).
 
-Only pre-LN families (GPT-2, Llama-style) have a residual stream that is a sum of
-writer outputs. BERT and RoBERTa normalise the stream after every sub-layer, so
-a component's input is not a sum over upstream components and "the edge from w"
-has no term to remove: edge interventions refuse them (their graph still counts).
+Only pre-LN families (GPT-2, Llama-style, GPT-NeoX) have a residual stream that is
+a sum of writer outputs. BERT and RoBERTa normalise the stream after every
+sub-layer, so a component's input is not a sum over upstream components and "the
+edge from w" has no term to remove; Gemma-2 and OLMo-2 normalise each attention
+block's output before adding it, so it is not a sum of its heads' outputs: edge
+interventions refuse them (their graph still counts). With parallel attention and
+MLP (GPT-NeoX) the MLP reads the layer's input: its reader block has no edges
+from its own layer's heads, whose outputs are already recorded when it runs.
 Mask arithmetic runs in the model's dtype; masks are given as float32 ``[edges]``.
 """
 
@@ -76,11 +80,17 @@ class WriterValues:
 def check_edge_family(adapter: Adapter) -> None:
     """Refuse families whose residual stream is not a sum of writer outputs."""
     spec = adapter.spec
+    if spec.residual == "block-norm":
+        raise SubnetlabError(
+            f"{spec.family} models normalise each attention block's output before adding it to the residual stream, "
+            "so it is not a sum of its heads' outputs and an edge out of one head has no term to remove; edge-level "
+            "circuits need a pre-LN model (GPT-2, Llama, Mistral, Qwen, GPT-NeoX); node-level pruning works here")
     if spec.residual != "pre-ln":
         raise SubnetlabError(
             f"{spec.family} models normalise the residual stream after every attention and MLP block (post-LN), so a "
             "component's input is not a sum of upstream components' outputs and single edges cannot be removed; "
-            "edge-level circuits need a pre-LN model (GPT-2, Llama, Mistral, Qwen); node-level pruning works here")
+            "edge-level circuits need a pre-LN model (GPT-2, Llama, Mistral, Qwen, GPT-NeoX); node-level pruning works "
+            "here")
     if not (spec.embeddings and spec.attn_norm and spec.mlp_norm and spec.final_norm):
         raise SubnetlabError(f"{spec.family} models do not name their norms and embeddings for edge interventions")
 
@@ -148,6 +158,9 @@ class EdgeMasks:
                 (adapter.family, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads):
             raise SubnetlabError(f"the graph is of a {graph.family} model {graph.num_layers} x {graph.num_heads}, "
                                  f"the model a {adapter.family} {adapter.num_layers} x {adapter.num_heads}")
+        if graph.parallel_attn_mlp != adapter.parallel_attn_mlp:
+            raise SubnetlabError(f"the graph's MLPs read {'beside' if graph.parallel_attn_mlp else 'after'} their "
+                                 f"layer's attention, the model's {'beside' if adapter.parallel_attn_mlp else 'after'}")
         self.model, self.adapter, self.graph, self.values, self.source = model, adapter, graph, values, source
         self.enabled = True
         self.on_reader_input = on_reader_input
@@ -191,9 +204,12 @@ class EdgeMasks:
         neg = -self._complement(block_index, resid)  # [readers, writers], tiny
         start, flat = 0, resid.numel()
         # every reader's copy of the stream, then out -= (1 - m) @ D in place, one BLAS call per writer group: no
-        # full-size temporary, subtraction or copy per group (addmm's backward needs only the two small factors)
+        # full-size temporary, subtraction or copy per group (addmm's backward needs only the two small factors).
+        # Writers recorded after the block's own (a parallel MLP's layer's heads) are not in its stream.
         out = resid.reshape(1, flat).expand(neg.shape[0], flat).clone()  # [readers, batch * pos * hidden]
         for delta in self._state["deltas"]:  # [n, batch, pos, hidden] per writer group
+            if start >= neg.shape[1]:
+                break
             n = delta.shape[0]
             out.addmm_(neg[:, start:start + n], delta.reshape(n, flat))
             start += n
@@ -320,6 +336,8 @@ class EdgeMasks:
 def _projection_groups(adapter: Adapter) -> dict[str, list[tuple[int, int, int]]]:
     """Per Q/K/V projection module: ``(first reader of the layer's block, readers, first output column)``."""
     s, H, kv, d = adapter.spec, adapter.num_heads, adapter.num_kv_heads, adapter.head_dim
+    if s.key is None and s.fused_layout == "per-head":  # [q k v] per head (GPT-NeoX): one reader per column block
+        return {s.query: [(part * H + h, 1, (3 * h + part) * d) for h in range(H) for part in range(3)]}
     if s.key is None:  # fused [q | k | v] (GPT-2): its columns are in reader order, so one group of every reader
         return {s.query: [(0, H + 2 * kv, 0)]}
     return {s.query: [(0, H, 0)], s.key: [(H, kv, 0)], s.value: [(H + kv, kv, 0)]}

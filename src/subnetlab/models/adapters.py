@@ -82,24 +82,31 @@ class FamilySpec:
     family: str
     model_types: tuple[str, ...]
     layers: str = ""  # path from the base model to the ModuleList of layers
-    query: str = ""  # for fused QKV (GPT-2) the fused module
+    query: str = ""  # for fused QKV (GPT-2, GPT-NeoX) the fused module
     key: str | None = None
     value: str | None = None
     out_proj: str = ""  # input = concatenated head outputs
     mlp_output: str = ""  # output = the MLP's contribution to the residual stream
     mlp_matrices: tuple[str, ...] = ()  # modules whose weights (and biases) belong to the MLP
     transposed: bool = False  # GPT-2 Conv1D stores weights as [in, out]
+    # a fused QKV's output columns: "qkv" = [all q | all k | all v] (GPT-2), "per-head" = [q k v of head 0 | ...]
+    # (GPT-NeoX)
+    fused_layout: str = "qkv"
     example: str = ""
     kind: str = "encoder"  # encoder (text classifiers), decoder (causal LMs) or vision
     # the computation graph (``models.graph``, ``intervene.edges``): embedding modules whose outputs are summed into
     # the residual stream (paths from the base model; token first), the norms in front of attention, the MLP and
     # the output, and whether the residual stream is a plain sum of writer outputs (pre-LN) or normalised after
-    # each sub-layer (post-LN: BERT, RoBERTa), which edge interventions cannot split into writers
+    # each sub-layer (post-LN: BERT, RoBERTa), or receives each block's output after a norm of its own
+    # ("block-norm": Gemma-2, OLMo-2), which edge interventions cannot split into writers; the config flag that
+    # makes attention and MLP read the same stream (GPT-NeoX's parallel residual)
     embeddings: tuple[str, ...] = ()
     attn_norm: str = ""
     mlp_norm: str = ""
     final_norm: str = ""
     residual: str = "pre-ln"
+    parallel_flag: str = ""
+    attention: str = ""  # the attention implementation the family needs ("eager": Gemma-2's soft-capping), "" any
     make_adapter: Callable[[nn.Module, FamilySpec], Any] = field(default=_transformer_adapter, repr=False)
 
     @property
@@ -146,6 +153,27 @@ FAMILIES: dict[str, FamilySpec] = {
             final_norm="norm",
         ),
         FamilySpec(
+            "gemma2", ("gemma2",), "layers",
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+            "self_attn.o_proj", "post_feedforward_layernorm", ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+            example="Gemma-2 (norms after attention and MLP; soft-capped logits)", kind="decoder",
+            embeddings=("embed_tokens",), final_norm="norm", residual="block-norm", attention="eager",
+        ),
+        FamilySpec(
+            "olmo2", ("olmo2",), "layers",
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+            "self_attn.o_proj", "post_feedforward_layernorm", ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+            example="OLMo-2 (norms after attention and MLP)", kind="decoder",
+            embeddings=("embed_tokens",), final_norm="norm", residual="block-norm",
+        ),
+        FamilySpec(
+            "gpt_neox", ("gpt_neox",), "layers", "attention.query_key_value", None, None,
+            "attention.dense", "mlp", ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), fused_layout="per-head",
+            example="Pythia / GPT-NeoX (parallel attention and MLP)", kind="decoder",
+            embeddings=("embed_in",), attn_norm="input_layernorm", mlp_norm="post_attention_layernorm",
+            final_norm="final_layer_norm", parallel_flag="use_parallel_residual",
+        ),
+        FamilySpec(
             "resnet", ("resnet",), "encoder.stages",
             example="microsoft/resnet-18, small ResNets from a config", kind="vision",
             make_adapter=_resnet_adapter,
@@ -160,6 +188,12 @@ def _family_for(model_type: str) -> FamilySpec:
             return spec
     supported = ", ".join(f"{s.family} ({'/'.join(s.model_types)})" for s in FAMILIES.values())
     raise SubnetlabError(f"unsupported model type {model_type!r}; supported families: {supported}")
+
+
+def attention_for(model_type: str, wanted: str) -> str:
+    """The attention implementation to load ``model_type`` with: ``wanted`` unless its family needs another."""
+    spec = next((s for s in FAMILIES.values() if model_type in s.model_types), None)
+    return spec.attention if spec is not None and spec.attention else wanted
 
 
 def _get(module: nn.Module, path: str) -> nn.Module:
@@ -184,6 +218,11 @@ class Adapter:
     @property
     def family(self) -> str:
         return self.spec.family
+
+    @property
+    def parallel_attn_mlp(self) -> bool:
+        """Whether a layer's attention and MLP both read the layer's input (GPT-NeoX's parallel residual)."""
+        return bool(self.spec.parallel_flag and getattr(self.model.config, self.spec.parallel_flag, False))
 
     # -- modules -----------------------------------------------------------------
     def layers(self) -> list[nn.Module]:
@@ -223,7 +262,12 @@ class Adapter:
         kv = (kv_head * d, (kv_head + 1) * d)
         out_dim_qkv, out_dim_o = (1, 0) if s.transposed else (0, 1)
         slices: list[ParamSlice] = []
-        if s.key is None:  # fused QKV: [q | k | v] along the output axis
+        if s.key is None and s.fused_layout == "per-head":  # fused QKV: [q k v] of each head in turn
+            rng = (3 * head * d, 3 * (head + 1) * d)
+            slices.append(ParamSlice(self._param(layer, s.query), out_dim_qkv, *rng))
+            if self._has_bias(layer, s.query):
+                slices.append(ParamSlice(self._param(layer, s.query, "bias"), 0, *rng))
+        elif s.key is None:  # fused QKV: [q | k | v] along the output axis
             for offset in (0, width, 2 * width):
                 slices.append(ParamSlice(self._param(layer, s.query), out_dim_qkv, offset + q[0], offset + q[1]))
                 if self._has_bias(layer, s.query):

@@ -16,7 +16,10 @@ terms of these sums. The graph names them:
   ``logits``;
 * **edges** ``writer->reader`` from every writer to every reader downstream of
   it: the embeddings feed everything, a head of layer ``l`` feeds layer ``l``'s
-  MLP and every reader of later layers, an MLP feeds the later layers.
+  MLP and every reader of later layers, an MLP feeds the later layers. Where
+  attention and MLP run in parallel (``parallel_attn_mlp``: GPT-NeoX / Pythia's
+  parallel residual, EAP-IG's flag of that name), both read the layer's input, so
+  a layer's heads feed only later layers.
 
 Grouped-query attention (Llama, Mistral, Qwen): the key and value readers are
 **per key/value head** (``a{l}.kv{g}<k>``, ``<v>``), as in Edge Pruning's
@@ -90,6 +93,7 @@ class Graph:
     num_heads: int
     num_kv_heads: int
     num_embeddings: int = 2
+    parallel_attn_mlp: bool = False
 
     def __post_init__(self) -> None:
         if self.num_layers < 1 or self.num_heads < 1 or self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
@@ -104,11 +108,11 @@ class Graph:
         """The graph of the model behind ``adapter``; ``embedding_nodes`` 1 joins token and position embeddings,
         0 leaves them out of the graph (always present)."""
         return cls.for_family(adapter.spec, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads,
-                              embedding_nodes)
+                              embedding_nodes, getattr(adapter, "parallel_attn_mlp", False))
 
     @classmethod
     def for_family(cls, spec: Any, num_layers: int, num_heads: int, num_kv_heads: int | None = None,
-                   embedding_nodes: int | None = None) -> "Graph":
+                   embedding_nodes: int | None = None, parallel_attn_mlp: bool = False) -> "Graph":
         """The graph of a family's model of this shape (no weights needed: counts for any size)."""
         if not spec.has_components or not spec.embeddings:
             raise SubnetlabError(f"{spec.family} models have no attention heads and MLPs to build a graph from")
@@ -117,7 +121,7 @@ class Graph:
         if wanted > available:
             raise SubnetlabError(f"{spec.family} models have {available} embedding writer(s); "
                                  f"{wanted} embedding nodes asked for", setting="embedding_nodes")
-        return cls(spec.family, num_layers, num_heads, num_kv_heads or num_heads, wanted)
+        return cls(spec.family, num_layers, num_heads, num_kv_heads or num_heads, wanted, bool(parallel_attn_mlp))
 
     # -- nodes --------------------------------------------------------------------------
     @property
@@ -212,7 +216,8 @@ class Graph:
         per_attn = self.num_heads + 2 * self.num_kv_heads
         for layer in range(self.num_layers):
             before = self.num_embeddings + layer * (self.num_heads + 1)
-            for name, count, writers in ((f"attn{layer}", per_attn, before), (f"mlp{layer}", 1, before + self.num_heads)):
+            mlp_writers = before if self.parallel_attn_mlp else before + self.num_heads
+            for name, count, writers in ((f"attn{layer}", per_attn, before), (f"mlp{layer}", 1, mlp_writers)):
                 block = ReaderBlock(name, layer, tuple(range(reader, reader + count)), writers, start)
                 blocks.append(block)
                 start, reader = block.stop, reader + count
@@ -254,8 +259,11 @@ class Graph:
 
     # -- plain data -------------------------------------------------------------------------
     def shape(self) -> dict[str, Any]:
-        return {"family": self.family, "layers": self.num_layers, "heads": self.num_heads,
-                "kv_heads": self.num_kv_heads, "embedding_nodes": self.num_embeddings}
+        """The fields that rebuild this graph (``parallel_attn_mlp`` only where set, so sequential graphs' files
+        stay as they were)."""
+        shape = {"family": self.family, "layers": self.num_layers, "heads": self.num_heads,
+                 "kv_heads": self.num_kv_heads, "embedding_nodes": self.num_embeddings}
+        return {**shape, "parallel_attn_mlp": True} if self.parallel_attn_mlp else shape
 
     def to_dict(self, scores: list[float] | None = None, in_graph: list[bool] | None = None) -> dict[str, Any]:
         """JSON-ready: the shape, nodes, readers and edges, with per-edge ``score`` / ``in_graph`` when given."""
@@ -277,8 +285,11 @@ class Graph:
     def from_shape(cls, shape: dict[str, Any], source: str = "graph") -> "Graph":
         """The graph of a ``shape()`` record."""
         try:
+            parallel = shape.get("parallel_attn_mlp", False)
+            if not isinstance(parallel, bool):
+                raise TypeError(f"parallel_attn_mlp is {parallel!r}, not true or false")
             return cls(str(shape["family"]), int(shape["layers"]), int(shape["heads"]), int(shape["kv_heads"]),
-                       int(shape["embedding_nodes"]))
+                       int(shape["embedding_nodes"]), parallel)
         except (KeyError, TypeError, ValueError) as e:
             raise SubnetlabError(f"{source}: graph shape unreadable ({e})") from None
 

@@ -26,7 +26,7 @@ from transformers import (
 )
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.models.adapters import Adapter, get_adapter
+from subnetlab.models.adapters import Adapter, attention_for, get_adapter
 from subnetlab.models.aliases import BUILTIN_ALIASES, resolve  # noqa: F401  (their home: aliases; imported from here too)
 
 Head = Literal["base", "classification", "causal-lm", "image-classification"]
@@ -173,6 +173,7 @@ def load_model(
     if num_labels is not None and num_labels != getattr(config, "num_labels", None):
         config.num_labels = num_labels
     source = str(local) if local.exists() else source
+    attn_implementation = attention_for(config.model_type, attn_implementation)
     if local.exists():
         refuse_pickled_weights(local, name_or_path)
     try:
@@ -267,7 +268,7 @@ def config_adapter(name_or_path: str) -> Adapter | None:
         return None
     head = {"decoder": "causal-lm", "vision": "image-classification"}.get(kind, "classification")
     with torch.device("meta"):
-        model = HEADS[head].from_config(config)
+        model = HEADS[head].from_config(config, attn_implementation=attention_for(config.model_type, "sdpa"))
     return get_adapter(model)
 
 
@@ -282,6 +283,7 @@ def build_model(
     import torch
 
     _check_head(head)
+    attn_implementation = attention_for(config.model_type, attn_implementation)
     config._attn_implementation = attn_implementation
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

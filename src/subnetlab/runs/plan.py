@@ -192,7 +192,7 @@ def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
 
     import torch
 
-    from subnetlab.models.adapters import FAMILIES, get_adapter
+    from subnetlab.models.adapters import FAMILIES, attention_for, get_adapter
     from subnetlab.models.loading import HEADS
 
     kind = next((s.kind for s in FAMILIES.values() if getattr(config, "model_type", None) in s.model_types), None)
@@ -205,7 +205,8 @@ def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
     if kind != "decoder":
         config.num_labels = settings.labels
     head = "causal-lm" if kind == "decoder" else "classification"
-    model = HEADS[head].from_config(config, dtype=getattr(torch, settings.dtype), attn_implementation="sdpa")
+    model = HEADS[head].from_config(config, dtype=getattr(torch, settings.dtype),
+                                    attn_implementation=attention_for(config.model_type, "sdpa"))
     model.eval()
     return model, get_adapter(model)
 

@@ -106,7 +106,7 @@ class Subnetwork:
         if self.kind != "edges" or self.graph_shape is None:
             raise SubnetlabError("this operation needs an edge circuit")
         g = self.graph_shape
-        return Graph(g["family"], g["layers"], g["heads"], g["kv_heads"], g["embedding_nodes"])
+        return Graph.from_shape(g, "subnetwork")
 
     def circuit(self) -> Circuit:
         """An edge circuit as a ``Circuit``: its graph with ``in_graph`` the kept edges."""
@@ -278,9 +278,8 @@ class Subnetwork:
         if kind == "edges":
             try:
                 graph_shape = json.loads(meta["graph"])
-                Graph(graph_shape["family"], int(graph_shape["layers"]), int(graph_shape["heads"]),
-                      int(graph_shape["kv_heads"]), int(graph_shape["embedding_nodes"]))
-            except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+                Graph.from_shape(graph_shape, str(path))
+            except (KeyError, TypeError, ValueError, json.JSONDecodeError, SubnetlabError):
                 raise SubnetlabError(f"{path}: edge circuit without a readable graph shape; the file is damaged") from None
             if set(tensors) != {"edges"} or tensors["edges"].dim() != 1:
                 raise SubnetlabError(f"{path}: an edge circuit holds one 1-D tensor 'edges'; the file is damaged")
