@@ -55,6 +55,7 @@ COMMAND_MODELS: dict[str, Accepts] = {
                                                "need a pre-LN model, node circuits (heads and MLPs) any of these"),
     "circuit": Accepts(("decoder",), note="circuit tasks (prompt pairs); edge circuits need a pre-LN model (GPT-2, "
                                           "Llama, Mistral, Qwen)"),
+    "plan": Accepts(_TEXT, note="only the config is read (no weights); circuit plans need a causal language model"),
 }
 
 
