@@ -97,7 +97,7 @@ def test_the_pages_classifier_commands_run_verbatim(tmp_path, family):
     assert "[subnetlab] step 100/500: train loss" in log  # a line per evaluation
     for out, target in (("p50", 0.5), ("p70", 0.7)):
         run = json.loads((runs / out / f"sparsity-{target:.2f}" / "seed-3" / "metrics.json").read_text())
-        assert run["target_sparsity"] == target and run["steps"] == {0.5: 225, 0.7: 275}[target]  # --preset quick
+        assert run["target_sparsity"] == target and run["steps"] == {0.5: 600, 0.7: 640}[target]  # --preset quick: 100 + 2 x 100 sp of warm-up, a 400-step hold
     assert (runs / "core" / "metrics.json").is_file()
     assert json.loads((runs / "ablate" / "metrics.json").read_text())
 
@@ -118,7 +118,7 @@ def test_the_pages_causal_lm_commands_run_verbatim(tmp_path):
     metrics = json.loads((runs / "ft-lm" / "metrics.json").read_text())
     assert metrics["train_examples"] == 38 and metrics["final"]["eval"]["n"] == 5  # 10% + 10% of 48 held out
     run = json.loads((runs / "p50-lm" / "sparsity-0.50" / "seed-3" / "metrics.json").read_text())
-    assert run["target_sparsity"] == 0.5 and run["steps"] == 225
+    assert run["target_sparsity"] == 0.5 and run["steps"] == 600
     assert (runs / "disc" / "subnetwork.safetensors").is_file()
     assert (runs / "transfer" / "sweep.json").is_file()
 
