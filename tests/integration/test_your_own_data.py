@@ -97,7 +97,7 @@ def test_the_pages_classifier_commands_run_verbatim(tmp_path, family):
     assert "[subnetlab] step 100/500: train loss" in log  # a line per evaluation
     for out, target in (("p50", 0.5), ("p70", 0.7)):
         run = json.loads((runs / out / f"sparsity-{target:.2f}" / "seed-3" / "metrics.json").read_text())
-        assert run["target_sparsity"] == target and run["steps"] == {0.5: 600, 0.7: 640}[target]  # --preset quick: 100 + 2 x 100 sp of warm-up, a 400-step hold
+        assert run["target_sparsity"] == target and run["steps"] == {0.5: 600, 0.7: 640}[target]  # quick: 100 + 200 sp, then 400
     assert (runs / "core" / "metrics.json").is_file()
     assert json.loads((runs / "ablate" / "metrics.json").read_text())
 
