@@ -53,8 +53,8 @@ those: on a small model that solves its task with room to spare, the KL barely
 depends on most gates, and the expected-L0 Lagrangian is met as well by every
 gate half open as by some closed and the rest open, so gates that the KL does
 not separate settle together in the middle (225 steps at lr 0.1 on the
-expected L0 leave 90-100% of the tutorial models' gates undecided). On the sampled sparsity a gate in the middle gets a gradient that
-changes with each sample while a decided gate's sample is clamped at 0 or 1 and
+expected L0 leave 90-100% of the tutorial models' gates undecided). On the
+sampled sparsity a gate in the middle gets a gradient that changes with each sample while a decided gate's sample is clamped at 0 or 1 and
 gets none, so gates leave the middle and stay decided; lr 0.3 and a 400-step
 hold at the target give them the room (at lr 0.1, or with the expected L0 at lr
 0.3, 4-7 of 10 gates stayed undecided). It is its own preset so that tuning the
