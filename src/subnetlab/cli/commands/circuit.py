@@ -167,7 +167,7 @@ def circuit(
         table.add_row(job.name, f"{m['kept_edges']} of {m['edges']}", f"{m['sparsity']:.4f}",
                       "n/a" if f is None else f"{f:.3f}", f"{m['eval'].get('kl', float('nan')):.4g}")
     Console().print(table)
-    figure = _curve_figure([job.metrics for job in report.jobs if job.metrics], out)
+    figure = _curve_figure([job.metrics for job in report.jobs if job.metrics and not job.metrics.get("control")], out)
     if figure is not None:
         print(f"written: {figure} (faithfulness over the circuit sizes; each run's circuit.png beside its metrics)")
     failed = [j for j in report.jobs if j.status == "failed"]
