@@ -134,9 +134,19 @@ def _mps_available() -> bool:
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
+    """Where ``model`` takes its inputs: its first parameter's device (the CPU for a model without parameters).
+
+    A model placed by a device map (``models.device_map``) runs on its map's main device, the
+    first accelerator the map names, else the CPU (accelerate's rule); its first parameter may be
+    offloaded to ``meta``.
+    """
     import torch
 
+    mapped = getattr(model, "hf_device_map", None)
+    if mapped:
+        places = [p for p in mapped.values() if str(p) not in ("cpu", "disk", "meta")]
+        return torch.device(f"cuda:{places[0]}" if places and isinstance(places[0], int) else
+                            places[0] if places else "cpu")
     try:
         return next(model.parameters()).device
     except StopIteration:

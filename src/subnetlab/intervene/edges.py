@@ -59,6 +59,7 @@ from torch import Tensor, nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.activations import ComponentValues, add_padded, capture_activations, collect_means
 from subnetlab.models.adapters import Adapter
+from subnetlab.models.device_map import refuse_offloaded
 from subnetlab.models.graph import Graph
 
 EdgeSource = Callable[[], Tensor]
@@ -211,7 +212,7 @@ class EdgeMasks:
             if start >= neg.shape[1]:
                 break
             n = delta.shape[0]
-            out.addmm_(neg[:, start:start + n], delta.reshape(n, flat))
+            out.addmm_(neg[:, start:start + n], delta.reshape(n, flat).to(out.device))  # a device map's layers
             start += n
         if start != neg.shape[1]:
             raise SubnetlabError(f"edge intervention saw {start} writers before a block that reads {neg.shape[1]}; "
@@ -298,6 +299,7 @@ class EdgeMasks:
         return (self._read(len(self.graph.reader_blocks) - 1, args[0])[0], *args[1:])
 
     def __enter__(self) -> "EdgeMasks":
+        refuse_offloaded(self.model, "edge interventions")  # their hooks read weights outside the module's forward
         a, spec = self.adapter, self.adapter.spec
         hook = self._handles.append
         try:

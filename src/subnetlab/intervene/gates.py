@@ -9,7 +9,9 @@ activations captured on other inputs (``ComponentValues``).
 Gates are fixed tensors (``[layers, heads]`` / ``[layers]``, or with a leading
 batch axis), or come from a ``source`` module called once per model forward
 (a hard-concrete sampler, say), so gradients reach its parameters. Gate
-arithmetic is float32 whatever the model's dtype.
+arithmetic is float32 whatever the model's dtype, on the device of the activation
+it changes: a model spread over devices by a device map gets each layer's gates
+on that layer's device (gradients flow back to the gates where they live).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class ComponentGates:
             return None
         x = args[0]  # [batch, pos, heads * d_head]
         xh = x.view(*x.shape[:-1], self.adapter.num_heads, self.adapter.head_dim).float()
-        z = self.heads[..., layer, :].reshape(-1, 1, self.adapter.num_heads, 1)  # [batch or 1, 1, heads, 1]
+        z = self.heads[..., layer, :].reshape(-1, 1, self.adapter.num_heads, 1).to(x.device)  # [batch or 1, 1, heads, 1]
         out = self._mix(xh, z, None if self.ablation is None else self.ablation.head_value(layer, xh))
         return (out.reshape(x.shape).to(x.dtype), *args[1:])
 
@@ -72,7 +74,7 @@ class ComponentGates:
         if not self.enabled or self.mlps is None:
             return None
         x = output.float()  # [batch, pos, hidden]
-        z = self.mlps[..., layer].reshape(-1, 1, 1)  # [batch or 1, 1, 1]
+        z = self.mlps[..., layer].reshape(-1, 1, 1).to(x.device)  # [batch or 1, 1, 1]
         out = self._mix(x, z, None if self.ablation is None else self.ablation.mlp_value(layer, x))
         return out.to(output.dtype)
 

@@ -41,10 +41,10 @@ class MaskedWeight(nn.Module):
             self.kept = None
 
     def forward(self, weight: Tensor) -> Tensor:
-        m = self.mask().to(weight.dtype)
+        m = self.mask().to(weight.device, weight.dtype)  # the weight's layer may live on another device (device map)
         if self.kept is None:
             return m * weight
-        return m * self.kept + (1 - m) * weight
+        return m * self.kept.to(weight.device) + (1 - m) * weight
 
 
 class WeightMasks:
@@ -71,6 +71,10 @@ class WeightMasks:
                     weight = getattr(module, attr)
                 except AttributeError:
                     raise SubnetlabError(f"the model has no parameter {name!r} to mask") from None
+                if weight.device.type == "meta":
+                    raise SubnetlabError(f"{name} is offloaded by the model's device map (its weights are loaded only "
+                                         "while its module runs), so it cannot carry a weight mask; map that module "
+                                         "to a device (cpu or a GPU) instead of offloading it", setting="device_map")
                 mask_module = mask if isinstance(mask, nn.Module) else FixedMask(mask)
                 if isinstance(mask, Tensor) and mask.shape != weight.shape:
                     raise SubnetlabError(f"mask for {name} has shape {tuple(mask.shape)}, the weight {tuple(weight.shape)}")

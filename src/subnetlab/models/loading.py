@@ -28,6 +28,7 @@ from transformers import (
 from subnetlab.errors import SubnetlabError
 from subnetlab.models.adapters import Adapter, attention_for, get_adapter
 from subnetlab.models.aliases import BUILTIN_ALIASES, resolve  # noqa: F401  (their home: aliases; imported from here too)
+from subnetlab.models.device_map import DeviceMap
 
 Head = Literal["base", "classification", "causal-lm", "image-classification"]
 HEADS: dict[str, Any] = {
@@ -153,11 +154,17 @@ def load_model(
     head: Head = "base",
     num_labels: int | None = None,
     attn_implementation: str = "sdpa",
+    device_map: DeviceMap | str | dict[str, Any] | Path | None = None,
+    max_memory: dict[Any, Any] | str | None = None,
+    offload_folder: str | Path | None = None,
     **kwargs: Any,
 ) -> LoadedModel:
     """Load a model by alias, local directory or hub id, in eval mode, with its adapter.
 
     ``attn_implementation="eager"`` is needed only when attention weights are read.
+    ``device_map`` (``auto``, ``{module: device}``, a JSON file; see ``models.device_map``)
+    spreads a model too large for one device over GPUs, the CPU and disk with accelerate;
+    such a model is placed already and must not be moved with ``.to``.
     """
     _check_head(head)
     source = resolve(name_or_path)
@@ -176,6 +183,9 @@ def load_model(
     attn_implementation = attention_for(config.model_type, attn_implementation)
     if local.exists():
         refuse_pickled_weights(local, name_or_path)
+    if device_map is not None:
+        kwargs.update(placement(name_or_path, head, config, attn_implementation,
+                                DeviceMap.parse(device_map, max_memory, offload_folder)))
     try:
         with quiet_transformers():
             if local.exists() and (local / "subnetlab_pruning.json").is_file():
@@ -198,6 +208,18 @@ def load_model(
     if head == "classification":
         pad_like_eos(model, tokenizer)
     return LoadedModel(model, tokenizer, adapter, name_or_path)
+
+
+def placement(name_or_path: str, head: str, config: PretrainedConfig, attn_implementation: str,
+              device_map: DeviceMap) -> dict[str, Any]:
+    """``from_pretrained``'s placing options for ``device_map``, its module names checked on a meta copy first."""
+    import torch
+
+    refuse_exported(name_or_path, "a device map")
+    with torch.device("meta"):
+        skeleton = HEADS[head].from_config(config, attn_implementation=attn_implementation)
+    device_map.check_layers(skeleton)
+    return device_map.loading_options()
 
 
 def pad_like_eos(model: Any, tokenizer: Any) -> None:
