@@ -199,10 +199,17 @@ class DeviceMap:
             raise SubnetlabError(f"device map: the model has no module {unknown[0]!r}"
                                  + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
                                  + f"; its top modules are {hint}", setting="device_map")
-        for name, _ in model.named_parameters():
-            if not any(key == "" or name == key or name.startswith(key + ".") for key in self.layers):
+        placed: dict[int, tuple[str, str]] = {}  # a tied parameter (GPT-2's lm_head and wte) has one place
+        for name, param in model.named_parameters(remove_duplicate=False):
+            owners = [key for key in self.layers if key == "" or name == key or name.startswith(key + ".")]
+            if not owners:
                 raise SubnetlabError(f"device map: no device for the parameter {name!r} (map one of the modules "
                                      "that hold it)", setting="device_map")
+            place = self.layers[max(owners, key=len)]
+            first = placed.setdefault(id(param), (name, place))
+            if first[1] != place:
+                raise SubnetlabError(f"device map: {first[0]} and {name} are one tied weight, so their modules need "
+                                     f"the same device (the map gives {first[1]} and {place})", setting="device_map")
 
 
 def offloaded(model: nn.Module) -> list[str]:
