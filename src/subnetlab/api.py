@@ -71,8 +71,13 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
           seeds: int | Sequence[int] = 0, preset: str = "paper", schedule: str = "linear", levels: Sequence[float] = (),
           task_options: Mapping[str, Any] | None = None, eval_data: Sequence[str] = (),
           splits: Sequence[str] | None = None, device: str = "auto", jobs: int | None = None, strict: bool = False,
-          controls: Sequence[str] = (), **settings: Any) -> dict[str, Any]:
+          controls: Sequence[str] = (), device_map: Any = None, max_memory: Any = None,
+          offload_folder: str | Path | None = None, **settings: Any) -> dict[str, Any]:
     """Prune ``model``'s heads and MLPs on ``task`` to each ``sparsity`` with each seed (``subnetlab prune``).
+
+    ``device_map`` (``"auto"``, ``{module: device}`` or a JSON file; ``max_memory`` and ``offload_folder`` as
+    accelerate takes them) spreads a model too large for one device over GPUs, the CPU and disk
+    (``models.device_map``).
 
     ``settings`` override the preset's pruning settings (``total_steps=500``, ``ablation="zero"``, ...);
     ``controls`` (``"random-weights"``, ``"shuffled-labels"``: ``methods.controls``) run the same search beside
@@ -83,6 +88,7 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
     """
     from subnetlab.io import write_json
     from subnetlab.methods.controls import check_controls
+    from subnetlab.models.device_map import DeviceMap
     from subnetlab.runs.controls import subnetwork_measure, write_comparison
     from subnetlab.runs.prune import SUBNETWORK_FILE
     from subnetlab.runs.prune_plan import plan_prune, sweep_healths, sweep_summary
@@ -92,7 +98,8 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
     targets = [sparsity] if isinstance(sparsity, (int, float)) else list(sparsity)
     sweep = plan_prune(model, task, out, targets=targets, seeds=_seeds(seeds), preset=preset, schedule=schedule,
                        levels=levels, overrides=settings, task_options=task_options, eval_data=eval_data,
-                       splits=splits, device=device, controls=check_controls(controls))  # the command's checks
+                       splits=splits, device=device, controls=check_controls(controls),
+                       device_map=DeviceMap.given(device_map, max_memory, offload_folder))  # the command's checks
     report = _run(sweep, out, jobs, "pruning")
     comparison = write_comparison(out, report.jobs, "prune", controls=controls, measure=subnetwork_measure,
                                   score_name="accuracy") if controls else {}

@@ -254,7 +254,7 @@ def _meanings(key: str | None, value: Any, run_dir: Path) -> set[str]:
 
 
 # where a run ran, not what it computes: left out of every comparison, so a run resumes on another machine
-RUNTIME_KEYS = frozenset({"device", "resolved_device", "resolved_dtype"})
+RUNTIME_KEYS = frozenset({"device", "device_map", "resolved_device", "resolved_dtype"})
 
 
 def _same(key: str | None, a: Any, b: Any, run_dir: Path) -> bool:

@@ -221,7 +221,7 @@ def test_map_names_checked_against_the_model(saved, layers, message) -> None:
     ({}, None, "non-empty mapping"),
     ("auto", "cpu=lots", "'lots' is not a size"),
     ("auto", "cpu", "expected DEVICE=SIZE"),
-    ({"": "cpu"}, {"cpu": "1GiB"}, "max memory shapes a device map strategy"),
+    ({"": "cpu"}, {"cpu": "1GiB"}, "max_memory shapes a device map strategy"),
 ])
 def test_bad_maps_refused(layers, max_memory, message) -> None:
     with pytest.raises(SubnetlabError, match=message):
@@ -251,3 +251,45 @@ def test_missing_accelerate_is_one_clear_error(saved, monkeypatch) -> None:
     monkeypatch.setattr(device_map.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SubnetlabError, match=r"needs the accelerate package: pip install 'accelerate>="):
         load_model(saved["gpt2"], head="causal-lm", device_map="auto")
+
+
+# -- the command ----------------------------------------------------------------------------------------
+@needs_accelerate
+def test_prune_command_with_a_split_map_runs_as_the_whole_model(tmp_path, capsys) -> None:
+    """``subnetlab prune --device-map FILE`` (a BERT layer and the classifier on disk): the same training history,
+    gates and scores as the run without a map; the map is recorded in each run's config.json."""
+    from safetensors.torch import load_file
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from subnetlab.cli import main
+    from subnetlab.tasks import NLI3
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=3,
+                        id2label=dict(enumerate(NLI3)), label2id={k: i for i, k in enumerate(NLI3)})
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "bert")
+    word_tokenizer().save_pretrained(tmp_path / "bert")
+    layers = {"bert.embeddings": "cpu", "bert.encoder.layer.0": "disk", "bert.encoder.layer.1": "cpu",
+              "bert.pooler": "cpu", "classifier": "disk"}
+    (tmp_path / "map.json").write_text(json.dumps(layers))
+    command = ["prune", "--model", str(tmp_path / "bert"), "--task", "nli-synthetic", "--task-option", "n_train=20",
+               "--task-option", "n_eval=10", "--task-option", "hans_per_subcase=1", "--sparsity", "0.5", "--seeds", "0",
+               "--preset", "quick", "--set", "total_steps=6", "--set", "warmup_steps=3"]
+    runs = {}
+    for name, extra in (("whole", []), ("split", ["--device-map", str(tmp_path / "map.json")])):
+        with pytest.raises(SystemExit) as done:
+            main([*command, *extra, "--out", str(tmp_path / name)])
+        assert done.value.code == 0, capsys.readouterr().err
+        runs[name] = tmp_path / name / "sparsity-0.50" / "seed-0"
+    recorded = json.loads((runs["split"] / "config.json").read_text())["device_map"]
+    assert recorded == {"layers": layers}
+    read = {name: (json.loads((run / "history.json").read_text()), json.loads((run / "metrics.json").read_text())["eval"],
+                   load_file(run / "checkpoint.safetensors")) for name, run in runs.items()}
+    (history_w, eval_w, state_w), (history_s, eval_s, state_s) = read["whole"], read["split"]
+    assert history_s == history_w and len(history_w) > 0
+    assert eval_s == eval_w
+    assert state_s.keys() == state_w.keys()
+    for key in state_w:
+        torch.testing.assert_close(state_s[key], state_w[key], rtol=0, atol=0)

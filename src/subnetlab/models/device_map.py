@@ -30,7 +30,7 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.runtime import resolve_device
 
 if TYPE_CHECKING:
-    from torch import nn
+    from torch import Tensor, nn
 
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's own placements
 PLACES = "cpu, disk, cuda, cuda:N or mps"
@@ -46,16 +46,16 @@ def accelerate_available() -> bool:
 def _check_place(place: Any, where: str) -> str:
     """A device of the map as accelerate takes it (``0`` for ``cuda:0``); refused if absent here."""
     if isinstance(place, bool) or not isinstance(place, (str, int)):
-        raise SubnetlabError(f"device map: {where}: {place!r} is not a device ({PLACES})", setting="device_map")
+        raise SubnetlabError(f"device_map: {where}: {place!r} is not a device ({PLACES})", setting="device_map")
     text = f"cuda:{place}" if isinstance(place, int) else place.strip().lower()
     if text == "disk":
         return text
     if text in ("auto", "meta"):
-        raise SubnetlabError(f"device map: {where}: {place!r} is not a device ({PLACES})", setting="device_map")
+        raise SubnetlabError(f"device_map: {where}: {place!r} is not a device ({PLACES})", setting="device_map")
     try:
         device = resolve_device(text)
     except SubnetlabError as e:
-        raise SubnetlabError(f"device map: {where}: {e}", setting="device_map") from None
+        raise SubnetlabError(f"device_map: {where}: {e}", setting="device_map") from None
     return str(device)
 
 
@@ -64,7 +64,7 @@ def _check_size(value: Any, where: str) -> int | str:
         return value
     if isinstance(value, str) and _SIZE.match(value) and float(_SIZE.match(value).group(1)) > 0:
         return value.strip().replace(" ", "")
-    raise SubnetlabError(f"max memory: {where}: {value!r} is not a size (bytes, or e.g. 20GiB, 500MB)",
+    raise SubnetlabError(f"max_memory: {where}: {value!r} is not a size (bytes, or e.g. 20GiB, 500MB)",
                          setting="max_memory")
 
 
@@ -77,12 +77,12 @@ def parse_max_memory(value: Mapping[Any, Any] | str | None) -> dict[int | str, i
         for part in value.split(","):
             key, sep, size = part.partition("=")
             if not sep or not key.strip():
-                raise SubnetlabError(f"max memory: expected DEVICE=SIZE, e.g. 0=20GiB,cpu=60GiB; got {part!r}",
+                raise SubnetlabError(f"max_memory: expected DEVICE=SIZE, e.g. 0=20GiB,cpu=60GiB; got {part!r}",
                                      setting="max_memory")
             pairs[key.strip()] = size.strip()
         value = pairs
     if not isinstance(value, Mapping):
-        raise SubnetlabError(f"max memory: expected a mapping DEVICE: SIZE, got {type(value).__name__}",
+        raise SubnetlabError(f"max_memory: expected a mapping DEVICE: SIZE, got {type(value).__name__}",
                              setting="max_memory")
     out: dict[int | str, int | str] = {}
     for key, size in value.items():
@@ -91,7 +91,7 @@ def parse_max_memory(value: Mapping[Any, Any] | str | None) -> dict[int | str, i
         try:
             place = _check_place(place, f"device {key!r}")
         except SubnetlabError as e:
-            raise SubnetlabError(str(e).replace("device map", "max memory"), setting="max_memory") from None
+            raise SubnetlabError(str(e).replace("device_map", "max_memory"), setting="max_memory") from None
         gpu = place.startswith("cuda")
         out[int(place.partition(":")[2] or 0) if gpu else place] = _check_size(size, f"device {key!r}")
     return out
@@ -104,23 +104,23 @@ def _read_layers(value: Any) -> str | dict[str, str]:
         if not text.startswith("{"):
             path = Path(text).expanduser()
             if not path.is_file():
-                raise SubnetlabError(f"device map {text!r}: expected {', '.join(STRATEGIES)}, a JSON file of "
+                raise SubnetlabError(f"device_map {text!r}: expected {', '.join(STRATEGIES)}, a JSON file of "
                                      "MODULE: DEVICE or that mapping as JSON text", setting="device_map")
             text = path.read_text(encoding="utf-8")
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
-            raise SubnetlabError(f"device map {str(value)[:60]!r}: not valid JSON ({e.msg}, line {e.lineno})",
+            raise SubnetlabError(f"device_map {str(value)[:60]!r}: not valid JSON ({e.msg}, line {e.lineno})",
                                  setting="device_map") from None
     if isinstance(value, str):
         return value.strip()
     if not isinstance(value, Mapping) or not value:
-        raise SubnetlabError(f"device map: expected {', '.join(STRATEGIES)} or a non-empty mapping MODULE: DEVICE",
+        raise SubnetlabError(f"device_map: expected {', '.join(STRATEGIES)} or a non-empty mapping MODULE: DEVICE",
                              setting="device_map")
     out = {}
     for name, place in value.items():
         if not isinstance(name, str):
-            raise SubnetlabError(f"device map: module name {name!r} is not text", setting="device_map")
+            raise SubnetlabError(f"device_map: module name {name!r} is not text", setting="device_map")
         out[name] = _check_place(place, f"module {name!r}")
     return out
 
@@ -146,22 +146,33 @@ class DeviceMap:
             return layers
         parsed = _read_layers(layers)
         if isinstance(parsed, str) and parsed not in STRATEGIES:
-            raise SubnetlabError(f"device map {parsed!r}: expected {', '.join(STRATEGIES)} or MODULE: DEVICE",
+            raise SubnetlabError(f"device_map {parsed!r}: expected {', '.join(STRATEGIES)} or MODULE: DEVICE",
                                  setting="device_map")
         memory = parse_max_memory(max_memory)
         if memory is not None and not isinstance(parsed, str):
-            raise SubnetlabError("max memory shapes a device map strategy (auto...); a map that names each module's "
+            raise SubnetlabError("max_memory shapes a device map strategy (auto...); a map that names each module's "
                                  "device does not use it", setting="max_memory")
         folder = None if offload_folder in (None, "") else str(Path(offload_folder).expanduser())
         if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
-            raise SubnetlabError(f"offload folder {folder}: exists and is not a directory", setting="offload_folder")
+            raise SubnetlabError(f"offload_folder {folder}: exists and is not a directory", setting="offload_folder")
         return cls(parsed, memory, folder)
+
+    @classmethod
+    def given(cls, layers: Any, max_memory: Any = None, offload_folder: str | Path | None = None) -> "DeviceMap | None":
+        """``parse`` where a map is given; None (the whole model on one device) where none is, refusing its options."""
+        if layers is not None:
+            return cls.parse(layers, max_memory, offload_folder)
+        for setting, value in (("max_memory", max_memory), ("offload_folder", offload_folder)):
+            if value not in (None, "", {}):
+                raise SubnetlabError(f"{setting} is an option of a device map; give the map too "
+                                     "(auto, or MODULE: DEVICE)", setting=setting)
+        return None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DeviceMap":
         """The map a run's ``config.json`` recorded (``to_dict``)."""
         if not isinstance(data, Mapping) or set(data) - {"layers", "max_memory", "offload_folder"}:
-            raise SubnetlabError(f"device map: expected keys layers, max_memory, offload_folder; got {data!r}",
+            raise SubnetlabError(f"device_map: expected keys layers, max_memory, offload_folder; got {data!r}",
                                  setting="device_map")
         return cls.parse(data.get("layers", "auto"), data.get("max_memory"), data.get("offload_folder"))
 
@@ -172,6 +183,16 @@ class DeviceMap:
         if self.offload_folder is not None:
             out["offload_folder"] = self.offload_folder
         return out
+
+    def describe(self) -> str:
+        """``auto (max memory 0=20GiB, cpu=60GiB)`` or ``cpu: 10 modules, disk: 4 modules``: what a command prints."""
+        if isinstance(self.layers, str):
+            limits = ", ".join(f"{k}={v}" for k, v in (self.max_memory or {}).items())
+            return self.layers + (f" (max memory {limits})" if limits else "")
+        counts: dict[str, int] = {}
+        for place in self.layers.values():
+            counts[place] = counts.get(place, 0) + 1
+        return ", ".join(f"{place}: {n} module{'s' * (n != 1)}" for place, n in counts.items())
 
     def loading_options(self) -> dict[str, Any]:
         """The keyword arguments of ``from_pretrained`` that place the model."""
@@ -196,25 +217,39 @@ class DeviceMap:
         unknown = sorted(set(self.layers) - modules)
         if unknown:
             hint = ", ".join(name for name, _ in model.named_children())
-            raise SubnetlabError(f"device map: the model has no module {unknown[0]!r}"
+            raise SubnetlabError(f"device_map: the model has no module {unknown[0]!r}"
                                  + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
                                  + f"; its top modules are {hint}", setting="device_map")
         placed: dict[int, tuple[str, str]] = {}  # a tied parameter (GPT-2's lm_head and wte) has one place
         for name, param in model.named_parameters(remove_duplicate=False):
             owners = [key for key in self.layers if key == "" or name == key or name.startswith(key + ".")]
             if not owners:
-                raise SubnetlabError(f"device map: no device for the parameter {name!r} (map one of the modules "
+                raise SubnetlabError(f"device_map: no device for the parameter {name!r} (map one of the modules "
                                      "that hold it)", setting="device_map")
             place = self.layers[max(owners, key=len)]
             first = placed.setdefault(id(param), (name, place))
             if first[1] != place:
-                raise SubnetlabError(f"device map: {first[0]} and {name} are one tied weight, so their modules need "
+                raise SubnetlabError(f"device_map: {first[0]} and {name} are one tied weight, so their modules need "
                                      f"the same device (the map gives {first[1]} and {place})", setting="device_map")
 
 
 def offloaded(model: nn.Module) -> list[str]:
     """Names of the parameters accelerate keeps off any device between calls (on ``meta``: cpu or disk offload)."""
     return [name for name, p in model.named_parameters() if p.device.type == "meta"]
+
+
+def stored_value(model: nn.Module, name: str, tensor: Tensor) -> Tensor:
+    """State-dict entry ``name`` of ``model`` (``tensor``), or for a weight its device map offloads, the copy
+    accelerate keeps for it (read from disk one tensor at a time): what hashing the weights needs."""
+    if tensor.device.type != "meta":
+        return tensor
+    module_name, _, attr = name.rpartition(".")
+    hook = getattr(model.get_submodule(module_name), "_hf_hook", None)
+    for each in getattr(hook, "hooks", [hook]):  # accelerate's SequentialHook holds several
+        weights = getattr(each, "weights_map", None)
+        if weights is not None and attr in weights:
+            return weights[attr]
+    raise SubnetlabError(f"{name} is on the meta device and no device map holds its values", setting="device_map")
 
 
 def refuse_offloaded(model: nn.Module, what: str) -> None:
@@ -233,4 +268,4 @@ def is_dispatched(model: nn.Module) -> bool:
 
 
 __all__ = ["ACCELERATE", "DeviceMap", "STRATEGIES", "accelerate_available", "is_dispatched", "offloaded",
-           "parse_max_memory", "refuse_offloaded"]
+           "parse_max_memory", "refuse_offloaded", "stored_value"]

@@ -136,14 +136,20 @@ def quiet_transformers() -> Iterator[None]:
     a classifier head a task adds): one per model, in every worker of a sweep and in a notebook,
     where subnetlab's own stage lines say what is running. Errors still raise.
     """
+    import logging
+
     from transformers.utils import logging as hf_logging
 
     level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    placing = logging.getLogger("accelerate")  # a device map's "Some parameters are on the meta device" notice
+    placing_level = placing.level
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    placing.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        placing.setLevel(placing_level)
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()

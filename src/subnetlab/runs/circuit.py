@@ -95,7 +95,7 @@ def load_circuit_task(job: ModelAndTask) -> tuple[Any, CircuitTask, Any]:
     if not isinstance(task, CircuitTask):
         raise SubnetlabError(f"task {job.task} is not a circuit task (prompt pairs: circuit:ioi, circuit:greater-than, "
                              "circuit:arith:<op>, or your own file with a corrupted column)", setting="task")
-    loaded = load_pruning_model(job.model, task)
+    loaded = load_pruning_model(job.model, task, job.placement)
     check_edge_family(loaded.adapter)
     tokenizer = task_tokenizer(loaded, task)
     task.bind(tokenizer)
@@ -112,7 +112,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     job = CircuitJobConfig.from_dict(config)
     cfg = job.settings
     loaded, task, tokenizer = load_circuit_task(job)
-    loaded.model.to(resolve_device(job.device))
+    job.place(loaded)
     loaded = apply_control(job.control, loaded, task, cfg.seed)  # methods.controls: the same search, nothing to find
     model, adapter = loaded.model, loaded.adapter
     data = circuit_data(task, tokenizer, "train")

@@ -49,7 +49,6 @@ from subnetlab.methods.head_pruning.train import prune
 from subnetlab.progress import stage
 from subnetlab.run_directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.health import Health, judge
-from subnetlab.runtime import resolve_device
 from subnetlab.runs.prune_setup import FullModelJobConfig, ModelAndTask, PruneJobConfig, PruningSetup, load_pruning_model, task_tokenizer
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.spec import eval_splits
@@ -183,8 +182,7 @@ def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     job = FullModelJobConfig.from_dict(config)
     task = job.task_spec.build()
     splits = eval_splits(task, job.splits)
-    loaded = load_pruning_model(job.model, task)
-    loaded.model.to(resolve_device(job.device))
+    loaded = job.place(load_pruning_model(job.model, task, job.placement))
     tokenizer = task_tokenizer(loaded, task)
     settings = job.eval_settings  # the same batch size, length and limit as the runs'
     stage("evaluating the full model")

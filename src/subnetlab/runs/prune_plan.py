@@ -18,9 +18,10 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, SweepReport
 from subnetlab.runs.health import Health, read_health
-from subnetlab.methods.controls import SHUFFLED_LABELS, check_shufflable
+from subnetlab.methods.controls import RANDOM_WEIGHTS, SHUFFLED_LABELS, check_shufflable
 from subnetlab.runs.controls import control_jobs
 from subnetlab.runs.prune import PRUNE_JOB, level_name, prune_sweep
+from subnetlab.models.device_map import DeviceMap
 from subnetlab.runs.prune_setup import (PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model,
                                         task_tokenizer)
 from subnetlab.runs.prune_summary import summarize
@@ -33,9 +34,10 @@ SCHEDULES = ("linear", "staircase")
 def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
                schedule: str = "linear", levels: Sequence[float] = (), overrides: Mapping[str, Any] | None = None,
                task_options: Mapping[str, Any] | None = None, eval_data: Sequence[str] = (),
-               splits: Sequence[str] | None = None, device: str = "auto", controls: Sequence[str] = ()) -> list[Job]:
+               splits: Sequence[str] | None = None, device: str = "auto", controls: Sequence[str] = (),
+               device_map: DeviceMap | None = None) -> list[Job]:
     """The checked jobs of one pruning sweep (module doc), with a copy of each search under every control
-    (``runs.controls``); nothing is written."""
+    (``runs.controls``); nothing is written. ``device_map`` spreads the model over devices (``models.device_map``)."""
     from subnetlab.runtime import resolve_device
 
     resolve_device(device)  # an unknown or absent device is refused before anything loads
@@ -44,6 +46,11 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
     options = held_out_options(model, task, dict(task_options or {}))  # your own data: the fine-tuning's split
     base = {"model": model, "task": task, "task_options": options, "eval_data": list(eval_data),
             "splits": None if splits is None else list(splits), "device": device}
+    if device_map is not None:
+        base["device_map"] = device_map.to_dict()
+        if RANDOM_WEIGHTS in controls:
+            raise SubnetlabError("the random-weights control builds a fresh copy of the whole model on one device, "
+                                 "which a device map exists to avoid", setting="control")
     check_checkpoint(model)
     built = task_from_config(base)
     check_held_out(built, earlier_runs(model))  # no evaluation row was a training row of the model's fine-tuning
@@ -51,7 +58,7 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
     jobs = prune_sweep(base, out, targets=list(targets), seeds=list(seeds), preset=preset, schedule=schedule,
                        levels=tuple(levels), overrides=dict(overrides or {}))  # builds (so checks) every job's config
     check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
-    loaded = load_pruning_model(model, built)  # tokenizer, vocabulary, model kind and head fit the task
+    loaded = load_pruning_model(model, built, device_map)  # tokenizer, vocabulary, model kind, head and map fit
     if SHUFFLED_LABELS in controls:
         check_shufflable(built.bind(task_tokenizer(loaded, built)))
     return jobs + control_jobs(jobs, out, controls, PRUNE_JOB)

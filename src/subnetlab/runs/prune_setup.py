@@ -21,12 +21,13 @@ from transformers import PreTrainedModel
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues
-from subnetlab.methods.controls import apply_control, check_controls
+from subnetlab.methods.controls import RANDOM_WEIGHTS, apply_control, check_controls
 from subnetlab.methods.head_pruning.ablation import ablation_values, mean_activations
 from subnetlab.methods.head_pruning.config import PruneConfig
 from subnetlab.methods.l0.data import PruningData
 from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
+from subnetlab.models.device_map import DeviceMap
 from subnetlab.models.loading import refuse_exported, refuse_pickled_weights
 from subnetlab.tasks.base import Task
 from subnetlab.runs.job_config import JobConfig, require_positive
@@ -46,10 +47,21 @@ class ModelAndTask(JobConfig):
     device: str = "auto"  # where the model runs (``runtime.resolve_device``); not part of a run's identity
     # a search control (``methods.controls``): random-weights or shuffled-labels, seeded by the run's seed
     control: str | None = field(default=None, metadata={"optional": True})
+    # accelerate's placement of a model too large for one device (``models.device_map.DeviceMap.to_dict``); not part
+    # of a run's identity: a split model computes what the whole one does
+    device_map: dict[str, Any] | None = field(default=None, metadata={"optional": True})
 
     def __post_init__(self) -> None:
         if self.control is not None:
             check_controls([self.control])
+        if self.device_map is not None:
+            DeviceMap.from_dict(self.device_map)
+            if self.device != "auto":
+                raise SubnetlabError(f"device {self.device!r}: a device map places the model itself; leave the "
+                                     "device at auto", setting="device")
+            if self.control == RANDOM_WEIGHTS:
+                raise SubnetlabError("the random-weights control builds a fresh copy of the whole model on one "
+                                     "device, which a device map exists to avoid", setting="control")
         if not isinstance(self.device, str) or not self.device:
             raise SubnetlabError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}", setting="device")
         if not isinstance(self.model, str) or not self.model:
@@ -61,6 +73,17 @@ class ModelAndTask(JobConfig):
     @property
     def task_spec(self) -> TaskSpec:
         return TaskSpec(self.task, self.task_options, tuple(self.eval_data))
+
+    @property
+    def placement(self) -> DeviceMap | None:
+        """The device map the model is loaded with (None: the whole model on ``device``)."""
+        return None if self.device_map is None else DeviceMap.from_dict(self.device_map)
+
+    def place(self, loaded: LoadedModel) -> LoadedModel:
+        """Move the model to ``device``, unless its device map placed it already (gates and data follow it)."""
+        if self.device_map is None:
+            loaded.model.to(resolve_device(self.device))
+        return loaded
 
 
 @dataclass(frozen=True)
@@ -216,12 +239,13 @@ def task_tokenizer(loaded: LoadedModel, task: Task) -> Any:
     return task.tokenizer if task.tokenizer is not None else loaded.tokenizer
 
 
-def load_pruning_model(name: str, task: Task) -> LoadedModel:
-    """Load a fine-tuned checkpoint with the head the task needs; refuse what cannot be pruned."""
+def load_pruning_model(name: str, task: Task, device_map: DeviceMap | None = None) -> LoadedModel:
+    """Load a fine-tuned checkpoint with the head the task needs (placed by ``device_map`` if given); refuse what
+    cannot be pruned."""
     head = "causal-lm" if task.kind == "lm" else "classification"
     refuse_exported(name, "gating heads and MLPs")
     try:
-        loaded = load_model(name, head=head)
+        loaded = load_model(name, head=head, device_map=device_map)
     except SubnetlabError:
         raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
@@ -254,8 +278,8 @@ class PruningSetup:
         splits = eval_splits(task, job.splits)
         if not task.train and not task.tokenizer_dependent:
             raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")
-        loaded = load_pruning_model(job.model, task)
-        loaded.model.to(resolve_device(job.device))  # gates, data, teacher and means follow the model's device
+        loaded = job.place(load_pruning_model(job.model, task, job.placement))  # gates, data, teacher and means
+        # follow the model's device
         tokenizer = task_tokenizer(loaded, task)
         task.bind(tokenizer)
         loaded = apply_control(job.control, loaded, task, prune.seed)

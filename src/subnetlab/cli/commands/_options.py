@@ -169,6 +169,32 @@ DTYPE_HELP = ("Precision of forward passes: float32, or bfloat16 / float16 autoc
               "bfloat16 also on the CPU) [float32].")
 
 
+DEVICE_MAP_HELP = ("Spread a model too large for one device with accelerate: auto, or a JSON file (or JSON text) "
+                   "mapping module names to cpu, cuda:N, mps or disk, e.g. {\"model.layers.0\": 0, \"model.layers.1\": "
+                   "\"disk\"}; needs pip install accelerate. Each layer's gates run on its layer's device.")
+
+
+def device_map_option() -> Any:
+    """``--device-map`` (default None: the whole model on --device)."""
+    import typer
+
+    return typer.Option(None, "--device-map", help=DEVICE_MAP_HELP)
+
+
+def max_memory_option() -> Any:
+    import typer
+
+    return typer.Option(None, "--max-memory", help="With --device-map auto: what each device may hold, e.g. "
+                        "0=20GiB,cpu=60GiB (the rest is offloaded to disk).")
+
+
+def offload_folder_option() -> Any:
+    import typer
+
+    return typer.Option(None, "--offload-folder", help="With --device-map: where weights offloaded to disk are "
+                        "written when they are not .safetensors already (those are read in place).")
+
+
 def dtype_option() -> Any:
     """The ``--dtype`` option (default None: float32)."""
     import typer

@@ -20,8 +20,9 @@ import typer
 from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import (PRUNE_PRESET_HELP, data_flag_options, parse_key_values, parse_sparsities,
-                                             with_data_options)
+from subnetlab.cli.commands._options import (PRUNE_PRESET_HELP, data_flag_options, device_map_option,
+                                             max_memory_option, offload_folder_option, parse_key_values,
+                                             parse_sparsities, with_data_options)
 from subnetlab.executor import ExecutorOptions
 
 
@@ -46,6 +47,9 @@ def prune(
     set_: list[str] = typer.Option([], "--set", help="Override a pruning setting KEY=VALUE, e.g. total_steps=500 (repeatable)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else mps, else the CPU), cpu, cuda, cuda:N or mps; "
                                "with --gpus-per-job each job gets its own GPU."),
+    device_map: Optional[str] = device_map_option(),
+    max_memory: Optional[str] = max_memory_option(),
+    offload_folder: Optional[Path] = offload_folder_option(),
     control: list[str] = typer.Option([], "--control", help=CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
@@ -58,6 +62,7 @@ def prune(
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.methods.l0.schedule import parse_levels
+    from subnetlab.models.device_map import DeviceMap
     from subnetlab.progress import stage
     from subnetlab.runs.prune_plan import plan_prune, sweep_healths, sweep_summary
     from subnetlab.runs.prune_summary import format_summary
@@ -65,6 +70,7 @@ def prune(
     from subnetlab.runtime import describe_runtime, resolve_device
 
     runs_on = resolve_device(device)  # an unknown or absent device is refused before anything loads
+    placement = DeviceMap.given(device_map, max_memory, offload_folder)
     if schedule not in ("linear", "staircase"):
         raise SubnetlabError(f"schedule {schedule!r}: expected linear or staircase", setting="schedule")
     given = [*sparsity, *(more or [])]
@@ -81,9 +87,9 @@ def prune(
     task_options = with_data_options(task, parse_key_values(task_option, "--task-option"), **data_flags)
     jobs = plan_prune(model, task, out, targets=targets, seeds=seed_list, preset=preset, schedule=schedule,
                       levels=level_list, overrides=overrides, task_options=task_options, eval_data=list(eval_data),
-                      splits=split_list, device=device,
-                      controls=controls)  # every check the Python API runs too, before any job
-    stage(describe_runtime(runs_on))
+                      splits=split_list, device=device, controls=controls,
+                      device_map=placement)  # every check the Python API runs too, before any job
+    stage(describe_runtime(runs_on) if placement is None else f"device map {placement.describe()}")
     report = executor.run(jobs, sweep_dir=out)
     summary = sweep_summary(report)
     write_json(out / "summary.json", summary)
