@@ -222,12 +222,15 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             task_options: Mapping[str, Any] | None = None, split: str | None = None, limit: int | None = None,
             ig_steps: int | None = None, metric: str | None = None, init_from: str | Path | None = None,
             device: str = "auto", jobs: int | None = None, strict: bool = False, controls: Sequence[str] = (),
+            device_map: Any = None, max_memory: Any = None, offload_folder: str | Path | None = None,
             **settings: Any) -> dict[str, Any]:
     """Edge-level circuits of ``model`` on a circuit ``task`` (``subnetlab circuit``): Edge Pruning at each target
     ``sparsity`` (fraction of edges removed) and seed (defaults: seed 0, the ``paper`` preset, measured on the
     ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs).
 
-    ``settings`` override edge pruning's preset (``total_steps=500``, ...). A setting the method does not read
+    ``settings`` override edge pruning's preset (``total_steps=500``, ...); ``device_map`` (with ``max_memory``,
+    ``offload_folder``) places the model's modules on devices as ``sl.prune``'s does, without offloading (edge
+    interventions read weights outside a module's call). A setting the method does not read
     is refused, as the command refuses its option. Returns ``{"out", "summary", "health", "warnings", "runs",
     "paths"}``: per run its kept edges, sparsity and faithfulness (edge pruning) or the scores' summary
     (attribution), each run's health and the problems as warning lines (module doc), each run's metrics, and
@@ -236,6 +239,7 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     from subnetlab.runs.circuit import (CIRCUIT_FIGURE, GRAPH_FILE, SUBNETWORK_FILE, CircuitJobConfig, plan_circuit,
                                         write_sweep_graph)
     from subnetlab.methods.controls import check_controls
+    from subnetlab.models.device_map import DeviceMap
     from subnetlab.runs.circuit_methods import check_method, refuse_unused
     from subnetlab.runs.controls import circuit_masks, circuit_measure, write_comparison
     from subnetlab.runs.health import read_health
@@ -243,7 +247,8 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     check_method(method)
     refuse_unused(method, {"sparsity": sparsity, "seeds": seeds, "preset": preset, "ablation": ablation,
                             "split": split, "init_from": init_from, "jobs": jobs, "settings": settings or None,
-                            "metric": metric, "ig_steps": ig_steps, "control": list(controls) or None})
+                            "metric": metric, "ig_steps": ig_steps, "control": list(controls) or None,
+                            "device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder})
     out = Path(out)
     if method != "edge-pruning":
         return _attribution(model, task, out, method, ig_steps=5 if ig_steps is None else ig_steps,
@@ -261,7 +266,8 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
                                   preset=preset or "paper", overrides=overrides, task_options=task_options,
                                   split=split or "eval", limit=limit,
                                   init_from=None if init_from is None else str(init_from), device=device,
-                                  controls=check_controls(controls))
+                                  controls=check_controls(controls),
+                                  device_map=DeviceMap.given(device_map, max_memory, offload_folder))
     with lock(out):
         write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(sweep[0].config).settings.embedding_nodes)
     report = _run(sweep, out, jobs, "edge-pruning")

@@ -9,6 +9,7 @@ gradients must equal the whole model's. The checks of the map itself need no acc
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -293,3 +294,43 @@ def test_prune_command_with_a_split_map_runs_as_the_whole_model(tmp_path, capsys
     assert state_s.keys() == state_w.keys()
     for key in state_w:
         torch.testing.assert_close(state_s[key], state_w[key], rtol=0, atol=0)
+
+
+@needs_accelerate
+def test_circuit_command_places_layers_by_the_map_and_refuses_offloading(tmp_path, capsys) -> None:
+    """``subnetlab circuit --device-map``: with every module on a device, the run is the run without a map; a map
+    that offloads a layer to disk is one error line before anything is written (edges read weights in hooks)."""
+    from transformers import GPT2Config
+
+    from subnetlab.cli import main
+    from subnetlab.models import build_model
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    tok = gpt2_style_tokenizer()
+    config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2, n_inner=32,
+                        initializer_range=0.3)
+    build_model(config, head="causal-lm", seed=0).model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    placed = {"transformer.wte": "cpu", "transformer.wpe": "cpu", "transformer.h.0": "cpu", "transformer.h.1": "cpu",
+              "transformer.ln_f": "cpu", "lm_head": "cpu"}
+    command = ["circuit", "--model", str(tmp_path / "model"), "--task", "circuit:ioi", "--task-option", "n_train=8",
+               "--task-option", "n_eval=4", "--sparsity", "0.9", "--seeds", "0", "--preset", "demo", "--set",
+               "total_steps=4", "--set", "warmup_steps=2", "--set", "batch_size=4"]
+    for name, extra in (("whole", []), ("placed", ["--device-map", json.dumps(placed)])):
+        with pytest.raises(SystemExit) as done:
+            main([*command, *extra, "--out", str(tmp_path / name)])
+        assert done.value.code == 0, capsys.readouterr().err
+    run = Path("sparsity-0.900") / "seed-0"
+    assert (json.loads((tmp_path / "placed" / run / "config.json").read_text())["device_map"] == {"layers": placed})
+    metrics = {name: json.loads((tmp_path / name / run / "metrics.json").read_text()) for name in ("whole", "placed")}
+    assert metrics["placed"]["kept"] == metrics["whole"]["kept"]
+    assert metrics["placed"]["faithfulness"] == metrics["whole"]["faithfulness"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--device-map", json.dumps({**placed, "transformer.h.1": "disk"}),
+              "--out", str(tmp_path / "offloaded")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert done.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: --device-map: edge interventions cannot run on a model whose device map "
+                               "offloads weights"), lines[0]
+    assert not (tmp_path / "offloaded").exists()

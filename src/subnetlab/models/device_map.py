@@ -256,9 +256,8 @@ def refuse_offloaded(model: nn.Module, what: str) -> None:
     """Refuse ``what`` on a model whose device map offloads weights (``what`` reads them outside the module's call)."""
     names = offloaded(model)
     if names:
-        module = names[0].rpartition(".")[0]
         raise SubnetlabError(f"{what} cannot run on a model whose device map offloads weights to the CPU or disk "
-                             f"({module} and {len(names) - 1} more parameters): they read weights outside the module's "
+                             f"({len(names)} parameters, the first {names[0]}): they read weights outside the module's "
                              "own call; map every module to a device (cpu or a GPU) instead", setting="device_map")
 
 

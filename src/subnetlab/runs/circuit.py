@@ -50,6 +50,7 @@ from subnetlab.progress import stage
 from subnetlab.run_directory import absolute_inputs
 from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import require_positive
+from subnetlab.models.device_map import DeviceMap, refuse_offloaded
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
 from subnetlab.runtime import resolve_device
 from subnetlab.subnetwork import Subnetwork
@@ -228,7 +229,8 @@ def circuit_sweep(base: Mapping[str, Any], out: Path, *, targets: Sequence[float
 def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], seeds: Sequence[int], preset: str,
                  overrides: Mapping[str, Any] | None = None, task_options: Mapping[str, Any] | None = None,
                  split: str = "eval", limit: int | None = None, init_from: str | None = None,
-                 device: str = "auto", controls: Sequence[str] = ()) -> tuple[list[Job], Any]:
+                 device: str = "auto", controls: Sequence[str] = (),
+                 device_map: DeviceMap | None = None) -> tuple[list[Job], Any]:
     """The checked jobs of one edge-pruning sweep and the model's adapter, for ``subnetlab circuit`` and
     ``sl.circuit`` alike; nothing is written. Refused here, before any job: the device, every job's typed
     settings, the model (a missing directory, its family), every prompt pair, the evaluation split, and (your
@@ -241,10 +243,13 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     earlier = earlier_runs(model)
     options = held_out_options(model, task, dict(task_options or {}))  # your own pairs: the fine-tuning's split
     base = {"model": model, "task": task, "task_options": options, "device": device}
+    if device_map is not None:
+        base["device_map"] = device_map.to_dict()
     jobs = circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides,
                          eval_split=split, eval_limit=limit, init_from=init_from)  # builds (so checks) every config
     first = CircuitJobConfig.from_dict(jobs[0].config)
     loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair
+    refuse_offloaded(loaded.model, "edge interventions")  # a device map may place layers, not offload them
     built.examples(split)
     check_held_out(built, earlier)
     warm_start(first, loaded.adapter)  # the warm start's file: read and checked before anything is written

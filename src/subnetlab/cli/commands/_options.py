@@ -174,24 +174,24 @@ DEVICE_MAP_HELP = ("Spread a model too large for one device with accelerate: aut
                    "\"disk\"}; needs pip install accelerate. Each layer's gates run on its layer's device.")
 
 
-def device_map_option() -> Any:
-    """``--device-map`` (default None: the whole model on --device)."""
+def device_map_option(scope: str = "") -> Any:
+    """``--device-map`` (default None: the whole model on --device); ``scope`` names the methods that read it."""
     import typer
 
-    return typer.Option(None, "--device-map", help=DEVICE_MAP_HELP)
+    return typer.Option(None, "--device-map", help=scope + DEVICE_MAP_HELP)
 
 
-def max_memory_option() -> Any:
+def max_memory_option(scope: str = "") -> Any:
     import typer
 
-    return typer.Option(None, "--max-memory", help="With --device-map auto: what each device may hold, e.g. "
+    return typer.Option(None, "--max-memory", help=scope + "With --device-map auto: what each device may hold, e.g. "
                         "0=20GiB,cpu=60GiB (the rest is offloaded to disk).")
 
 
-def offload_folder_option() -> Any:
+def offload_folder_option(scope: str = "") -> Any:
     import typer
 
-    return typer.Option(None, "--offload-folder", help="With --device-map: where weights offloaded to disk are "
+    return typer.Option(None, "--offload-folder", help=scope + "With --device-map: where weights offloaded to disk are "
                         "written when they are not .safetensors already (those are read in place).")
 
 

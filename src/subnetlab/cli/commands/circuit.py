@@ -25,7 +25,8 @@ import typer
 from subnetlab.cli.commands._executor_options import PARAMETERS as EXECUTOR_PARAMETERS
 from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, given_options, with_data_options
+from subnetlab.cli.commands._options import (DEVICE_HELP, data_flag_options, device_map_option, given_options,
+                                             max_memory_option, offload_folder_option, with_data_options)
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
 from subnetlab.runs.circuit_methods import ATTRIBUTION_METHODS as ATTRIBUTION
@@ -104,6 +105,9 @@ def circuit(
                                         "circuit on the first N pairs of --split (and trains on every training pair); "
                                         "eap / eap-ig score the edges on the first N training pairs."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    device_map: Optional[str] = device_map_option("edge-pruning: "),
+    max_memory: Optional[str] = max_memory_option("edge-pruning: "),
+    offload_folder: Optional[Path] = offload_folder_option("edge-pruning: "),
     control: list[str] = typer.Option([], "--control", help="edge-pruning: " + CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
@@ -120,6 +124,7 @@ def circuit(
     from subnetlab.runs.controls import circuit_masks, circuit_measure
     from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
     from subnetlab.progress import stage
+    from subnetlab.models.device_map import DeviceMap
     from subnetlab.runs.circuit import CircuitJobConfig, plan_circuit, write_sweep_graph
     from subnetlab.runs.health import read_health
     from subnetlab.runtime import describe_runtime, resolve_device
@@ -134,6 +139,7 @@ def circuit(
                                    task_option=task_option, data_flags=data_flags, metric=metric,
                                    embedding_nodes=embedding_nodes, limit=limit, device=device)
     runs_on = resolve_device(device)
+    placement = DeviceMap.given(device_map, max_memory, offload_folder)
     targets = parse_sparsities([*sparsity, *(more or [])])
     seed_list = parse_int_list(seeds, "--seeds")
     controls = parse_controls(control)
@@ -152,9 +158,10 @@ def circuit(
     jobs, adapter = plan_circuit(model, task, out, targets=targets, seeds=seed_list, preset=preset,
                                  overrides=overrides, task_options=task_options, split=split, limit=limit,
                                  init_from=None if init_from is None else str(init_from),
-                                 device=device, controls=controls)  # every check sl.circuit runs too, before any job
+                                 device=device, controls=controls,
+                                 device_map=placement)  # every check sl.circuit runs too, before any job
     write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(jobs[0].config).settings.embedding_nodes)
-    stage(describe_runtime(runs_on))
+    stage(describe_runtime(runs_on) if placement is None else f"device map {placement.describe()}")
     report = executor.run(jobs, sweep_dir=out)
     table = Table(title=f"edge circuits ({method})")
     for col in ("run", "kept edges", "sparsity", "f(logit_diff)", "kl"):
