@@ -334,3 +334,12 @@ def test_circuit_command_places_layers_by_the_map_and_refuses_offloading(tmp_pat
     assert lines[0].startswith("error: --device-map: edge interventions cannot run on a model whose device map "
                                "offloads weights"), lines[0]
     assert not (tmp_path / "offloaded").exists()
+
+
+def test_model_device_is_the_maps_main_device() -> None:
+    """accelerate's rule: the first accelerator the map names (``0`` is ``cuda:0``), else the CPU; never meta."""
+    model = torch.nn.Linear(2, 2, device="meta")
+    for mapped, expected in (({"a": "disk", "b": "cpu"}, "cpu"), ({"a": "cpu", "b": 1, "c": 0}, "cuda:1"),
+                             ({"a": "disk", "b": "cuda:2"}, "cuda:2")):
+        model.hf_device_map = mapped
+        assert model_device(model) == torch.device(expected)
