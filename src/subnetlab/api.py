@@ -222,22 +222,24 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             task_options: Mapping[str, Any] | None = None, split: str | None = None, limit: int | None = None,
             ig_steps: int | None = None, metric: str | None = None, init_from: str | Path | None = None,
             device: str = "auto", jobs: int | None = None, strict: bool = False, controls: Sequence[str] = (),
-            device_map: Any = None, max_memory: Any = None, offload_folder: str | Path | None = None,
-            **settings: Any) -> dict[str, Any]:
+            warm_start: str | None = None, device_map: Any = None, max_memory: Any = None,
+            offload_folder: str | Path | None = None, **settings: Any) -> dict[str, Any]:
     """Edge-level circuits of ``model`` on a circuit ``task`` (``subnetlab circuit``): Edge Pruning at each target
     ``sparsity`` (fraction of edges removed) and seed (defaults: seed 0, the ``paper`` preset, measured on the
     ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs).
 
-    ``settings`` override edge pruning's preset (``total_steps=500``, ...); ``device_map`` (with ``max_memory``,
-    ``offload_folder``) places the model's modules on devices as ``sl.prune``'s does, without offloading (edge
-    interventions read weights outside a module's call). A setting the method does not read
-    is refused, as the command refuses its option. Returns ``{"out", "summary", "health", "warnings", "runs",
+    ``settings`` override edge pruning's preset (``total_steps=500``, ...). A setting the method does not read
+    is refused, as the command refuses its option. ``warm_start="eap"`` (or ``"eap-ig"``) scores the edges first
+    into ``out/warm-start/`` and starts the log-alphas from them (``init_from`` given that file). ``device_map``
+    (with ``max_memory``, ``offload_folder``) places the model's modules on devices as ``sl.prune``'s does, without
+    offloading (edge interventions read weights outside a module's call). Returns ``{"out", "summary", "health", "warnings", "runs",
     "paths"}``: per run its kept edges, sparsity and faithfulness (edge pruning) or the scores' summary
     (attribution), each run's health and the problems as warning lines (module doc), each run's metrics, and
     the files written (``graph``, ``circuits``, ``figures``; or ``scores``, ``node_scores``, ``graph``).
     """
-    from subnetlab.runs.circuit import (CIRCUIT_FIGURE, GRAPH_FILE, SUBNETWORK_FILE, CircuitJobConfig, plan_circuit,
-                                        write_sweep_graph)
+    from subnetlab.runs.attribution import SCORES_FILE
+    from subnetlab.runs.circuit import (CIRCUIT_FIGURE, GRAPH_FILE, SUBNETWORK_FILE, WARM_START_DIR, CircuitJobConfig,
+                                        check_warm_start, plan_circuit, write_sweep_graph)
     from subnetlab.methods.controls import check_controls
     from subnetlab.models.device_map import DeviceMap
     from subnetlab.runs.circuit_methods import check_method, refuse_unused
@@ -248,7 +250,8 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     refuse_unused(method, {"sparsity": sparsity, "seeds": seeds, "preset": preset, "ablation": ablation,
                             "split": split, "init_from": init_from, "jobs": jobs, "settings": settings or None,
                             "metric": metric, "ig_steps": ig_steps, "control": list(controls) or None,
-                            "device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder})
+                            "warm_start": warm_start, "device_map": device_map, "max_memory": max_memory,
+                            "offload_folder": offload_folder})
     out = Path(out)
     if method != "edge-pruning":
         return _attribution(model, task, out, method, ig_steps=5 if ig_steps is None else ig_steps,
@@ -262,12 +265,21 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     if embedding_nodes is not None:
         overrides["embedding_nodes"] = embedding_nodes
     targets = [sparsity] if isinstance(sparsity, (int, float)) else list(sparsity)
+    placement = DeviceMap.given(device_map, max_memory, offload_folder)
+    check_warm_start(warm_start, init_from, placement)
+    if warm_start is not None:  # every check of the sweep first (no work), then the scores it starts from
+        plan_circuit(model, task, out, targets=targets, seeds=_seeds(0 if seeds is None else seeds),
+                     preset=preset or "paper", overrides=overrides, task_options=task_options, split=split or "eval",
+                     limit=limit, device=device, controls=check_controls(controls))
+        _attribution(model, task, out / WARM_START_DIR, warm_start, ig_steps=5, metric="logit_diff",
+                     task_options=task_options, embedding_nodes=embedding_nodes, limit=None, device=device)
+        init_from = out / WARM_START_DIR / SCORES_FILE
     sweep, adapter = plan_circuit(model, task, out, targets=targets, seeds=_seeds(0 if seeds is None else seeds),
                                   preset=preset or "paper", overrides=overrides, task_options=task_options,
                                   split=split or "eval", limit=limit,
                                   init_from=None if init_from is None else str(init_from), device=device,
                                   controls=check_controls(controls),
-                                  device_map=DeviceMap.given(device_map, max_memory, offload_folder))
+                                  device_map=placement)
     with lock(out):
         write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(sweep[0].config).settings.embedding_nodes)
     report = _run(sweep, out, jobs, "edge-pruning")

@@ -142,6 +142,15 @@ CASES = [
      lambda c, o: ["circuit", "--model", c["ft"], "--task", f"file:{c['data']}", *PAIR_FLAGS, "--task-option",
                    "split_seed=1", "--sparsity", "0.9", "--preset", "demo", "--out", o],
      "were training rows of fine-tuning run"),
+    ("circuit-warm-start-method", "circuit",
+     lambda c, o: sl.circuit(str(c["lm"]), "circuit:ioi", o, sparsity=0.9, warm_start="acdc", task_options=IOI),
+     lambda c, o: ["circuit", "--model", c["lm"], *IOI_FLAGS, "--sparsity", "0.9", "--warm-start", "acdc", "--out", o],
+     "choose eap or eap-ig"),
+    ("circuit-warm-start-and-init-from", "circuit",
+     lambda c, o: sl.circuit(str(c["lm"]), "circuit:ioi", o, sparsity=0.9, warm_start="eap", init_from=c["nodes"],
+                             task_options=IOI),
+     lambda c, o: ["circuit", "--model", c["lm"], *IOI_FLAGS, "--sparsity", "0.9", "--warm-start", "eap",
+                   "--init-from", c["nodes"], "--out", o], "give one of the two"),
     ("circuit-eval-nothing-to-measure", "circuit-eval",
      lambda c, o: sl.circuit_eval(str(c["lm"]), "circuit:ioi", o, task_options=IOI),
      lambda c, o: ["circuit-eval", "--model", c["lm"], *IOI_FLAGS, "--out", o], "give either a scores file"),
@@ -217,3 +226,28 @@ def test_prune_reports_the_commands_health(ctx, tmp_path, one_thread):
     with pytest.raises(SubnetlabError, match="refused under strict health checks"):
         sl.prune(str(ctx["lm"]), "circuit:ioi", tmp_path / "api", sparsity=0.5, seeds=[0], preset="demo",
                  task_options=IOI, device="cpu", strict=True, **small)
+
+
+def test_a_warm_start_from_the_api_is_the_commands(ctx, tmp_path, one_thread):
+    """``warm_start="eap"`` scores the edges into ``out/warm-start/`` and starts from them, as ``--warm-start eap``:
+    the same scores file and the same circuit, and a different circuit from the cold start's."""
+    from subnetlab.io import load_tensors
+
+    small = {"total_steps": 4, "warmup_steps": 2, "batch_size": 4}
+    sets = [a for k, v in small.items() for a in ("--set", f"{k}={v}")]
+    code, err = _cli("circuit", "--model", ctx["lm"], *IOI_FLAGS, "--sparsity", "0.9", "--preset", "demo", *sets,
+                     "--warm-start", "eap", "--device", "cpu", "--out", tmp_path / "cli")
+    assert code == 0, err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sl.HealthWarning)  # four steps on an untrained model: unconverged
+        warm = sl.circuit(str(ctx["lm"]), "circuit:ioi", tmp_path / "api", sparsity=0.9, preset="demo",
+                          task_options=IOI, warm_start="eap", device="cpu", **small)
+        cold = sl.circuit(str(ctx["lm"]), "circuit:ioi", tmp_path / "cold", sparsity=0.9, preset="demo",
+                          task_options=IOI, device="cpu", **small)
+    scores = [load_tensors(d / "warm-start" / "scores.safetensors") for d in (tmp_path / "cli", tmp_path / "api")]
+    assert scores[0].keys() == scores[1].keys() and all(torch.equal(scores[0][k], scores[1][k]) for k in scores[0])
+    circuits = [load_tensors(p) for p in (warm["paths"]["circuits"][0],
+                                             next((tmp_path / "cli").rglob("subnetwork.safetensors")),
+                                             cold["paths"]["circuits"][0])]
+    assert all(torch.equal(circuits[0][k], circuits[1][k]) for k in circuits[0])
+    assert any(not torch.equal(circuits[0][k], circuits[2][k]) for k in circuits[0])

@@ -706,6 +706,8 @@ CASES: list[tuple[str, list[str], str]] = [
     # search controls (issue 39): only where there is a search; shuffled answers need two answers at least
     ("circuit-control-without-search", [*EAP, "--control", "random-weights"], "--control: not used by --method eap"),
     ("circuit-device-map-with-eap", [*EAP, "--device-map", "auto"], "--device-map: not used by --method eap"),
+    ("circuit-device-map-with-warm-start", [*CIRCUIT, "--sparsity", "0.9", "--warm-start", "eap", "--device-map", "auto"],
+     "--warm-start 'eap' scores the edges with the whole model on one device"),
     ("circuit-device-map-unknown-module", [*CIRCUIT, "--sparsity", "0.9", "--device-map", '{{"transformer.h.7": "cpu"}}'],
      "--device-map: the model has no module 'transformer.h.7'"),
     ("circuit-control-unknown", [*CIRCUIT, "--sparsity", "0.9", "--control", "random-labels"],

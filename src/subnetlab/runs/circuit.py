@@ -171,6 +171,26 @@ def _draw(graph: Graph, kept: Any, path: Path, title: str) -> None:
                  title=f"{title}: {int((kept > 0.5).sum())} of {graph.num_edges} edges")
 
 
+WARM_START_DIR = "warm-start"  # the attribution run a warm start scores the edges in, inside the sweep's directory
+WARM_START_METHODS = ("eap", "eap-ig")
+
+
+def check_warm_start(method: str | None, init_from: str | Path | None, device_map: DeviceMap | None = None) -> None:
+    """A warm start scores the edges first (``method``), so it replaces a scores file given in ``init_from``; it
+    scores them with the whole model on one device, so it does not go with a device map."""
+    if method is None:
+        return
+    if device_map is not None:
+        raise SubnetlabError(f"warm_start {method!r} scores the edges with the whole model on one device, which a "
+                             "device map exists to avoid; score them where the model fits and give init_from",
+                             setting="warm_start")
+    if method not in WARM_START_METHODS:
+        raise SubnetlabError(f"warm_start {method!r}: choose {' or '.join(WARM_START_METHODS)}", setting="warm_start")
+    if init_from is not None:
+        raise SubnetlabError(f"init_from {str(init_from)!r}: a warm start ({method}) computes the scores this file "
+                             "would give; give one of the two", setting="init_from")
+
+
 def warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
     """Starting log-alphas from ``job.init_from``'s edge scores (``methods.attribution.warm_start``), or None.
 
@@ -265,6 +285,6 @@ def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> G
     return graph
 
 
-__all__ = ["CIRCUIT_FIGURE", "CIRCUIT_JOB", "CircuitJobConfig", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task",
-           "plan_circuit", "run_dir_name", "warm_start", "write_circuit_files", "write_sweep_graph"]
-
+__all__ = ["CIRCUIT_FIGURE", "CIRCUIT_JOB", "WARM_START_DIR", "WARM_START_METHODS", "CircuitJobConfig",
+           "check_warm_start", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task", "plan_circuit",
+           "run_dir_name", "warm_start", "write_circuit_files", "write_sweep_graph"]

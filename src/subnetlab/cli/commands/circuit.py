@@ -125,7 +125,7 @@ def circuit(
     from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
     from subnetlab.progress import stage
     from subnetlab.models.device_map import DeviceMap
-    from subnetlab.runs.circuit import CircuitJobConfig, plan_circuit, write_sweep_graph
+    from subnetlab.runs.circuit import CircuitJobConfig, check_warm_start, plan_circuit, write_sweep_graph
     from subnetlab.runs.health import read_health
     from subnetlab.runtime import describe_runtime, resolve_device
 
@@ -140,6 +140,7 @@ def circuit(
                                    embedding_nodes=embedding_nodes, limit=limit, device=device)
     runs_on = resolve_device(device)
     placement = DeviceMap.given(device_map, max_memory, offload_folder)
+    check_warm_start(warm_start, init_from, placement)
     targets = parse_sparsities([*sparsity, *(more or [])])
     seed_list = parse_int_list(seeds, "--seeds")
     controls = parse_controls(control)
@@ -216,9 +217,6 @@ def _curve_figure(metrics: list[dict], out: Path) -> Optional[Path]:
                   ylabel="faithfulness", title="edge pruning: faithfulness over circuit sizes (mean over seeds)")
 
 
-WARM_START_DIR = "warm-start"
-
-
 def warm_start_scores(method: str, init_from: Optional[Path], base: dict, out: Path, *, targets: list[float],
                       seeds: list[int], preset: str, overrides: dict, task_option: list[str], data_flags: dict,
                       embedding_nodes: Optional[int], device: str, ig_steps: int, metric: str) -> Path:
@@ -227,12 +225,9 @@ def warm_start_scores(method: str, init_from: Optional[Path], base: dict, out: P
     their flags), and return the scores file for ``--init-from``."""
     from subnetlab.cli.commands._circuit_attribution import attribution_command
     from subnetlab.runs.attribution import SCORES_FILE
-    from subnetlab.runs.circuit import circuit_sweep
+    from subnetlab.runs.circuit import WARM_START_DIR, check_warm_start, circuit_sweep
 
-    if method not in ("eap", "eap-ig"):
-        raise SubnetlabError(f"--warm-start {method!r}: choose eap or eap-ig")
-    if init_from is not None:
-        raise SubnetlabError("--warm-start computes the scores that --init-from would read: give one of the two")
+    check_warm_start(method, init_from)
     circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides)  # checks, no work
     attribution_command(model=base["model"], task=base["task"], out=out / WARM_START_DIR, method=method,
                         ig_steps=ig_steps, task_option=task_option, data_flags=data_flags, metric=metric,
