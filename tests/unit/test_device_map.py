@@ -238,7 +238,8 @@ def test_a_cuda_device_on_a_machine_without_one_is_refused() -> None:
 
 
 def test_map_round_trips_and_reads_accelerates_forms(tmp_path) -> None:
-    assert parse_max_memory({"cpu": 1000, "disk": "1TiB"}) == {"cpu": 1000, "disk": "1TiB"}
+    assert parse_max_memory({"cpu": 1000, "disk": "1TiB"}) == {"cpu": 1000, "disk": 2**40}
+    assert parse_max_memory("cpu=1.5GB, disk=2048") == {"cpu": 1_500_000_000, "disk": 2048}
     parsed = DeviceMap.parse('{"a": "CPU", "b": "disk"}', offload_folder=tmp_path)
     assert parsed.layers == {"a": "cpu", "b": "disk"} and parsed.offload_folder == str(tmp_path)
     assert DeviceMap.from_dict(parsed.to_dict()) == parsed

@@ -44,7 +44,7 @@ def accelerate_available() -> bool:
 
 
 def _check_place(place: Any, where: str) -> str:
-    """A device of the map as accelerate takes it (``0`` for ``cuda:0``); refused if absent here."""
+    """A device of the map as accelerate takes it (``cuda:0`` for ``0``, ``disk``); refused if absent here."""
     if isinstance(place, bool) or not isinstance(place, (str, int)):
         raise SubnetlabError(f"device_map: {where}: {place!r} is not a device ({PLACES})", setting="device_map")
     text = f"cuda:{place}" if isinstance(place, int) else place.strip().lower()
@@ -59,17 +59,25 @@ def _check_place(place: Any, where: str) -> str:
     return str(device)
 
 
-def _check_size(value: Any, where: str) -> int | str:
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def _check_size(value: Any, where: str) -> int:
+    """A size in bytes: an integer, or text such as ``20GiB`` or ``500MB`` (read here: accelerate's own
+    reader knows no TB and reads a lower-case ``gb`` as gigabits)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    if isinstance(value, str) and _SIZE.match(value) and float(_SIZE.match(value).group(1)) > 0:
-        return value.strip().replace(" ", "")
+    found = _SIZE.match(value) if isinstance(value, str) else None
+    if found and float(found.group(1)) > 0:
+        return int(float(found.group(1)) * UNITS[(found.group(2) or "").upper()])
     raise SubnetlabError(f"max_memory: {where}: {value!r} is not a size (bytes, or e.g. 20GiB, 500MB)",
                          setting="max_memory")
 
 
-def parse_max_memory(value: Mapping[Any, Any] | str | None) -> dict[int | str, int | str] | None:
-    """accelerate's ``max_memory`` (``{0: "20GiB", "cpu": "60GiB"}``) from a mapping or ``0=20GiB,cpu=60GiB``."""
+def parse_max_memory(value: Mapping[Any, Any] | str | None) -> dict[int | str, int] | None:
+    """accelerate's ``max_memory`` in bytes (``{0: 20 * 2**30, "cpu": 60 * 2**30}``) from a mapping or text
+    (``0=20GiB,cpu=60GiB``)."""
     if value is None or value == "" or value == {}:
         return None
     if isinstance(value, str):
@@ -84,7 +92,7 @@ def parse_max_memory(value: Mapping[Any, Any] | str | None) -> dict[int | str, i
     if not isinstance(value, Mapping):
         raise SubnetlabError(f"max_memory: expected a mapping DEVICE: SIZE, got {type(value).__name__}",
                              setting="max_memory")
-    out: dict[int | str, int | str] = {}
+    out: dict[int | str, int] = {}
     for key, size in value.items():
         text = str(key).strip().lower()
         place = int(text) if text.isdigit() else text
@@ -136,7 +144,7 @@ class DeviceMap:
     """
 
     layers: str | dict[str, str] = "auto"
-    max_memory: dict[int | str, int | str] | None = None
+    max_memory: dict[int | str, int] | None = None
     offload_folder: str | None = None
 
     @classmethod

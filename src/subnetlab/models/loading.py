@@ -190,7 +190,7 @@ def load_model(
     if local.exists():
         refuse_pickled_weights(local, name_or_path)
     if device_map is not None:
-        kwargs.update(placement(name_or_path, head, config, attn_implementation,
+        kwargs.update(placing_options(name_or_path, head, config, attn_implementation,
                                 DeviceMap.parse(device_map, max_memory, offload_folder)))
     try:
         with quiet_transformers():
@@ -216,8 +216,8 @@ def load_model(
     return LoadedModel(model, tokenizer, adapter, name_or_path)
 
 
-def placement(name_or_path: str, head: str, config: PretrainedConfig, attn_implementation: str,
-              device_map: DeviceMap) -> dict[str, Any]:
+def placing_options(name_or_path: str, head: str, config: PretrainedConfig, attn_implementation: str,
+                    device_map: DeviceMap) -> dict[str, Any]:
     """``from_pretrained``'s placing options for ``device_map``, its module names checked on a meta copy first."""
     import torch
 
