@@ -191,7 +191,7 @@ def load_model(
         refuse_pickled_weights(local, name_or_path)
     if device_map is not None:
         kwargs.update(placing_options(name_or_path, head, config, attn_implementation,
-                                DeviceMap.parse(device_map, max_memory, offload_folder)))
+                                      DeviceMap.parse(device_map, max_memory, offload_folder)))
     try:
         with quiet_transformers():
             if local.exists() and (local / "subnetlab_pruning.json").is_file():
