@@ -63,6 +63,15 @@ def _mib_table(result: dict[str, Any]) -> Any:
     return table
 
 
+def bootstrap_line(boot: dict[str, Any]) -> str:
+    """CPR and CMD with their percentile interval over the pairs, in one line."""
+    cells = [f"{name.upper()} {boot['estimate'][name]:.3f} [{low:.3f}, {high:.3f}]"
+             for name, (low, high) in boot["interval"].items()]
+    undefined = sum(boot["undefined"].values())
+    return (f"{100 * boot['level']:g}% bootstrap over {boot['pairs']} pairs ({boot['resamples']} resamples, seed "
+            f"{boot['seed']}): " + "; ".join(cells) + (f" ({undefined} undefined draws left out)" if undefined else ""))
+
+
 def _areas(result: dict[str, Any]) -> str:
     """CPR and CMD, labelled with their span when the curve covers part of the size range."""
     from subnetlab.analysis.faithfulness import describe_areas
@@ -99,6 +108,9 @@ def circuit_eval(
                              "edge scores on a graph with one embedding node (an EAP-IG/MIB .json or .pt file too)."),
     mib_export: Optional[Path] = typer.Option(None, "--mib-export", help="Also write the scores (or the circuit) as "
                                               "an EAP-IG/MIB graph file: .json (Graph.to_json) or .pt (Graph.to_pt)."),
+    bootstrap: Optional[int] = typer.Option(None, "--bootstrap", help="With --mib: a 95% percentile bootstrap "
+                                            "interval of CPR and CMD over the pairs, from this many resamples."),
+    bootstrap_seed: int = typer.Option(0, "--bootstrap-seed", help="The seed of --bootstrap's resamples."),
     mib_submission: Optional[Path] = typer.Option(None, "--mib-submission", help="Also write the scores into this "
                                                   "MIB submission folder (DIR/<task>_<model>/importances.json) and "
                                                   "check the folder."),
@@ -126,10 +138,12 @@ def circuit_eval(
         ablation=ablation, sizes=_sizes(sizes) or CIRCUIT_SIZES, batch_size=batch_size, limit=limit, device=device,
         definition="mib" if mib else "subnetlab", mib_export=str(mib_export.resolve()) if mib_export else None,
         mib_submission=str(mib_submission.resolve()) if mib_submission else None,
-        selection=selection)
+        selection=selection, bootstrap=bootstrap, bootstrap_seed=bootstrap_seed)
     result = circuit_eval_run(job, out, figure=_figure)
     console = Console()
     console.print(_table(result))
+    if "bootstrap" in result:
+        console.print(bootstrap_line(result["bootstrap"]))
     console.print(f"written: {out / 'faithfulness.json'}")
     for key, label in (("export", "EAP-IG graph file"), ("submission_file", "MIB submission file")):
         if key in result.get("mib_files", {}):
