@@ -213,12 +213,16 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             sparsity: float | Sequence[float] | None = None, seeds: int | Sequence[int] | None = None,
             preset: str | None = None, ablation: str | None = None, embedding_nodes: int | None = None,
             task_options: Mapping[str, Any] | None = None, split: str | None = None, limit: int | None = None,
-            ig_steps: int | None = None, metric: str | None = None, init_from: str | Path | None = None,
+            ig_steps: int | Sequence[int] | None = None, metric: str | None = None, init_from: str | Path | None = None,
             device: str = "auto", jobs: int | None = None, strict: bool = False, controls: Sequence[str] = (),
             **settings: Any) -> dict[str, Any]:
     """Edge-level circuits of ``model`` on a circuit ``task`` (``subnetlab circuit``): Edge Pruning at each target
     ``sparsity`` (fraction of edges removed) and seed (defaults: seed 0, the ``paper`` preset, measured on the
     ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs).
+
+    Attribution over several ``ig_steps`` (a list) or ``seeds`` (each scores a seeded draw of ``limit`` training
+    pairs): one run per (steps, seed) and the stability of their top-``|score|`` circuits at each target
+    ``sparsity`` (default 0.95), returned under ``"stability"`` and written to ``out/metrics.json``.
 
     ``settings`` override edge pruning's preset (``total_steps=500``, ...). A setting the method does not read
     is refused, as the command refuses its option. Returns ``{"out", "summary", "health", "warnings", "runs",
@@ -241,7 +245,8 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     if method != "edge-pruning":
         return _attribution(model, task, out, method, ig_steps=5 if ig_steps is None else ig_steps,
                             metric=metric or "logit_diff", task_options=task_options, embedding_nodes=embedding_nodes,
-                            limit=limit, device=device)
+                            limit=limit, device=device, seeds=None if seeds is None else _seeds(seeds),
+                            sparsity=sparsity)
     if sparsity is None:
         raise SubnetlabError("sparsity: give at least one target", setting="sparsity")
     overrides = dict(settings)
@@ -271,15 +276,30 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             "controls": comparison}
 
 
-def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int, metric: str,
+def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int | Sequence[int], metric: str,
                  task_options: Mapping[str, Any] | None, embedding_nodes: int | None, limit: int | None,
-                 device: str) -> dict[str, Any]:
+                 device: str, seeds: list[int] | None = None,
+                 sparsity: float | Sequence[float] | None = None) -> dict[str, Any]:
+    """One attribution run, or with several step counts or seeds one per (steps, seed) and the stability of their
+    circuits at each target ``sparsity`` (``runs.attribution_sweep``; returned under ``"stability"``)."""
     from subnetlab.runs.attribution import NODE_SCORES_FILE, SCORES_FILE, AttributionJobConfig, attribution_run
+    from subnetlab.runs.attribution_sweep import DEFAULT_TARGET, attribution_sweep, check_step_counts
     from subnetlab.tasks.spec import TaskSpec
 
+    steps = check_step_counts([ig_steps] if isinstance(ig_steps, int) else list(ig_steps))
     job = AttributionJobConfig(model=model, task=TaskSpec(task, dict(task_options or {})), method=method,
-                               ig_steps=ig_steps, split="train", metric=metric, limit=limit,
+                               ig_steps=steps[0], split="train", metric=metric, limit=limit,
                                embedding_nodes=embedding_nodes, device=device)
+    if len(steps) > 1 or seeds is not None:
+        targets = [DEFAULT_TARGET] if sparsity is None else [sparsity] if isinstance(sparsity, (int, float)) \
+            else list(sparsity)
+        with lock(out):
+            result = attribution_sweep(job, out, steps=steps, seeds=seeds, targets=targets)
+        return {"out": out, "summary": {k: v for k, v in result.items() if k != "runs"}, "health": {}, "warnings": [],
+                "runs": result["runs"], "stability": result["targets"], "paths": {"metrics": out / "metrics.json"}}
+    if sparsity is not None:
+        raise SubnetlabError(f"sparsity: under method {method} it sets the circuits compared across step counts or "
+                             "seeds; give several ig_steps or seeds", setting="sparsity")
     with lock(out):
         metrics = attribution_run(job, out)
     paths = {"scores": out / SCORES_FILE, "node_scores": out / NODE_SCORES_FILE, "graph": out / "graph.json"}
