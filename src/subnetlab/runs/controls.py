@@ -151,8 +151,11 @@ def format_comparison(comparison: Mapping[str, Any], heading: Callable[[str], st
                 lines.append(f"  beats both controls beyond the seed spread: {word} ({verdict['reason']})")
         stab = entry.get("stability")
         if stab:
-            over = (f"runs {', '.join(stab['runs'])}" if "runs" in stab
-                    else f"seeds {','.join(map(str, stab['seeds']))}")
+            over = f"seeds {','.join(map(str, stab['seeds']))}"
+            if "runs" in stab:  # an attribution sweep: step counts by seeds
+                seeds = sorted({s for s in stab["seeds"] if s is not None})
+                over = (f"{len(stab['runs'])} runs (steps {','.join(map(str, sorted(set(stab['steps']))))}"
+                        f"{' x seeds ' + ','.join(map(str, seeds)) if seeds else ', the same pairs'})")
             line = (f"stability at target sparsity {key} over {over}: mean pairwise Jaccard {stab['mean_jaccard']:.3f} "
                     f"(min {stab['min_jaccard']:.3f}); {stab['kept_in_every']} units kept by every "
                     f"{'run' if 'runs' in stab else 'seed'}, {stab['kept_in_any']} by any")
