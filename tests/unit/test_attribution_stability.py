@@ -106,7 +106,16 @@ def test_eap_ig_over_steps_and_seeds_end_to_end(tiny, tmp_path, capsys, one_thre
     assert stab["kept_in_every"] == len(every) and stab["kept_in_any"] == len(anyone)
     assert stab["frequency"] == pytest.approx({names[e]: sum(e in s for s in sets) / 4 for e in anyone})
     assert stab["mean_jaccard_across_steps"] == pytest.approx((_jaccard(sets[0], sets[2]) + _jaccard(sets[1], sets[3])) / 2)
-    assert "stability at target sparsity 0.800 over runs steps-2/seed-0" in printed
+    assert "stability at target sparsity 0.800 over 4 runs (steps 2,4 x seeds 0,1)" in printed
+
+    from subnetlab.view.runs import read_runs, read_stability  # the view keeps each run's circuit as compared
+
+    viewed = read_runs(out)
+    assert [r.label for r in viewed] == stab["runs"]
+    for run, kept in zip(viewed, sets):
+        assert set(torch.nonzero(run.circuit.in_graph).flatten().tolist()) == kept
+    panel = read_stability(out)
+    assert [p["target"] for p in panel] == ["0.800"] and panel[0]["mean_jaccard"] == stab["mean_jaccard"]
 
 
 def test_a_step_sweep_without_seeds_scores_the_same_pairs(tiny, tmp_path, capsys, one_thread):  # noqa: F811
