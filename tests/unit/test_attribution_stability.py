@@ -107,6 +107,8 @@ def test_eap_ig_over_steps_and_seeds_end_to_end(tiny, tmp_path, capsys, one_thre
     assert stab["frequency"] == pytest.approx({names[e]: sum(e in s for s in sets) / 4 for e in anyone})
     assert stab["mean_jaccard_across_steps"] == pytest.approx((_jaccard(sets[0], sets[2]) + _jaccard(sets[1], sets[3])) / 2)
     assert "stability at target sparsity 0.800 over 4 runs (steps 2,4 x seeds 0,1)" in printed
+    assert "| kept by every circuit / by any | " + f"{len(set.intersection(*sets))} / {len(set.union(*sets))} |" in \
+        (out / "stability.md").read_text()
 
     from subnetlab.view.runs import read_runs, read_stability  # the view keeps each run's circuit as compared
 

@@ -138,4 +138,4 @@ def test_circuit_eval_bootstrap_end_to_end(tiny, tmp_path, capsys, one_thread): 
     boot = metrics["bootstrap"]
     assert boot["resamples"] == 200 and boot["seed"] == 4 and boot["over"] == "pairs"
     assert boot["estimate"]["cpr"] == pytest.approx(metrics["cpr"], abs=1e-12)
-    assert "95% bootstrap over 8 pairs" in out
+    assert "95% percentile bootstrap over 8 pairs" in out

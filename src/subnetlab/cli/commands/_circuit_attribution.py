@@ -53,8 +53,12 @@ def attribution_command(*, model: str, task: str, out: Path, method: str, ig_ste
         for name, metrics in result["runs"].items():
             console.print(f"{name}: {metrics['edges']} edges scored on {metrics['pairs']} pairs in "
                           f"{metrics['seconds']:.2f}s")
+        from subnetlab.cli.commands._controls import write_stability_report
+
         print(format_comparison(result["targets"]), end="")
         console.print(f"written: {out / 'metrics.json'} (per-edge frequency and pairwise Jaccard of the circuits)")
+        write_stability_report(out, result["targets"], f"{method}: stability of the top-|score| circuits over step "
+                               "counts and seeds")
         return
     metrics = attribution_run(job, out)
     console.print(f"{metrics['method']}: {metrics['edges']} edges scored on {metrics['pairs']} pairs in "

@@ -63,15 +63,6 @@ def _mib_table(result: dict[str, Any]) -> Any:
     return table
 
 
-def bootstrap_line(boot: dict[str, Any]) -> str:
-    """CPR and CMD with their percentile interval over the pairs, in one line."""
-    cells = [f"{name.upper()} {boot['estimate'][name]:.3f} [{low:.3f}, {high:.3f}]"
-             for name, (low, high) in boot["interval"].items()]
-    undefined = sum(boot["undefined"].values())
-    return (f"{100 * boot['level']:g}% bootstrap over {boot['pairs']} pairs ({boot['resamples']} resamples, seed "
-            f"{boot['seed']}): " + "; ".join(cells) + (f" ({undefined} undefined draws left out)" if undefined else ""))
-
-
 def _areas(result: dict[str, Any]) -> str:
     """CPR and CMD, labelled with their span when the curve covers part of the size range."""
     from subnetlab.analysis.faithfulness import describe_areas
@@ -143,6 +134,8 @@ def circuit_eval(
     console = Console()
     console.print(_table(result))
     if "bootstrap" in result:
+        from subnetlab.report.stability import bootstrap_line
+
         console.print(bootstrap_line(result["bootstrap"]))
     console.print(f"written: {out / 'faithfulness.json'}")
     for key, label in (("export", "EAP-IG graph file"), ("submission_file", "MIB submission file")):
