@@ -310,7 +310,8 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
                  circuits: Sequence[str | Path] = (), split: str = "eval", metric: str = "logit_diff",
                  ablation: str = "corrupted", sizes: Sequence[float] | None = None, batch_size: int = 32,
                  limit: int | None = None, task_options: Mapping[str, Any] | None = None, device: str = "auto",
-                 strict: bool = False) -> dict[str, Any]:
+                 strict: bool = False, definition: str = "subnetlab", bootstrap: int | None = None,
+                 bootstrap_seed: int = 0) -> dict[str, Any]:
     """The faithfulness curve (MIB's CPR and CMD) of edge or node ``scores``, or of ``circuits``, on a circuit
     ``task`` (``subnetlab circuit-eval``). ``sizes`` are fractions of the items (the command's percentages / 100;
     default MIB's ten).
@@ -318,7 +319,9 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
     Returns ``{"out", "summary", "areas", "health", "warnings", "result", "paths"}``: metrics.json's content;
     CPR and CMD as the command prints them (labelled with their span when the circuits cover part of the size
     range); the health (a degenerate baseline is a ``HealthWarning``, refused under ``strict``); the whole curve
-    (faithfulness.json); and the files written.
+    (faithfulness.json); and the files written. ``definition="mib"``: CPR and CMD as MIB's circuit track computes
+    them (its fixed sizes), with ``bootstrap`` resamples a 95% percentile interval of both over the pairs
+    (``result["bootstrap"]``, seeded by ``bootstrap_seed``).
     """
     from subnetlab.analysis.faithfulness import CIRCUIT_SIZES, describe_areas
     from subnetlab.runs.circuit_eval import CircuitEvalJobConfig, circuit_eval_run
@@ -330,7 +333,11 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
                                scores=None if scores is None else str(scores), circuits=tuple(str(c) for c in circuits),
                                split=split, metric=metric, ablation=ablation,
                                sizes=CIRCUIT_SIZES if sizes is None else tuple(float(s) for s in sizes),
-                               batch_size=batch_size, limit=limit, device=device)
+                               batch_size=batch_size, limit=limit, device=device, definition=definition,
+                               bootstrap=bootstrap, bootstrap_seed=bootstrap_seed)
+    if definition == "mib" and sizes is not None:
+        raise SubnetlabError("sizes: MIB's sizes are fixed (0.1 % ... 100 %); leave sizes out with MIB's definition",
+                             setting="sizes")
     with lock(out):
         result = circuit_eval_run(job, out)
     health, lines = _health([(str(out), read_health(result))], strict)

@@ -139,3 +139,20 @@ def test_circuit_eval_bootstrap_end_to_end(tiny, tmp_path, capsys, one_thread): 
     assert boot["resamples"] == 200 and boot["seed"] == 4 and boot["over"] == "pairs"
     assert boot["estimate"]["cpr"] == pytest.approx(metrics["cpr"], abs=1e-12)
     assert "95% percentile bootstrap over 8 pairs" in out
+
+
+def test_the_api_bootstraps_as_the_command_does(tiny, tmp_path, one_thread):  # noqa: F811
+    import subnetlab as sl
+    from subnetlab.models.circuit import Circuit
+
+    model, tok, graph, scores, _ = tiny
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    Circuit(graph, scores).save(tmp_path / "scores.json")
+    got = sl.circuit_eval(str(tmp_path / "model"), "circuit:ioi", tmp_path / "api", scores=tmp_path / "scores.json",
+                          task_options={"n_train": 8, "n_eval": 8}, definition="mib", bootstrap=200, bootstrap_seed=4)
+    boot = got["result"]["bootstrap"]
+    assert boot["seed"] == 4 and boot["estimate"]["cmd"] == pytest.approx(got["summary"]["cmd"], abs=1e-12)
+    with pytest.raises(SubnetlabError, match="computed for MIB's CPR and CMD"):
+        sl.circuit_eval(str(tmp_path / "model"), "circuit:ioi", tmp_path / "b", scores=tmp_path / "scores.json",
+                        task_options={"n_train": 8, "n_eval": 8}, bootstrap=200)
