@@ -90,6 +90,8 @@ def test_eap_ig_over_steps_and_seeds_end_to_end(tiny, tmp_path, capsys, one_thre
                      steps=4)
     assert torch.allclose(scores[(4, 1)], mine.edges, atol=1e-6, rtol=1e-5)
     assert not torch.allclose(scores[(4, 0)], scores[(4, 1)])  # other pairs, other scores
+    run_metrics = json.loads((out / "steps-4/seed-1" / "metrics.json").read_text())
+    assert run_metrics["seed"] == 1 and run_metrics["scored_pairs"] == chosen and run_metrics["pairs"] == 4
 
     record = json.loads((out / "metrics.json").read_text())
     stab = record["targets"]["0.800"]["stability"]

@@ -34,7 +34,7 @@ import torch
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import save_tensors, write_json
 from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method
-from subnetlab.runs.job_config import JobConfig, require_positive
+from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
 
@@ -59,7 +59,7 @@ class AttributionJobConfig(JobConfig):
     limit: int | None = None
     embedding_nodes: int | None = None
     device: str = "auto"
-    sample_seed: int | None = None  # None: the first ``limit`` pairs; a seed: a seeded draw of ``limit`` pairs
+    sample_seed: int | None = optional()  # None: the first ``limit`` pairs; a seed: a seeded draw of ``limit`` pairs
 
     def __post_init__(self) -> None:
         check_method(self.method, self.ig_steps)
@@ -121,6 +121,8 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
           f"{f', {job.ig_steps} steps' if job.method in IG_METHODS else ''}"
           f"{f', {graph.num_edges} forward rows per pair' if job.method == 'exact' else ''})")
 
+    sampled = None if job.sample_seed is None else sampled_pairs(available, pairs, job.sample_seed)
+
     def metric(logits: Any, batch: dict[str, Any], full: Any) -> Any:
         return task.metrics(logits, batch, full)[job.metric]
 
@@ -137,7 +139,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     circuit.save(out / "graph.json")
     order = result.edges.abs().argsort(descending=True)[:10].tolist()
     metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
-               "sample_seed": job.sample_seed,
+               **({} if job.sample_seed is None else {"seed": job.sample_seed, "scored_pairs": sampled}),
                "edges": graph.num_edges, "seconds": round(seconds, 3),
                "pairs_per_second": round(result.pairs / max(seconds, 1e-9), 3),
                "top_edges": [{"edge": graph.edge_names[i], "score": float(result.edges[i])} for i in order]}
@@ -156,7 +158,7 @@ def scored_batches(task: Any, tokenizer: Any, job: AttributionJobConfig, pairs: 
     if job.sample_seed is None:
         yield from task.pair_batches(tokenizer, job.split, job.batch_size, job.limit)
         return
-    chosen = sampled_pairs(len(task.examples(job.split)), pairs, job.sample_seed)
+    chosen = sampled_pairs(len(task.examples(job.split)), pairs, job.sample_seed)  # as metrics.json records them
     for start in range(0, len(chosen), job.batch_size):
         yield task.pair_batch(tokenizer, job.split, chosen[start:start + job.batch_size])
 
