@@ -140,6 +140,15 @@ def test_circuit_eval_bootstrap_end_to_end(tiny, tmp_path, capsys, one_thread): 
     assert boot["estimate"]["cpr"] == pytest.approx(metrics["cpr"], abs=1e-12)
     assert "95% percentile bootstrap over 8 pairs" in out
 
+    from subnetlab.view.runs import read_runs, read_stability  # the view reads a MIB run and its bootstrap
+
+    written = json.loads((tmp_path / "a" / "faithfulness.json").read_text())
+    run = read_runs(tmp_path / "a")[0]
+    absolute = written["absolute"]
+    assert run.curve.points == [(c, f) for c, f in zip(absolute["edge_counts"], absolute["faithfulness"]["logit_diff"])]
+    panel = read_stability(tmp_path / "a")
+    assert panel[0]["kind"] == "pairs" and panel[0]["cpr"]["interval"] == boot["interval"]["cpr"]
+
 
 def test_the_api_bootstraps_as_the_command_does(tiny, tmp_path, one_thread):  # noqa: F811
     import subnetlab as sl

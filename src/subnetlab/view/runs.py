@@ -204,8 +204,12 @@ def _circuit_eval_run(run_dir: Path) -> ViewRun:
         if run.circuit is not None:
             run.circuit = replace(run.circuit, in_graph=None)
         metric = result["metric"]
-        points = [(int(c), float(f)) for c, f in zip(result["counts"], result["faithfulness"][metric]) if f is not None]
-        run.curve = Curve(metric, points, result.get("cpr"), result.get("cmd"), source="faithfulness.json")
+        counts, fs, source = result.get("counts"), result.get("faithfulness", {}).get(metric), "faithfulness.json"
+        if result.get("definition") == "mib":  # MIB's two rankings: the absolute one (CMD's), at its pruned sizes
+            counts, fs = result["absolute"]["edge_counts"], result["absolute"]["faithfulness"][metric]
+            source = "faithfulness.json (MIB: the absolute ranking, pruned as EAP-IG prunes)"
+        points = [(int(c), float(f)) for c, f in zip(counts, fs) if f is not None]
+        run.curve = Curve(metric, points, result.get("cpr"), result.get("cmd"), source=source)
     return run
 
 
