@@ -123,7 +123,8 @@ def mib_curves(graph: Graph, scores: Tensor, evaluate: Evaluate, metric: str = "
         values = [measured[(name, i)] for i in range(len(counts))]
         f = {m: [(v[m] - empty[m]) / (full[m] - empty[m]) if full[m] != empty[m] else None for v in values]
              for m in full}
-        rankings[name] = {"absolute": absolute, "edge_counts": [int(masks[(name, i)].sum()) for i in range(len(counts))],
+        kept = [int(masks[(name, i)].sum()) for i in range(len(counts))]
+        rankings[name] = {"absolute": absolute, "edge_counts": kept,
                           "values": {m: [v[m] for v in values] for m in full}, "faithfulness": f,
                           **areas(PERCENTAGES, f[metric])}
     cpr, cmd = rankings["signed"]["area_under"], rankings["absolute"]["area_from_1"]
@@ -146,7 +147,8 @@ def mib_areas(means: Mapping[str, Tensor]) -> dict[str, float]:
     if full == empty:
         return {"cpr": math.nan, "cmd": math.nan}
     f = {name: [(float(v) - empty) / (full - empty) for v in means[name].tolist()] for name in ("signed", "absolute")}
-    return {"cpr": areas(PERCENTAGES, f["signed"])["area_under"], "cmd": areas(PERCENTAGES, f["absolute"])["area_from_1"]}
+    return {"cpr": areas(PERCENTAGES, f["signed"])["area_under"],
+            "cmd": areas(PERCENTAGES, f["absolute"])["area_from_1"]}
 
 
 def mib_bootstrap(per_pair: Mapping[str, Tensor], *, resamples: int, seed: int, level: float = 0.95) -> dict[str, Any]:
