@@ -220,13 +220,17 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             sparsity: float | Sequence[float] | None = None, seeds: int | Sequence[int] | None = None,
             preset: str | None = None, ablation: str | None = None, embedding_nodes: int | None = None,
             task_options: Mapping[str, Any] | None = None, split: str | None = None, limit: int | None = None,
-            ig_steps: int | None = None, metric: str | None = None, init_from: str | Path | None = None,
+            ig_steps: int | Sequence[int] | None = None, metric: str | None = None, init_from: str | Path | None = None,
             device: str = "auto", jobs: int | None = None, strict: bool = False, controls: Sequence[str] = (),
             warm_start: str | None = None, device_map: Any = None, max_memory: Any = None,
             offload_folder: str | Path | None = None, **settings: Any) -> dict[str, Any]:
     """Edge-level circuits of ``model`` on a circuit ``task`` (``subnetlab circuit``): Edge Pruning at each target
     ``sparsity`` (fraction of edges removed) and seed (defaults: seed 0, the ``paper`` preset, measured on the
     ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs).
+
+    Attribution over several ``ig_steps`` (a list) or ``seeds`` (each scores a seeded draw of ``limit`` training
+    pairs): one run per (steps, seed) and the stability of their top-``|score|`` circuits at each target
+    ``sparsity`` (default 0.95), returned under ``"stability"`` and written to ``out/metrics.json``.
 
     ``settings`` override edge pruning's preset (``total_steps=500``, ...). A setting the method does not read
     is refused, as the command refuses its option. ``warm_start="eap"`` (or ``"eap-ig"``) scores the edges first
@@ -256,7 +260,8 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     if method != "edge-pruning":
         return _attribution(model, task, out, method, ig_steps=5 if ig_steps is None else ig_steps,
                             metric=metric or "logit_diff", task_options=task_options, embedding_nodes=embedding_nodes,
-                            limit=limit, device=device)
+                            limit=limit, device=device, seeds=None if seeds is None else _seeds(seeds),
+                            sparsity=sparsity)
     if sparsity is None:
         raise SubnetlabError("sparsity: give at least one target", setting="sparsity")
     overrides = dict(settings)
@@ -296,15 +301,27 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             "controls": comparison}
 
 
-def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int, metric: str,
+def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int | Sequence[int], metric: str,
                  task_options: Mapping[str, Any] | None, embedding_nodes: int | None, limit: int | None,
-                 device: str) -> dict[str, Any]:
+                 device: str, seeds: list[int] | None = None,
+                 sparsity: float | Sequence[float] | None = None) -> dict[str, Any]:
+    """One attribution run, or with several step counts or seeds one per (steps, seed) and the stability of their
+    circuits at each target ``sparsity`` (``runs.attribution_sweep``; returned under ``"stability"``)."""
     from subnetlab.runs.attribution import NODE_SCORES_FILE, SCORES_FILE, AttributionJobConfig, attribution_run
+    from subnetlab.runs.attribution_sweep import (DEFAULT_TARGET, attribution_sweep, check_step_counts,
+                                                  check_sweep_targets)
     from subnetlab.tasks.spec import TaskSpec
 
+    steps = check_step_counts([ig_steps] if isinstance(ig_steps, int) else list(ig_steps))
     job = AttributionJobConfig(model=model, task=TaskSpec(task, dict(task_options or {})), method=method,
-                               ig_steps=ig_steps, split="train", metric=metric, limit=limit,
+                               ig_steps=steps[0], split="train", metric=metric, limit=limit,
                                embedding_nodes=embedding_nodes, device=device)
+    targets = None if sparsity is None else [sparsity] if isinstance(sparsity, (int, float)) else list(sparsity)
+    if check_sweep_targets(method, steps, seeds, targets):
+        with lock(out):
+            result = attribution_sweep(job, out, steps=steps, seeds=seeds, targets=targets or [DEFAULT_TARGET])
+        return {"out": out, "summary": {k: v for k, v in result.items() if k != "runs"}, "health": {}, "warnings": [],
+                "runs": result["runs"], "stability": result["targets"], "paths": {"metrics": out / "metrics.json"}}
     with lock(out):
         metrics = attribution_run(job, out)
     paths = {"scores": out / SCORES_FILE, "node_scores": out / NODE_SCORES_FILE, "graph": out / "graph.json"}
@@ -315,7 +332,8 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
                  circuits: Sequence[str | Path] = (), split: str = "eval", metric: str = "logit_diff",
                  ablation: str = "corrupted", sizes: Sequence[float] | None = None, batch_size: int = 32,
                  limit: int | None = None, task_options: Mapping[str, Any] | None = None, device: str = "auto",
-                 strict: bool = False) -> dict[str, Any]:
+                 strict: bool = False, definition: str = "subnetlab", bootstrap: int | None = None,
+                 bootstrap_seed: int = 0) -> dict[str, Any]:
     """The faithfulness curve (MIB's CPR and CMD) of edge or node ``scores``, or of ``circuits``, on a circuit
     ``task`` (``subnetlab circuit-eval``). ``sizes`` are fractions of the items (the command's percentages / 100;
     default MIB's ten).
@@ -323,7 +341,9 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
     Returns ``{"out", "summary", "areas", "health", "warnings", "result", "paths"}``: metrics.json's content;
     CPR and CMD as the command prints them (labelled with their span when the circuits cover part of the size
     range); the health (a degenerate baseline is a ``HealthWarning``, refused under ``strict``); the whole curve
-    (faithfulness.json); and the files written.
+    (faithfulness.json); and the files written. ``definition="mib"``: CPR and CMD as MIB's circuit track computes
+    them (its fixed sizes), with ``bootstrap`` resamples a 95% percentile interval of both over the pairs
+    (``result["bootstrap"]``, seeded by ``bootstrap_seed``).
     """
     from subnetlab.analysis.faithfulness import CIRCUIT_SIZES, describe_areas
     from subnetlab.runs.circuit_eval import CircuitEvalJobConfig, circuit_eval_run
@@ -335,7 +355,11 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
                                scores=None if scores is None else str(scores), circuits=tuple(str(c) for c in circuits),
                                split=split, metric=metric, ablation=ablation,
                                sizes=CIRCUIT_SIZES if sizes is None else tuple(float(s) for s in sizes),
-                               batch_size=batch_size, limit=limit, device=device)
+                               batch_size=batch_size, limit=limit, device=device, definition=definition,
+                               bootstrap=bootstrap, bootstrap_seed=bootstrap_seed)
+    if definition == "mib" and sizes is not None:
+        raise SubnetlabError("sizes: MIB's sizes are fixed (0.1 % ... 100 %); leave sizes out with MIB's definition",
+                             setting="sizes")
     with lock(out):
         result = circuit_eval_run(job, out)
     health, lines = _health([(str(out), read_health(result))], strict)

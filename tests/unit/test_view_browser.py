@@ -90,3 +90,38 @@ def test_view_page_in_chromium_counts_slider_compare_and_screenshot(tmp_path, ca
     pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
     assert pixels.shape == (900, 1300)
     assert pixels.std() > 10 and (pixels < 200).mean() > 0.01, "the screenshot is blank"
+
+
+def test_view_page_shows_the_stability_a_sweep_and_an_evaluation_recorded(tmp_path, capsys) -> None:
+    """The stability panel: a sweep's DIR/metrics.json (circuits over seeds) and a circuit-eval's bootstrap over the
+    pairs, each on the page as recorded; the Jaccard checked against Python sets of the runs' kept edges."""
+    from subnetlab.analysis.stability import mask_stability
+
+    sweep = tmp_path / "sweep"
+    circuits = [circuit_run(sweep / "sparsity-0.900" / f"seed-{s}", s) for s in (0, 1)]
+    stab = mask_stability([c.in_graph for c in circuits], GRAPH.edge_names, [0.7, 0.9], seed=0)
+    stab["seeds"] = [0, 1]
+    (sweep / "metrics.json").write_text(json.dumps({"command": "circuit", "controls": [],
+                                                    "targets": {"0.900": {"score": "logit_diff", "stability": stab}}}))
+    a, b = (set(torch.nonzero(c.in_graph).flatten().tolist()) for c in circuits)
+    evaluated = tmp_path / "eval"
+    circuit_eval_run(evaluated, sweep / "sparsity-0.900" / "seed-0" / "graph.json", [3, 30, 300], [0.1, 0.4, 1.0])
+    measured = json.loads((evaluated / "faithfulness.json").read_text())
+    measured["bootstrap"] = {"over": "pairs", "pairs": 40, "resamples": 500, "seed": 3, "level": 0.95,
+                             "estimate": {"cpr": 0.61, "cmd": 0.42}, "interval": {"cpr": [0.5, 0.7], "cmd": [0.3, 0.55]},
+                             "undefined": {"cpr": 0, "cmd": 0}}
+    (evaluated / "faithfulness.json").write_text(json.dumps(measured))
+    page = tmp_path / "sweep.html"
+    for target, out in ((sweep, page), (evaluated, tmp_path / "eval.html")):
+        with pytest.raises(SystemExit) as done:
+            main(["view", str(target), "--out", str(out)])
+        assert done.value.code in (0, None), capsys.readouterr().err
+
+    dom, log = chromium(tmp_path, page.as_uri(), "--dump-dom")
+    no_errors(dom, log)
+    shown = re.findall(r'<tr data-mean-jaccard="([^"]+)">', dom)
+    assert len(shown) == 1 and float(shown[0]) == pytest.approx(len(a & b) / len(a | b))
+    assert "seed 0, seed 1" in dom and "0.800 [0.700, 0.900]" in dom  # the faithfulness bootstrap over the two seeds
+    dom, log = chromium(tmp_path, (tmp_path / "eval.html").as_uri(), "--dump-dom")
+    no_errors(dom, log)
+    assert "95% bootstrap over 40 pairs (500 resamples, seed 3): CPR 0.610 [0.500, 0.700], CMD 0.420 [0.300, 0.550]" in dom

@@ -30,7 +30,7 @@ per batch for each circuit; memory holds every batch's corrupted outputs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
@@ -110,13 +110,26 @@ class Evaluator:
         return baseline(self.full_pairs[metric], self.corrupted_pairs[metric], metric)
 
     @torch.no_grad()
-    def __call__(self, keep: Tensor) -> dict[str, float]:
-        totals: dict[str, float] = {}
+    def _batch_metrics(self, keep: Tensor) -> Iterator[dict[str, Tensor]]:
         for batch, full, values in self.batches:
             with self.intervene(keep, values):
                 logits = self.model(**clean_inputs(batch)).logits.float()
-            _add_sums(totals, self.task.metrics(logits, batch, full))
+            yield self.task.metrics(logits, batch, full)
+
+    def __call__(self, keep: Tensor) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for per_pair in self._batch_metrics(keep):
+            _add_sums(totals, per_pair)
         return {name: total / self.count for name, total in totals.items()}
+
+    def per_pair(self, keep: Tensor) -> dict[str, Tensor]:
+        """``{metric: [pairs]}`` (float64, in pair order): the values whose mean ``evaluate(keep)`` returns, for a
+        bootstrap over the pairs (``analysis.stability.pair_bootstrap``)."""
+        rows: dict[str, list[Tensor]] = {}
+        for per_pair in self._batch_metrics(keep):
+            for name, values in per_pair.items():
+                rows.setdefault(name, []).append(values.detach().cpu().double())
+        return {name: torch.cat(parts) for name, parts in rows.items()}
 
 
 def _add_sums(totals: dict[str, float], per_pair: dict[str, Tensor]) -> None:

@@ -9,7 +9,7 @@ which heads survive in every seed (the *super-survivors*).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -142,3 +142,55 @@ def mask_stability(masks: Sequence[Tensor], names: Sequence[str], scores: Sequen
             out["score"] = {"mean": sum(values) / len(values), "bootstrap_95": [low, high], "over": "seeds",
                             "resamples": resamples, "seed": int(seed)}
     return out
+
+
+def check_resamples(resamples: int, setting: str = "bootstrap") -> None:
+    """A bootstrap needs at least one resample (a whole number)."""
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise SubnetlabError(f"bootstrap resamples {resamples!r}: a whole number of at least 1", setting=setting)
+
+
+def resample_indices(count: int, resamples: int, seed: int) -> Tensor:
+    """``[resamples, count]`` indices into ``count`` items, drawn with replacement from a generator seeded ``seed``."""
+    check_resamples(resamples)
+    if count < 1:
+        raise SubnetlabError("a bootstrap over the pairs needs at least one pair")
+    g = torch.Generator().manual_seed(int(seed))
+    return torch.randint(0, count, (resamples, count), generator=g)
+
+
+def percentile_interval(draws: Sequence[float], level: float = 0.95) -> list[float]:
+    """The ``level`` percentile interval of the finite ``draws`` (linear interpolation, numpy's default);
+    [NaN, NaN] when none is finite."""
+    x = torch.tensor([d for d in draws if math.isfinite(d)], dtype=torch.float64)
+    if x.numel() == 0:
+        return [math.nan, math.nan]
+    tail = (1.0 - level) / 2
+    return [float(torch.quantile(x, tail)), float(torch.quantile(x, 1.0 - tail))]
+
+
+def pair_bootstrap(per_pair: Mapping[str, Tensor], statistic: Callable[[dict[str, Tensor]], Mapping[str, float]], *,
+                   resamples: int, seed: int, level: float = 0.95) -> dict:
+    """Percentile bootstrap over the pairs (examples) of statistics computed from means over the pairs.
+
+    ``per_pair``: name -> ``[..., pairs]`` values, every entry over the same pairs in the same order;
+    ``statistic(means)``, with means name -> ``[...]``, returns named numbers (NaN where undefined, e.g. a
+    faithfulness whose full and empty runs agree on the resample). Each resample draws the pairs with replacement
+    (``resample_indices``, seeded) and recomputes every statistic from the resampled means; the estimate is the
+    statistic of the plain means over all pairs."""
+    if not 0.0 < level < 1.0:
+        raise SubnetlabError(f"bootstrap level {level!r}: a fraction in (0, 1)", setting="level")
+    counts = {v.shape[-1] for v in per_pair.values()}
+    if len(counts) != 1:
+        raise SubnetlabError(f"a bootstrap over the pairs needs every value over the same pairs, got {sorted(counts)}")
+    count = counts.pop()
+    index = resample_indices(count, resamples, seed)
+    estimate = {k: float(v) for k, v in statistic({k: v.double().mean(-1) for k, v in per_pair.items()}).items()}
+    resampled = {k: v.double()[..., index].mean(-1) for k, v in per_pair.items()}  # [..., resamples]
+    draws: dict[str, list[float]] = {k: [] for k in estimate}
+    for r in range(resamples):
+        for k, value in statistic({name: m[..., r] for name, m in resampled.items()}).items():
+            draws[k].append(float(value))
+    return {"over": "pairs", "pairs": count, "resamples": resamples, "seed": int(seed), "level": level,
+            "estimate": estimate, "interval": {k: percentile_interval(d, level) for k, d in draws.items()},
+            "undefined": {k: sum(not math.isfinite(x) for x in d) for k, d in draws.items()}}

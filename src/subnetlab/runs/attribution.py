@@ -24,14 +24,17 @@ graphs of up to a few thousand edges.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
+
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import save_tensors, write_json
 from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method
-from subnetlab.runs.job_config import JobConfig, require_positive
+from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
 
@@ -56,9 +59,13 @@ class AttributionJobConfig(JobConfig):
     limit: int | None = None
     embedding_nodes: int | None = None
     device: str = "auto"
+    sample_seed: int | None = optional()  # None: the first ``limit`` pairs; a seed: a seeded draw of ``limit`` pairs
 
     def __post_init__(self) -> None:
         check_method(self.method, self.ig_steps)
+        if self.sample_seed is not None and self.limit is None:
+            raise SubnetlabError(f"seed {self.sample_seed}: a seed draws which of the {self.split} pairs are scored; "
+                                 "give the number of pairs to draw (a limit below the split's size)", setting="seeds")
         if self.method not in IG_METHODS:
             object.__setattr__(self, "ig_steps", 1)
         if self.metric not in METRICS + TASK_METRICS:
@@ -99,23 +106,29 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     if job.metric not in task.metric_names:
         raise SubnetlabError(f"metric {job.metric!r}: task {task.name} measures {', '.join(task.metric_names)}",
                              setting="metric")
+    available = len(task.examples(job.split))
+    pairs = available if job.limit is None else min(job.limit, available)
+    if job.sample_seed is not None and pairs >= available:
+        raise SubnetlabError(f"seed {job.sample_seed}: drawing {job.limit} of the {available} {job.split} pairs draws "
+                             "them all, whatever the seed; draw fewer", setting="limit")
     graph = Graph.from_adapter(loaded.adapter, job.embedding_nodes)
     model = loaded.model.to(device).eval()
     config = {**job.record(task=task.options), **runtime_record(device)}
     check_config(out, config, "attribution run")  # a finished run of other settings is never overwritten
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", config)
-    pairs = len(task.examples(job.split)) if job.limit is None else min(job.limit, len(task.examples(job.split)))
     stage(f"{job.method} scores of {graph.num_edges} edges on {pairs} pairs of {job.split} (metric {job.metric}"
           f"{f', {job.ig_steps} steps' if job.method in IG_METHODS else ''}"
           f"{f', {graph.num_edges} forward rows per pair' if job.method == 'exact' else ''})")
+
+    sampled = None if job.sample_seed is None else sampled_pairs(available, pairs, job.sample_seed)
 
     def metric(logits: Any, batch: dict[str, Any], full: Any) -> Any:
         return task.metrics(logits, batch, full)[job.metric]
 
     start = time.perf_counter()
-    result = attribute(model, loaded.adapter, graph, task.pair_batches(tokenizer, job.split, job.batch_size, job.limit),
-                       metric, method=job.method, steps=job.ig_steps)  # type: ignore[arg-type]
+    result = attribute(model, loaded.adapter, graph, scored_batches(task, tokenizer, job, pairs), metric,
+                       method=job.method, steps=job.ig_steps)  # type: ignore[arg-type]
     seconds = time.perf_counter() - start
     nodes = result.node_scores()
     circuit = Circuit(graph, result.edges, score_sign="absolute")
@@ -126,6 +139,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     circuit.save(out / "graph.json")
     order = result.edges.abs().argsort(descending=True)[:10].tolist()
     metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
+               **({} if job.sample_seed is None else {"seed": job.sample_seed, "scored_pairs": sampled}),
                "edges": graph.num_edges, "seconds": round(seconds, 3),
                "pairs_per_second": round(result.pairs / max(seconds, 1e-9), 3),
                "top_edges": [{"edge": graph.edge_names[i], "score": float(result.edges[i])} for i in order]}
@@ -133,4 +147,20 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     return metrics
 
 
-__all__ = ["AttributionJobConfig", "METHODS", "NODE_SCORES_FILE", "SCORES_FILE", "attribution_run"]
+def sampled_pairs(available: int, pairs: int, seed: int) -> list[int]:
+    """``pairs`` distinct indices of ``available``, drawn with a generator seeded ``seed``, in increasing order."""
+    g = torch.Generator().manual_seed(int(seed))
+    return sorted(torch.randperm(available, generator=g)[:pairs].tolist())
+
+
+def scored_batches(task: Any, tokenizer: Any, job: AttributionJobConfig, pairs: int) -> Iterator[dict[str, Any]]:
+    """The pair batches scored: the first ``pairs`` of the split, or with ``job.sample_seed`` a seeded draw."""
+    if job.sample_seed is None:
+        yield from task.pair_batches(tokenizer, job.split, job.batch_size, job.limit)
+        return
+    chosen = sampled_pairs(len(task.examples(job.split)), pairs, job.sample_seed)  # as metrics.json records them
+    for start in range(0, len(chosen), job.batch_size):
+        yield task.pair_batch(tokenizer, job.split, chosen[start:start + job.batch_size])
+
+
+__all__ = ["AttributionJobConfig", "METHODS", "NODE_SCORES_FILE", "SCORES_FILE", "attribution_run", "sampled_pairs"]

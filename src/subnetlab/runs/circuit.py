@@ -20,6 +20,7 @@ Layout of a circuit sweep's directory DIR (what ``subnetlab circuit`` writes)::
       metrics.json                        with controls or several seeds, per target: the found circuits'
                                           logit difference, faithfulness and density beside each control's, the
                                           verdict, and the circuits' stability over seeds (``runs.controls``)
+      stability.md                        with several seeds: the stability as tables (``report.stability``)
 
 The circuit is measured as ``subnetlab circuit-eval`` measures one: removed
 edges patched from each pair's corrupted prompt, every metric the task

@@ -76,9 +76,18 @@ class CircuitEvalJobConfig(JobConfig):
     mib_export: str | None = None  # also write the scores / circuit as an EAP-IG graph file (.json or .pt)
     mib_submission: str | None = None  # also write the scores into this MIB submission folder and check it
     selection: str = "topn"
+    bootstrap: int | None = None  # MIB: resamples of a percentile interval of CPR and CMD over the pairs
+    bootstrap_seed: int = 0
 
     def __post_init__(self) -> None:
         from subnetlab.analysis.mib_faithfulness import DEFINITIONS
+        from subnetlab.analysis.stability import check_resamples
+
+        if self.bootstrap is not None:
+            check_resamples(self.bootstrap)
+            if self.definition != "mib":
+                raise SubnetlabError("a bootstrap interval over the pairs is computed for MIB's CPR and CMD; measure "
+                                     "with MIB's definition", setting="bootstrap")
 
         if self.definition not in DEFINITIONS:
             raise SubnetlabError(f"definition {self.definition!r}: choose one of {', '.join(DEFINITIONS)}",
@@ -303,7 +312,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     if job.definition == "mib":
         from subnetlab.analysis.mib_faithfulness import mib_curves
 
-        result = mib_curves(graph, mib_circuit.scores, evaluate, metric=job.metric)
+        result = mib_curves(graph, mib_circuit.scores, evaluate, metric=job.metric, bootstrap=job.bootstrap,
+                            seed=job.bootstrap_seed)
         result["score_orientation"] = ("as in the file" if mib_orientation(job.scores, absolute) > 0 else
                                        "negated: subnetlab's attribution scores are the metric's change when an edge "
                                        "is patched, MIB's the loss's (minus the logit difference)")
@@ -333,7 +343,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     if figure is not None:
         figure(result, out)
     summary = {k: result[k] for k in ("definition", "level", "metric", "items", "pairs") if k in result}
-    summary.update({k: result[k] for k in ("cpr", "cmd", "cpr_printed", "cmd_printed", "span", "kept") if k in result})
+    summary.update({k: result[k] for k in ("cpr", "cmd", "cpr_printed", "cmd_printed", "span", "kept", "bootstrap")
+                    if k in result})
     summary["health"] = health
     if "areas" in result:
         summary["areas"] = result["areas"]

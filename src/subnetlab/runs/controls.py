@@ -151,9 +151,18 @@ def format_comparison(comparison: Mapping[str, Any], heading: Callable[[str], st
                 lines.append(f"  beats both controls beyond the seed spread: {word} ({verdict['reason']})")
         stab = entry.get("stability")
         if stab:
-            line = (f"stability at target sparsity {key} over seeds {','.join(map(str, stab['seeds']))}: mean pairwise "
-                    f"Jaccard {stab['mean_jaccard']:.3f} (min {stab['min_jaccard']:.3f}); {stab['kept_in_every']} "
-                    f"units kept by every seed, {stab['kept_in_any']} by any")
+            over = f"seeds {','.join(map(str, stab['seeds']))}"
+            if "runs" in stab:  # an attribution sweep: step counts by seeds
+                seeds = sorted({s for s in stab["seeds"] if s is not None})
+                over = (f"{len(stab['runs'])} runs (steps {','.join(map(str, sorted(set(stab['steps']))))}"
+                        f"{' x seeds ' + ','.join(map(str, seeds)) if seeds else ', the same pairs'})")
+            line = (f"stability at target sparsity {key} over {over}: mean pairwise Jaccard {stab['mean_jaccard']:.3f} "
+                    f"(min {stab['min_jaccard']:.3f}); {stab['kept_in_every']} units kept by every "
+                    f"{'run' if 'runs' in stab else 'seed'}, {stab['kept_in_any']} by any")
+            for part in ("steps", "seeds"):
+                value = stab.get(f"mean_jaccard_across_{part}")
+                if value is not None and value == value:  # NaN: no two runs differ in this alone
+                    line += f"; across {part} alone {value:.3f}"
             if "score" in stab:
                 low, high = stab["score"]["bootstrap_95"]
                 line += f"; faithfulness {stab['score']['mean']:.3f} (95% bootstrap over seeds {low:.3f} to {high:.3f})"

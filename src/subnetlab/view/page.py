@@ -127,11 +127,13 @@ def _node_page(groups: list[list[ViewRun]]) -> dict[str, Any]:
             "initial": int((frequency == 1).sum()) or int((frequency > 0.5).sum())}
 
 
-def page_data(groups: list[list[ViewRun]], title: str) -> dict[str, Any]:
-    """The JSON the page draws (module doc)."""
+def page_data(groups: list[list[ViewRun]], title: str, stability: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The JSON the page draws (module doc); ``stability``: what the paths recorded (``view.runs.read_stability``),
+    shown as a table beside the health."""
     runs = [r for g in groups for r in g]
     data = _node_page(groups) if runs[0].level == "nodes" else _edge_page(groups)
-    return {"title": title, "draw_cap": DRAW_CAP, "layout_edges": LAYOUT_EDGES, "layout_span": LAYOUT_SPAN, **data}
+    return {"title": title, "draw_cap": DRAW_CAP, "layout_edges": LAYOUT_EDGES, "layout_span": LAYOUT_SPAN, **data,
+            "stability": list(stability or [])}
 
 
 def _static(name: str) -> str:
@@ -150,6 +152,7 @@ def render(data: dict[str, Any]) -> str:
 <header><h1>{html.escape(data["title"])}</h1><div id="summary"></div></header>
 <section id="controls"></section>
 <section id="health"></section>
+<section id="stability"></section>
 <main id="panels"></main>
 <aside id="details"><p class="hint">Click a node to list its edges.</p></aside>
 <footer>Drawn with d3 (ISC licence) and dagre (MIT licence), vendored in subnetlab/view/static/ with their licences.

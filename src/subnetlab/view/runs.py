@@ -25,7 +25,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import load_tensor_metadata, load_tensors, read_json
-from subnetlab.models.circuit import Circuit
+from subnetlab.models.circuit import Circuit, top_k_mask
 
 GRAPH_FILE = "graph.json"
 SUBNETWORK_FILE = "subnetwork.safetensors"
@@ -90,7 +90,67 @@ def read_runs(path: Path) -> list[ViewRun]:
                              "a metrics.json, here, in */ or in */seed-*/)", setting="runs")
     for run in runs:
         run.label = str(Path(run.path).relative_to(path))
+    return _select_as_recorded(runs, path)
+
+
+def _stability_record(path: Path) -> dict[str, Any] | None:
+    """A sweep's ``metrics.json`` comparing its circuits (``runs.controls`` / ``runs.attribution_sweep``), or None."""
+    file = Path(path) / "metrics.json"
+    data = read_json(file) if Path(path).is_dir() and file.is_file() else None
+    return data if isinstance(data, dict) and isinstance(data.get("targets"), dict) else None
+
+
+def _select_as_recorded(runs: list[ViewRun], path: Path) -> list[ViewRun]:
+    """Scores-only runs of a sweep (attribution over step counts or seeds) kept as the sweep compared them: each
+    run's top ``kept`` edges by ``|score|`` at the record's sparsest target."""
+    record = _stability_record(path)
+    if record is None or not any(r.circuit is not None and r.circuit.in_graph is None for r in runs):
+        return runs
+    entries = [(key, e["stability"]) for key, e in sorted(record["targets"].items()) if isinstance(e, dict)
+               and isinstance(e.get("stability"), dict) and e["stability"].get("kept")]
+    if not entries:
+        return runs
+    key, stab = entries[-1]
+    for run in runs:
+        if run.circuit is not None and run.circuit.in_graph is None and run.circuit.scores is not None:
+            run.circuit = replace(run.circuit, in_graph=top_k_mask(run.circuit.scores, int(stab["kept"][0]),
+                                                                   absolute=True))
+            run.target = float(key)
     return runs
+
+
+def read_stability(path: Path) -> list[dict[str, Any]]:
+    """What ``path`` recorded about its stability, for the page's panel: per target of a sweep, the circuits'
+    agreement over seeds / step counts (and the bootstrap over seeds of their faithfulness); for a circuit-eval
+    run, the bootstrap interval of CPR and CMD over the pairs."""
+    path = Path(path)
+    out: list[dict[str, Any]] = []
+    record = _stability_record(path)
+    for key, entry in sorted((record or {}).get("targets", {}).items()):
+        stab = entry.get("stability") if isinstance(entry, dict) else None
+        if not isinstance(stab, dict):
+            continue
+        labels = stab.get("runs") or [f"seed {s}" for s in stab.get("seeds", [])]
+        top = sorted(stab.get("frequency", {}).items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+        row = {"source": str(path), "kind": "circuits", "target": key, "runs": labels, "kept": stab.get("kept"),
+               "pairwise_jaccard": stab.get("pairwise_jaccard"), "top_frequency": [list(t) for t in top]}
+        for name in ("mean_jaccard", "min_jaccard", "mean_jaccard_across_steps", "mean_jaccard_across_seeds",
+                     "kept_in_every", "kept_in_any"):
+            row[name] = _number(stab.get(name))
+        if isinstance(stab.get("score"), dict):
+            row["faithfulness_over_seeds"] = {"mean": _number(stab["score"].get("mean")),
+                                              "interval": [_number(v) for v in stab["score"].get("bootstrap_95", [])]}
+        out.append(row)
+    faithfulness = path / "faithfulness.json"
+    if path.is_dir() and faithfulness.is_file():
+        boot = read_json(faithfulness).get("bootstrap")
+        if isinstance(boot, dict):
+            out.append({"source": str(path), "kind": "pairs", "pairs": boot.get("pairs"),
+                        "resamples": boot.get("resamples"), "seed": boot.get("seed"), "level": boot.get("level"),
+                        **{name: {"estimate": _number(boot["estimate"].get(name)),
+                                  "interval": [_number(v) for v in boot["interval"].get(name, [])]}
+                           for name in ("cpr", "cmd")}})
+    return out
 
 
 def _is_run(run_dir: Path) -> bool:
@@ -144,8 +204,12 @@ def _circuit_eval_run(run_dir: Path) -> ViewRun:
         if run.circuit is not None:
             run.circuit = replace(run.circuit, in_graph=None)
         metric = result["metric"]
-        points = [(int(c), float(f)) for c, f in zip(result["counts"], result["faithfulness"][metric]) if f is not None]
-        run.curve = Curve(metric, points, result.get("cpr"), result.get("cmd"), source="faithfulness.json")
+        counts, fs, source = result.get("counts"), result.get("faithfulness", {}).get(metric), "faithfulness.json"
+        if result.get("definition") == "mib":  # MIB's two rankings: the absolute one (CMD's), at its pruned sizes
+            counts, fs = result["absolute"]["edge_counts"], result["absolute"]["faithfulness"][metric]
+            source = "faithfulness.json (MIB: the absolute ranking, pruned as EAP-IG prunes)"
+        points = [(int(c), float(f)) for c, f in zip(counts, fs) if f is not None]
+        run.curve = Curve(metric, points, result.get("cpr"), result.get("cmd"), source=source)
     return run
 
 
@@ -201,4 +265,4 @@ def read_all(paths: list[Path]) -> list[list[ViewRun]]:
     return groups
 
 
-__all__ = ["Curve", "ViewRun", "read_all", "read_runs"]
+__all__ = ["Curve", "ViewRun", "read_all", "read_runs", "read_stability"]

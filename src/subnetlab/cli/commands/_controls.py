@@ -32,7 +32,18 @@ def report_sweep(out: Path, results: Sequence[Any], command: str, *, controls: S
                                   masks=masks)
     if controls or any("stability" in entry for entry in comparison.values()):
         typer.echo(format_comparison(comparison), nl=False)
+    write_stability_report(out, comparison, f"{command}: stability of the masks found over seeds")
     return comparison
+
+
+def write_stability_report(out: Path, targets: dict[str, Any], title: str) -> None:
+    """``out/stability.md`` (``report.stability``) when any target has a stability entry."""
+    from subnetlab.io import write_text
+    from subnetlab.report.stability import stability_report
+
+    if any(isinstance(e, dict) and "stability" in e for e in targets.values()):
+        write_text(out / "stability.md", stability_report(targets, title))
+        typer.echo(f"written: {out / 'stability.md'}")
 
 
 def show_comparison(comparison: dict[str, Any], heading: Callable[[str], str], where: Path) -> None:

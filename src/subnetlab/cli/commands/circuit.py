@@ -69,8 +69,10 @@ def circuit(
                                "2023; Hanna et al. 2024), eap-ig-activations and clean-corrupted (as hannamw/EAP-IG), "
                                "exact (patching each edge: one forward per edge, for small graphs). An option marked "
                                "for another method is refused."),
-    ig_steps: int = typer.Option(5, "--ig-steps", help="eap-ig, eap-ig-activations: the interpolation steps k "
-                                 "(k forward+backward passes per batch, per layer node for eap-ig-activations)."),
+    ig_steps: str = typer.Option("5", "--ig-steps", help="eap-ig, eap-ig-activations: the interpolation steps k "
+                                 "(k forward+backward passes per batch, per layer node for eap-ig-activations); "
+                                 "several, 5,10,20: one run per count in DIR/steps-K/ and the circuits' stability "
+                                 "across them in DIR/metrics.json."),
     metric: str = typer.Option("logit_diff", "--metric", help="attribution methods: the metric scored "
                                "(logit_diff, answer_prob or kl)."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
@@ -80,10 +82,13 @@ def circuit(
                                              "first (into DIR/warm-start/, as --method METHOD would) and warm-start "
                                              "from them: --init-from in one command (MIB's EAP-IG -> Edge Pruning "
                                              "ensemble)."),
-    sparsity: list[str] = typer.Option([], "--sparsity", help="edge-pruning: target edge sparsity (fraction of edges "
-                                       "removed) in (0, 1): --sparsity 0.95 0.98, or 0.95,0.98."),
+    sparsity: list[str] = typer.Option([], "--sparsity", help="Target edge sparsity (fraction of edges removed) in "
+                                       "(0, 1): --sparsity 0.95 0.98, or 0.95,0.98. Attribution methods: the circuits "
+                                       "(top |score| edges) compared across step counts or seeds (default 0.95)."),
     more: Optional[list[str]] = typer.Argument(None, metavar="[SPARSITY]...", help="edge-pruning: further targets."),
-    seeds: str = typer.Option("0", "--seeds", help="edge-pruning: seeds, 0-2, 0,3,5 or 0-2,7."),
+    seeds: str = typer.Option("0", "--seeds", help="Seeds, 0-2, 0,3,5 or 0-2,7. Attribution methods: each seed "
+                              "scores its own draw of --limit training pairs, and the circuits' stability across seeds "
+                              "(and step counts) goes in DIR/metrics.json."),
     out: Path = typer.Option(..., "--out", help="edge-pruning: the sweep directory (a rerun skips finished runs and "
                              "resumes killed ones); eap / eap-ig: the run directory of the scores."),
     preset: str = typer.Option("paper", "--preset", help="edge-pruning: paper (Edge Pruning's GPT-2 IOI settings) "
@@ -135,9 +140,15 @@ def circuit(
     if method != "edge-pruning":
         from subnetlab.cli.commands._circuit_attribution import attribution_command
 
-        return attribution_command(model=model, task=task, out=out, method=method, ig_steps=ig_steps,
-                                   task_option=task_option, data_flags=data_flags, metric=metric,
-                                   embedding_nodes=embedding_nodes, limit=limit, device=device)
+        from subnetlab.cli.commands._circuit_attribution import parse_step_counts
+        from subnetlab.cli.commands._options import given_options
+
+        given = given_options()
+        return attribution_command(model=model, task=task, out=out, method=method,
+                                   ig_steps=parse_step_counts(ig_steps), task_option=task_option,
+                                   data_flags=data_flags, metric=metric, embedding_nodes=embedding_nodes, limit=limit,
+                                   device=device, seeds=parse_int_list(seeds, "--seeds") if "seeds" in given else None,
+                                   targets=parse_sparsities([*sparsity, *(more or [])]) if sparsity or more else None)
     runs_on = resolve_device(device)
     placement = DeviceMap.given(device_map, max_memory, offload_folder)
     check_warm_start(warm_start, init_from, placement)
@@ -155,7 +166,7 @@ def circuit(
         init_from = warm_start_scores(warm_start, init_from, base, out, targets=targets, seeds=seed_list,
                                       preset=preset, overrides=overrides, task_option=task_option,
                                       data_flags=data_flags, embedding_nodes=embedding_nodes, device=device,
-                                      ig_steps=ig_steps, metric=metric)
+                                      ig_steps=int(ig_steps), metric=metric)
     jobs, adapter = plan_circuit(model, task, out, targets=targets, seeds=seed_list, preset=preset,
                                  overrides=overrides, task_options=task_options, split=split, limit=limit,
                                  init_from=None if init_from is None else str(init_from),
@@ -230,7 +241,7 @@ def warm_start_scores(method: str, init_from: Optional[Path], base: dict, out: P
     check_warm_start(method, init_from)
     circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides)  # checks, no work
     attribution_command(model=base["model"], task=base["task"], out=out / WARM_START_DIR, method=method,
-                        ig_steps=ig_steps, task_option=task_option, data_flags=data_flags, metric=metric,
+                        ig_steps=[ig_steps], task_option=task_option, data_flags=data_flags, metric=metric,
                         embedding_nodes=embedding_nodes, limit=None, device=device)
     return out / WARM_START_DIR / SCORES_FILE
 

@@ -99,6 +99,9 @@ def circuit_eval(
                              "edge scores on a graph with one embedding node (an EAP-IG/MIB .json or .pt file too)."),
     mib_export: Optional[Path] = typer.Option(None, "--mib-export", help="Also write the scores (or the circuit) as "
                                               "an EAP-IG/MIB graph file: .json (Graph.to_json) or .pt (Graph.to_pt)."),
+    bootstrap: Optional[int] = typer.Option(None, "--bootstrap", help="With --mib: a 95% percentile bootstrap "
+                                            "interval of CPR and CMD over the pairs, from this many resamples."),
+    bootstrap_seed: int = typer.Option(0, "--bootstrap-seed", help="The seed of --bootstrap's resamples."),
     mib_submission: Optional[Path] = typer.Option(None, "--mib-submission", help="Also write the scores into this "
                                                   "MIB submission folder (DIR/<task>_<model>/importances.json) and "
                                                   "check the folder."),
@@ -126,10 +129,14 @@ def circuit_eval(
         ablation=ablation, sizes=_sizes(sizes) or CIRCUIT_SIZES, batch_size=batch_size, limit=limit, device=device,
         definition="mib" if mib else "subnetlab", mib_export=str(mib_export.resolve()) if mib_export else None,
         mib_submission=str(mib_submission.resolve()) if mib_submission else None,
-        selection=selection)
+        selection=selection, bootstrap=bootstrap, bootstrap_seed=bootstrap_seed)
     result = circuit_eval_run(job, out, figure=_figure)
     console = Console()
     console.print(_table(result))
+    if "bootstrap" in result:
+        from subnetlab.report.stability import bootstrap_line
+
+        console.print(bootstrap_line(result["bootstrap"]))
     console.print(f"written: {out / 'faithfulness.json'}")
     for key, label in (("export", "EAP-IG graph file"), ("submission_file", "MIB submission file")):
         if key in result.get("mib_files", {}):

@@ -54,6 +54,38 @@ def print_summary(frame: pd.DataFrame, written: tuple[Path, Path]) -> None:
     console.print(f"wrote {written[0]} and {written[1]}")
 
 
+STABILITY = ("mean_jaccard", "min_jaccard", "mean_jaccard_across_steps", "mean_jaccard_across_seeds", "kept_in_every",
+             "kept_in_any", "score.bootstrap_95", "bootstrap.estimate.cpr", "bootstrap.interval.cpr",
+             "bootstrap.estimate.cmd", "bootstrap.interval.cmd")
+
+
+def stability_rows(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """``(run_dir, quantity, value)`` of the stability summaries (circuits over seeds or step counts) and the
+    bootstrap intervals (over seeds, or CPR / CMD over the pairs) in the long table; an interval as low..high."""
+    metrics = frame["metric"].astype(str)
+    chosen = frame[metrics.map(lambda m: any(m == q or m.endswith("." + q) for q in STABILITY))]
+    rows = []
+    for (run, metric), group in chosen.groupby(["run_dir", "metric"], sort=False):
+        values = [_cell(float(v)) for v in group["value"]]
+        rows.append((str(run), str(metric), values[0] if len(values) == 1 else "..".join(values)))
+    return rows
+
+
+def print_stability(frame: pd.DataFrame) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = stability_rows(frame)
+    if not rows:
+        return
+    table = Table(title="stability across seeds / step counts, bootstrap intervals", title_justify="left")
+    for column in ("run_dir", "quantity", "value"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(80, max(sum(len(c) + 3 for c in r) for r in rows) + 1)).print(table)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("results")
     def results(
@@ -70,3 +102,4 @@ def register(app: typer.Typer) -> None:
         frame = results_table(directory)
         written = write_results(frame, out if out is not None else directory / "results")
         print_summary(frame, written)
+        print_stability(frame)

@@ -22,7 +22,7 @@ def view(
     from subnetlab.errors import SubnetlabError
     from subnetlab.io import write_json, write_text
     from subnetlab.view.page import page_data, render
-    from subnetlab.view.runs import read_all
+    from subnetlab.view.runs import read_all, read_stability
     from subnetlab.view.tracer import tracer_graph
 
     if out.is_dir():
@@ -32,7 +32,8 @@ def view(
     if tracer_json is not None and first.circuit is None:
         raise SubnetlabError("circuit-tracer graph JSON is written for edge circuits; these are head/MLP subnetworks",
                              setting="tracer_json")
-    data = page_data(groups, title or " vs ".join(str(p) for p in runs))
+    data = page_data(groups, title or " vs ".join(str(p) for p in runs),
+                     stability=[entry for p in runs for entry in read_stability(p)])
     write_text(out, render(data))
     print(f"written: {out} ({out.stat().st_size / 1e6:.2f} MB; {data['mode']} view of "
           f"{sum(len(g) for g in groups)} run(s))")

@@ -101,6 +101,35 @@
     for (const r of flagged) for (const m of r.health) ul.append("li").attr("class", "warning").text(r.label + ": " + m);
   }
 
+  // ------------------------------------------------------------------ stability: what the sweeps and evaluations recorded
+  function showStability(entries) {
+    if (!entries || !entries.length) return;
+    const box = d3.select("#stability");
+    box.append("h2").text("Stability");
+    const fmt = (v) => (v === null || v === undefined ? "n/a" : (+v).toFixed(3));
+    const interval = (pair) => (pair && pair.length === 2 ? "[" + fmt(pair[0]) + ", " + fmt(pair[1]) + "]" : "n/a");
+    const circuits = entries.filter((e) => e.kind === "circuits");
+    if (circuits.length) {
+      const table = box.append("table").attr("class", "stability").attr("id", "stability-circuits");
+      const head = ["source", "target sparsity", "runs", "mean Jaccard (min)", "across steps", "across seeds",
+        "kept by every / any", "faithfulness over seeds (95% bootstrap)", "most frequent edges"];
+      table.append("tr").selectAll("th").data(head).enter().append("th").text((d) => d);
+      for (const e of circuits) {
+        const f = e.faithfulness_over_seeds;
+        table.append("tr").attr("data-mean-jaccard", e.mean_jaccard).selectAll("td").data([e.source, e.target,
+          e.runs.length + " (" + e.runs.join(", ") + ")", fmt(e.mean_jaccard) + " (" + fmt(e.min_jaccard) + ")",
+          fmt(e.mean_jaccard_across_steps), fmt(e.mean_jaccard_across_seeds), e.kept_in_every + " / " + e.kept_in_any,
+          f ? fmt(f.mean) + " " + interval(f.interval) : "n/a",
+          e.top_frequency.map((t) => t[0] + " " + fmt(t[1])).join(", ")]).enter().append("td").text((d) => d);
+      }
+    }
+    for (const e of entries.filter((x) => x.kind === "pairs")) {
+      box.append("p").attr("class", "stability-pairs").text(e.source + ": " + Math.round(100 * e.level) + "% bootstrap over " +
+        e.pairs + " pairs (" + e.resamples + " resamples, seed " + e.seed + "): CPR " + fmt(e.cpr.estimate) + " " +
+        interval(e.cpr.interval) + ", CMD " + fmt(e.cmd.estimate) + " " + interval(e.cmd.interval));
+    }
+  }
+
   // ------------------------------------------------------------------ the edge pages (single, compare, seeds)
   function edgePage() {
     const G = D.graph, W = G.writers.length, LOGITS = W, E = G.edge_writer.length;
@@ -335,6 +364,7 @@
   }
 
   // ------------------------------------------------------------------ start, and the self-test the browser test reads
+  showStability(D.stability);
   const setK = D.mode === "nodes" ? nodePage() : edgePage();
   setK(params.has("k") ? +params.get("k") : D.initial);
   if (params.has("click")) {
