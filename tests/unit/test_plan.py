@@ -10,8 +10,8 @@ from transformers import BertConfig, GPT2Config, LlamaConfig
 
 from subnetlab.runs.plan import (PlanSettings, count_steps, fake_model, largest_micro_batch, parse_memory, plan_run,
                                  plan_table, run_step)
-from subnetlab.runs.plan_layers import default_samples, fitted_peak, quadratic_at, with_layers
-from subnetlab.runs.plan_memory import measured_peak, storage_bytes
+from subnetlab.runs.plan.layers import default_samples, fitted_peak, quadratic_at, with_layers
+from subnetlab.runs.plan.memory import measured_peak, storage_bytes
 
 CONFIGS = {
     "gpt2": GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=100, n_positions=64),

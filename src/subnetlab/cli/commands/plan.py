@@ -46,7 +46,7 @@ def plan(
     """Plan a run: peak memory per device, FLOPs per step, the number of steps, and with --memory the largest
     micro-batch that fits, from the method's real step on fake tensors (no weights allocated)."""
     from subnetlab.runs.plan import PlanSettings, parse_memory, plan_run, plan_table, read_model_config
-    from subnetlab.runs.plan_layers import default_samples
+    from subnetlab.runs.plan.layers import default_samples
 
     if command not in COMMANDS:
         raise SubnetlabError(f"COMMAND {command!r}: plan one of {', '.join(COMMANDS)}")
