@@ -3,10 +3,36 @@ with the trainer's set-up, and ``attribute_batch`` (EAP, EAP-IG)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from subnetlab.runs.plan.fake import fake_data
-from subnetlab.runs.plan.settings import PlanSettings, method_config
+from subnetlab.runs.plan.settings import PlanSettings
+
+PAPER_SPARSITY = {"head-pruning": 0.5, "edge-pruning": 0.95}
+
+
+def method_config(settings: PlanSettings) -> Any:
+    """The method's settings for the run: its preset at the sparsity, the micro-batch and the accumulation."""
+    sizes = {"batch_size": settings.micro, "accumulation": settings.batch // settings.micro}
+    sparsity = settings.sparsity or PAPER_SPARSITY.get(settings.method, 0.5)
+    if settings.method == "head-pruning":
+        from subnetlab.methods.head_pruning.config import preset_config
+
+        return preset_config(settings.preset, sparsity, max_length=settings.length, **sizes)
+    if settings.method == "edge-pruning":
+        from subnetlab.methods.edge_pruning.config import preset_config as edge_preset
+
+        return edge_preset(settings.preset, sparsity, **sizes)
+    return None
+
+
+def circuit_steps(settings: PlanSettings) -> tuple[int, str]:
+    """Optimiser steps (pruning), or batches of pairs (attribution: one batch when ``examples`` is not given)."""
+    config = method_config(settings)
+    if config is not None:
+        return int(config.total_steps), ""
+    return math.ceil((settings.examples or settings.batch) / settings.batch), ""
 
 
 def pruning_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None) -> Callable[[int], None]:
@@ -68,4 +94,4 @@ def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callab
     return step
 
 
-__all__ = ["attribution_step", "pruning_step"]
+__all__ = ["PAPER_SPARSITY", "attribution_step", "circuit_steps", "method_config", "pruning_step"]

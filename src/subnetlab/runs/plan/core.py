@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from subnetlab.runs.plan.fake import fake_model
-from subnetlab.runs.plan.settings import PlanSettings, count_steps
+from subnetlab.runs.plan.settings import PlanSettings
 
 MAX_MICRO_BATCH = 1 << 16  # the largest micro-batch the search tries
 H100_BF16_DENSE = 989e12  # FLOP/s: an H100 SXM's dense bf16 tensor-core peak, for a time lower bound
@@ -44,6 +44,7 @@ class Plan:
     memory_limit: int | None = None
     layers: int | None = None
     layers_sampled: tuple[int, ...] | None = None  # planned at these depths and fitted (runs.plan.layers)
+    steps_from: str = ""  # what the steps rest on, where a number of training rows (``steps_of``)
 
     def time_bound(self, flops_per_second: float = H100_BF16_DENSE) -> float:
         """Seconds the run's steps take at least at ``flops_per_second`` (a lower bound, not an estimate)."""
@@ -56,7 +57,7 @@ class Plan:
                 "flops_per_step": self.flops_per_step, "steps": self.steps, "memory_limit": self.memory_limit,
                 "largest_micro_batch": self.largest_micro_batch, "layers": self.layers,
                 "layers_sampled": list(self.layers_sampled) if self.layers_sampled else None,
-                "time_bound_s_at_h100_bf16_peak": self.time_bound()}
+                "time_bound_s_at_h100_bf16_peak": self.time_bound(), "steps_from": self.steps_from}
 
 
 def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: int | None = None,
@@ -69,6 +70,7 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
     from subnetlab.runs.plan.layers import check_samples, fitted_peak, layer_count, quadratic_at, with_layers
     from subnetlab.runs.plan.memory import LiveBytes
 
+    steps, steps_from = steps_of(settings)  # before the long work: a missing number of rows is refused here
     layers = layer_count(config)
     samples = check_samples(layers_sampled, layers) if layers_sampled is not None else None
     with FakeTensorMode(allow_non_fake_inputs=True), LiveBytes(fake=True) as live:
@@ -101,17 +103,41 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
         largest = None
         if memory is not None:
             largest = largest_micro_batch(lambda m: peak_at(settings.with_micro(m)), settings.micro, peak, memory)
-    return Plan(settings, name, weights, peak, flops, count_steps(settings), largest, memory, layers, samples)
+    return Plan(settings, name, weights, peak, flops, steps, largest, memory, layers, samples, steps_from)
 
 
 def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None) -> Callable[[int], None]:
     """Set up the command's method on ``model`` and return ``step(i)``, the method's own step; ``step(-1)`` tears
     down. What the set-up builds (masks, optimiser) ``live`` counts."""
     from subnetlab.runs.plan.circuit import attribution_step, pruning_step
+    from subnetlab.runs.plan.discover import discover_step
+    from subnetlab.runs.plan.finetune import finetune_step
 
     if settings.method in ("eap", "eap-ig"):
         return attribution_step(model, adapter, settings)
+    if settings.method == "discover":
+        return discover_step(model, adapter, settings, live)
+    if settings.method == "finetune":
+        return finetune_step(model, adapter, settings, live)
     return pruning_step(model, adapter, settings, live)
+
+
+def steps_of(settings: PlanSettings) -> tuple[int, str]:
+    """The run's optimiser steps (attribution: batches) and, where they rest on a number of training rows, whose."""
+    from subnetlab.runs.plan.circuit import circuit_steps
+    from subnetlab.runs.plan.discover import discover_steps
+    from subnetlab.runs.plan.finetune import finetune_steps
+
+    if settings.method == "discover":
+        return discover_steps(settings)
+    if settings.method == "finetune":
+        return finetune_steps(settings)
+    return circuit_steps(settings)
+
+
+def count_steps(settings: PlanSettings) -> int:
+    """The run's optimiser steps, or batches of pairs (attribution: one batch when ``examples`` is not given)."""
+    return steps_of(settings)[0]
 
 
 def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any, flops: bool = True) -> tuple[int, int]:
@@ -172,4 +198,5 @@ def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, me
         fits((lo + hi) // 2)
 
 
-__all__ = ["H100_BF16_DENSE", "Plan", "largest_micro_batch", "measure_step", "plan_run", "run_step"]
+__all__ = ["H100_BF16_DENSE", "Plan", "count_steps", "largest_micro_batch", "measure_step", "plan_run", "run_step",
+           "steps_of"]

@@ -9,6 +9,7 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.runs.plan.settings import PlanSettings
 
+ENCODER_METHODS = ("head-pruning", "finetune")  # the others need a causal language model
 PACKAGED_CONFIGS = Path(__file__).resolve().parents[2] / "models" / "configs"  # bert-base, gpt2-small, ...
 
 
@@ -41,7 +42,7 @@ def read_model_config(source: str) -> Any:
 
 def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
     """The model of ``config`` with the head the method uses (a decoder's language-model head; an encoder's
-    classifier), in ``settings.dtype``; under ``FakeTensorMode`` its weights take no memory."""
+    classifier), in ``settings.weights_dtype``; under ``FakeTensorMode`` its weights take no memory."""
     import copy
 
     import torch
@@ -52,14 +53,14 @@ def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
     kind = next((s.kind for s in FAMILIES.values() if getattr(config, "model_type", None) in s.model_types), None)
     if kind is None:
         get_adapter(type("Unsupported", (), {"config": config})())  # the families' own refusal
-    if settings.method != "head-pruning" and kind != "decoder":
+    if settings.method not in ENCODER_METHODS and kind != "decoder":
         raise SubnetlabError(f"{settings.method} needs a causal language model; {config.model_type} is not one",
                              setting="model")
     config = copy.deepcopy(config)
     if kind != "decoder":
         config.num_labels = settings.labels
     head = "causal-lm" if kind == "decoder" else "classification"
-    model = HEADS[head].from_config(config, dtype=getattr(torch, settings.dtype),
+    model = HEADS[head].from_config(config, dtype=getattr(torch, settings.weights_dtype),
                                     attn_implementation=attention_for(config.model_type, "sdpa"))
     model.eval()
     return model, get_adapter(model)
@@ -94,4 +95,4 @@ def fake_data(model: Any, adapter: Any, size: int, length: int) -> Any:
     return PruningData(size, batch_at, key={"plan": size})
 
 
-__all__ = ["PACKAGED_CONFIGS", "fake_data", "fake_model", "read_model_config"]
+__all__ = ["ENCODER_METHODS", "PACKAGED_CONFIGS", "fake_data", "fake_model", "read_model_config"]

@@ -1,31 +1,32 @@
-"""What a plan is of: the command's method and its per-step sizes (``PlanSettings``), the method's typed config
-at those sizes (``method_config``) and the run's number of steps (``count_steps``)."""
+"""What a plan is of: the command's method and its per-step sizes (``PlanSettings``). The method's typed config at
+those sizes and the run's number of steps are its step module's (``circuit``, ``discover``, ``finetune``)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
 
 from subnetlab.errors import SubnetlabError
 
-METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig")
+METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig", "discover", "finetune")
 DTYPES = ("float32", "bfloat16", "float16")
-PAPER_SPARSITY = {"head-pruning": 0.5, "edge-pruning": 0.95}
+UNACCUMULATED = ("eap", "eap-ig", "discover", "finetune")  # no micro-batches: the batch is one forward
+DEFAULT_PRESETS = {"finetune": "heuristic-core"}  # the others: "paper"
+AUTOCAST = ("discover", "finetune")  # the dtype is the forward passes' autocast; the weights stay float32
 
 
 @dataclass(frozen=True)
 class PlanSettings:
     """What a run does per step: the method, examples per optimiser step (``batch``, of ``micro_batch`` per
-    forward), tokens per example, the frozen weights' dtype. ``examples``: the pairs an attribution run scores
-    (its steps are their batches)."""
+    forward), tokens per example, the frozen weights' dtype (discover, finetune: the forward passes' autocast
+    dtype, as those commands' ``--dtype``). ``examples``: the pairs an attribution run scores, or the training
+    rows of discover / finetune (their steps are epochs of batches of them). ``preset``: the command's preset."""
 
     method: str
     batch: int
     length: int
     micro_batch: int | None = None
     dtype: str = "float32"
-    preset: str = "paper"
+    preset: str | None = None  # the method's (``DEFAULT_PRESETS``) when not given
     sparsity: float | None = None
     ig_steps: int = 5
     examples: int | None = None
@@ -34,6 +35,8 @@ class PlanSettings:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise SubnetlabError(f"method {self.method!r}: choose one of {', '.join(METHODS)}", setting="method")
+        if self.preset is None:
+            object.__setattr__(self, "preset", DEFAULT_PRESETS.get(self.method, "paper"))
         for name in ("batch", "length", "ig_steps", "labels"):
             if int(getattr(self, name)) < 1:
                 raise SubnetlabError(f"{name} {getattr(self, name)} must be at least 1", setting=name)
@@ -46,10 +49,21 @@ class PlanSettings:
         if self.method in ("eap", "eap-ig") and self.micro != self.batch:
             raise SubnetlabError("attribution has no optimiser step to accumulate micro-batches into: its batch "
                                  "is the micro-batch", setting="micro_batch")
+        if self.method in UNACCUMULATED and self.micro != self.batch:
+            raise SubnetlabError(f"{self.method} does not accumulate micro-batches: its batch is the micro-batch",
+                                 setting="micro_batch")
         if self.dtype not in DTYPES:
             raise SubnetlabError(f"dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}", setting="dtype")
+        if self.method in AUTOCAST and self.dtype == "float16":
+            raise SubnetlabError(f"dtype float16 has no loss scaling in {self.method} (gradients would underflow); "
+                                 "use bfloat16 or float32", setting="dtype")
         if self.sparsity is not None and not 0.0 < self.sparsity < 1.0:
             raise SubnetlabError(f"sparsity {self.sparsity} is outside (0, 1)", setting="sparsity")
+
+    @property
+    def weights_dtype(self) -> str:
+        """The dtype the model is built in: float32 where ``dtype`` is an autocast (``AUTOCAST``)."""
+        return "float32" if self.method in AUTOCAST else self.dtype
 
     @property
     def micro(self) -> int:
@@ -59,31 +73,8 @@ class PlanSettings:
         """The same run at ``micro`` examples per forward (the batch a whole number of micro-batches)."""
         from dataclasses import replace
 
-        batch = micro if self.method in ("eap", "eap-ig") else micro * (self.batch // self.micro)
+        batch = micro if self.method in UNACCUMULATED else micro * (self.batch // self.micro)
         return replace(self, batch=batch, micro_batch=micro)
 
 
-def method_config(settings: PlanSettings) -> Any:
-    """The method's settings for the run: its preset at the sparsity, the micro-batch and the accumulation."""
-    sizes = {"batch_size": settings.micro, "accumulation": settings.batch // settings.micro}
-    sparsity = settings.sparsity or PAPER_SPARSITY.get(settings.method, 0.5)
-    if settings.method == "head-pruning":
-        from subnetlab.methods.head_pruning.config import preset_config
-
-        return preset_config(settings.preset, sparsity, max_length=settings.length, **sizes)
-    if settings.method == "edge-pruning":
-        from subnetlab.methods.edge_pruning.config import preset_config as edge_preset
-
-        return edge_preset(settings.preset, sparsity, **sizes)
-    return None
-
-
-def count_steps(settings: PlanSettings) -> int:
-    """Optimiser steps (pruning), or batches of pairs (attribution: one batch when ``examples`` is not given)."""
-    config = method_config(settings)
-    if config is not None:
-        return int(config.total_steps)
-    return math.ceil((settings.examples or settings.batch) / settings.batch)
-
-
-__all__ = ["DTYPES", "METHODS", "PAPER_SPARSITY", "PlanSettings", "count_steps", "method_config"]
+__all__ = ["AUTOCAST", "DEFAULT_PRESETS", "DTYPES", "METHODS", "UNACCUMULATED", "PlanSettings"]
