@@ -21,7 +21,9 @@ CONFIGS = {
                        vocab_size=100, max_position_embeddings=64),
 }
 CASES = [("gpt2", "head-pruning"), ("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "head-pruning"),
-         ("llama", "edge-pruning"), ("llama", "eap-ig"), ("bert", "head-pruning")]
+         ("llama", "edge-pruning"), ("llama", "eap-ig"), ("bert", "head-pruning"), ("gpt2", "discover"),
+         ("llama", "discover"), ("gpt2", "finetune"), ("llama", "finetune"), ("bert", "finetune")]
+PRESETS = {"eap-ig": "paper", "discover": "quick", "finetune": "quick"}  # the others: "demo"
 
 
 def real_peak(config, settings: PlanSettings) -> int:
@@ -44,7 +46,7 @@ def test_the_predicted_peak_is_within_15_percent_of_the_measured_one(family, met
     torch.set_num_threads(1)
     # micro-batches of 64, the full model's evaluation batch, so the training step (not that pass) sets the peak
     settings = PlanSettings(method, batch=64 if method != "eap-ig" else 16, length=16, ig_steps=3,
-                            preset="demo" if method != "eap-ig" else "paper")
+                            preset=PRESETS.get(method, "demo"))
     predicted = plan_run(CONFIGS[family], settings, family).peak_bytes
     measured = real_peak(CONFIGS[family], settings)
     print(f"{family} {method}: predicted {predicted} measured {measured} ratio {predicted / measured:.3f}")
@@ -64,6 +66,39 @@ def test_flops_of_an_attribution_step_match_the_closed_form() -> None:
     forward = L * (2 * N * d * 3 * d + 2 * N * d * d + 2 * 2 * N * d * ff + 2 * 2 * B * P * P * d) + 2 * N * d * V
     assert flops > (2 + k) * forward  # the forwards alone; more: backwards and the per-reader projections
     assert flops < (2 + 3 * k) * forward * 3  # bounded by a few forwards' worth per step
+
+
+STEPPED = [("gpt2", "discover"), ("llama", "discover"), ("gpt2", "finetune"), ("bert", "finetune")]
+
+
+@pytest.mark.parametrize("family, method", STEPPED, ids=[f"{f}-{m}" for f, m in STEPPED])
+def test_the_plans_flops_equal_the_flop_counter_on_a_real_step(family, method) -> None:
+    """Discover and finetune: the FLOPs the fake step counts equal ``FlopCounterMode`` around the real step of a
+    randomly initialised model (its third, as the plan counts)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.set_num_threads(1)
+    settings = PlanSettings(method, batch=8, length=16, preset=PRESETS[method])
+    planned = plan_run(CONFIGS[family], settings, family).flops_per_step
+    torch.manual_seed(0)
+    model, adapter = fake_model(CONFIGS[family], settings)  # no fake mode: real weights
+    step = run_step(model, adapter, settings)
+    step(0)
+    step(1)
+    with FlopCounterMode(display=False) as counter:
+        step(2)
+    step(-1)
+    assert planned == counter.get_total_flops() > 0
+
+
+def test_discover_and_finetune_steps_are_the_presets_epochs_over_the_rows() -> None:
+    """Discover's paper preset: 3 lambdas x 50 epochs x ceil(50,000 / 500) batches; finetune's heuristic-core:
+    5 epochs x ceil(392,702 / 32) batches of MNLI; quick: its 500 max_steps; --examples replaces the rows."""
+    assert count_steps(PlanSettings("discover", batch=500, length=3)) == 3 * 50 * 100 == 15_000
+    assert count_steps(PlanSettings("discover", batch=500, length=3, examples=1001)) == 3 * 50 * 3
+    assert count_steps(PlanSettings("finetune", batch=32, length=128)) == 5 * 12_272 == 61_360
+    assert count_steps(PlanSettings("finetune", batch=32, length=128, examples=100)) == 5 * 4
+    assert count_steps(PlanSettings("finetune", batch=16, length=64, preset="quick")) == 500
 
 
 def test_the_largest_micro_batch_is_the_largest_that_fits_a_line() -> None:

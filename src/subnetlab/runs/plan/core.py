@@ -25,6 +25,7 @@ import gc
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from subnetlab.errors import SubnetlabError
 from subnetlab.runs.plan.fake import fake_model
 from subnetlab.runs.plan.settings import PlanSettings
 
@@ -135,6 +136,21 @@ def steps_of(settings: PlanSettings) -> tuple[int, str]:
     return circuit_steps(settings)
 
 
+def default_sizes(method: str, preset: str | None) -> tuple[int, int]:
+    """``(batch, length)`` of discover and finetune at their preset (``None``: the command's default preset)."""
+    from subnetlab.runs.plan.discover import ARITHMETIC_PROMPT, preset_of
+    from subnetlab.runs.plan.finetune import finetune_config
+    from subnetlab.runs.plan.settings import DEFAULT_PRESETS
+
+    preset = preset or DEFAULT_PRESETS.get(method, "paper")
+    if method == "discover":
+        return int(preset_of(preset)["batch_size"]), ARITHMETIC_PROMPT
+    if method == "finetune":
+        cfg = finetune_config(preset)
+        return cfg.batch_size, cfg.max_length
+    raise SubnetlabError(f"{method} has no preset sizes", setting="method")
+
+
 def count_steps(settings: PlanSettings) -> int:
     """The run's optimiser steps, or batches of pairs (attribution: one batch when ``examples`` is not given)."""
     return steps_of(settings)[0]
@@ -198,5 +214,5 @@ def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, me
         fits((lo + hi) // 2)
 
 
-__all__ = ["H100_BF16_DENSE", "Plan", "count_steps", "largest_micro_batch", "measure_step", "plan_run", "run_step",
+__all__ = ["H100_BF16_DENSE", "Plan", "count_steps", "default_sizes", "largest_micro_batch", "measure_step", "plan_run", "run_step",
            "steps_of"]

@@ -22,24 +22,25 @@ def discover_config(settings: PlanSettings) -> Any:
     plan's batch."""
     from subnetlab.methods.continuous_sparsification import ContinuousSparsification
 
-    preset = preset_of(settings)
+    preset = preset_of(settings.preset)
     return ContinuousSparsification(epochs=preset["epochs"], lr=preset["lr"], batch_size=settings.batch,
                                     l0_lambda=float(preset["lambdas"][0]))
 
 
-def preset_of(settings: PlanSettings) -> dict[str, Any]:
+def preset_of(name: str) -> dict[str, Any]:
+    """``discover``'s preset ``name`` (``DISCOVERY_PRESETS``)."""
     from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS
 
-    if settings.preset not in DISCOVERY_PRESETS:
-        raise SubnetlabError(f"preset {settings.preset!r}: discover's presets are {', '.join(DISCOVERY_PRESETS)}",
+    if name not in DISCOVERY_PRESETS:
+        raise SubnetlabError(f"preset {name!r}: discover's presets are {', '.join(DISCOVERY_PRESETS)}",
                              setting="preset")
-    return DISCOVERY_PRESETS[settings.preset]
+    return DISCOVERY_PRESETS[name]
 
 
 def discover_steps(settings: PlanSettings) -> tuple[int, str]:
     """Optimiser steps of the whole command: one run per lambda of the preset, each ``epochs`` passes over the
     training rows (``examples``, else the preset's subtask rows) in batches."""
-    preset = preset_of(settings)
+    preset = preset_of(settings.preset)
     rows = settings.examples or int(preset["samples"])
     source = "--examples" if settings.examples else f"the {settings.preset} preset's subtask"
     lambdas = len(preset["lambdas"])

@@ -17,12 +17,13 @@ from subnetlab.runs.plan.settings import PlanSettings
 MNLI_TRAIN_ROWS = 392_702  # MNLI's training pairs (Williams et al. 2018), the task of the heuristic-core preset
 
 
-def finetune_config(settings: PlanSettings) -> Any:
-    """The command's ``FinetuneConfig`` at ``settings.preset`` with the plan's batch, length and dtype."""
+def finetune_config(preset: str, settings: PlanSettings | None = None) -> Any:
+    """The command's ``FinetuneConfig`` at ``preset``, with the plan's batch, length and dtype where given."""
     from subnetlab.methods.finetune.config import resolve_config
 
-    return resolve_config(settings.preset, batch_size=settings.batch, max_length=settings.length,
-                          dtype=settings.dtype)
+    if settings is None:
+        return resolve_config(preset)
+    return resolve_config(preset, batch_size=settings.batch, max_length=settings.length, dtype=settings.dtype)
 
 
 def default_rows(preset: str) -> tuple[int | None, str]:
@@ -43,7 +44,7 @@ def finetune_steps(settings: PlanSettings) -> tuple[int, str]:
     (``examples``, else ``default_rows``)."""
     from subnetlab.methods.finetune.config import total_steps
 
-    cfg = finetune_config(settings)
+    cfg = finetune_config(settings.preset, settings)
     if cfg.max_steps is not None:
         return cfg.max_steps, f"the {settings.preset} preset's max_steps"
     rows, source = (settings.examples, "--examples") if settings.examples else default_rows(settings.preset)
@@ -75,7 +76,7 @@ def finetune_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = 
     from subnetlab.optim import lr_scheduler
     from subnetlab.runtime import autocast
 
-    cfg = finetune_config(settings)
+    cfg = finetune_config(settings.preset, settings)
     task = plan_task(adapter, settings.labels)
     optimizer = training_optimizer(model, cfg)
     scheduler = lr_scheduler(optimizer, total=1_000, warmup=0, decay=cfg.scheduler)
