@@ -9,7 +9,7 @@ import torch
 from transformers import BertConfig, GPT2Config, LlamaConfig
 
 from subnetlab.runs.plan import (PlanSettings, count_steps, fake_model, largest_micro_batch, parse_memory, plan_run,
-                                 plan_table, run_step)
+                                 plan_table, read_model_config, run_step)
 from subnetlab.runs.plan.layers import default_samples, fitted_peak, quadratic_at, with_layers
 from subnetlab.runs.plan.memory import measured_peak, storage_bytes
 
@@ -22,8 +22,9 @@ CONFIGS = {
 }
 CASES = [("gpt2", "head-pruning"), ("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "head-pruning"),
          ("llama", "edge-pruning"), ("llama", "eap-ig"), ("bert", "head-pruning"), ("gpt2", "discover"),
-         ("llama", "discover"), ("gpt2", "finetune"), ("llama", "finetune"), ("bert", "finetune")]
-PRESETS = {"eap-ig": "paper", "discover": "quick", "finetune": "quick"}  # the others: "demo"
+         ("llama", "discover"), ("gpt2", "transfer"), ("llama", "transfer"), ("gpt2", "finetune"), ("llama", "finetune"),
+         ("bert", "finetune")]
+PRESETS = {"eap-ig": "paper", "discover": "quick", "transfer": "quick", "finetune": "quick"}  # the others: "demo"
 
 
 def real_peak(config, settings: PlanSettings) -> int:
@@ -68,12 +69,12 @@ def test_flops_of_an_attribution_step_match_the_closed_form() -> None:
     assert flops < (2 + 3 * k) * forward * 3  # bounded by a few forwards' worth per step
 
 
-STEPPED = [("gpt2", "discover"), ("llama", "discover"), ("gpt2", "finetune"), ("bert", "finetune")]
+STEPPED = [("gpt2", "discover"), ("llama", "discover"), ("gpt2", "transfer"), ("gpt2", "finetune"), ("bert", "finetune")]
 
 
 @pytest.mark.parametrize("family, method", STEPPED, ids=[f"{f}-{m}" for f, m in STEPPED])
 def test_the_plans_flops_equal_the_flop_counter_on_a_real_step(family, method) -> None:
-    """Discover and finetune: the FLOPs the fake step counts equal ``FlopCounterMode`` around the real step of a
+    """Discover, transfer and finetune: the FLOPs the fake step counts equal ``FlopCounterMode`` around the real step of a
     randomly initialised model (its third, as the plan counts)."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -91,14 +92,25 @@ def test_the_plans_flops_equal_the_flop_counter_on_a_real_step(family, method) -
     assert planned == counter.get_total_flops() > 0
 
 
-def test_discover_and_finetune_steps_are_the_presets_epochs_over_the_rows() -> None:
-    """Discover's paper preset: 3 lambdas x 50 epochs x ceil(50,000 / 500) batches; finetune's heuristic-core:
-    5 epochs x ceil(392,702 / 32) batches of MNLI; quick: its 500 max_steps; --examples replaces the rows."""
+def test_discover_transfer_and_finetune_steps_are_the_presets_epochs_over_the_rows() -> None:
+    """Discover's paper preset: 3 lambdas x 50 epochs x ceil(50,000 / 500) batches; transfer's: 100 epochs x
+    ceil(1,000 / 64) batches of the ambiguous rows a = b; finetune's heuristic-core: 5 epochs x ceil(392,702 / 32)
+    batches of MNLI; quick: its 500 max_steps; --examples replaces the rows."""
     assert count_steps(PlanSettings("discover", batch=500, length=3)) == 3 * 50 * 100 == 15_000
     assert count_steps(PlanSettings("discover", batch=500, length=3, examples=1001)) == 3 * 50 * 3
+    assert count_steps(PlanSettings("transfer", batch=64, length=3)) == 100 * 16
+    assert count_steps(PlanSettings("transfer", batch=64, length=3, examples=1010)) == 100 * 16
+    assert count_steps(PlanSettings("transfer", batch=64, length=3, examples=1025)) == 100 * 17
     assert count_steps(PlanSettings("finetune", batch=32, length=128)) == 5 * 12_272 == 61_360
     assert count_steps(PlanSettings("finetune", batch=32, length=128, examples=100)) == 5 * 4
     assert count_steps(PlanSettings("finetune", batch=16, length=64, preset="quick")) == 500
+
+
+def test_the_arithmetic_gpt2_is_subtask_inductions() -> None:
+    """Appendix B.1: 4 heads, width 128, MLP 512; the vocabulary: numbers 0-999 and <sep>, <pad>, <unk>."""
+    config = read_model_config("gpt2-arith:12")
+    assert (config.n_layer, config.n_head, config.n_embd, config.n_inner, config.vocab_size) == (12, 4, 128, 512, 1003)
+    assert config.pad_token_id == 1001
 
 
 def test_the_largest_micro_batch_is_the_largest_that_fits_a_line() -> None:

@@ -18,43 +18,45 @@ import typer
 from subnetlab.errors import SubnetlabError
 
 COMMANDS = {"prune": ("head-pruning",), "circuit": ("edge-pruning", "eap", "eap-ig"), "discover": ("discover",),
-            "finetune": ("finetune",)}
+            "transfer": ("transfer",), "finetune": ("finetune",)}
 # the options each command's plan reads beyond --model, --dtype, --memory, --layers-sampled; another one is refused
 READS = {"prune": ("--batch", "--micro-batch", "--length", "--preset", "--sparsity"),
          "circuit": ("--method", "--batch", "--micro-batch", "--length", "--preset", "--sparsity", "--ig-steps",
                      "--examples"),
          "discover": ("--batch", "--length", "--preset", "--examples"),
+         "transfer": ("--batch", "--length", "--preset", "--examples"),
          "finetune": ("--batch", "--length", "--preset", "--examples")}
 
 
 def plan(
     command: str = typer.Argument(..., metavar="COMMAND", help="The command to plan: prune (heads and MLPs), "
-                                  "circuit (with --method), discover or finetune."),
+                                  "circuit (with --method), discover, transfer (one run of the subnetwork condition) or finetune."),
     model: str = typer.Option(..., "--model", help="A config.json file, a model directory holding one, or a hub "
                               "id already in the local cache (nothing is downloaded)."),
     method: Optional[str] = typer.Option(None, "--method", help="circuit: edge-pruning, eap or eap-ig "
                                          "[edge-pruning]."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Examples per optimiser step (attribution: pairs "
-                                        "per batch) [prune 128, circuit 32, discover and finetune: the preset's]."),
+                                        "per batch) [prune 128, circuit 32; discover, transfer, finetune: the preset's]."),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Examples per forward; the batch is "
                                               "accumulated over micro-batches [the batch]."),
     length: Optional[int] = typer.Option(None, "--length", help="Tokens per example [prune 128, circuit 64, "
-                                         "discover 3 (an arithmetic prompt), finetune the preset's --max-length]."),
+                                         "discover and transfer 3 (an arithmetic prompt), finetune the preset's --max-length]."),
     dtype: str = typer.Option("float32", "--dtype", help="The frozen weights' dtype: float32, bfloat16 or float16 "
-                              "(masks, multipliers and the objective stay float32); discover and finetune: their "
+                              "(masks, multipliers and the objective stay float32); discover, transfer, finetune: their "
                               "--dtype, the forward passes' autocast (weights in float32)."),
     memory: Optional[str] = typer.Option(None, "--memory", help="Device memory, e.g. 80GB or 24GiB: also find the "
                                          "largest micro-batch whose peak fits it."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="The command's preset, whose steps (and discover's "
-                                         "and finetune's batch and length) are planned [paper; finetune: "
+    preset: Optional[str] = typer.Option(None, "--preset", help="The command's preset, whose steps (and discover's, "
+                                         "transfer's and finetune's batch and length) are planned [paper; finetune: "
                                          "heuristic-core]."),
     sparsity: Optional[float] = typer.Option(None, "--sparsity", help="Target sparsity (sets the paper's steps of "
                                              "prune) [prune 0.5, edge-pruning 0.95]."),
     ig_steps: Optional[int] = typer.Option(None, "--ig-steps", help="eap-ig: interpolation steps [5]."),
     examples: Optional[int] = typer.Option(None, "--examples", help="eap / eap-ig: the pairs scored (the steps are "
-                                           "their batches) [one batch]; discover / finetune: the training rows "
-                                           "[the preset's task's: discover paper 50,000; finetune heuristic-core "
-                                           "MNLI's 392,702]."),
+                                           "their batches) [one batch]; discover / transfer / finetune: the "
+                                           "training rows [the preset's task's: discover paper 50,000; transfer an "
+                                           "ambiguous arithmetic task's 1,000; finetune heuristic-core MNLI's "
+                                           "392,702]."),
     layers_sampled: str = typer.Option("auto", "--layers-sampled", help="Plan the model at these layer counts "
                                        "(e.g. 2,3,4) and fit each quantity in the number of layers; 'all' plans "
                                        "every layer; 'auto' samples 2,3,4 for models of more than 8 layers."),
@@ -76,7 +78,7 @@ def plan(
     if chosen not in COMMANDS[command]:
         raise SubnetlabError(f"--method {method!r}: choose one of {', '.join(COMMANDS['circuit'])}")
     limit = parse_memory(memory) if memory is not None else None
-    if command in ("discover", "finetune"):
+    if command in ("discover", "transfer", "finetune"):
         default_batch, default_length = default_sizes(chosen, preset)
     else:
         default_batch, default_length = (128, 128) if command == "prune" else (32, 64)

@@ -113,6 +113,7 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
     from subnetlab.runs.plan.circuit import attribution_step, pruning_step
     from subnetlab.runs.plan.discover import discover_step
     from subnetlab.runs.plan.finetune import finetune_step
+    from subnetlab.runs.plan.transfer import transfer_step
 
     if settings.method in ("eap", "eap-ig"):
         return attribution_step(model, adapter, settings)
@@ -120,6 +121,8 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
         return discover_step(model, adapter, settings, live)
     if settings.method == "finetune":
         return finetune_step(model, adapter, settings, live)
+    if settings.method == "transfer":
+        return transfer_step(model, adapter, settings, live)
     return pruning_step(model, adapter, settings, live)
 
 
@@ -128,23 +131,29 @@ def steps_of(settings: PlanSettings) -> tuple[int, str]:
     from subnetlab.runs.plan.circuit import circuit_steps
     from subnetlab.runs.plan.discover import discover_steps
     from subnetlab.runs.plan.finetune import finetune_steps
+    from subnetlab.runs.plan.transfer import transfer_steps
 
     if settings.method == "discover":
         return discover_steps(settings)
     if settings.method == "finetune":
         return finetune_steps(settings)
+    if settings.method == "transfer":
+        return transfer_steps(settings)
     return circuit_steps(settings)
 
 
 def default_sizes(method: str, preset: str | None) -> tuple[int, int]:
-    """``(batch, length)`` of discover and finetune at their preset (``None``: the command's default preset)."""
+    """``(batch, length)`` of discover, transfer and finetune at their preset (``None``: the command's default)."""
     from subnetlab.runs.plan.discover import ARITHMETIC_PROMPT, preset_of
     from subnetlab.runs.plan.finetune import finetune_config
+    from subnetlab.runs.plan.transfer import transfer_preset
     from subnetlab.runs.plan.settings import DEFAULT_PRESETS
 
     preset = preset or DEFAULT_PRESETS.get(method, "paper")
     if method == "discover":
         return int(preset_of(preset)["batch_size"]), ARITHMETIC_PROMPT
+    if method == "transfer":
+        return int(transfer_preset(preset)["batch_size"]), ARITHMETIC_PROMPT
     if method == "finetune":
         cfg = finetune_config(preset)
         return cfg.batch_size, cfg.max_length

@@ -15,10 +15,15 @@ PACKAGED_CONFIGS = Path(__file__).resolve().parents[2] / "models" / "configs"  #
 
 def read_model_config(source: str) -> Any:
     """A model's config from a ``config.json`` file, a directory holding one, a config shipped with subnetlab by
-    name (``llama-3.1-8b``: ``PACKAGED_CONFIGS``) or a hub id already in the local cache (nothing is downloaded)."""
+    name (``llama-3.1-8b``: ``PACKAGED_CONFIGS``), a hub id already in the local cache (nothing is downloaded), or
+    ``gpt2-arith:<layers>``, the fine-tuning command's arithmetic GPT-2 (``arithmetic_config``)."""
     from transformers import AutoConfig
 
+    from subnetlab.methods.finetune.model import ARITH_PREFIX
     from subnetlab.models.aliases import resolve
+
+    if source.startswith(ARITH_PREFIX):
+        return arithmetic_config(source)
 
     path = Path(resolve(source)).expanduser()
     packaged = PACKAGED_CONFIGS / f"{source.removesuffix('.json')}.json"
@@ -38,6 +43,19 @@ def read_model_config(source: str) -> Any:
         where = "" if path.exists() else " (a hub id is read from the local cache only; plan downloads nothing)"
         raise SubnetlabError(f"{source}: not a model config{where}: {first}", setting="model") from None
     return config
+
+
+def arithmetic_config(source: str) -> Any:
+    """``gpt2-arith:<layers>``: Subtask Induction's arithmetic GPT-2 (4 heads, width 128, MLP 512) over the
+    arithmetic tokenizer of the default numbers (0-999 and three special tokens), as ``finetune`` builds it."""
+    from subnetlab.methods.finetune.model import ARITH_PREFIX, arithmetic_gpt2_config
+    from subnetlab.tasks.arithmetic import arithmetic_tokenizer
+
+    layers = source[len(ARITH_PREFIX):]
+    if not layers.isdigit() or not 1 <= int(layers) <= 48:
+        raise SubnetlabError(f"{source}: expected gpt2-arith:<layers> with 1-48 layers", setting="model")
+    tokenizer = arithmetic_tokenizer()
+    return arithmetic_gpt2_config(int(layers), len(tokenizer), tokenizer.pad_token_id)
 
 
 def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
@@ -95,4 +113,4 @@ def fake_data(model: Any, adapter: Any, size: int, length: int) -> Any:
     return PruningData(size, batch_at, key={"plan": size})
 
 
-__all__ = ["ENCODER_METHODS", "PACKAGED_CONFIGS", "fake_data", "fake_model", "read_model_config"]
+__all__ = ["ENCODER_METHODS", "PACKAGED_CONFIGS", "arithmetic_config", "fake_data", "fake_model", "read_model_config"]
