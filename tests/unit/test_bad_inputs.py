@@ -946,6 +946,8 @@ CASES: list[tuple[str, list[str], str]] = [
      "float16 has no loss scaling in finetune"),
     ("plan-arithmetic-gpt2-layers", ["plan", "finetune", "--model", "gpt2-arith:x"],
      "gpt2-arith:x: expected gpt2-arith:<layers> with 1-48 layers"),
+    ("plan-lottery-prune-decoder", ["plan", "lottery-prune", "--model", "{gpt2}"],
+     "lottery-prune is planned on a classifier"),
     ("mib-unfit", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-ioi}", "--task-option",
                    "unfit=skip"], "unfit"),
     # subnetlab view (issue 38): no run, damaged graph / scores files, runs of two graphs, --out a directory

@@ -4,6 +4,8 @@ their closed form, the largest micro-batch against a line it was not fitted to."
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from transformers import BertConfig, GPT2Config, LlamaConfig
@@ -23,8 +25,9 @@ CONFIGS = {
 CASES = [("gpt2", "head-pruning"), ("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "head-pruning"),
          ("llama", "edge-pruning"), ("llama", "eap-ig"), ("bert", "head-pruning"), ("gpt2", "discover"),
          ("llama", "discover"), ("gpt2", "transfer"), ("llama", "transfer"), ("gpt2", "finetune"), ("llama", "finetune"),
-         ("bert", "finetune")]
-PRESETS = {"eap-ig": "paper", "discover": "quick", "transfer": "quick", "finetune": "quick"}  # the others: "demo"
+         ("bert", "finetune"), ("bert", "lottery-prune")]
+PRESETS = {"eap-ig": "paper", "discover": "quick", "transfer": "quick", "finetune": "quick",
+           "lottery-prune": "quick"}  # the others: "demo"
 
 
 def real_peak(config, settings: PlanSettings) -> int:
@@ -69,12 +72,13 @@ def test_flops_of_an_attribution_step_match_the_closed_form() -> None:
     assert flops < (2 + 3 * k) * forward * 3  # bounded by a few forwards' worth per step
 
 
-STEPPED = [("gpt2", "discover"), ("llama", "discover"), ("gpt2", "transfer"), ("gpt2", "finetune"), ("bert", "finetune")]
+STEPPED = [("gpt2", "discover"), ("llama", "discover"), ("gpt2", "transfer"), ("gpt2", "finetune"), ("bert", "finetune"),
+           ("bert", "lottery-prune")]
 
 
 @pytest.mark.parametrize("family, method", STEPPED, ids=[f"{f}-{m}" for f, m in STEPPED])
 def test_the_plans_flops_equal_the_flop_counter_on_a_real_step(family, method) -> None:
-    """Discover, transfer and finetune: the FLOPs the fake step counts equal ``FlopCounterMode`` around the real step of a
+    """Discover, transfer, finetune and lottery-prune: the FLOPs the fake step counts equal ``FlopCounterMode`` around the real step of a
     randomly initialised model (its third, as the plan counts)."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -95,7 +99,8 @@ def test_the_plans_flops_equal_the_flop_counter_on_a_real_step(family, method) -
 def test_discover_transfer_and_finetune_steps_are_the_presets_epochs_over_the_rows() -> None:
     """Discover's paper preset: 3 lambdas x 50 epochs x ceil(50,000 / 500) batches; transfer's: 100 epochs x
     ceil(1,000 / 64) batches of the ambiguous rows a = b; finetune's heuristic-core: 5 epochs x ceil(392,702 / 32)
-    batches of MNLI; quick: its 500 max_steps; --examples replaces the rows."""
+    batches of MNLI; quick: its 500 max_steps; lottery-prune: importance batches of MNLI's 9,815 matched
+    development pairs per pruning step (quick: its 300); --examples replaces the rows."""
     assert count_steps(PlanSettings("discover", batch=500, length=3)) == 3 * 50 * 100 == 15_000
     assert count_steps(PlanSettings("discover", batch=500, length=3, examples=1001)) == 3 * 50 * 3
     assert count_steps(PlanSettings("transfer", batch=64, length=3)) == 100 * 16
@@ -104,6 +109,8 @@ def test_discover_transfer_and_finetune_steps_are_the_presets_epochs_over_the_ro
     assert count_steps(PlanSettings("finetune", batch=32, length=128)) == 5 * 12_272 == 61_360
     assert count_steps(PlanSettings("finetune", batch=32, length=128, examples=100)) == 5 * 4
     assert count_steps(PlanSettings("finetune", batch=16, length=64, preset="quick")) == 500
+    assert count_steps(PlanSettings("lottery-prune", batch=32, length=128)) == math.ceil(9_815 / 32) == 307
+    assert count_steps(PlanSettings("lottery-prune", batch=16, length=64, preset="quick")) == math.ceil(300 / 16)
 
 
 def test_the_arithmetic_gpt2_is_subtask_inductions() -> None:

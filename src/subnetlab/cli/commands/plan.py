@@ -18,19 +18,21 @@ import typer
 from subnetlab.errors import SubnetlabError
 
 COMMANDS = {"prune": ("head-pruning",), "circuit": ("edge-pruning", "eap", "eap-ig"), "discover": ("discover",),
-            "transfer": ("transfer",), "finetune": ("finetune",)}
+            "transfer": ("transfer",), "finetune": ("finetune",), "lottery-prune": ("lottery-prune",)}
 # the options each command's plan reads beyond --model, --dtype, --memory, --layers-sampled; another one is refused
 READS = {"prune": ("--batch", "--micro-batch", "--length", "--preset", "--sparsity"),
          "circuit": ("--method", "--batch", "--micro-batch", "--length", "--preset", "--sparsity", "--ig-steps",
                      "--examples"),
          "discover": ("--batch", "--length", "--preset", "--examples"),
          "transfer": ("--batch", "--length", "--preset", "--examples"),
-         "finetune": ("--batch", "--length", "--preset", "--examples")}
+         "finetune": ("--batch", "--length", "--preset", "--examples"),
+         "lottery-prune": ("--batch", "--length", "--preset", "--examples")}
 
 
 def plan(
     command: str = typer.Argument(..., metavar="COMMAND", help="The command to plan: prune (heads and MLPs), "
-                                  "circuit (with --method), discover, transfer (one run of the subnetwork condition) or finetune."),
+                                  "circuit (with --method), discover, transfer (one run of the subnetwork condition), finetune or "
+                                  "lottery-prune (importance)."),
     model: str = typer.Option(..., "--model", help="A config.json file, a model directory holding one, or a hub "
                               "id already in the local cache (nothing is downloaded)."),
     method: Optional[str] = typer.Option(None, "--method", help="circuit: edge-pruning, eap or eap-ig "
@@ -78,7 +80,7 @@ def plan(
     if chosen not in COMMANDS[command]:
         raise SubnetlabError(f"--method {method!r}: choose one of {', '.join(COMMANDS['circuit'])}")
     limit = parse_memory(memory) if memory is not None else None
-    if command in ("discover", "transfer", "finetune"):
+    if command in ("discover", "transfer", "finetune", "lottery-prune"):
         default_batch, default_length = default_sizes(chosen, preset)
     else:
         default_batch, default_length = (128, 128) if command == "prune" else (32, 64)

@@ -3,7 +3,7 @@
 ``core``: ``plan_run`` (runs the command's own step on fake tensors); ``settings``: what is planned; ``fake``: the
 model from its config and batches; ``memory``: the live-bytes counter and the measured peak; ``layers``: a deep
 model planned from a few layer counts; ``report``: the table; one module per command's step (``circuit``: prune
-and circuit; ``discover``, ``transfer``, ``finetune``).
+and circuit; ``discover``, ``transfer``, ``finetune``, ``lottery``).
 """
 
 from subnetlab.runs.plan.core import (H100_BF16_DENSE, Plan, count_steps, default_sizes, largest_micro_batch,

@@ -113,6 +113,7 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
     from subnetlab.runs.plan.circuit import attribution_step, pruning_step
     from subnetlab.runs.plan.discover import discover_step
     from subnetlab.runs.plan.finetune import finetune_step
+    from subnetlab.runs.plan.lottery import lottery_step
     from subnetlab.runs.plan.transfer import transfer_step
 
     if settings.method in ("eap", "eap-ig"):
@@ -123,6 +124,8 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
         return finetune_step(model, adapter, settings, live)
     if settings.method == "transfer":
         return transfer_step(model, adapter, settings, live)
+    if settings.method == "lottery-prune":
+        return lottery_step(model, adapter, settings, live)
     return pruning_step(model, adapter, settings, live)
 
 
@@ -131,6 +134,7 @@ def steps_of(settings: PlanSettings) -> tuple[int, str]:
     from subnetlab.runs.plan.circuit import circuit_steps
     from subnetlab.runs.plan.discover import discover_steps
     from subnetlab.runs.plan.finetune import finetune_steps
+    from subnetlab.runs.plan.lottery import lottery_steps
     from subnetlab.runs.plan.transfer import transfer_steps
 
     if settings.method == "discover":
@@ -139,13 +143,17 @@ def steps_of(settings: PlanSettings) -> tuple[int, str]:
         return finetune_steps(settings)
     if settings.method == "transfer":
         return transfer_steps(settings)
+    if settings.method == "lottery-prune":
+        return lottery_steps(settings)
     return circuit_steps(settings)
 
 
 def default_sizes(method: str, preset: str | None) -> tuple[int, int]:
-    """``(batch, length)`` of discover, transfer and finetune at their preset (``None``: the command's default)."""
+    """``(batch, length)`` of discover, transfer, finetune and lottery-prune at their preset (``None``: the
+    command's default)."""
     from subnetlab.runs.plan.discover import ARITHMETIC_PROMPT, preset_of
     from subnetlab.runs.plan.finetune import finetune_config
+    from subnetlab.runs.plan.lottery import lottery_sizes
     from subnetlab.runs.plan.transfer import transfer_preset
     from subnetlab.runs.plan.settings import DEFAULT_PRESETS
 
@@ -154,6 +162,8 @@ def default_sizes(method: str, preset: str | None) -> tuple[int, int]:
         return int(preset_of(preset)["batch_size"]), ARITHMETIC_PROMPT
     if method == "transfer":
         return int(transfer_preset(preset)["batch_size"]), ARITHMETIC_PROMPT
+    if method == "lottery-prune":
+        return lottery_sizes(preset)
     if method == "finetune":
         cfg = finetune_config(preset)
         return cfg.batch_size, cfg.max_length

@@ -9,7 +9,7 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.runs.plan.settings import PlanSettings
 
-ENCODER_METHODS = ("head-pruning", "finetune")  # the others need a causal language model
+ENCODER_METHODS = ("head-pruning", "finetune", "lottery-prune")  # the others need a causal language model
 PACKAGED_CONFIGS = Path(__file__).resolve().parents[2] / "models" / "configs"  # bert-base, gpt2-small, ...
 
 

@@ -7,19 +7,19 @@ from dataclasses import dataclass
 
 from subnetlab.errors import SubnetlabError
 
-METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig", "discover", "transfer", "finetune")
+METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig", "discover", "transfer", "finetune", "lottery-prune")
 DTYPES = ("float32", "bfloat16", "float16")
-UNACCUMULATED = ("eap", "eap-ig", "discover", "transfer", "finetune")  # no micro-batches: the batch is one forward
+UNACCUMULATED = ("eap", "eap-ig", "discover", "transfer", "finetune", "lottery-prune")  # no micro-batches: the batch is one forward
 DEFAULT_PRESETS = {"finetune": "heuristic-core"}  # the others: "paper"
-AUTOCAST = ("discover", "transfer", "finetune")  # the dtype is the forward passes' autocast; the weights stay float32
+AUTOCAST = ("discover", "transfer", "finetune", "lottery-prune")  # the dtype is the forward passes' autocast; the weights stay float32
 
 
 @dataclass(frozen=True)
 class PlanSettings:
     """What a run does per step: the method, examples per optimiser step (``batch``, of ``micro_batch`` per
-    forward), tokens per example, the frozen weights' dtype (discover, transfer, finetune: the forward passes' autocast
+    forward), tokens per example, the frozen weights' dtype (discover, transfer, finetune, lottery-prune: the forward passes' autocast
     dtype, as those commands' ``--dtype``). ``examples``: the pairs an attribution run scores, or the training
-    rows of discover / transfer / finetune (their steps are epochs of batches of them). ``preset``: the command's preset."""
+    rows of discover / transfer / finetune, the development rows of lottery-prune (their steps are epochs of batches of them). ``preset``: the command's preset."""
 
     method: str
     batch: int
