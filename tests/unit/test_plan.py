@@ -154,7 +154,8 @@ def test_a_peak_that_moves_is_the_largest_of_the_places_fitted_peaks() -> None:
 
 
 SAMPLED = [("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "edge-pruning"), ("llama", "head-pruning"),
-           ("bert", "head-pruning")]
+           ("bert", "head-pruning"), ("gpt2", "discover"), ("gpt2", "transfer"), ("bert", "finetune"),
+           ("bert", "lottery-prune")]
 
 
 @pytest.mark.parametrize("family, method", SAMPLED, ids=[f"{f}-{m}" for f, m in SAMPLED])
@@ -163,7 +164,7 @@ def test_a_plan_fitted_from_2_3_4_layers_equals_the_direct_plan_of_7(family, met
     largest micro-batch (searched on GPT-2's edge pruning) within one; the direct plan runs all 7 layers."""
     torch.set_num_threads(1)
     config = with_layers(CONFIGS[family], 7)
-    settings = PlanSettings(method, batch=8, length=16, ig_steps=3, preset="demo" if method != "eap-ig" else "paper")
+    settings = PlanSettings(method, batch=8, length=16, ig_steps=3, preset=PRESETS.get(method, "demo"))
     memory = 64 * 10**6 if (family, method) == ("gpt2", "edge-pruning") else None
     direct = plan_run(config, settings, family, memory)
     fitted = plan_run(config, settings, family, memory, layers_sampled=(2, 3, 4))

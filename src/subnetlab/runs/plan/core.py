@@ -1,10 +1,11 @@
 """A plan before the run: peak memory, FLOPs per step, steps, and the largest batch that fits a memory.
 
-The model is built from its config under PyTorch's ``FakeTensorMode`` (no weights allocated) and the method's
+The model is built from its config under PyTorch's ``FakeTensorMode`` (no weights allocated) and the command's
 own step runs on it: ``Pruner.step`` (head/MLP pruning), ``EdgePruner.step`` (edge pruning), ``attribute_batch``
-(EAP, EAP-IG), with the trainer's set-up (the full model's outputs, installed masks, the ablation's values)
-and two optimiser steps (the second holds the first's optimiser state and the previous batch's corrupted
-values while it captures its own). ``plan.memory.LiveBytes`` counts the bytes alive and their peak;
+(EAP, EAP-IG), ``ContinuousSparsification.step`` (discover), ``transfer.train.train_step`` (transfer),
+``methods.finetune.step.train_step`` (finetune), the importance criterion (lottery-prune), with the set-up
+(the full model's outputs, installed masks, the ablation's values, the optimiser) and two optimiser steps (the
+second holds the first's optimiser state and the previous batch's corrupted values while it captures its own). ``plan.memory.LiveBytes`` counts the bytes alive and their peak;
 ``torch.utils.flop_counter.FlopCounterMode`` the FLOPs of one step (matrix products and attention).
 
     p = plan_run(read_model_config("configs/llama-3.1-8b.json"), PlanSettings("edge-pruning", batch=8, length=256,
