@@ -42,7 +42,7 @@ def discover_steps(settings: PlanSettings) -> tuple[int, str]:
     training rows (``examples``, else the preset's subtask rows) in batches."""
     preset = preset_of(settings.preset)
     rows = settings.examples or int(preset["samples"])
-    source = "--examples" if settings.examples else f"the {settings.preset} preset's subtask"
+    source = "as given" if settings.examples else f"the {settings.preset} preset's subtask"
     lambdas = len(preset["lambdas"])
     steps = lambdas * int(preset["epochs"]) * math.ceil(rows / settings.batch)
     return steps, f"{lambdas} lambdas x {preset['epochs']} epochs of {rows:,} rows ({source})"

@@ -47,7 +47,7 @@ def finetune_steps(settings: PlanSettings) -> tuple[int, str]:
     cfg = finetune_config(settings.preset, settings)
     if cfg.max_steps is not None:
         return cfg.max_steps, f"the {settings.preset} preset's max_steps"
-    rows, source = (settings.examples, "--examples") if settings.examples else default_rows(settings.preset)
+    rows, source = (settings.examples, "as given") if settings.examples else default_rows(settings.preset)
     if rows is None:
         raise SubnetlabError(f"finetune's steps are epochs over the training rows, and the {settings.preset} preset "
                              "names no task whose size is known without its data: give the rows with examples",

@@ -1,4 +1,4 @@
-"""The step of ``lottery-prune --method importance``: one batch of the importance criterion (``sensitivity``:
+"""The step of ``lottery-prune`` by importance: one batch of the importance criterion (``sensitivity``:
 per-example gates on every head and MLP, held at 1, and the gradient of the loss to them) on the model in eval mode,
 as ``importance`` runs it before every pruning step. Magnitude pruning takes no gradients (its peak is an evaluation
 forward without them) and is not planned here.
@@ -40,7 +40,7 @@ def lottery_steps(settings: PlanSettings) -> tuple[int, str]:
     lottery_sizes(settings.preset)  # the preset is known
     limit = LOTTERY_PRUNE_PRESETS[settings.preset].get("eval_limit")
     if settings.examples:
-        rows, source = settings.examples, "--examples"
+        rows, source = settings.examples, "as given"
     elif limit is not None:
         rows, source = int(limit), f"the {settings.preset} preset's eval_limit"
     else:

@@ -18,7 +18,7 @@ AUTOCAST = ("discover", "transfer", "finetune", "lottery-prune")  # the dtype is
 class PlanSettings:
     """What a run does per step: the method, examples per optimiser step (``batch``, of ``micro_batch`` per
     forward), tokens per example, the frozen weights' dtype (discover, transfer, finetune, lottery-prune: the forward passes' autocast
-    dtype, as those commands' ``--dtype``). ``examples``: the pairs an attribution run scores, or the training
+    dtype, as those commands' dtype setting). ``examples``: the pairs an attribution run scores, or the training
     rows of discover / transfer / finetune, the development rows of lottery-prune (their steps are epochs of batches of them). ``preset``: the command's preset."""
 
     method: str

@@ -3,7 +3,7 @@ the paper's condition (``subnetwork``: ``m * W_kept + (1 - m) * W_new``, the kep
 re-initialised and trained), with the run's AdamW and the best-on-evaluation copy of the state it keeps.
 
 The subnetwork covers every attention and MLP matrix (``discover``'s default ``include``); which entries it keeps
-changes values, not memory. One run (``--stack 1``, the default): a stacked job trains K runs at once.
+changes values, not memory. One run (a stack of 1, the default): a stacked job trains K runs at once.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def transfer_steps(settings: PlanSettings) -> tuple[int, str]:
 
     train = transfer_settings(settings)
     if settings.examples:
-        rows, source = settings.examples, "--examples"
+        rows, source = settings.examples, "as given"
     else:
         rows = int(inspect.signature(make_arithmetic_task).parameters["max_number"].default)
         source = "the ambiguous arithmetic rows a = b, no disambiguation rows"
