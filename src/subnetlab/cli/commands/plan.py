@@ -31,21 +31,23 @@ READS = {"prune": ("--batch", "--micro-batch", "--length", "--preset", "--sparsi
 
 def plan(
     command: str = typer.Argument(..., metavar="COMMAND", help="The command to plan: prune (heads and MLPs), "
-                                  "circuit (with --method), discover, transfer (one run of the subnetwork condition), finetune or "
-                                  "lottery-prune (importance)."),
+                                  "circuit (with --method), discover, transfer (one run of the subnetwork "
+                                  "condition), finetune or lottery-prune (importance)."),
     model: str = typer.Option(..., "--model", help="A config.json file, a model directory holding one, or a hub "
                               "id already in the local cache (nothing is downloaded)."),
     method: Optional[str] = typer.Option(None, "--method", help="circuit: edge-pruning, eap or eap-ig "
                                          "[edge-pruning]."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Examples per optimiser step (attribution: pairs "
-                                        "per batch) [prune 128, circuit 32; discover, transfer, finetune: the preset's]."),
+                                        "per batch) [prune 128, circuit 32; discover, transfer, finetune, "
+                                        "lottery-prune: the preset's]."),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Examples per forward; the batch is "
                                               "accumulated over micro-batches [the batch]."),
     length: Optional[int] = typer.Option(None, "--length", help="Tokens per example [prune 128, circuit 64, "
-                                         "discover and transfer 3 (an arithmetic prompt), finetune the preset's --max-length]."),
+                                         "discover and transfer 3 (an arithmetic prompt), finetune and "
+                                         "lottery-prune the preset's --max-length]."),
     dtype: str = typer.Option("float32", "--dtype", help="The frozen weights' dtype: float32, bfloat16 or float16 "
-                              "(masks, multipliers and the objective stay float32); discover, transfer, finetune: their "
-                              "--dtype, the forward passes' autocast (weights in float32)."),
+                              "(masks, multipliers and the objective stay float32); discover, transfer, finetune, "
+                              "lottery-prune: their --dtype, the forward passes' autocast (weights in float32)."),
     memory: Optional[str] = typer.Option(None, "--memory", help="Device memory, e.g. 80GB or 24GiB: also find the "
                                          "largest micro-batch whose peak fits it."),
     preset: Optional[str] = typer.Option(None, "--preset", help="The command's preset, whose steps (and discover's, "

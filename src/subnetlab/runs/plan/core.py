@@ -5,8 +5,9 @@ own step runs on it: ``Pruner.step`` (head/MLP pruning), ``EdgePruner.step`` (ed
 (EAP, EAP-IG), ``ContinuousSparsification.step`` (discover), ``transfer.train.train_step`` (transfer),
 ``methods.finetune.step.train_step`` (finetune), the importance criterion (lottery-prune), with the set-up
 (the full model's outputs, installed masks, the ablation's values, the optimiser) and two optimiser steps (the
-second holds the first's optimiser state and the previous batch's corrupted values while it captures its own). ``plan.memory.LiveBytes`` counts the bytes alive and their peak;
-``torch.utils.flop_counter.FlopCounterMode`` the FLOPs of one step (matrix products and attention).
+second holds the first's optimiser state and the previous batch's corrupted values while it captures its own).
+``plan.memory.LiveBytes`` counts the bytes alive and their peak; ``torch.utils.flop_counter.FlopCounterMode`` the
+FLOPs of one step (matrix products and attention).
 
     p = plan_run(read_model_config("configs/llama-3.1-8b.json"), PlanSettings("edge-pruning", batch=8, length=256,
                  dtype="bfloat16", micro_batch=2))
@@ -234,5 +235,5 @@ def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, me
         fits((lo + hi) // 2)
 
 
-__all__ = ["H100_BF16_DENSE", "Plan", "count_steps", "default_sizes", "largest_micro_batch", "measure_step", "plan_run", "run_step",
-           "steps_of"]
+__all__ = ["H100_BF16_DENSE", "Plan", "count_steps", "default_sizes", "largest_micro_batch", "measure_step", "plan_run",
+           "run_step", "steps_of"]

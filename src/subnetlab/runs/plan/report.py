@@ -53,7 +53,8 @@ def plan_table(plans: list[Any]) -> str:
             layers += f" (fitted from {', '.join(map(str, p.layers_sampled))})"
         rows.append([p.model, s.method, s.dtype, f"{s.batch} x {s.length} ({s.micro})", layers,
                      format_bytes(p.weights_bytes), format_bytes(p.peak_bytes), format_flops(p.flops_per_step),
-                     f"{p.steps:,}" + (f" ({p.steps_from})" if p.steps_from else ""), format_seconds(p.time_bound()), fits])
+                     f"{p.steps:,}" + (f" ({p.steps_from})" if p.steps_from else ""),
+                     format_seconds(p.time_bound()), fits])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 

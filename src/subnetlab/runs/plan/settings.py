@@ -1,5 +1,6 @@
 """What a plan is of: the command's method and its per-step sizes (``PlanSettings``). The method's typed config at
-those sizes and the run's number of steps are its step module's (``circuit``, ``discover``, ``finetune``)."""
+those sizes and the run's number of steps are its step module's (``circuit``, ``discover``, ``transfer``,
+``finetune``, ``lottery``)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ from subnetlab.errors import SubnetlabError
 
 METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig", "discover", "transfer", "finetune", "lottery-prune")
 DTYPES = ("float32", "bfloat16", "float16")
-UNACCUMULATED = ("eap", "eap-ig", "discover", "transfer", "finetune", "lottery-prune")  # no micro-batches: the batch is one forward
+UNACCUMULATED = ("eap", "eap-ig", "discover", "transfer", "finetune", "lottery-prune")  # the batch is one forward
 DEFAULT_PRESETS = {"finetune": "heuristic-core"}  # the others: "paper"
-AUTOCAST = ("discover", "transfer", "finetune", "lottery-prune")  # the dtype is the forward passes' autocast; the weights stay float32
+AUTOCAST = ("discover", "transfer", "finetune", "lottery-prune")  # dtype: the forwards' autocast; weights float32
 
 
 @dataclass(frozen=True)
 class PlanSettings:
     """What a run does per step: the method, examples per optimiser step (``batch``, of ``micro_batch`` per
-    forward), tokens per example, the frozen weights' dtype (discover, transfer, finetune, lottery-prune: the forward passes' autocast
-    dtype, as those commands' dtype setting). ``examples``: the pairs an attribution run scores, or the training
-    rows of discover / transfer / finetune, the development rows of lottery-prune (their steps are epochs of batches of them). ``preset``: the command's preset."""
+    forward), tokens per example, the frozen weights' dtype (``AUTOCAST`` methods: the forward passes' autocast
+    dtype, as those commands' dtype setting). ``examples``: the pairs an attribution run scores, the training rows
+    of discover / transfer / finetune, or the development rows of lottery-prune (the steps are batches of them).
+    ``preset``: the command's preset."""
 
     method: str
     batch: int
