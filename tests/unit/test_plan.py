@@ -4,14 +4,16 @@ their closed form, the largest micro-batch against a line it was not fitted to."
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from transformers import BertConfig, GPT2Config, LlamaConfig
 
 from subnetlab.runs.plan import (PlanSettings, count_steps, fake_model, largest_micro_batch, parse_memory, plan_run,
-                                 plan_table, run_step)
-from subnetlab.runs.plan_layers import default_samples, fitted_peak, quadratic_at, with_layers
-from subnetlab.runs.plan_memory import measured_peak, storage_bytes
+                                 plan_table, read_model_config, run_step)
+from subnetlab.runs.plan.layers import default_samples, fitted_peak, quadratic_at, with_layers
+from subnetlab.runs.plan.memory import measured_peak, storage_bytes
 
 CONFIGS = {
     "gpt2": GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=100, n_positions=64),
@@ -21,7 +23,11 @@ CONFIGS = {
                        vocab_size=100, max_position_embeddings=64),
 }
 CASES = [("gpt2", "head-pruning"), ("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "head-pruning"),
-         ("llama", "edge-pruning"), ("llama", "eap-ig"), ("bert", "head-pruning")]
+         ("llama", "edge-pruning"), ("llama", "eap-ig"), ("bert", "head-pruning"), ("gpt2", "discover"),
+         ("llama", "discover"), ("gpt2", "transfer"), ("llama", "transfer"), ("gpt2", "finetune"),
+         ("llama", "finetune"), ("bert", "finetune"), ("bert", "lottery-prune")]
+PRESETS = {"eap-ig": "paper", "discover": "quick", "transfer": "quick", "finetune": "quick",
+           "lottery-prune": "quick"}  # the others: "demo"
 
 
 def real_peak(config, settings: PlanSettings) -> int:
@@ -44,7 +50,7 @@ def test_the_predicted_peak_is_within_15_percent_of_the_measured_one(family, met
     torch.set_num_threads(1)
     # micro-batches of 64, the full model's evaluation batch, so the training step (not that pass) sets the peak
     settings = PlanSettings(method, batch=64 if method != "eap-ig" else 16, length=16, ig_steps=3,
-                            preset="demo" if method != "eap-ig" else "paper")
+                            preset=PRESETS.get(method, "demo"))
     predicted = plan_run(CONFIGS[family], settings, family).peak_bytes
     measured = real_peak(CONFIGS[family], settings)
     print(f"{family} {method}: predicted {predicted} measured {measured} ratio {predicted / measured:.3f}")
@@ -64,6 +70,54 @@ def test_flops_of_an_attribution_step_match_the_closed_form() -> None:
     forward = L * (2 * N * d * 3 * d + 2 * N * d * d + 2 * 2 * N * d * ff + 2 * 2 * B * P * P * d) + 2 * N * d * V
     assert flops > (2 + k) * forward  # the forwards alone; more: backwards and the per-reader projections
     assert flops < (2 + 3 * k) * forward * 3  # bounded by a few forwards' worth per step
+
+
+STEPPED = [("gpt2", "discover"), ("llama", "discover"), ("gpt2", "transfer"), ("gpt2", "finetune"),
+           ("bert", "finetune"), ("bert", "lottery-prune")]
+
+
+@pytest.mark.parametrize("family, method", STEPPED, ids=[f"{f}-{m}" for f, m in STEPPED])
+def test_the_plans_flops_equal_the_flop_counter_on_a_real_step(family, method) -> None:
+    """Discover, transfer, finetune and lottery-prune: the FLOPs the fake step counts equal ``FlopCounterMode``
+    around the real step of a randomly initialised model (its third, as the plan counts)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.set_num_threads(1)
+    settings = PlanSettings(method, batch=8, length=16, preset=PRESETS[method])
+    planned = plan_run(CONFIGS[family], settings, family).flops_per_step
+    torch.manual_seed(0)
+    model, adapter = fake_model(CONFIGS[family], settings)  # no fake mode: real weights
+    step = run_step(model, adapter, settings)
+    step(0)
+    step(1)
+    with FlopCounterMode(display=False) as counter:
+        step(2)
+    step(-1)
+    assert planned == counter.get_total_flops() > 0
+
+
+def test_discover_transfer_and_finetune_steps_are_the_presets_epochs_over_the_rows() -> None:
+    """Discover's paper preset: 3 lambdas x 50 epochs x ceil(50,000 / 500) batches; transfer's: 100 epochs x
+    ceil(1,000 / 64) batches of the ambiguous rows a = b; finetune's heuristic-core: 5 epochs x ceil(392,702 / 32)
+    batches of MNLI; quick: its 500 max_steps; lottery-prune: importance batches of MNLI's 9,815 matched
+    development pairs per pruning step (quick: its 300); --examples replaces the rows."""
+    assert count_steps(PlanSettings("discover", batch=500, length=3)) == 3 * 50 * 100 == 15_000
+    assert count_steps(PlanSettings("discover", batch=500, length=3, examples=1001)) == 3 * 50 * 3
+    assert count_steps(PlanSettings("transfer", batch=64, length=3)) == 100 * 16
+    assert count_steps(PlanSettings("transfer", batch=64, length=3, examples=1010)) == 100 * 16
+    assert count_steps(PlanSettings("transfer", batch=64, length=3, examples=1025)) == 100 * 17
+    assert count_steps(PlanSettings("finetune", batch=32, length=128)) == 5 * 12_272 == 61_360
+    assert count_steps(PlanSettings("finetune", batch=32, length=128, examples=100)) == 5 * 4
+    assert count_steps(PlanSettings("finetune", batch=16, length=64, preset="quick")) == 500
+    assert count_steps(PlanSettings("lottery-prune", batch=32, length=128)) == math.ceil(9_815 / 32) == 307
+    assert count_steps(PlanSettings("lottery-prune", batch=16, length=64, preset="quick")) == math.ceil(300 / 16)
+
+
+def test_the_arithmetic_gpt2_is_subtask_inductions() -> None:
+    """Appendix B.1: 4 heads, width 128, MLP 512; the vocabulary: numbers 0-999 and <sep>, <pad>, <unk>."""
+    config = read_model_config("gpt2-arith:12")
+    assert (config.n_layer, config.n_head, config.n_embd, config.n_inner, config.vocab_size) == (12, 4, 128, 512, 1003)
+    assert config.pad_token_id == 1001
 
 
 def test_the_largest_micro_batch_is_the_largest_that_fits_a_line() -> None:
@@ -100,7 +154,8 @@ def test_a_peak_that_moves_is_the_largest_of_the_places_fitted_peaks() -> None:
 
 
 SAMPLED = [("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "edge-pruning"), ("llama", "head-pruning"),
-           ("bert", "head-pruning")]
+           ("bert", "head-pruning"), ("gpt2", "discover"), ("gpt2", "transfer"), ("bert", "finetune"),
+           ("bert", "lottery-prune")]
 
 
 @pytest.mark.parametrize("family, method", SAMPLED, ids=[f"{f}-{m}" for f, m in SAMPLED])
@@ -109,7 +164,7 @@ def test_a_plan_fitted_from_2_3_4_layers_equals_the_direct_plan_of_7(family, met
     largest micro-batch (searched on GPT-2's edge pruning) within one; the direct plan runs all 7 layers."""
     torch.set_num_threads(1)
     config = with_layers(CONFIGS[family], 7)
-    settings = PlanSettings(method, batch=8, length=16, ig_steps=3, preset="demo" if method != "eap-ig" else "paper")
+    settings = PlanSettings(method, batch=8, length=16, ig_steps=3, preset=PRESETS.get(method, "demo"))
     memory = 64 * 10**6 if (family, method) == ("gpt2", "edge-pruning") else None
     direct = plan_run(config, settings, family, memory)
     fitted = plan_run(config, settings, family, memory, layers_sampled=(2, 3, 4))

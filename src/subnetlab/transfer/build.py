@@ -90,7 +90,9 @@ def fresh_copy(model: nn.Module, seed: int, attn_implementation: str | None = No
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         fresh = type(model)(config)
-    fresh.to(next(model.parameters()).device)
+    device = next(model.parameters()).device
+    if next(fresh.parameters()).device != device:  # a plan's fake parameters cannot be moved, even where they are
+        fresh.to(device)
     fresh.train(model.training)
     return fresh
 

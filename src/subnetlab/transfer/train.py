@@ -166,6 +166,29 @@ def accuracy(model: nn.Module, split: LMSplit, batch_size: int = 1000, over: str
     return hits / len(split)
 
 
+def transfer_optimizer(model: nn.Module, settings: TrainSettings) -> torch.optim.Optimizer:
+    """AdamW over the parameters of ``model`` that require grad (``TrainSettings``' rate and decay)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise SubnetlabError("the model has no trainable parameters")
+    return make_optimizer(params, "adamw", lr=settings.lr, weight_decay=settings.weight_decay)
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, input_ids: Tensor, targets: Tensor,
+               loss: str = "last-token") -> Tensor:
+    """One optimiser step of ``train_model`` on one batch: the task loss ``loss``, backward, the optimiser."""
+    value = task_loss(model, input_ids, targets, loss)
+    opt.zero_grad(set_to_none=True)
+    value.backward()
+    opt.step()
+    return value
+
+
+def snapshot(model: nn.Module) -> dict[str, Tensor]:
+    """A copy of ``model``'s state: the best-on-evaluation weights ``train_model`` keeps while it trains on."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 def train_model(
     model: nn.Module,
     train: LMSplit,
@@ -181,10 +204,7 @@ def train_model(
     Shuffling draws from a generator seeded with ``seed``; dropout from the global
     generator, forked and seeded with ``seed`` so the caller's state is untouched.
     """
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise SubnetlabError("the model has no trainable parameters")
-    opt = make_optimizer(params, "adamw", lr=settings.lr, weight_decay=settings.weight_decay)
+    opt = transfer_optimizer(model, settings)
     g = torch.Generator().manual_seed(int(seed))
     best_acc, best_epoch, best_test, best_state = -1.0, -1, float("nan"), None
     curve: list[dict[str, float]] = []
@@ -196,10 +216,7 @@ def train_model(
             model.train()
             total, steps = 0.0, 0
             for rows in train.batches(settings.batch_size, g):
-                loss = task_loss(model, train.input_ids[rows], train.targets[rows], settings.loss)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+                loss = train_step(model, opt, train.input_ids[rows], train.targets[rows], settings.loss)
                 total, steps = total + float(loss.detach()), steps + 1
             last = epoch == settings.epochs - 1
             if (epoch + 1) % settings.eval_every and not last:
@@ -211,7 +228,7 @@ def train_model(
                 best_test = (accuracy(model, test, settings.eval_batch_size, settings.accuracy) if test is not None
                              else float("nan"))
                 if keep_best:
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    best_state = snapshot(model)
     if keep_best and best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
@@ -220,4 +237,5 @@ def train_model(
 
 
 __all__ = ["ACCURACIES", "LOSSES", "TIES", "TrainResult", "TrainSettings", "accuracy", "all_logits", "check_choice",
-           "correct", "last_logits", "loss_on", "sequence_loss_on", "task_loss", "train_model"]
+           "correct", "last_logits", "loss_on", "sequence_loss_on", "snapshot", "task_loss", "train_model",
+           "train_step", "transfer_optimizer"]

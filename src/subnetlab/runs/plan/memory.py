@@ -13,7 +13,7 @@ permutation is computed for real (it is an index list the code iterates over, no
 
 ``phase_peaks`` keeps the peak per place a storage was made: ``(phase, operation)``, the phase a name the
 caller sets (``live.phase = "step0"``) and the operation the autograd node running (backward) or the operator
-(forward). A plan from fewer layers fits each place's peak across layer counts (``runs.plan_layers``): the
+(forward). A plan from fewer layers fits each place's peak across layer counts (``runs.plan.layers``): the
 step's peak moves between places as the model deepens (the logits' gradients at the top of the backward on a
 shallow model, a layer's backward on a deep one), and each place's own peak is smooth in the layer count.
 

@@ -9,7 +9,7 @@ gives the value at ``L`` (exact for weights and FLOPs).
 
 The peak is the maximum over the step, and where it falls moves as the model deepens (the top of the backward,
 where the logits' gradients are alive, on a shallow model; inside a layer's backward on a deep one), so it is not
-one polynomial. Each place a storage is made (``plan_memory.LiveBytes.phase_peaks``: the phase, and the autograd
+one polynomial. Each place a storage is made (``plan.memory.LiveBytes.phase_peaks``: the phase, and the autograd
 node or operator) has its own peak, which is; the plan's peak is the largest of the places' fitted peaks.
 """
 

@@ -1,0 +1,97 @@
+"""The steps of ``prune`` and ``circuit``: ``Pruner.step`` (head/MLP pruning), ``EdgePruner.step`` (edge pruning)
+with the trainer's set-up, and ``attribute_batch`` (EAP, EAP-IG)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from subnetlab.runs.plan.fake import fake_data
+from subnetlab.runs.plan.settings import PlanSettings
+
+PAPER_SPARSITY = {"head-pruning": 0.5, "edge-pruning": 0.95}
+
+
+def method_config(settings: PlanSettings) -> Any:
+    """The method's settings for the run: its preset at the sparsity, the micro-batch and the accumulation."""
+    sizes = {"batch_size": settings.micro, "accumulation": settings.batch // settings.micro}
+    sparsity = settings.sparsity or PAPER_SPARSITY.get(settings.method, 0.5)
+    if settings.method == "head-pruning":
+        from subnetlab.methods.head_pruning.config import preset_config
+
+        return preset_config(settings.preset, sparsity, max_length=settings.length, **sizes)
+    if settings.method == "edge-pruning":
+        from subnetlab.methods.edge_pruning.config import preset_config as edge_preset
+
+        return edge_preset(settings.preset, sparsity, **sizes)
+    return None
+
+
+def circuit_steps(settings: PlanSettings) -> tuple[int, str]:
+    """Optimiser steps (pruning), or batches of pairs (attribution: one batch when ``examples`` is not given)."""
+    config = method_config(settings)
+    if config is not None:
+        return int(config.total_steps), ""
+    return math.ceil((settings.examples or settings.batch) / settings.batch), ""
+
+
+def pruning_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None) -> Callable[[int], None]:
+    """Set up the method on ``model`` and return ``step(i)``, the method's own step; ``step(-1)`` tears down.
+
+    The trainer (masks, multipliers, optimiser) is built with real tensors (``plan.memory.built_for_real``), which
+    ``live`` counts."""
+    from subnetlab.runs.plan.memory import built_for_real
+
+    config = method_config(settings)
+    data = fake_data(model, adapter, max(settings.batch, config.eval_batch_size), settings.length)
+    if settings.method == "head-pruning":
+        from subnetlab.intervene.activations import collect_means
+        from subnetlab.methods.head_pruning.train import Pruner
+
+        means = None
+        if config.ablation == "mean":
+            means = collect_means(model, adapter, (data.model_inputs(data.batch_at(range(settings.micro))),))
+        with built_for_real():
+            trainer = Pruner(model, adapter, data, config, ablation=means)
+    else:
+        from subnetlab.methods.edge_pruning.train import EdgePruner
+
+        with built_for_real():
+            trainer = EdgePruner(model, adapter, data, config)
+    if live is not None:
+        for group in trainer.optimizer.param_groups:
+            for p in group["params"]:
+                live.count(p)
+    trainer.__enter__()
+
+    def step(i: int) -> None:
+        if i < 0:
+            trainer.__exit__(None, None, None)
+        else:
+            trainer.step(i)
+
+    return step
+
+
+def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callable[[int], None]:
+    from subnetlab.methods.attribution.scores import attribute_batch
+    from subnetlab.models.graph import Graph
+    from subnetlab.tasks.circuits.metrics import logit_difference
+    from subnetlab.tasks.circuits.pairs import clean_inputs, corrupted_inputs
+
+    graph = Graph.from_adapter(adapter)
+    data = fake_data(model, adapter, settings.batch, settings.length)
+    method = settings.method
+
+    def step(i: int) -> None:
+        if i < 0:
+            return
+        batch = data.batch_at(range(settings.batch))
+        attribute_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
+                        lambda logits, full: logit_difference(logits, batch), method=method,  # type: ignore[arg-type]
+                        steps=settings.ig_steps)
+
+    return step
+
+
+__all__ = ["PAPER_SPARSITY", "attribution_step", "circuit_steps", "method_config", "pruning_step"]
