@@ -29,6 +29,11 @@ import time
 import torch
 
 
+METHOD_ROWS = {"eap": "subnetlab EAP", "eap-ig": "subnetlab EAP-IG k={k}",
+               "eap-ig-activations": "subnetlab EAP-IG-activations k={k}", "clean-corrupted": "subnetlab clean-corrupted",
+               "exact": "subnetlab exact patching"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, default=4)
@@ -37,7 +42,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="EAP-IG's k")
+    parser.add_argument("--methods", default=",".join(METHOD_ROWS),
+                        help=f"comma-separated subset of {','.join(METHOD_ROWS)} (exact patching is hours at GPT-2 "
+                             "small's graph)")
+    parser.add_argument("--expanded", action="store_true",
+                        help="beside each gradient method, the same through intervene.edges's expanded readers")
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    unknown = set(methods) - set(METHOD_ROWS)
+    if unknown:
+        parser.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHOD_ROWS)}")
     torch.set_num_threads(1)
 
     from transformers import GPT2Config
@@ -78,16 +93,14 @@ def main() -> None:
     runs = {
         "plain forward+backward": lambda: plain(False),
         "EAP floor (corrupted forward + forward+backward)": lambda: plain(True),
-        "subnetlab EAP": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows, method="eap"),
-        "subnetlab EAP-IG k=5": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
-                                                         method="eap-ig", steps=5),
-        "subnetlab EAP-IG-activations k=5": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
-                                                                     method="eap-ig-activations", steps=5),
-        "subnetlab clean-corrupted": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
-                                                              method="clean-corrupted"),
-        "subnetlab exact patching": lambda: attribute_batch(model, adapter, graph, clean, corrupted, rows,
-                                                             method="exact"),
     }
+    for method in methods:
+        steps = args.steps if method in ("eap-ig", "eap-ig-activations") else 1
+        name = METHOD_ROWS[method].format(k=steps)
+        for expand in (False, True) if args.expanded and method != "exact" else (False,):
+            runs[name + (" (expanded readers)" if expand else "")] = (
+                lambda method=method, steps=steps, expand=expand: attribute_batch(
+                    model, adapter, graph, clean, corrupted, rows, method=method, steps=steps, expand_readers=expand))
     try:
         from transformer_lens.model_bridge import TransformerBridge
         from transformer_lens.tools.analysis import attribution_patching as ap
@@ -118,11 +131,17 @@ def main() -> None:
     print(f"GPT-2-style {args.layers} layers x {args.heads} heads, hidden {args.hidden}; batch {args.batch} x "
           f"length {args.length}; {graph.num_edges} edges; torch threads 1; median of {args.repeats}")
     base = statistics.median(times["plain forward+backward"])
-    eap = statistics.median(times["subnetlab EAP"])
+    floor = statistics.median(times["EAP floor (corrupted forward + forward+backward)"])
+    eap = statistics.median(times.get("subnetlab EAP", [float("nan")]))
     for name, ts in times.items():
         t = statistics.median(ts)
-        print(f"{name:52s} {args.batch / t:9.3g} examples/s  {t * 1000:9.1f} ms  x{t / base:6.2f} plain  "
-              f"x{t / eap:6.2f} EAP")
+        print(f"{name:60s} {args.batch / t:9.3g} examples/s  {t * 1000:9.1f} ms  x{t / base:6.2f} plain  "
+              f"x{t / floor:6.2f} floor  x{t / eap:6.2f} EAP")
+    for suffix in ("", " (expanded readers)"):
+        ig, one = f"subnetlab EAP-IG k={args.steps}{suffix}", f"subnetlab EAP{suffix}"
+        if ig in times and one in times:
+            print(f"EAP-IG k={args.steps}{suffix} / ({args.steps} x EAP{suffix}): "
+                  f"{statistics.median(times[ig]) / (args.steps * statistics.median(times[one])):.2f}")
     tl = "TransformerLens 4.3 attribution_patch (edge)"
     if tl in times:
         print(f"subnetlab EAP speed / TransformerLens speed: {statistics.median(times[tl]) / eap:.2f}x")
