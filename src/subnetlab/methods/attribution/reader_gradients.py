@@ -37,23 +37,26 @@ def writer_differences(adapter: Adapter, graph: Graph, corrupted: dict[NodeKey, 
 
     ``corrupted`` / ``clean`` hold the node outputs of ``scores``'s node hooks (embedding outputs, each layer's
     attention output projection input, MLP outputs). A head's output is its slice of that input times its slice
-    of the projection (the bias is no head's), as ``intervene.edges`` writes it."""
+    of the projection (the bias is no head's), as ``intervene.edges`` writes it. Written in place, row by row."""
     H, d = adapter.num_heads, adapter.head_dim
-    like = clean[("mlp", 0)] if ("mlp", 0) in clean else clean[("heads", 0)]
-    shape = (*like.shape[:-1], adapter.hidden_size)
-    parts: list[Tensor] = []
-    if graph.num_embeddings:
-        embeds = [(corrupted[("embedding", i)] - clean[("embedding", i)]).expand(shape)
-                  for i in range(len(adapter.embedding_modules()))]
-        parts += [sum(embeds)[None]] if graph.num_embeddings == 1 and len(embeds) > 1 else [e[None] for e in embeds]
+    z = clean[("heads", 0)]
+    B, P = z.shape[:2]
+    out = torch.empty(len(graph.writers), B, P, adapter.hidden_size, dtype=dtype, device=z.device)
+    embeds = [corrupted[("embedding", i)] - clean[("embedding", i)] for i in range(len(adapter.embedding_modules()))]
+    row = graph.num_embeddings
+    if row == 1 and len(embeds) > 1:
+        out[0] = sum(embeds)
+    elif row:
+        for i, e in enumerate(embeds):
+            out[i] = e
     for layer in range(adapter.num_layers):
         module = adapter.head_output_module(layer)
         weight = module.weight if adapter.spec.transposed else module.weight.t()  # [H * d, hidden]
-        dz = corrupted[("heads", layer)] - clean[("heads", layer)]
-        parts.append(torch.einsum("bphe,heo->hbpo", dz.view(*dz.shape[:-1], H, d),
-                                  weight.reshape(H, d, weight.shape[-1])))
-        parts.append((corrupted[("mlp", layer)] - clean[("mlp", layer)])[None])
-    return torch.cat([p.to(dtype).reshape(p.shape[0], -1) for p in parts], 0)
+        dz = (corrupted[("heads", layer)] - clean[("heads", layer)]).to(dtype).view(B * P, H, d).transpose(0, 1)
+        torch.bmm(dz, weight.to(dtype).reshape(H, d, -1), out=out[row:row + H].view(H, B * P, -1))
+        torch.sub(corrupted[("mlp", layer)], clean[("mlp", layer)], out=out[row + H])
+        row += H + 1
+    return out.view(out.shape[0], -1)
 
 
 class _Projection:
@@ -82,11 +85,13 @@ class ReaderGradients:
     """Hooks that add every reader block's ``grads @ D^T`` into ``scores`` during backward (module docstring).
 
     ``with ReaderGradients(adapter, graph, scores) as rg:`` then, per pass, set ``rg.diff`` (``[writers,
-    B * P * hidden]``, ``writer_differences``) before the backward of a forward run inside the context."""
+    B * P * hidden]``, ``writer_differences``) before the backward of a forward run inside the context, and call
+    ``rg.flush()`` after it."""
 
     def __init__(self, adapter: Adapter, graph: Graph, scores: Tensor) -> None:
         self.adapter, self.graph, self.scores = adapter, graph, scores
         self.diff: Tensor | None = None
+        self._single: dict[int, Tensor] = {}  # block -> the gradient of its one reader (MLPs, logits), this pass
         self._handles: list[Any] = []
         self._inputs: dict[int, tuple[nn.Module, Tensor]] = {}  # layer -> (attention norm, its input)
 
@@ -101,6 +106,18 @@ class ReaderGradients:
             view[rows] += part.to(view.dtype)
         else:
             view.index_add_(0, rows, part.to(view.dtype))
+
+    def flush(self) -> None:
+        """Score the one-reader blocks (MLPs, logits) of the last backward together: one matmul, not a
+        matrix-vector product per block (each of which reads ``D`` again). Call after every backward."""
+        if not self._single:
+            return
+        blocks = sorted(self._single)
+        grads = torch.stack([self._single.pop(i).reshape(-1) for i in blocks]).to(self.diff.dtype)
+        part = grads @ self.diff[:max(self.graph.reader_blocks[i].writers for i in blocks)].t()
+        for row, i in enumerate(blocks):
+            b = self.graph.reader_blocks[i]
+            self.scores[b.start:b.stop] += part[row, :b.writers].to(self.scores.dtype)
 
     def _on_projection(self, layer: int, projection: _Projection, grad: Tensor) -> None:
         norm, x = self._inputs[layer]
@@ -131,7 +148,7 @@ class ReaderGradients:
         """A view of the norm's input that only the norm reads: its gradient is this reader's alone."""
         x = args[0]
         alias = x.view_as(x) if x.requires_grad else x.detach().requires_grad_()
-        alias.register_hook(lambda g: self._add(block_index, slice(0, 1), g[None]))
+        alias.register_hook(lambda g: self._single.__setitem__(block_index, g))
         return (alias, *args[1:])
 
     def __enter__(self) -> "ReaderGradients":
@@ -162,6 +179,7 @@ class ReaderGradients:
             handle.remove()
         self._handles.clear()
         self._inputs.clear()
+        self._single.clear()
 
 
 __all__ = ["ReaderGradients", "writer_differences"]

@@ -202,6 +202,7 @@ def _plain_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[s
                 clean_logits = logits.detach()
                 readers.diff = writer_differences(adapter, graph, seen["corrupted"], seen["clean"], dtype)
             metric(logits, clean_logits).sum().backward()
+            readers.flush()
     return scores / len(passes)
 
 
