@@ -119,7 +119,9 @@ class ReaderGradients:
             b = self.graph.reader_blocks[i]
             self.scores[b.start:b.stop] += part[row, :b.writers].to(self.scores.dtype)
 
-    def _on_projection(self, layer: int, projection: _Projection, grad: Tensor) -> None:
+    def _on_projection(self, layer: int, projection: _Projection, grad: Tensor) -> Tensor:
+        """Score the projection's readers from its output's gradient; return their summed gradient, the
+        gradient of the attention norm's input through this projection."""
         norm, x = self._inputs[layer]
         u = projection.reader_cotangents(grad)  # [R, B, P, hidden]
         with torch.enable_grad():
@@ -128,6 +130,7 @@ class ReaderGradients:
         rows = slice(projection.first, projection.first + projection.count) if projection.contiguous \
             else projection.readers
         self._add(2 * layer, rows, grads)
+        return grads.sum(0).to(x.dtype)
 
     # -- hooks ----------------------------------------------------------------------------
     @staticmethod
@@ -136,16 +139,24 @@ class ReaderGradients:
         return x if x.requires_grad else x.detach().requires_grad_()
 
     def _on_attn_norm(self, layer: int, module: nn.Module, args: tuple) -> tuple | None:
+        if not torch.is_grad_enabled():
+            return None
         x = self._tracked(args[0])
-        self._inputs[layer] = (module, x.detach())
+        self._inputs[layer] = (module, x)
         return None if x is args[0] else (x, *args[1:])
 
-    def _on_projection_output(self, layer: int, projection: _Projection, output: Tensor) -> None:
-        if output.requires_grad:
-            output.register_hook(lambda g: self._on_projection(layer, projection, g))
+    def _on_projection_output(self, layer: int, projection: _Projection, output: Tensor) -> Tensor | None:
+        """The projection's output, its backward ours: the readers' gradients come from ``g_h`` and their sum
+        goes to the norm's input, so the model's own backward through the projection and the norm is not run."""
+        if not torch.is_grad_enabled() or layer not in self._inputs:
+            return None
+        return _ProjectionBackward.apply(self._inputs[layer][1], output.detach(),
+                                         lambda g: self._on_projection(layer, projection, g))
 
-    def _on_reader_norm(self, block_index: int, args: tuple) -> tuple:
+    def _on_reader_norm(self, block_index: int, args: tuple) -> tuple | None:
         """A view of the norm's input that only the norm reads: its gradient is this reader's alone."""
+        if not torch.is_grad_enabled():
+            return None
         x = args[0]
         alias = x.view_as(x) if x.requires_grad else x.detach().requires_grad_()
         alias.register_hook(lambda g: self._single.__setitem__(block_index, g))
@@ -180,6 +191,20 @@ class ReaderGradients:
         self._handles.clear()
         self._inputs.clear()
         self._single.clear()
+
+
+class _ProjectionBackward(torch.autograd.Function):
+    """``output`` (a projection's, detached) as a function of the norm's input ``x`` whose backward is
+    ``backward(grad of output) -> grad of x``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, output: Tensor, backward: Any) -> Tensor:
+        ctx.backward_fn = backward
+        return output.view_as(output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        return ctx.backward_fn(grad), None, None
 
 
 __all__ = ["ReaderGradients", "writer_differences"]
