@@ -44,14 +44,21 @@ is the sum of the gradients of every reader downstream of it, so a node's score
 is exactly the sum of the scores of its outgoing edges; ``node_scores`` computes
 it that way and the tests check it against hooks on the head outputs.
 
-Cost per batch: a forward on the corrupted prompts, one on the clean ones, then
-one forward+backward (EAP), ``k`` (EAP-IG), ``(1 + 2L) k`` (EAP-IG on
+Cost per batch: a forward on the corrupted prompts, then one forward+backward on
+the clean ones (EAP: the clean outputs and logits are that pass's own), a clean
+forward and ``k`` forward+backwards (EAP-IG), ``(1 + 2L) k`` (EAP-IG on
 activations), two (clean-corrupted); exact patching runs one forward per edge
-(batched, no backward). The reader inputs come from ``intervene.edges`` with
-every edge kept (its Q/K/V readers are the per-head inputs of the projections),
-so reader gradients are the graph's own: its ``on_reader_input`` hook puts a
-gradient hook on each block's inputs and ``writer_deltas()`` gives the writer
-outputs. Scores are in the model's precision (at least float32).
+(batched, no backward). Every edge is kept, so each reader's input is the
+model's own and ``reader_gradients`` takes every reader's gradient from the
+model's own backward (a Q/K/V reader's from its head's slice of the projection's
+output gradient, through the norm), scoring each reader block with one matmul
+``grads @ D^T`` as the backward passes it. ``expand_readers`` instead runs
+``intervene.edges`` with every edge kept (every reader its own copy of the
+stream; its ``on_reader_input`` hook puts a gradient hook on each block's inputs
+and ``writer_deltas()`` gives the writer outputs): the same scores, the
+independent path the tests compare with, about three times slower at GPT-2
+small's graph (``benchmarks/bench_attribution.py``). Scores are in the model's
+precision (at least float32).
 """
 
 from __future__ import annotations
