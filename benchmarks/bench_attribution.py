@@ -6,9 +6,13 @@ hits all alike, median over repeats:
 * plain: one forward + backward of the metric on the clean prompts (parameters frozen, gradient to the
   embeddings), and EAP's floor: that plus a no-grad forward on the corrupted prompts;
 * subnetlab EAP (``methods.attribution``, edge scores of every edge, the batch in one pass);
-* subnetlab EAP-IG at k = 5;
+* subnetlab EAP-IG at k = 5 (``--steps``);
 * subnetlab EAP-IG on activations at k = 5 (``(1 + 2L) k`` forward+backwards), clean-corrupted (two);
-* subnetlab exact patching (one forward row per edge and pair, batched, no backward);
+* subnetlab exact patching (one forward row per edge and pair, batched, no backward; hours at GPT-2 small's
+  graph, so leave it out there with ``--methods eap,eap-ig``);
+* with ``--expanded``, each gradient method again with ``expand_readers=True``: the reader gradients through
+  ``intervene.edges``'s expanded readers instead of the model's own backward (the path before
+  ``methods.attribution.reader_gradients``);
 * TransformerLens 4.3 ``attribution_patch(granularity="edge")`` on the same model wrapped with
   ``TransformerBridge.boot_transformers`` (it scores each pair separately, per position).
 
@@ -16,6 +20,16 @@ hits all alike, median over repeats:
     OMP_NUM_THREADS=1 python benchmarks/bench_attribution.py [--layers 4 ...]
 
 Without TransformerLens the TransformerLens row is left out.
+
+What dominated (torch.profiler, GPT-2 small's graph: 12 layers x 12 heads, hidden 768, vocabulary 1,000;
+batch 8 x 16; 32,491 edges; one thread). Through the expanded readers one EAP call spent about 60% of its time
+on the expansion: ``addmm_`` building every reader's copy of the stream less its writers (24%, 975 calls),
+that product's backward (24%), the per-head Q/K/V projections of the expanded readers and the norm on
+``[readers, batch, pos, hidden]`` (about 15%); the model's own linear layers over its three forwards about 30%.
+The plain-backward path runs the model's two forwards and one backward and adds, per layer, the heads'
+cotangents ``g_h W_h^T`` (the cost of the Q/K/V projection, which replaces the model's own backward through it),
+the norm's batched vjp, the heads' writer outputs (the cost of the output projection) and the scoring matmuls
+``grads @ D^T`` (edges x batch x pos x hidden, about a third of a forward): together about a third of the floor.
 """
 
 from __future__ import annotations

@@ -8,10 +8,14 @@ its attention norm's input ``x``. What differs per reader is only which branch i
   around it), taken on a view of that input that only the norm reads;
 * a Q/K/V reader of head ``h``: the vector-Jacobian product of "norm, then head ``h``'s slice of the projection"
   with the gradient ``g_h`` of that slice's output: ``u_h = g_h W_h^T`` per head, then the norm's vjp at ``x``
-  applied to every ``u_h`` at once (batched gradients), computed in backward, one layer at a time.
+  applied to every ``u_h`` at once (batched gradients), computed in backward, one layer at a time. The sum of
+  a projection's readers' gradients is the gradient of ``x`` through that projection, so it is returned as the
+  projection's backward (``_ProjectionBackward``) and the model's own backward through the projection and the
+  norm is not run as well.
 
-Each reader block's scores are then ``grads [readers, B*P*hidden] @ D[:writers]^T`` (``D`` the writers' output
-differences), one matmul per block as the backward passes it. Nothing of size readers x batch x pos x hidden is
+Each attention block's scores are then ``grads [readers, B*P*hidden] @ D[:writers]^T`` (``D`` the writers' output
+differences), one matmul per block as the backward passes it; the one-reader blocks (MLPs, logits) of a pass
+share one matmul after it (``flush``). Nothing of size readers x batch x pos x hidden is
 kept past its layer's backward; the forward is the model's own (``intervene.edges`` copies the stream once per
 reader, subtracts every writer group with a matmul and differentiates those back, which dominated EAP's cost).
 The projection layouts are ``intervene.edges.projection_groups``'s, so a reader here is the reader there.
