@@ -33,6 +33,8 @@ the norm's batched vjp, the heads' writer outputs (the cost of the output projec
 Measured with ``--layers 12 --heads 12 --hidden 768 --methods eap,eap-ig --expanded --repeats 5`` (a 2-core
 machine shared with other jobs, load about 14, so absolute times are several times a quiet machine's; the rows
 are interleaved): EAP 1.24x its floor (expanded readers: 4.01x), EAP-IG k=5 0.87 x 5 x EAP (expanded: 0.71).
+At the default 4 x 8 x 256 (``--methods eap,eap-ig,eap-ig-activations,clean-corrupted --expanded --repeats 5``),
+where the hooks' fixed cost weighs more: EAP 1.36x its floor (expanded: 2.92x), EAP-IG k=5 0.75 x 5 x EAP.
 """
 
 from __future__ import annotations

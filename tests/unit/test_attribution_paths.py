@@ -79,3 +79,25 @@ def test_the_default_path_does_not_expand_the_readers_and_leaves_no_hooks(monkey
         attribute_batch(m.model, m.adapter, graph, clean, corrupted, failing, method="eap")
     assert count_hooks(m.model) == 0
     assert [p.requires_grad for p in m.model.parameters()] == flags
+
+
+@pytest.mark.parametrize("embedding_nodes", [0, 2])
+def test_plain_backward_scores_equal_the_expanded_readers_with_padding_and_other_embedding_writers(embedding_nodes,
+                                                                                                 one_thread):
+    """No embedding writer (the embeddings in every reader's input) and token and position embeddings as two
+    writers; right-padded rows."""
+    m = tiny_model("gpt2", layers=2)
+    m.model.eval()
+    clean, corrupted = (tiny_inputs("gpt2", batch=3, length=5, seed=s, pad=2) for s in (0, 1))
+    graph = Graph.from_adapter(m.adapter, embedding_nodes=embedding_nodes)
+
+    def metric(logits, clean_logits):
+        return logits[:, 2, 5] - logits[:, 2, 9]
+
+    for method in ("eap", "eap-ig"):
+        fast = attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, method=method, steps=3)
+        expanded = attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, method=method, steps=3,
+                                   expand_readers=True)
+        scale = float(expanded.abs().max())
+        assert scale > 0.1
+        torch.testing.assert_close(fast, expanded, rtol=1e-5, atol=2e-6 * scale)
