@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import count_hooks
 from subnetlab.methods.attribution import attribute_batch, scores as scores_module
 from subnetlab.models.graph import Graph
@@ -101,3 +102,11 @@ def test_plain_backward_scores_equal_the_expanded_readers_with_padding_and_other
         scale = float(expanded.abs().max())
         assert scale > 0.1
         torch.testing.assert_close(fast, expanded, rtol=1e-5, atol=2e-6 * scale)
+
+
+def test_a_graph_of_another_model_is_refused(one_thread):
+    m, _, clean, corrupted, metric = _setup("gpt2")
+    other = Graph.from_adapter(tiny_model("gpt2", layers=1).adapter)
+    with pytest.raises(SubnetlabError, match="the graph is of a gpt2 model 1 x 4"):
+        attribute_batch(m.model, m.adapter, other, clean, corrupted, metric, method="eap")
+    assert count_hooks(m.model) == 0

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from subnetlab.intervene.edges import projection_groups
+from subnetlab.intervene.edges import EdgeMasks, projection_groups
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
@@ -93,6 +93,7 @@ class ReaderGradients:
     ``rg.flush()`` after it."""
 
     def __init__(self, adapter: Adapter, graph: Graph, scores: Tensor) -> None:
+        EdgeMasks(adapter.model, adapter, graph)  # refuses a graph that is not this model's (installs nothing)
         self.adapter, self.graph, self.scores = adapter, graph, scores
         self.diff: Tensor | None = None
         self._single: dict[int, Tensor] = {}  # block -> the gradient of its one reader (MLPs, logits), this pass
