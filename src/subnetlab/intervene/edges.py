@@ -306,7 +306,7 @@ class EdgeMasks:
             hook(self.model.register_forward_pre_hook(self._begin, with_kwargs=True))
             for module in a.embedding_modules():
                 hook(module.register_forward_hook(lambda m, args, out: self._on_embedding(out)))
-            groups = _projection_groups(a)
+            groups = projection_groups(a)
             for layer, block in enumerate(a.layers()):
                 hook(block.get_submodule(spec.attn_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_attn_norm(layer, m, args)))
@@ -335,7 +335,7 @@ class EdgeMasks:
         self._state = {}
 
 
-def _projection_groups(adapter: Adapter) -> dict[str, list[tuple[int, int, int]]]:
+def projection_groups(adapter: Adapter) -> dict[str, list[tuple[int, int, int]]]:
     """Per Q/K/V projection module: ``(first reader of the layer's block, readers, first output column)``."""
     s, H, kv, d = adapter.spec, adapter.num_heads, adapter.num_kv_heads, adapter.head_dim
     if s.key is None and s.fused_layout == "per-head":  # [q k v] per head (GPT-NeoX): one reader per column block

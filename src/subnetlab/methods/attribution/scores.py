@@ -44,14 +44,21 @@ is the sum of the gradients of every reader downstream of it, so a node's score
 is exactly the sum of the scores of its outgoing edges; ``node_scores`` computes
 it that way and the tests check it against hooks on the head outputs.
 
-Cost per batch: a forward on the corrupted prompts, one on the clean ones, then
-one forward+backward (EAP), ``k`` (EAP-IG), ``(1 + 2L) k`` (EAP-IG on
+Cost per batch: a forward on the corrupted prompts, then one forward+backward on
+the clean ones (EAP: the clean outputs and logits are that pass's own), a clean
+forward and ``k`` forward+backwards (EAP-IG), ``(1 + 2L) k`` (EAP-IG on
 activations), two (clean-corrupted); exact patching runs one forward per edge
-(batched, no backward). The reader inputs come from ``intervene.edges`` with
-every edge kept (its Q/K/V readers are the per-head inputs of the projections),
-so reader gradients are the graph's own: its ``on_reader_input`` hook puts a
-gradient hook on each block's inputs and ``writer_deltas()`` gives the writer
-outputs. Scores are in the model's precision (at least float32).
+(batched, no backward). Every edge is kept, so each reader's input is the
+model's own and ``reader_gradients`` takes every reader's gradient from the
+model's own backward (a Q/K/V reader's from its head's slice of the projection's
+output gradient, through the norm), scoring each reader block with one matmul
+``grads @ D^T`` as the backward passes it. ``expand_readers`` instead runs
+``intervene.edges`` with every edge kept (every reader its own copy of the
+stream; its ``on_reader_input`` hook puts a gradient hook on each block's inputs
+and ``writer_deltas()`` gives the writer outputs): the same scores, the
+independent path the tests compare with, about three times slower at GPT-2
+small's graph (``benchmarks/bench_attribution.py``). Scores are in the model's
+precision (at least float32).
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ from torch import Tensor, nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.edges import apply_edges, check_edge_family
 from subnetlab.methods.attribution.names import IG_METHODS, METHODS
+from subnetlab.methods.attribution.reader_gradients import ReaderGradients, writer_differences
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
@@ -151,18 +159,65 @@ def score_dtype(model: nn.Module) -> torch.dtype:
 
 def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
                     corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], *,
-                    method: Method = "eap", steps: int = 5) -> Tensor:
+                    method: Method = "eap", steps: int = 5, expand_readers: bool = False) -> Tensor:
     """Edge scores ``[edges]`` of one batch, summed over its pairs (divide by the pairs for the mean).
 
     ``metric(logits, clean_logits) -> [B]`` is differentiated (its sum); ``clean``/``corrupted`` are model inputs
     of equal shapes. See the module docstring for the methods and their conventions. Scores are in
-    ``score_dtype(model)``."""
+    ``score_dtype(model)``. The reader gradients come from the model's own backward (``reader_gradients``);
+    ``expand_readers`` takes them from ``intervene.edges``'s readers instead (every reader its own copy of the
+    stream): the same scores to rounding, several times slower, the independent path tests compare against."""
     check_method(method, steps)
     check_edge_family(adapter)
     if method == "exact":
         from subnetlab.methods.attribution.exact import exact_batch
 
         return exact_batch(model, adapter, graph, clean, corrupted, metric)
+    run = _expanded_batch if expand_readers else _plain_batch
+    return run(model, adapter, graph, clean, corrupted, metric, method, steps)
+
+
+def _plain_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
+                 corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], method: str,
+                 steps: int) -> Tensor:
+    """``attribute_batch`` by ``reader_gradients``: EAP is a corrupted forward and one clean forward+backward
+    (the clean pass records the clean outputs and logits itself); the other methods add a clean forward."""
+    device = next(model.parameters()).device
+    scores = torch.zeros(graph.num_edges, dtype=score_dtype(model), device=device)
+    dtype = next(model.parameters()).dtype
+    seen: dict[str, dict[NodeKey, Tensor]] = {"clean": {}, "corrupted": {}}
+
+    def recorder(run: str) -> NodeHook:
+        def record(key: NodeKey, out: Tensor) -> None:
+            seen[run][key] = out.detach()
+        return record
+
+    one_pass = method == "eap"
+    with _frozen_parameters(model), ReaderGradients(adapter, graph, scores) as readers:
+        with torch.no_grad():
+            with _node_hooks(adapter, recorder("corrupted")):
+                model(**corrupted)
+            if not one_pass:
+                with _node_hooks(adapter, recorder("clean")):
+                    clean_logits = model(**clean).logits.detach()
+                readers.diff = writer_differences(adapter, graph, seen["corrupted"], seen["clean"], dtype)
+        passes = _gradient_passes(method, steps, adapter.num_layers, clean, corrupted, seen)
+        for inputs, replace in passes:
+            with _node_hooks(adapter, recorder("clean") if one_pass else replace):
+                logits = model(**inputs).logits
+            if one_pass:
+                clean_logits = logits.detach()
+                readers.diff = writer_differences(adapter, graph, seen["corrupted"], seen["clean"], dtype)
+            metric(logits, clean_logits).sum().backward()
+            readers.flush()
+    return scores / len(passes)
+
+
+def _expanded_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
+                    corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], method: str,
+                    steps: int) -> Tensor:
+    """``attribute_batch`` through ``intervene.edges`` at every edge kept: its ``on_reader_input`` hook puts a
+    gradient hook on each reader block's inputs and ``writer_deltas()`` gives the writer outputs."""
     device = next(model.parameters()).device
     scores = torch.zeros(graph.num_edges, dtype=score_dtype(model), device=device)
     leaf = torch.ones(graph.num_edges, device=device, requires_grad=True)  # makes every reader input need a grad

@@ -1,0 +1,215 @@
+"""Reader gradients at "every edge kept" without expanding the readers: EAP's scores from one plain backward.
+
+With every edge kept each reader's input is the model's own (``intervene.edges``), so the plain forward already
+holds them: the MLPs and the logits read the stream at their norm's input, the Q/K/V readers of a layer all read
+its attention norm's input ``x``. What differs per reader is only which branch its gradient comes through:
+
+* an MLP reader / the logits: the gradient of the norm's input through the norm alone (not the residual skip
+  around it), taken on a view of that input that only the norm reads;
+* a Q/K/V reader of head ``h``: the vector-Jacobian product of "norm, then head ``h``'s slice of the projection"
+  with the gradient ``g_h`` of that slice's output: ``u_h = g_h W_h^T`` per head, then the norm's vjp at ``x``
+  applied to every ``u_h`` at once (batched gradients), computed in backward, one layer at a time. The sum of
+  a projection's readers' gradients is the gradient of ``x`` through that projection, so it is returned as the
+  projection's backward (``_ProjectionBackward``) and the model's own backward through the projection and the
+  norm is not run as well.
+
+Each attention block's scores are then ``grads [readers, B*P*hidden] @ D[:writers]^T`` (``D`` the writers' output
+differences), one matmul per block as the backward passes it; the one-reader blocks (MLPs, logits) of a pass
+share one matmul after it (``flush``). Nothing of size readers x batch x pos x hidden is
+kept past its layer's backward; the forward is the model's own (``intervene.edges`` copies the stream once per
+reader, subtracts every writer group with a matmul and differentiates those back, which dominated EAP's cost).
+The projection layouts are ``intervene.edges.projection_groups``'s, so a reader here is the reader there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from subnetlab.intervene.edges import EdgeMasks, projection_groups
+from subnetlab.models.adapters import Adapter
+from subnetlab.models.graph import Graph
+
+NodeKey = tuple[str, int]
+
+
+def writer_differences(adapter: Adapter, graph: Graph, corrupted: dict[NodeKey, Tensor],
+                       clean: dict[NodeKey, Tensor], dtype: torch.dtype) -> Tensor:
+    """``out_w(x~) - out_w(x)`` of every writer in graph order, ``[writers, B * P * hidden]`` in ``dtype``.
+
+    ``corrupted`` / ``clean`` hold the node outputs of ``scores``'s node hooks (embedding outputs, each layer's
+    attention output projection input, MLP outputs). A head's output is its slice of that input times its slice
+    of the projection (the bias is no head's), as ``intervene.edges`` writes it. Written in place, row by row."""
+    H, d = adapter.num_heads, adapter.head_dim
+    z = clean[("heads", 0)]
+    B, P = z.shape[:2]
+    out = torch.empty(len(graph.writers), B, P, adapter.hidden_size, dtype=dtype, device=z.device)
+    embeds = [corrupted[("embedding", i)] - clean[("embedding", i)] for i in range(len(adapter.embedding_modules()))]
+    row = graph.num_embeddings
+    if row == 1 and len(embeds) > 1:
+        out[0] = sum(embeds)
+    elif row:
+        for i, e in enumerate(embeds):
+            out[i] = e
+    for layer in range(adapter.num_layers):
+        module = adapter.head_output_module(layer)
+        weight = module.weight if adapter.spec.transposed else module.weight.t()  # [H * d, hidden]
+        dz = (corrupted[("heads", layer)] - clean[("heads", layer)]).to(dtype).view(B * P, H, d).transpose(0, 1)
+        torch.bmm(dz, weight.to(dtype).reshape(H, d, -1), out=out[row:row + H].view(H, B * P, -1))
+        torch.sub(corrupted[("mlp", layer)], clean[("mlp", layer)], out=out[row + H])
+        row += H + 1
+    return out.view(out.shape[0], -1)
+
+
+class _Projection:
+    """One Q/K/V projection module of a layer: its readers (rows of the block) and their weight columns."""
+
+    def __init__(self, adapter: Adapter, module: nn.Module, groups: list[tuple[int, int, int]]) -> None:
+        d = adapter.head_dim
+        readers = [first + i for first, count, _ in groups for i in range(count)]
+        columns = [column + i * d + j for _, count, column in groups for i in range(count) for j in range(d)]
+        weight = module.weight if adapter.spec.transposed else module.weight.t()  # [hidden, out]
+        index = torch.tensor(columns, device=weight.device)
+        self.contiguous = readers == list(range(readers[0], readers[0] + len(readers))) and \
+            columns == list(range(columns[0], columns[0] + len(columns)))
+        self.first, self.count = readers[0], len(readers)
+        self.readers = torch.tensor(readers, device=weight.device)
+        self.columns = slice(columns[0], columns[-1] + 1) if self.contiguous else index
+        self.weight = weight.detach()[:, self.columns].reshape(weight.shape[0], len(readers), d)  # [hidden, R, d]
+
+    def reader_cotangents(self, grad: Tensor) -> Tensor:
+        """``u_h = g_h W_h^T`` per reader: ``[R, B, P, hidden]`` from the output's gradient ``[B, P, out]``."""
+        g = grad[..., self.columns].reshape(*grad.shape[:-1], self.count, -1)  # [B, P, R, d]
+        return torch.einsum("bpre,hre->rbph", g.to(self.weight.dtype), self.weight)
+
+
+class ReaderGradients:
+    """Hooks that add every reader block's ``grads @ D^T`` into ``scores`` during backward (module docstring).
+
+    ``with ReaderGradients(adapter, graph, scores) as rg:`` then, per pass, set ``rg.diff`` (``[writers,
+    B * P * hidden]``, ``writer_differences``) before the backward of a forward run inside the context, and call
+    ``rg.flush()`` after it."""
+
+    def __init__(self, adapter: Adapter, graph: Graph, scores: Tensor) -> None:
+        EdgeMasks(adapter.model, adapter, graph)  # refuses a graph that is not this model's (installs nothing)
+        self.adapter, self.graph, self.scores = adapter, graph, scores
+        self.diff: Tensor | None = None
+        self._single: dict[int, Tensor] = {}  # block -> the gradient of its one reader (MLPs, logits), this pass
+        self._handles: list[Any] = []
+        self._inputs: dict[int, tuple[nn.Module, Tensor]] = {}  # layer -> (attention norm, its input)
+
+    # -- scoring --------------------------------------------------------------------------
+    def _add(self, block_index: int, rows: Tensor | slice, grads: Tensor) -> None:
+        """``grads [R, B, P, hidden]`` of the readers ``rows`` of a block times ``D^T``, added to the scores."""
+        b = self.graph.reader_blocks[block_index]
+        diff = self.diff
+        part = grads.reshape(grads.shape[0], -1).to(diff.dtype) @ diff[:b.writers].t()  # [R, writers]
+        view = self.scores[b.start:b.stop].view(len(b.readers), b.writers)
+        if isinstance(rows, slice):
+            view[rows] += part.to(view.dtype)
+        else:
+            view.index_add_(0, rows, part.to(view.dtype))
+
+    def flush(self) -> None:
+        """Score the one-reader blocks (MLPs, logits) of the last backward together: one matmul, not a
+        matrix-vector product per block (each of which reads ``D`` again). Call after every backward."""
+        if not self._single:
+            return
+        blocks = sorted(self._single)
+        grads = torch.stack([self._single.pop(i).reshape(-1) for i in blocks]).to(self.diff.dtype)
+        part = grads @ self.diff[:max(self.graph.reader_blocks[i].writers for i in blocks)].t()
+        for row, i in enumerate(blocks):
+            b = self.graph.reader_blocks[i]
+            self.scores[b.start:b.stop] += part[row, :b.writers].to(self.scores.dtype)
+
+    def _on_projection(self, layer: int, projection: _Projection, grad: Tensor) -> Tensor:
+        """Score the projection's readers from its output's gradient; return their summed gradient, the
+        gradient of the attention norm's input through this projection."""
+        norm, x = self._inputs[layer]
+        u = projection.reader_cotangents(grad)  # [R, B, P, hidden]
+        with torch.enable_grad():
+            xr = x.detach().requires_grad_()
+            (grads,) = torch.autograd.grad(norm.forward(xr), xr, u.to(xr.dtype), is_grads_batched=True)
+        rows = slice(projection.first, projection.first + projection.count) if projection.contiguous \
+            else projection.readers
+        self._add(2 * layer, rows, grads)
+        return grads.sum(0).to(x.dtype)
+
+    # -- hooks ----------------------------------------------------------------------------
+    @staticmethod
+    def _tracked(x: Tensor) -> Tensor:
+        """``x`` as a tensor that needs a gradient (the parameters are frozen; the stream may be a constant)."""
+        return x if x.requires_grad else x.detach().requires_grad_()
+
+    def _on_attn_norm(self, layer: int, module: nn.Module, args: tuple) -> tuple | None:
+        if not torch.is_grad_enabled():
+            return None
+        x = self._tracked(args[0])
+        self._inputs[layer] = (module, x)
+        return None if x is args[0] else (x, *args[1:])
+
+    def _on_projection_output(self, layer: int, projection: _Projection, output: Tensor) -> Tensor | None:
+        """The projection's output, its backward ours: the readers' gradients come from ``g_h`` and their sum
+        goes to the norm's input, so the model's own backward through the projection and the norm is not run."""
+        if not torch.is_grad_enabled() or layer not in self._inputs:
+            return None
+        return _ProjectionBackward.apply(self._inputs[layer][1], output.detach(),
+                                         lambda g: self._on_projection(layer, projection, g))
+
+    def _on_reader_norm(self, block_index: int, args: tuple) -> tuple | None:
+        """A view of the norm's input that only the norm reads: its gradient is this reader's alone."""
+        if not torch.is_grad_enabled():
+            return None
+        x = args[0]
+        alias = x.view_as(x) if x.requires_grad else x.detach().requires_grad_()
+        alias.register_hook(lambda g: self._single.__setitem__(block_index, g))
+        return (alias, *args[1:])
+
+    def __enter__(self) -> "ReaderGradients":
+        a, spec = self.adapter, self.adapter.spec
+        hook = self._handles.append
+        try:
+            groups = projection_groups(a)
+            for layer, block in enumerate(a.layers()):
+                hook(block.get_submodule(spec.attn_norm).register_forward_pre_hook(
+                    lambda m, args, layer=layer: self._on_attn_norm(layer, m, args)))
+                for path, g in groups.items():
+                    module = block.get_submodule(path)
+                    p = _Projection(a, module, g)
+                    hook(module.register_forward_hook(
+                        lambda m, args, out, layer=layer, p=p: self._on_projection_output(layer, p, out)))
+                hook(block.get_submodule(spec.mlp_norm).register_forward_pre_hook(
+                    lambda m, args, i=2 * layer + 1: self._on_reader_norm(i, args)))
+            final = a.model.base_model.get_submodule(spec.final_norm)
+            last = len(self.graph.reader_blocks) - 1
+            hook(final.register_forward_pre_hook(lambda m, args: self._on_reader_norm(last, args)))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._inputs.clear()
+        self._single.clear()
+
+
+class _ProjectionBackward(torch.autograd.Function):
+    """``output`` (a projection's, detached) as a function of the norm's input ``x`` whose backward is
+    ``backward(grad of output) -> grad of x``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, output: Tensor, backward: Any) -> Tensor:
+        ctx.backward_fn = backward
+        return output.view_as(output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        return ctx.backward_fn(grad), None, None
+
+
+__all__ = ["ReaderGradients", "writer_differences"]
