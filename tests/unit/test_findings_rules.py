@@ -134,7 +134,7 @@ def test_control_rows_read_the_comparison_and_gate_the_found_circuit_row():
     assert gated(row, None)[1] == v.NOT_MEASURABLE  # no controls: the circuit is not shown to compute the task
     assert gated(("x", v.NOT_SHOWN, "y"), controls_row(beaten)) == ("x", v.NOT_SHOWN, "y")
     accurate = _comparison([0.9, 0.95, 1.0], random_weights=[0.1, 0.15, 0.2], shuffled_labels=[0.1, 0.2, 0.3])
-    fitted = _comparison([0.9, 0.95, 1.0], random_weights=[0.1, 0.15, 0.2], shuffled_labels=[0.9, 0.9, 0.9])
+    fitted = _comparison([0.9, 0.95, 1.0], random_weights=[0.1, 0.15, 0.2], shuffled_labels=[0.92, 0.92, 0.92])
     assert computes_row({"2": accurate})[1] == v.SHOWN
     text, verdict, _ = computes_row({"2": accurate, "4": fitted})  # shown only when shown at every depth
     assert verdict == v.NOT_SHOWN and text.startswith("2 layers, test accuracy: real 95.0% (s.d. 5.0%, 3 seeds)")
