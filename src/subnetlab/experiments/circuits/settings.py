@@ -105,5 +105,6 @@ class CircuitsSettings(StudySettings):
             raise SubnetlabError(f"search_controls.seeds {seeds}: distinct seeds that include seed {self.seed} (the "
                                  "study's own edge-pruning run)", setting="search_controls")
         if not self.edge_pruning:
-            raise SubnetlabError("search_controls: they repeat the edge-pruning step, which these settings turn off",
+            raise SubnetlabError("search_controls: they repeat the edge-pruning step, which these settings turn off; "
+                                 "turn search_controls off too",
                                  setting="search_controls")
