@@ -28,6 +28,7 @@ from pathlib import Path
 
 from subnetlab.experiments.demo.verdicts import (
     NOT_MEASURABLE,
+    SEARCH_CONTROLS,
     beats_controls,
     control_scores,
     NOT_SHOWN,
@@ -46,9 +47,8 @@ MECHANISM = ("A previous-token head in layer 0 feeds the key of induction heads 
              "the two-head induction circuit through K-composition")
 FOUND = ("Edge pruning's circuit keeps the previous-token head -> induction head key edge",
          "its circuits recover known mechanisms (the paper checks it on compiled Tracr programs)")
-COMPUTES = ("Edge pruning's circuit computes the task: it beats the same search on random weights and on shuffled "
-            "answers", "not in the paper: masks over random networks can fit a task (Zhou et al. 2019; Ramanujan et al. "
-            "2020)")
+COMPUTES = (f"Edge pruning's circuit computes the task: it {SEARCH_CONTROLS} answers",
+            "not in the paper: masks over random networks can fit a task (Zhou et al. 2019; Ramanujan et al. 2020)")
 CPR = ("Edge circuits are more faithful than node-level and random ones",
        "edge circuits more faithful than other methods' at equal sparsity")
 

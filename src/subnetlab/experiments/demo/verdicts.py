@@ -31,6 +31,8 @@ SHOWN = "shown"
 SHOWN_WEAKLY = "shown, weakly identified"  # shown, but the subnetworks it rests on have many undecided gates
 NOT_SHOWN = "not shown"
 NOT_MEASURABLE = "not measurable at this scale"
+# the words every search-control row's claim holds (``beats_controls``): the table lists those rows after it
+SEARCH_CONTROLS = "beats the same search on random weights and on shuffled"
 # A seed spread (a standard deviation) from fewer seeds than this is not a measurement of the spread: with two
 # seeds it is half their difference, and any difference "exceeds" it one time in two by chance alone.
 MIN_SEEDS = 3
@@ -349,6 +351,7 @@ def missing(paper: str, claim: str, paper_figure: str, link: str, reason: str) -
     return Finding(paper, claim, paper_figure, "-", NOT_MEASURABLE, f"not measurable: {reason}", link)
 
 
-__all__ = ["Finding", "MIN_SEEDS", "Missing", "NOT_MEASURABLE", "NOT_SHOWN", "Reading", "SHOWN", "SHOWN_WEAKLY",
+__all__ = ["Finding", "MIN_SEEDS", "Missing", "NOT_MEASURABLE", "NOT_SHOWN", "Reading", "SEARCH_CONTROLS", "SHOWN",
+           "SHOWN_WEAKLY",
            "ahead_at_low_n", "beats_controls", "beyond_spread", "control_scores", "compare", "get", "headings", "identified", "in_band", "missing", "moves",
            "not_behind", "number", "points", "read_json_or_missing", "section_link", "sd", "slug", "too_few_runs", "trend", "unconverged"]

@@ -44,6 +44,7 @@ from pathlib import Path
 from subnetlab.experiments.demo.verdicts import (
     NOT_MEASURABLE,
     NOT_SHOWN,
+    SEARCH_CONTROLS,
     SHOWN,
     Finding,
     Missing,
@@ -213,9 +214,8 @@ def density_row(discovery: dict) -> tuple[str, str, str]:
     return text, SHOWN, "; ".join(why for _, why in verdicts) + " (percent)"
 
 
-COMPUTES = ("The discovered subnetwork computes the subtask: it beats the same search on random weights and on "
-            "shuffled labels", "not in the paper: masks over random networks can fit a task (Zhou et al. 2019; "
-            "Ramanujan et al. 2020)")
+COMPUTES = (f"The discovered subnetwork computes the subtask: it {SEARCH_CONTROLS} labels",
+            "not in the paper: masks over random networks can fit a task (Zhou et al. 2019; Ramanujan et al. 2020)")
 
 
 def computes_row(comparisons: dict[str, dict]) -> tuple[str, str, str]:
@@ -250,6 +250,7 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
         return [*(missing(PAPER, c, f, contrast_link, str(e)) for c, f in CONTROLS.values()),
                 missing(PAPER, LEVEL[0], LEVEL[1], contrast_link, str(e)),
                 missing(PAPER, FULL[0], FULL[1], figure_link, str(e)),
+                missing(PAPER, COMPUTES[0], COMPUTES[1], density_link, str(e)),
                 missing(PAPER, DENSITY[0], DENSITY[1], density_link, str(e))]
     try:
         settings = read_json_or_missing(run_dir / "config.json")
