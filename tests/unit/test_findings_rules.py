@@ -102,7 +102,7 @@ def test_a_mask_computes_only_when_it_beats_every_search_control_beyond_the_spre
     gap = 100 * (statistics.fmean(real) - statistics.fmean(far))
     spread = 100 * (statistics.stdev(real) + statistics.stdev(far))
     assert f"real 92.0% (s.d. {100 * statistics.stdev(real):.1f}%, 3 seeds)" in text
-    assert f"random-weights 12.0% (s.d. 2.0%, 3 seeds): real {gap:.1f}% ahead, spread {spread:.1f}%" in text
+    assert f"random-weights 12.0% (s.d. 2.0%, 3 seeds): real {gap:.1f} points ahead, spread {spread:.1f} points" in text
     # 0.92 - 0.90 = 0.02 is within 0.02 + 0.04: the shuffled-labels control is not beaten
     verdict, why = v.beats_controls(real, {"random-weights": far, "shuffled-labels": near})[1:]
     assert verdict == v.NOT_SHOWN and why.startswith("not beyond the seed spread of shuffled-labels;")

@@ -214,6 +214,9 @@ def beats_controls(real: Sequence[float], controls: Mapping[str, Sequence[float]
     def fmt(x: float) -> str:
         return f"{x * scale:.1f}{unit}" if unit == "%" else f"{x * scale:.2f}{unit}"
 
+    def gap(x: float) -> str:  # a difference of percentages is in points
+        return f"{x * scale:.1f} points" if unit == "%" else fmt(x)
+
     result = control_verdict(real, controls)
     r = result["real"]
     head = ("-" if r["mean"] is None else f"{what}: real {fmt(r['mean'])} (s.d. {fmt(r['sd'])}, {r['n']} seeds)")
@@ -223,8 +226,8 @@ def beats_controls(real: Sequence[float], controls: Mapping[str, Sequence[float]
             parts.append(f"{name}: no score")
             continue
         word = "ahead" if c["gap"] > 0 else "behind"
-        parts.append(f"{name} {fmt(c['mean'])} (s.d. {fmt(c['sd'])}, {c['n']} seeds): real {fmt(abs(c['gap']))} "
-                     f"{word}, spread {fmt(c['margin'])}")
+        parts.append(f"{name} {fmt(c['mean'])} (s.d. {fmt(c['sd'])}, {c['n']} seeds): real {gap(abs(c['gap']))} "
+                     f"{word}, spread {gap(c['margin'])}")
     text = "; ".join(parts)
     rule = "shown only if the real mask beats every search control by more than the seed spread (s.d.s summed)"
     if not controls:
