@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 
 def test_circuits_demo_finds_the_induction_mechanism(tmp_path):
     module = get_reproduction("circuits")
-    s = settings_for(module, "demo", {"node_pruning": "null", "ioi": "null"})
+    # the search controls are checked at a toy size in tests/unit/test_circuits_study.py
+    s = settings_for(module, "demo", {"node_pruning": "null", "ioi": "null", "search_controls": "null"})
     module.run(s, tmp_path)
     training = read_json(tmp_path / "training.json")
     assert training["curve"][-1]["repeat_accuracy"] > 0.9

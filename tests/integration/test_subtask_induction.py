@@ -53,6 +53,11 @@ def test_reproduction_writes_report_figure_and_table3(demo):
     assert labels == conditions | {"subnetwork, reinit all", "random-matched, reinit all"}  # reinit masked leads
     assert {r["reinit"] for r in metrics["runs"] if r["label"] in conditions} == {"masked"}
     assert len(metrics["runs"]) == 9 * 2
+    # the demo's search controls: the chosen lambda with seeds 0-2, on random weights and shuffled labels alike
+    controls = json.loads((out / "L2" / "discover" / "controls" / "metrics.json").read_text())["targets"]["selected"]
+    assert {k: controls[k]["seeds"] for k in ("real", "random-weights", "shuffled-labels")} == {
+        "real": [0, 1, 2], "random-weights": [0, 1, 2], "shuffled-labels": [0, 1, 2]}
+    assert "Search controls (2 layers, lambda 1e-07)" in report
     discovery = metrics["discovery"]["2"]
     kept = discovery["kept_percent"]
     assert 0.0 <= kept <= 100.0 and f"{kept:.2f}" in report

@@ -24,6 +24,7 @@ def toy_settings() -> dict:
     s["node_pruning"] = None
     s["edge_pruning"] = None
     s["ioi"] = None
+    s["search_controls"] = None
     return s
 
 
@@ -97,6 +98,7 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
                 "edge_pruning": {"sparsities": [0.9], "curve_sparsity": 0.9, "list_up_to": 10,
                                  "overrides": {"warmup_steps": 2, "total_steps": 3, "batch_size": 2,
                                                "checkpoint_every": 3}}}
+    s["search_controls"] = {"controls": ["random-weights", "shuffled-labels"], "seeds": [0, 1, 2]}
     get_reproduction("circuits").run(s, tmp_path)
     ioi = read_json(tmp_path / "ioi" / "ioi.json")
     assert [r["step"] for r in ioi["training"]["curve"]] == [0, 1, 2]
@@ -130,11 +132,30 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
     from subnetlab.experiments.demo.verdicts import NOT_MEASURABLE, NOT_SHOWN, SHOWN
 
     rows = findings(tmp_path, tmp_path.parent)
-    assert len(rows) == 3 and all(r.verdict in (SHOWN, NOT_SHOWN) for r in rows[:2])  # every result is there
-    assert rows[2].verdict == NOT_MEASURABLE and rows[2].rule.startswith("one run")  # one seed of each method
-    assert rows[2].this_run.startswith("CPR / CMD: edge pruning") and rows[0].link.startswith(f"{tmp_path.name}/report.md#3-")
+    assert len(rows) == 4 and rows[0].verdict in (SHOWN, NOT_SHOWN)  # every result is there
+    assert rows[3].verdict == NOT_MEASURABLE and rows[3].rule.startswith("one run")  # one seed of each method
+    assert rows[3].this_run.startswith("CPR / CMD: edge pruning") and rows[0].link.startswith(f"{tmp_path.name}/report.md#3-")
+    # the search controls: the study's seed-0 run and seeds 1, 2 at the curve's sparsity, each control with 3 seeds;
+    # the row's verdict recomputed here from each run's own metrics.json (mean gap against the summed s.d.s)
+    import statistics
+
+    def scores(kind):
+        dirs = [tmp_path / "edge-pruning" / "sparsity-0.9" if kind == "real" and seed == 0 else
+                tmp_path / "controls" / kind / f"seed-{seed}" for seed in (0, 1, 2)]
+        return [read_json(d / "metrics.json")["eval"]["logit_diff"] for d in dirs]
+
+    real = scores("real")
+    beaten = [statistics.fmean(real) - statistics.fmean(c) > statistics.stdev(real) + statistics.stdev(c)
+              for c in (scores("random-weights"), scores("shuffled-labels"))]
+    assert rows[2].verdict == (SHOWN if all(beaten) else NOT_SHOWN) and rows[2].this_run.startswith(
+        f"logit difference at target sparsity 0.9: real {statistics.fmean(real):.2f}")
+    assert rows[1].verdict in ((SHOWN, NOT_SHOWN) if all(beaten) else (NOT_SHOWN,))  # shown only if it computes
+    assert read_json(tmp_path / "metrics.json")["search_controls"]["controls"] == ["random-weights", "shuffled-labels"]
     (tmp_path / "curves.json").unlink()
-    assert [r.verdict for r in findings(tmp_path, tmp_path.parent)][1:] == [NOT_MEASURABLE, NOT_MEASURABLE]
+    assert [r.verdict for r in findings(tmp_path, tmp_path.parent)][1:] == [NOT_MEASURABLE, rows[2].verdict,
+                                                                           NOT_MEASURABLE]
+    (tmp_path / "controls" / "metrics.json").unlink()
+    assert findings(tmp_path, tmp_path.parent)[2].verdict == NOT_MEASURABLE
 
 
 def test_paper_preset_runs_the_ioi_sweep_on_a_local_model(tmp_path):

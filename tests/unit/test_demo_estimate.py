@@ -52,6 +52,7 @@ def _fake_si() -> dict:
              lambdas=[1e-6, 2e-6], sizes=[10], seeds=[0], conditions=["subnetwork", "scratch"], secondary_reinit=None,
              max_number=30, transfer_epochs=5, transfer_min_steps=0, transfer_batch=40, transfer_evals=0, eval_every=2,
              backend="processes", jobs=2)
+    s.pop("controls", None), s.pop("control_seeds", None)
     return s
 
 
@@ -79,11 +80,22 @@ def test_counts_follow_the_preset():
     assert local["transfer"].parallel == 1 and local["transfer"].serial == {}
 
 
+def test_search_controls_are_counted_as_discoveries_of_the_chosen_lambda():
+    plain = _by_key(subtask_induction_stages(_fake_si(), cores=2))
+    stages = _by_key(subtask_induction_stages({**_fake_si(), "controls": ["random-weights", "shuffled-labels"],
+                                               "control_seeds": [0, 1, 2]}, cores=2))
+    assert list(stages) == ["L2/base", "L2/discover", "L2/controls", "transfer"]
+    # seeds 1 and 2 of the real search, and 2 controls x 3 seeds: 8 discoveries, each one lambda's job
+    assert stages["L2/controls"].jobs == (plain["L2/discover"].jobs[0],) * 8
+    assert stages["L2/controls"].match == "search controls: " and stages["L2/controls"].parallel == 2
+
+
 def test_heuristic_core_pruning_steps_are_the_study_plans():
     settings = copy.deepcopy(HC["tour"])
     planned = hc_plan(settings, ".")["steps"]["nli"]["prune"]["config_by_sparsity"]
     stages = _by_key(heuristic_core_stages(settings, real_hans=False, cores=2))
-    assert list(stages) == ["nli/finetune", "nli/prune", "nli/curves", "nli/ablation", "nli/attention"]
+    assert list(stages) == ["nli/finetune", "nli/prune", "nli/curves", "nli/ablation", "nli/effective-size",
+                            "nli/attention"]
     per_seed = sum(c["total_steps"] for c in planned.values())
     steps = [job.get("minilm_job_gate_step", 0) for job in stages["nli/prune"].jobs]
     assert sum(steps) == len(settings["seeds"]) * per_seed and len(steps) == 3 * 2 + 1  # and the full model's job
@@ -91,6 +103,19 @@ def test_heuristic_core_pruning_steps_are_the_study_plans():
     assert stages["nli/finetune"].jobs == ({"minilm_train_row": 200 * 16, "minilm_eval_row": 2 * (300 + 30 * 10)},)
     held = _by_key(heuristic_core_stages({**settings, "prune_hold_steps": 125}, real_hans=False, cores=2))
     assert sum(j.get("minilm_job_gate_step", 0) for j in held["nli/prune"].jobs) > sum(steps)
+
+
+def test_heuristic_core_effective_size_is_counted_per_checkpoint_and_seed():
+    """The tour's Figure 6: 3 checkpoints x (the full model + 3 staircases of 25 + 10 + 3 x (15 + 10) = 110 steps)."""
+    settings = copy.deepcopy(HC["tour"])
+    stage = _by_key(heuristic_core_stages(settings, real_hans=False, cores=2))["nli/effective-size"]
+    rows = 300 + 4 * 40  # ID rows and the 4 chosen OOD subcases; the curves read no real HANS
+    climb = {"minilm_load": 1, "minilm_job_gate_step": 110, "minilm_job_eval_row": 4 * rows + 800}
+    full = {"minilm_load": 1, "minilm_job_eval_row": rows + 128}
+    assert stage.jobs == (full, climb, climb, climb) * 3 and stage.parallel == 2
+    assert stage.match == "[nli] effective size"
+    skipped = _by_key(heuristic_core_stages({**settings, "effective_size": None}, real_hans=False, cores=2))
+    assert "nli/effective-size" not in skipped
 
 
 def test_heuristic_core_ablation_counts_a_core_bound_by_the_sparsity():
@@ -124,17 +149,22 @@ def test_lottery_pruning_is_counted_at_its_loops_bounds():
     assert capped.bound == "at most 5 s-pruning and 5 m-pruning steps"
     tuning = {"minilm_load": 1, "minilm_job_train_row": 2000, "minilm_job_eval_row": 400}  # 1 epoch; 200 + 200 rows
     assert stages["nli-synthetic/finetune"].jobs == (tuning,) * 3
-    assert stages["nli-synthetic/retrain"].jobs == (tuning,) * 6
+    # the subnetworks are re-fine-tuned for the paper's 3 epochs
+    assert stages["nli-synthetic/retrain"].jobs == ({**tuning, "minilm_job_train_row": 3 * 2000},) * 6
+    same = _by_key(lottery_stages({**LOTTERY["tour"], "retrain_epochs": None}, cores=2))
+    assert same["nli-synthetic/retrain"].jobs == (tuning,) * 6
 
 
 def test_circuits_counts_follow_the_preset():
     stages = _by_key(circuits_stages(CIRCUITS["demo"], cores=2))
-    assert list(stages) == ["train", "mechanism", "random", "node", "edge", "ioi"]
+    assert list(stages) == ["train", "mechanism", "random", "node", "edge", "controls", "ioi"]
     assert stages["train"].jobs == ({"tiny_train_step": 400, "tiny_eval_pair": 21 * 256},)
+    # seeds 1, 2 of the real search and 2 controls x 3 seeds at 90%: 8 runs of 300 steps, 4 passes of 200 pairs each
+    assert stages["controls"].jobs == ({"tiny_prune_step": 8 * 300, "tiny_eval_pair": 8 * 4 * 200},)
     assert stages["mechanism"].bound == "at most 4 induction heads"
     longer = copy.deepcopy(CIRCUITS["demo"])
     longer["training"]["steps"] = 800
-    longer.update(ioi=None, node_pruning=None)
+    longer.update(ioi=None, node_pruning=None, search_controls=None)
     other = _by_key(circuits_stages(longer))
     assert list(other) == ["train", "mechanism", "random", "edge"]
     assert other["train"].jobs[0]["tiny_train_step"] == 800

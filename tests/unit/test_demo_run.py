@@ -69,10 +69,12 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
             ("heuristic-core: study nli", 1.0), ("[nli] fine-tuning minilm on nli-synthetic", 30.0),
             ("[nli] pruning: 3 seeds x 2 sparsities", 300.0),
             ("[nli] accuracy curves: 5 checkpoints on the report's evaluation rows", 10.0), ("[nli] ablating 3 heads", 20.0),
-            ("attention patterns of 72 heads over 60 sentence pairs", 5.0)], clock, log),  # the tour: no effective size
+            ("[nli] effective size: 3 checkpoints x 3 seeds x 4 levels", 60.0),
+            ("attention patterns of 72 heads over 60 sentence pairs", 5.0)], clock, log),
         "subtask-induction": _fake("subtask-induction", si_reproduce.PRESETS, [
             ("base model: 2-layer GPT-2 on a+ab mod 7", 20.0), ("sweep: 3 jobs, 0 already done, running 3", 40.0),
-            ("transfer: 36 runs", 200.0)], clock, log),
+            ("search controls: 8 discovery runs at lambda=6e-06 (random-weights, shuffled-labels; seeds 0, 1, 2)", 30.0),
+            ("sweep: 8 jobs, 0 already done, running 8", 0.0), ("transfer: 36 runs", 200.0)], clock, log),
         "lottery": _fake("lottery", lottery_reproduce.PRESETS, LOTTERY_LINES, clock, log),
         "circuits": _fake("circuits", circuits_reproduce.PRESETS, [
             ("training a 2-layer llama model (4 heads, width 64, attention only) on repeated random spans", 25.0),
@@ -81,6 +83,8 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
             ("faithfulness curves: random edge and node circuits", 6.0),
             ("node-level pruning (Heuristic Core) of heads and MLPs", 10.0),
             ("edge pruning to 80% of the edges removed", 8.0), ("edge pruning to 90% of the edges removed", 8.0),
+            ("search controls: edge pruning at 90% with seeds 0, 1, 2 on the real model and as random-weights, "
+             "shuffled-labels", 12.0),
             ("IOI: training a 2-layer llama model on 5000 prompts for 1000 steps", 40.0),
             ("edge pruning to 90% of the edges removed", 9.0)], clock, log),
     }
@@ -100,7 +104,7 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     stages = plan_stages({name: m.PRESETS["tour" if "tour" in m.PRESETS else "demo"] for name, m in modules.items()},
                          tmp_path, 2)
     plan = Plan(stages, RATES)
-    assert first == (f"The demo should take about {round(plan.total(exact=True) / 60)} min on this machine for the 14 "
+    assert first == (f"The demo should take about {round(plan.total(exact=True) / 60)} min on this machine for the 17 "
                      f"stages its settings fix, and up to {math.ceil(plan.total(exact=False) / 60)} min more for the 4 "
                      "whose size the data decides (heuristic-core: a core of at most 23 heads; lottery: at most 32 "
                      "s-pruning and 10 m-pruning steps; lottery: at most 8 attention readings; circuits: at most 4 "
@@ -113,8 +117,8 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     # plain stage lines with the estimate, one per stage change
     board_lines = [line for line in captured.err.splitlines() if line.startswith("[subnetlab] demo: ")]
     assert board_lines[0].startswith("[subnetlab] demo: heuristic-core: nli: fine-tuning (0% done, ")
-    assert len(board_lines) == 18 + 4  # one per stage, one as each demo ends
-    assert board_lines[5].startswith("[subnetlab] demo: heuristic-core: done (")
+    assert len(board_lines) == 21 + 4  # one per stage, one as each demo ends
+    assert board_lines[6].startswith("[subnetlab] demo: heuristic-core: done (")
     assert "[subnetlab] demo: heuristic-core: nli: pruning 6 subnetworks (" in captured.err
     assert "[subnetlab] demo: lottery: nli-synthetic: re-fine-tuning 6 subnetworks (" in captured.err
     assert "min left)" in captured.err or "under a minute left)" in captured.err
@@ -122,13 +126,16 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     measured = {f"{r['demo']}:{r['stage']}": r["measured_seconds"] for r in timings["stages"]}
     assert measured == {"heuristic-core:nli/finetune": 31.0, "heuristic-core:nli/prune": 300.0,
                         "heuristic-core:nli/curves": 10.0, "heuristic-core:nli/ablation": 20.0,
+                        "heuristic-core:nli/effective-size": 60.0,
                         "heuristic-core:nli/attention": 5.0, "subtask-induction:L2/base": 20.0,
-                        "subtask-induction:L2/discover": 40.0, "subtask-induction:transfer": 200.0,
+                        "subtask-induction:L2/discover": 40.0, "subtask-induction:L2/controls": 30.0,
+                        "subtask-induction:transfer": 200.0,
                         "lottery:nli-synthetic/finetune": 60.0, "lottery:nli-synthetic/prune": 80.0,
                         "lottery:nli-synthetic/retrain": 120.0, "lottery:nli-synthetic/patterns": 8.0,
                         # the mechanism stage spans the head scores and the cuts; IOI's own edge pruning is in "ioi"
                         "circuits:train": 25.0, "circuits:mechanism": 5.0, "circuits:random": 6.0,
-                        "circuits:node": 10.0, "circuits:edge": 16.0, "circuits:ioi": 49.0}
+                        "circuits:node": 10.0, "circuits:edge": 16.0, "circuits:controls": 12.0,
+                        "circuits:ioi": 49.0}
     # predicted = each stage's counted work at the fake rates (counts are checked by hand in test_demo_estimate.py);
     # the ablation counted again with the 3 heads its line names
     by_key = {f"{s.demo}:{s.key}": s for s in stages}
@@ -136,12 +143,12 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     assert {f"{r['demo']}:{r['stage']}": r["predicted_seconds"] for r in timings["stages"]} == predicted
     assert predicted["heuristic-core:nli/ablation"] < round(by_key["heuristic-core:nli/ablation"].predicted(RATES), 1)
     assert timings["predicted_seconds"] == pytest.approx(sum(s.predicted(RATES) for s in stages), abs=0.1)
-    assert timings["wall_seconds"] == pytest.approx(9.0 + 366.0 + 260.0 + 268.0 + 111.0)  # with the calibration
+    assert timings["wall_seconds"] == pytest.approx(9.0 + 426.0 + 290.0 + 268.0 + 123.0)  # with the calibration
     assert timings["calibration"]["rates"] == RATES
     # the studies wrote no results: every claim is "not measurable", none crashes
     findings = (tmp_path / "findings.md").read_text()
-    # 4 Heuristic Core claims, 7 Subtask Induction, 4 lottery, 3 circuits
-    assert findings.count("not measurable at this scale |") == 18
+    # 4 Heuristic Core claims, 8 Subtask Induction, 4 lottery, 4 circuits (a control row each in the last two)
+    assert findings.count("not measurable at this scale |") == 20
     assert result["findings"] == str(tmp_path / "findings.md")
 
 
@@ -160,7 +167,7 @@ def test_finished_demos_are_not_estimated_again(tmp_path, monkeypatch):
              calibrate=lambda s: seen.append(sorted(s)) or dict(RATES), clock=clock,
              echo=lambda text: out.write(text + "\n"), interactive=False, cores=2)
     assert seen == [["circuits", "lottery", "subtask-induction"]]  # only the unfinished demos are calibrated and planned
-    assert "for the 10 stages its settings fix" in out.getvalue()
+    assert "for the 12 stages its settings fix" in out.getvalue()
     assert log == [("ran", "heuristic-core"), ("ran", "subtask-induction"), ("ran", "lottery"), ("ran", "circuits")]  # a finished one still re-renders
 
 

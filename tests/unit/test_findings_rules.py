@@ -89,3 +89,52 @@ def test_no_tracker_references_in_what_reports_are_written_from():
             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
             if re.search(r"\b[Ii]ssue:? \d+|\(issue\b", line)]
     assert not hits, hits
+
+
+def test_a_mask_computes_only_when_it_beats_every_search_control_beyond_the_spread():
+    import statistics
+
+    real, far, near = [0.90, 0.92, 0.94], [0.10, 0.12, 0.14], [0.86, 0.90, 0.94]
+    text, verdict, why = v.beats_controls(real, {"random-weights": far, "shuffled-labels": far}, what="accuracy",
+                                          scale=100.0, unit="%")
+    assert verdict == v.SHOWN and why.startswith("beats random-weights, shuffled-labels beyond the seed spread")
+    # the row carries the numbers: the means, the s.d.s and the gap against the summed spread, computed here
+    gap = 100 * (statistics.fmean(real) - statistics.fmean(far))
+    spread = 100 * (statistics.stdev(real) + statistics.stdev(far))
+    assert f"real 92.0% (s.d. {100 * statistics.stdev(real):.1f}%, 3 seeds)" in text
+    assert f"random-weights 12.0% (s.d. 2.0%, 3 seeds): real {gap:.1f} points ahead, spread {spread:.1f} points" in text
+    # 0.92 - 0.90 = 0.02 is within 0.02 + 0.04: the shuffled-labels control is not beaten
+    verdict, why = v.beats_controls(real, {"random-weights": far, "shuffled-labels": near})[1:]
+    assert verdict == v.NOT_SHOWN and why.startswith("not beyond the seed spread of shuffled-labels;")
+    assert v.beats_controls(real[:2], {"random-weights": far[:2]})[1] == v.NOT_MEASURABLE  # two seeds: no spread
+    assert v.beats_controls(real, {"random-weights": far[:2]})[1] == v.NOT_MEASURABLE  # nor on the control's side
+    assert v.beats_controls(real, {})[1] == v.NOT_MEASURABLE
+
+
+def _comparison(real, **controls):
+    """A controls comparison as runs.controls writes it: one target, per kind the scores and densities by seed."""
+    kinds = {"real": real, **{k.replace("_", "-"): c for k, c in controls.items()}}
+    return {"command": "x", "controls": [k for k in kinds if k != "real"],
+            "targets": {"0.900": {"score": "logit_diff", **{k: {"seeds": list(range(len(s))), "score": s,
+                                                               "density": [0.1] * len(s)} for k, s in kinds.items()}}}}
+
+
+def test_control_rows_read_the_comparison_and_gate_the_found_circuit_row():
+    from subnetlab.experiments.circuits.findings import controls_row, gated
+    from subnetlab.experiments.subtask_induction.findings import computes_row
+
+    beaten = _comparison([5.0, 5.5, 6.0], random_weights=[0.0, 0.1, 0.2], shuffled_labels=[1.0, 1.2, 1.4])
+    text, verdict, _ = controls_row(beaten)
+    assert verdict == v.SHOWN and "logit difference at target sparsity 0.9: real 5.50" in text
+    assert "(edges kept: real 10%, random-weights 10%, shuffled-labels 10%)" in text
+    close = _comparison([5.0, 5.5, 6.0], random_weights=[0.0, 0.1, 0.2], shuffled_labels=[4.5, 5.0, 5.5])
+    row = ("3 of 4 key edges kept", v.SHOWN, "keeps a key edge")
+    assert gated(row, controls_row(beaten))[1] == v.SHOWN
+    assert gated(row, controls_row(close))[1] == v.NOT_SHOWN and "shuffled-labels" in gated(row, controls_row(close))[2]
+    assert gated(row, None)[1] == v.NOT_MEASURABLE  # no controls: the circuit is not shown to compute the task
+    assert gated(("x", v.NOT_SHOWN, "y"), controls_row(beaten)) == ("x", v.NOT_SHOWN, "y")
+    accurate = _comparison([0.9, 0.95, 1.0], random_weights=[0.1, 0.15, 0.2], shuffled_labels=[0.1, 0.2, 0.3])
+    fitted = _comparison([0.9, 0.95, 1.0], random_weights=[0.1, 0.15, 0.2], shuffled_labels=[0.92, 0.92, 0.92])
+    assert computes_row({"2": accurate})[1] == v.SHOWN
+    text, verdict, _ = computes_row({"2": accurate, "4": fitted})  # shown only when shown at every depth
+    assert verdict == v.NOT_SHOWN and text.startswith("2 layers, test accuracy: real 95.0% (s.d. 5.0%, 3 seeds)")

@@ -117,12 +117,13 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
                "circuit": str((run_dir / "graph.json").relative_to(out))}
         runs.append(run)
         log_alphas[float(sparsity)] = result.log_alpha_edges
-        write_circuit_files(run_dir, adapter, result, config, task=task.name, model=model_name)
+        sub = write_circuit_files(run_dir, adapter, result, config, task=task.name, model=model_name)
         write_json(run_dir / "config.json", {"command": "circuit", "method": "edge-pruning", "model": model_name,
                                              "task": task.name, "task_options": dict(task.options),
                                              "preset": preset, "edge_prune": config.to_dict(), "eval_split": "eval"})
         write_json(run_dir / "metrics.json", {
             "target_sparsity": float(sparsity), "seed": seed, "edges": graph.num_edges, "kept_edges": len(kept),
+            "sparsity": sub.sparsity,
             "undecided_masks": result.selection.undecided, "masks": result.selection.num_masks,
             "eval": {"split": "eval", **evaluate(mask.bool())}, "faithfulness": run["faithfulness"],
             "health": circuit_health(result, graph, len(kept), float(sparsity))})

@@ -15,6 +15,11 @@
    compared only over the same items (edge pruning's and random edges' curves
    are over the graph's edges; node pruning's over heads and MLPs, another
    size axis, so its areas are not compared with the edge curves').
+4. The circuit computes the task: at the curve's sparsity, edge pruning's
+   circuits (three seeds) beat the same search on a re-initialised model and on
+   shuffled answers beyond the seed spread (``controls/metrics.json``, logit
+   difference). Row 2 says the found circuit recovers the mechanism, so it is
+   shown only when this row is.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from pathlib import Path
 
 from subnetlab.experiments.demo.verdicts import (
     NOT_MEASURABLE,
+    SEARCH_CONTROLS,
+    beats_controls,
+    control_scores,
     NOT_SHOWN,
     SHOWN,
     Finding,
@@ -39,6 +47,8 @@ MECHANISM = ("A previous-token head in layer 0 feeds the key of induction heads 
              "the two-head induction circuit through K-composition")
 FOUND = ("Edge pruning's circuit keeps the previous-token head -> induction head key edge",
          "its circuits recover known mechanisms (the paper checks it on compiled Tracr programs)")
+COMPUTES = (f"Edge pruning's circuit computes the task: it {SEARCH_CONTROLS} answers",
+            "not in the paper: masks over random networks can fit a task (Zhou et al. 2019; Ramanujan et al. 2020)")
 CPR = ("Edge circuits are more faithful than node-level and random ones",
        "edge circuits more faithful than other methods' at equal sparsity")
 
@@ -60,6 +70,28 @@ def mechanism_row(scores: dict, mechanism: dict) -> tuple[str, str, str]:
             f" logit difference left with the key / query / value edges cut: {k:.0%} / {q:.0%} / {v:.0%}")
     ok = prev > 0.5 and max(h["score"] for h in heads) > 0.5 and k < 0.5 and q > 0.9 and v > 0.9
     return text, SHOWN if ok else NOT_SHOWN, "scores > 0.5, key cut < 50% left, query and value cuts > 90% left"
+
+
+def controls_row(comparison: dict) -> tuple[str, str, str]:
+    """The real circuits' logit difference per seed against each search control's (``beats_controls``), with the
+    kinds' densities."""
+    key, real, controls, density = control_scores(comparison, "controls/metrics.json")
+    text, verdict, why = beats_controls(real, controls, what=f"logit difference at target sparsity {float(key):g}")
+    kept = ", ".join(f"{k} {100 * d:.0f}%" for k, d in density.items() if d is not None)
+    return text + (f" (edges kept: {kept})" if kept else ""), verdict, why
+
+
+def gated(row: tuple[str, str, str], computes: tuple[str, str, str] | None) -> tuple[str, str, str]:
+    """A row that says the found circuit recovers something stays shown only when the circuit beats both search
+    controls (``computes``: the controls row, None when the run has none)."""
+    text, verdict, why = row
+    if verdict != SHOWN:
+        return row
+    if computes is None:
+        return text, NOT_MEASURABLE, why + "; not measurable: no search controls to show the circuit computes the task"
+    if computes[1] != SHOWN:
+        return text, computes[1], why + "; but the circuit does not beat both search controls (" + computes[2] + ")"
+    return text, SHOWN, why + "; and the circuit beats both search controls"
 
 
 def found_row(curves: dict) -> tuple[str, str, str]:
@@ -114,16 +146,26 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     links = {"mechanism": section_link(report, "3. The circuit task and the mechanism's edges", relative_to),
              "curves": section_link(report, "4. Faithfulness of the circuit methods (MIB: CPR higher is better, "
                                     "CMD lower is better)", relative_to)}
+    try:
+        computes: tuple[str, str, str] | None = controls_row(read_json_or_missing(run_dir / "controls" / "metrics.json"))
+        absent = ""
+    except Missing as e:
+        computes, absent = None, str(e)
     rows: list[Finding] = []
     for (claim, fig), paper, link, rule in ((MECHANISM, OLSSON, links["mechanism"], "mechanism"),
                                            (FOUND, EDGE_PRUNING, links["curves"], "found"),
+                                           (COMPUTES, EDGE_PRUNING, links["curves"], "computes"),
                                            (CPR, EDGE_PRUNING, links["curves"], "cpr")):
         try:
             if rule == "mechanism":
                 text, verdict, why = mechanism_row(read_json_or_missing(run_dir / "head_scores.json"),
                                                    read_json_or_missing(run_dir / "mechanism.json"))
             elif rule == "found":
-                text, verdict, why = found_row(read_json_or_missing(run_dir / "curves.json"))
+                text, verdict, why = gated(found_row(read_json_or_missing(run_dir / "curves.json")), computes)
+            elif rule == "computes":
+                if computes is None:
+                    raise Missing(absent)
+                text, verdict, why = computes
             else:
                 text, verdict, why = cpr_row(read_json_or_missing(run_dir / "curves.json"))
         except Missing as e:
@@ -133,4 +175,4 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     return rows
 
 
-__all__ = ["cpr_row", "findings", "more_faithful"]
+__all__ = ["controls_row", "cpr_row", "findings", "gated", "more_faithful"]

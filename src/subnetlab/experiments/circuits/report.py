@@ -8,8 +8,9 @@ from typing import Any
 
 from subnetlab.experiments.circuits.figures import circuit_figures, curves_figure
 from subnetlab.experiments.circuits.settings import CircuitsSettings
-from subnetlab.io import write_text
+from subnetlab.io import read_json, write_text
 from subnetlab.report.markdown import num, table
+from subnetlab.report.search_controls import controls_table
 
 
 _FAMILY = {"gpt2": "GPT-2 with learned absolute positions", "llama": "Llama-style decoder with rotary positions"}
@@ -148,6 +149,11 @@ def write_report(out: Path, settings: CircuitsSettings, training: dict[str, Any]
         lines += circuit_figures(out, out, runs, mechanism["key_edges"], "induction-circuit", "induction circuit")
         lines += [f"The edge-pruning curve ranks edges by the log-alphas of the run at "
                   f"{curves['curves']['edge-pruning']['from_sparsity']}.", ""]
+    if (out / "controls" / "metrics.json").is_file():
+        for entry in read_json(out / "controls" / "metrics.json")["targets"].values():
+            headers, rows, caption = controls_table(entry, "logit difference", what=" of the circuit at the curve's "
+                                                    "sparsity")
+            lines += [caption, "", table(headers, rows), ""]
     for name, why in curves.get("missing", {}).items():
         lines += [f"Not run: **{name}**: {why}.", ""]
     lines += _ioi_section(settings, ioi)

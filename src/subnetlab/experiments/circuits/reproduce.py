@@ -69,6 +69,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "model": {"family": "llama", "layers": 2, "heads": 4, "width": 64, "mlp_width": 256, "mlp": True},
                 "edge_pruning": {"sparsities": [0.9], "curve_sparsity": 0.9, "list_up_to": 25,
                                  "overrides": {}}},
+        # the curve's search on random weights and on shuffled answers, and again for the real model, with three
+        # seeds each (the fewest a seed spread is measured with): does the circuit compute the task, or fit it?
+        "search_controls": {"controls": ["random-weights", "shuffled-labels"], "seeds": [0, 1, 2]},
     },
     "paper": {
         "study": "ioi-gpt2",
@@ -102,6 +105,7 @@ def _run(settings: CircuitsSettings, out: Path) -> Path:
     import torch
 
     from subnetlab.experiments.circuits import steps
+    from subnetlab.experiments.circuits.controls import search_controls
     from subnetlab.experiments.circuits.curves import faithfulness_curves
     from subnetlab.experiments.circuits.report import write_report
     from subnetlab.progress import stage
@@ -134,6 +138,7 @@ def _run(settings: CircuitsSettings, out: Path) -> Path:
     mechanism = steps.mechanism_check(model, tokenizer, scores, settings, out)
     task = steps.circuit_task(settings).bind(tokenizer)
     curves = faithfulness_curves(model, tokenizer, task, scores, settings, out)
+    controls = search_controls(model, tokenizer, settings, out)
     ioi = None
     if settings.ioi:
         from subnetlab.experiments.circuits.ioi import ioi_study
@@ -148,6 +153,8 @@ def _run(settings: CircuitsSettings, out: Path) -> Path:
                "mechanism": {k: mechanism[k] for k in ("full", "corrupted", "cut", "key_edges")},
                "cpr_cmd": {name: {"cpr": c["cpr"], "cmd": c["cmd"]} for name, c in curves["curves"].items()},
                "missing": curves["missing"], "timing": timing}
+    if controls is not None:  # the comparison itself is controls/metrics.json
+        metrics["search_controls"] = {"controls": controls["controls"], "targets": controls["targets"]}
     if ioi is not None:
         metrics["ioi"] = {"final": ioi["training"]["curve"][-1], "full": ioi["full"], "corrupted": ioi["corrupted"],
                           "cpr_cmd": {name: {"cpr": c["cpr"], "cmd": c["cmd"]} for name, c in ioi["curves"].items()}}

@@ -35,6 +35,9 @@ class CircuitsSettings(StudySettings):
     node_pruning: dict[str, Any] | None = optional()
     edge_pruning: dict[str, Any] | None
     ioi: dict[str, Any] | None = optional()
+    # the edge-pruning search at ``edge_pruning.curve_sparsity`` again with every seed of ``seeds`` (``seed``'s is the
+    # study's run) and as each search control of ``controls`` (methods.controls); None: no controls
+    search_controls: dict[str, Any] | None = optional()
 
     def check(self) -> None:
         """The seed; for ``induction`` the task, model shape, training and circuit sizes; for ``ioi-gpt2`` every
@@ -67,6 +70,7 @@ class CircuitsSettings(StudySettings):
             if size is None or size < 1:
                 raise SubnetlabError(f"scores_size {size!r}: expected a positive number of sequences",
                                      setting="scores_size")
+            self._check_search_controls()
         elif self.study == "ioi-gpt2":
             from subnetlab.methods.edge_pruning.config import preset_config
 
@@ -84,3 +88,23 @@ class CircuitsSettings(StudySettings):
                                      "sparsities", setting="edge_pruning")
         else:
             raise SubnetlabError(f"study {self.study!r}: expected 'induction' or 'ioi-gpt2'", setting="study")
+
+    def _check_search_controls(self) -> None:
+        """Known controls, distinct seeds that include ``seed``, and an edge-pruning step to repeat."""
+        from subnetlab.methods.controls import check_controls
+
+        sc = self.search_controls
+        if sc is None:
+            return
+        if not isinstance(sc, dict) or set(sc) - {"controls", "seeds"}:
+            raise SubnetlabError(f"search_controls {sc!r}: expected a mapping of controls and seeds",
+                                 setting="search_controls")
+        check_controls(list(sc.get("controls") or []))
+        seeds = list(sc.get("seeds") or [])
+        if self.seed not in seeds or len(set(seeds)) != len(seeds):
+            raise SubnetlabError(f"search_controls.seeds {seeds}: distinct seeds that include seed {self.seed} (the "
+                                 "study's own edge-pruning run)", setting="search_controls")
+        if not self.edge_pruning:
+            raise SubnetlabError("search_controls: they repeat the edge-pruning step, which these settings turn off; "
+                                 "turn search_controls off too",
+                                 setting="search_controls")

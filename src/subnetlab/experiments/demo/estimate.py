@@ -83,7 +83,7 @@ def model_shape(model: str) -> tuple[int, int]:
 
 def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, cores: int | None = None) -> list[Stage]:
     """Per study, from ``heuristic_core.reproduce.plan``: fine-tuning, pruning jobs (and the full model's), accuracy
-    curves, the ablation table and attention. (The demo's ``tour`` preset has no effective-size stage.)"""
+    curves, the ablation table, effective size (where the settings run it) and attention."""
     demo, (workers, start), (layers, heads) = "heuristic-core", sweep(settings, cores), model_shape(settings["model"])
     heuristics = {h for h, _, _ in SUBCASES.values()}
     entailed = sum(label == ENT for _, label, _ in SUBCASES.values()) // len(heuristics)  # subcases per heuristic
@@ -124,9 +124,30 @@ def heuristic_core_stages(settings: Mapping[str, Any], real_hans: bool, cores: i
                       ({"minilm_eval_row": ablations * per_pass},),
                       bound=f"a core of at most {core} heads", count=r"ablating (\d+) heads", most=core,
                       per={"minilm_eval_row": per_head * per_pass}),
+                *effective_size_stage(name, steps, configs[0], id_rows + ood_rows, workers, start),
                 Stage(demo, f"{name}/attention", f"{name}: attention patterns", "attention patterns of",
                       ({"minilm_eval_row": int(settings["attention"]["examples"])},))]
     return out
+
+
+def effective_size_stage(name: str, steps: Mapping[str, Any], prune: Mapping[str, Any], rows: int, workers: int,
+                         start: Mapping[str, float]) -> list[Stage]:
+    """Figure 6's sweep (none where the settings skip it): per checkpoint the full model's job (its means and every
+    row) and one staircase per seed, which caches its teacher over the training rows, climbs every level and
+    scores the in-domain and OOD rows at each (no real HANS: the curves need none)."""
+    es = steps.get("effective_size")
+    if not es:
+        return []
+    from subnetlab.methods.head_pruning.config import PruneConfig
+
+    stair, levels = PruneConfig.from_dict(es["staircase_prune_config"]), list(es["levels"])
+    climb = {"minilm_load": 1, "minilm_job_gate_step": stair.make_schedule().total_steps,
+             "minilm_job_eval_row": len(levels) * rows + int(stair.train_limit or 0)}
+    full = {"minilm_load": 1, "minilm_job_eval_row": rows + int(prune["means_examples"])}
+    jobs = [full, *[climb] * len(es["seeds"])] * int(es["checkpoints"])
+    return [Stage("heuristic-core", f"{name}/effective-size",
+                  f"{name}: effective size, {len(jobs) - int(es['checkpoints'])} staircases",
+                  f"[{name}] effective size", tuple(jobs), workers, start)]
 
 
 def lottery_stages(settings: Mapping[str, Any], cores: int | None = None) -> list[Stage]:
@@ -140,6 +161,10 @@ def lottery_stages(settings: Mapping[str, Any], cores: int | None = None) -> lis
         dev = min(int(opts.get("n_eval", 0)), limit)
         final = dev + min(int(opts.get("hans_per_subcase", 0)) * len(SUBCASES), limit)
         tuning = {"minilm_load": 1, "minilm_job_train_row": rows, "minilm_job_eval_row": final}
+        again = finetune_config(dict(settings), task, seeds[0], retrain=True)  # re-fine-tuning: its own epochs
+        retrain_rows = (again.max_steps * again.batch_size if again.max_steps
+                        else math.ceil(int(opts.get("n_train", 0)) * again.epochs))
+        retuning = {**tuning, "minilm_job_train_row": retrain_rows}
         # s-pruning: the most evaluations its phases allow (joint, heads-only, MLP-only; at least one head is kept)
         per_step = max(1, int(float(job["fraction"]) * layers * heads))
         s_steps = ((layers * heads - 1) // max(1, per_step // 2) + layers + 3 if job["refine"]
@@ -159,7 +184,7 @@ def lottery_stages(settings: Mapping[str, Any], cores: int | None = None) -> lis
                 Stage(demo, f"{task}/prune", f"{task}: pruning", f"{task}: pruning", tuple(pruning), workers, start,
                       bound=f"at most {s_steps} s-pruning and {m_steps} m-pruning steps"),
                 Stage(demo, f"{task}/retrain", f"{task}: re-fine-tuning {retrain} subnetworks",
-                      f"{task}: re-fine-tuning", (tuning,) * retrain, workers, start),
+                      f"{task}: re-fine-tuning", (retuning,) * retrain, workers, start),
                 Stage(demo, f"{task}/patterns", f"{task}: attention pattern types", f"{task}: attention pattern types",
                       ({"minilm_load": readings, "minilm_pattern_pair": readings * int(settings["pattern_pairs"])},),
                       bound=f"at most {readings} attention readings")]
@@ -167,7 +192,8 @@ def lottery_stages(settings: Mapping[str, Any], cores: int | None = None) -> lis
 
 
 def subtask_induction_stages(settings: Mapping[str, Any], cores: int | None = None) -> list[Stage]:
-    """Per depth: the base model and the discovery jobs (one per lambda); then every transfer run."""
+    """Per depth: the base model, the discovery jobs (one per lambda) and the search controls' (the chosen lambda
+    with the other seeds, and each control with every seed); then every transfer run."""
     demo, (workers, start), s = "subtask-induction", sweep(settings, cores), settings
     n_eval, lambdas, out = int(s["n_eval"]), len(s["lambdas"]), []
     variants = len(s["conditions"]) + (len(s.get("secondary_conditions") or []) if s.get("secondary_reinit") and
@@ -179,6 +205,11 @@ def subtask_induction_stages(settings: Mapping[str, Any], cores: int | None = No
                       (base,)),
                 Stage(demo, f"L{layers}/discover", f"{layers}-layer GPT-2: discovery, {lambdas} lambdas",
                       f"sweep: {lambdas} jobs", (discovery,) * lambdas, workers, start)]
+        seeds, controls = len(s.get("control_seeds") or [s["seed"]]), len(s.get("controls") or [])
+        if controls:
+            runs = seeds - 1 + controls * seeds
+            out.append(Stage(demo, f"L{layers}/controls", f"{layers}-layer GPT-2: search controls, {runs} discoveries",
+                             "search controls: ", (discovery,) * runs, workers, start))
     runs: list[Work] = []
     for size in s["sizes"]:
         epochs, every = schedule(dict(s), int(size))
@@ -216,6 +247,13 @@ def circuits_stages(settings: Mapping[str, Any], cores: int | None = None) -> li
     if settings.get("edge_pruning"):
         out.append(Stage(demo, "edge", f"edge pruning at {len(settings['edge_pruning']['sparsities'])} sparsities",
                          "edge pruning to", (edges(settings["edge_pruning"], n),)))
+    sc = settings.get("search_controls")
+    if sc and settings.get("edge_pruning"):  # one run per seed and kind but the study's own; a new evaluator each
+        ep = settings["edge_pruning"]
+        runs = len(sc["seeds"]) * (1 + len(sc.get("controls") or [])) - 1
+        steps = edge_config("demo", float(ep["curve_sparsity"]), **dict(ep.get("overrides") or {})).total_steps
+        out.append(Stage(demo, "controls", f"search controls: {runs} edge-pruning runs", "search controls: ",
+                         ({"tiny_prune_step": runs * steps, "tiny_eval_pair": runs * n * 4},)))
     ioi = settings.get("ioi")
     if ioi:  # its own edge pruning's lines read as the induction model's: one stage for all of IOI
         m, evals = int(ioi["n_eval"]), 1 + ioi["steps"] // ioi["eval_every"]

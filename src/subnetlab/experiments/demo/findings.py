@@ -13,7 +13,8 @@ import importlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from subnetlab.experiments.demo.verdicts import NOT_MEASURABLE, NOT_SHOWN, SHOWN, SHOWN_WEAKLY, Finding
+from subnetlab.experiments.demo.verdicts import (NOT_MEASURABLE, NOT_SHOWN, SEARCH_CONTROLS, SHOWN, SHOWN_WEAKLY,
+                                                 Finding)
 from subnetlab.io import write_json, write_text
 
 MODULES = {
@@ -57,6 +58,11 @@ def render(rows: Sequence[Finding]) -> str:
         lines.append("| " + " | ".join(_cell(c) for c in (
             r.paper, f"[{r.claim}]({r.link})", r.paper_figure, r.this_run, VERDICT_MARK.get(r.verdict, r.verdict),
             r.rule)) + " |")
+    controls = [r for r in rows if SEARCH_CONTROLS in r.claim]
+    lines += ["", "Search controls (the same search on a re-initialised model and on shuffled answers; a claim that a "
+                  "found mask computes something is shown only when it beats both beyond the seed spread): "
+              + ("; ".join(f"{r.paper}: {VERDICT_MARK.get(r.verdict, r.verdict)} ({r.this_run})" for r in controls)
+                 if controls else "none in this run") + "."]
     counts = {v: sum(r.verdict == v for r in rows) for v in VERDICT_MARK}
     weak = f" ({counts[SHOWN_WEAKLY]} of them weakly identified)" if counts[SHOWN_WEAKLY] else ""
     lines += ["", f"{counts[SHOWN] + counts[SHOWN_WEAKLY]} shown{weak}, {counts[NOT_SHOWN]} not shown, "

@@ -31,6 +31,8 @@ SHOWN = "shown"
 SHOWN_WEAKLY = "shown, weakly identified"  # shown, but the subnetworks it rests on have many undecided gates
 NOT_SHOWN = "not shown"
 NOT_MEASURABLE = "not measurable at this scale"
+# the words every search-control row's claim holds (``beats_controls``): the table lists those rows after it
+SEARCH_CONTROLS = "beats the same search on random weights and on shuffled"
 # A seed spread (a standard deviation) from fewer seeds than this is not a measurement of the spread: with two
 # seeds it is half their difference, and any difference "exceeds" it one time in two by chance alone.
 MIN_SEEDS = 3
@@ -198,6 +200,67 @@ def not_behind(cells: Mapping[str, tuple[float, float, int]], other: str) -> tup
                                                              if behind else ""))
 
 
+def beats_controls(real: Sequence[float], controls: Mapping[str, Sequence[float]], *, what: str = "score",
+                   scale: float = 1.0, unit: str = "") -> tuple[str, str, str]:
+    """A claim that a found mask *computes* something, against the same search on nothing to find (``real``: the
+    found masks' score per seed; ``controls``: each search control's, ``methods.controls``).
+
+    Shown only when the real mask beats every control by more than the seed spread (the two sides' standard
+    deviations summed, ``methods.controls.control_verdict``); not shown naming the controls it does not beat;
+    not measurable without a control or with fewer than ``MIN_SEEDS`` seeds on a side. Returns
+    ``(this run's numbers, verdict, rule)``; ``scale`` and ``unit`` write the scores (100 and "%": accuracy)."""
+    from subnetlab.methods.controls import control_verdict
+
+    def fmt(x: float) -> str:
+        return f"{x * scale:.1f}{unit}" if unit == "%" else f"{x * scale:.2f}{unit}"
+
+    def gap(x: float) -> str:  # a difference of percentages is in points
+        return f"{x * scale:.1f} points" if unit == "%" else fmt(x)
+
+    result = control_verdict(real, controls)
+    r = result["real"]
+    head = ("-" if r["mean"] is None else f"{what}: real {fmt(r['mean'])} (s.d. {fmt(r['sd'])}, {r['n']} seeds)")
+    parts = [head]
+    for name, c in result["controls"].items():
+        if c["mean"] is None:
+            parts.append(f"{name}: no score")
+            continue
+        word = "ahead" if c["gap"] > 0 else "behind"
+        parts.append(f"{name} {fmt(c['mean'])} (s.d. {fmt(c['sd'])}, {c['n']} seeds): real {gap(abs(c['gap']))} "
+                     f"{word}, spread {gap(c['margin'])}")
+    text = "; ".join(parts)
+    rule = "shown only if the real mask beats every search control by more than the seed spread (s.d.s summed)"
+    if not controls:
+        return text, NOT_MEASURABLE, "not measurable: no search control was run; " + rule
+    thin = min([r["n"], *(c["n"] for c in result["controls"].values())])
+    if thin < MIN_SEEDS:
+        return text, NOT_MEASURABLE, f"not measurable: {thin} seed(s) on a side, fewer than {MIN_SEEDS}; " + rule
+    lost = [n for n, c in result["controls"].items() if not c["beaten"]]
+    if lost:
+        return text, NOT_SHOWN, f"not beyond the seed spread of {', '.join(lost)}; " + rule
+    return text, SHOWN, "beats " + ", ".join(result["controls"]) + " beyond the seed spread; " + rule
+
+
+def control_scores(comparison: Mapping[str, Any], what: str) -> tuple[str, list[float], dict[str, list[float]],
+                                                                      dict[str, float | None]]:
+    """From a sweep's controls comparison (``DIR/metrics.json`` of ``runs.controls``, one target): the target, the
+    real masks' scores per seed, each control's, and each kind's mean density (kept fraction)."""
+    targets = get(comparison, "targets", what=what)
+    if len(targets) != 1:
+        raise Missing(f"{len(targets)} targets in {what}, expected one")
+    key, entry = next(iter(targets.items()))
+    kinds = [k for k in entry if k not in ("score", "verdict", "stability")]
+    if "real" not in kinds:
+        raise Missing(f"no real runs in {what}")
+
+    def mean(values: Sequence[Any]) -> float | None:
+        got = [float(v) for v in values if v is not None]
+        return sum(got) / len(got) if got else None
+
+    scores = {k: [float(v) for v in get(entry, k, "score", what=what) if v is not None] for k in kinds}
+    return key, scores.pop("real"), scores, {k: mean(entry[k].get("density") or []) for k in kinds}
+
+
 def too_few_runs(n: int, unit: str = "seed") -> tuple[str, str] | None:
     """A claim about a distribution (over seeds, draws, runs) from fewer than ``MIN_SEEDS`` of them: not
     measurable, whatever the one run shows ("one run: not measurable"); None when there are enough."""
@@ -291,6 +354,7 @@ def missing(paper: str, claim: str, paper_figure: str, link: str, reason: str) -
     return Finding(paper, claim, paper_figure, "-", NOT_MEASURABLE, f"not measurable: {reason}", link)
 
 
-__all__ = ["Finding", "MIN_SEEDS", "Missing", "NOT_MEASURABLE", "NOT_SHOWN", "Reading", "SHOWN", "SHOWN_WEAKLY",
-           "ahead_at_low_n", "beyond_spread", "compare", "get", "headings", "identified", "in_band", "missing", "moves",
+__all__ = ["Finding", "MIN_SEEDS", "Missing", "NOT_MEASURABLE", "NOT_SHOWN", "Reading", "SEARCH_CONTROLS", "SHOWN",
+           "SHOWN_WEAKLY",
+           "ahead_at_low_n", "beats_controls", "beyond_spread", "control_scores", "compare", "get", "headings", "identified", "in_band", "missing", "moves",
            "not_behind", "number", "points", "read_json_or_missing", "section_link", "sd", "slug", "too_few_runs", "trend", "unconverged"]

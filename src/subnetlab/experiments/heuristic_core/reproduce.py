@@ -11,7 +11,7 @@ QQP / PAWS-QQP, 12 seeds, 50% / 70% and 30% / 60%; a GPU and the Hugging Face
 hub); ``demo`` is MiniLM on the synthetic NLI corpus with HANS-style OOD
 subcases (and the real HANS file when ``../shared/data`` has it), a few seeds,
 sized for a 2-core CPU; ``tour`` is ``demo`` trimmed for ``subnetlab demo``
-(three seeds, no effective-size stage, a smaller ablation table).
+(three seeds, a smaller ablation table).
 
 Where ``paper`` follows the authors' released code rather than the paper's text
 (princeton-nlp/Heuristic-Core), each also available by name:
@@ -145,17 +145,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "jobs": None,
     },
 }
-# ``tour``: the demo trimmed to its share of ``subnetlab demo`` (four studies in about 16 minutes on a 2-core CPU):
+# ``tour``: the demo trimmed to its share of ``subnetlab demo`` (four studies in about 20 minutes on a 2-core CPU):
 # three pruning seeds (the fewest a seed spread is measured with, experiments.demo.verdicts.MIN_SEEDS) instead of
-# four; no effective-size stage (about 3 minutes with the demo preset's three seeds: ``reproduce heuristic-core
-# --preset demo`` measures it, and the tour's findings row says so); the
-# ablation table samples 10 non-listed heads instead of 24, repeats its rows with one control replacement (zero; the
-# demo adds resample) and scores 160 rows per split (all 160 OOD rows; the in-domain split's first 160 of 300, enough
-# to see it unchanged).
+# four; the ablation table samples 10 non-listed heads instead of 24, repeats its rows with one control replacement
+# (zero; the demo adds resample) and scores 160 rows per split (all 160 OOD rows; the in-domain split's first 160 of
+# 300, enough to see it unchanged). The effective-size stage is the demo's (three seeds x four levels x three
+# checkpoints: Figure 6's row needs every one).
 PRESETS["tour"] = {
     **PRESETS["demo"],
     "seeds": [0, 1, 2],
-    "effective_size": None,
     "ablation": {**PRESETS["demo"]["ablation"], "non_listed": 10, "limit": 160, "controls": ["zero"]},
 }
 
@@ -198,7 +196,7 @@ def plan(settings: HeuristicCoreSettings | dict, out: Path) -> dict[str, Any]:
                                                 **{**step_overrides(settings, target), **settings.prune}).to_dict()
                    for target in study["sparsities"]}
         es = settings.effective_size
-        effective_size = None  # not run (the ``tour`` preset)
+        effective_size = None  # not run (settings with effective_size: null)
         if es is not None:
             levels = list(parse_levels(es["levels"]))
             staircase = preset_config(settings.prune_preset, levels[-1], seed=es["seeds"][0], schedule="staircase",

@@ -186,7 +186,9 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
         settings = {}
     settings = settings if isinstance(settings, dict) else {}
     counting = str(settings.get("pattern_counting", "per-head"))
-    epochs = float(settings["epochs"]) if isinstance(settings.get("epochs"), (int, float)) else None
+    given = settings.get("retrain_epochs", settings.get("epochs"))  # the re-fine-tuning's epochs
+    given = settings.get("epochs") if given is None else given
+    epochs = float(given) if isinstance(given, (int, float)) else None
     rows: list[Finding] = []
     for task, result in tasks.items():
         makers = {"magnitude": lambda: magnitude_row(result, epochs), "importance": lambda: importance_row(result, epochs),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.experiments.settings import StudySettings
+from subnetlab.experiments.settings import StudySettings, optional
 
 METHODS = ("magnitude", "importance")
 # the analysis's readings of the paper (``reproduce`` says which is whose)
@@ -57,6 +57,8 @@ class LotterySettings(StudySettings):
     backend: str
     jobs: int | None
     device: str
+    # epochs of every re-fine-tuned subnetwork when they differ from the full models' ``epochs`` (None: the same)
+    retrain_epochs: float | None = optional()
 
     def check(self) -> None:
         """The seeds and choices, then every job's configuration (fine-tuning and both prunings of each task)."""
@@ -89,15 +91,16 @@ class LotterySettings(StudySettings):
             options["data_dir"] = self.glue_dir
         return options
 
-    def finetune_config(self, task: str, seed: int, model: str | None = None):
-        """The one training recipe (a checked ``FinetuneConfig``) for the full models and every re-fine-tuned
-        subnetwork."""
+    def finetune_config(self, task: str, seed: int, model: str | None = None, retrain: bool = False):
+        """The one training recipe (a checked ``FinetuneConfig``) for the full models and (``retrain``) every
+        re-fine-tuned subnetwork, which trains ``retrain_epochs`` where set."""
         from subnetlab.methods.finetune.config import FinetuneConfig, validate
 
         cfg = FinetuneConfig(
             model=model or self.model, task=task, task_options=self.options_for(task),
             eval_data=list(self.eval_data.get(task, [])), lr=self.lr, batch_size=self.batch_size,
-            epochs=self.epochs, max_steps=self.max_steps, warmup_ratio=self.warmup_ratio,
+            epochs=self.retrain_epochs if retrain and self.retrain_epochs is not None else self.epochs,
+            max_steps=self.max_steps, warmup_ratio=self.warmup_ratio,
             weight_decay=self.weight_decay, max_length=self.max_length, eval_limit=self.eval_limit,
             seed=seed, device=self.device, eval_at_start=False, eval_every=10**9, save_every=10**9,
         )

@@ -25,6 +25,10 @@ Rules (``experiments.demo.verdicts``), each over every measured point:
   in words (a row that goes against the paper);
 * density: shown when the transferred subnetwork keeps between 3% and 8% of
   the masked weights (the paper's Table 3: 3.20-7.68%) at every depth;
+* the subnetwork computes the subtask (not in the paper): at the chosen
+  lambda, the discovered masks (``control_seeds``) beat the same search on a
+  re-initialised model and on shuffled labels by more than the seed spread
+  (test accuracy, ``L<depth>/discover/controls/metrics.json``), at every depth;
 * unconverged inputs: a comparison any of whose transfer runs was still
   improving when training stopped (best evaluation in the last 20% of its
   training, ``report.still_improving``), and a density whose transferred
@@ -40,10 +44,13 @@ from pathlib import Path
 from subnetlab.experiments.demo.verdicts import (
     NOT_MEASURABLE,
     NOT_SHOWN,
+    SEARCH_CONTROLS,
     SHOWN,
     Finding,
     Missing,
     ahead_at_low_n,
+    beats_controls,
+    control_scores,
     get,
     in_band,
     missing,
@@ -207,6 +214,28 @@ def density_row(discovery: dict) -> tuple[str, str, str]:
     return text, SHOWN, "; ".join(why for _, why in verdicts) + " (percent)"
 
 
+COMPUTES = (f"The discovered subnetwork computes the subtask: it {SEARCH_CONTROLS} labels",
+            "not in the paper: masks over random networks can fit a task (Zhou et al. 2019; Ramanujan et al. 2020)")
+
+
+def computes_row(comparisons: dict[str, dict]) -> tuple[str, str, str]:
+    """Per depth (``{layers: DIR/L<layers>/discover/controls/metrics.json}``) the chosen lambda's masks against the
+    search controls (``beats_controls`` on test accuracy); shown only when shown at every depth."""
+    if not comparisons:
+        raise Missing("no search controls in this run (settings controls: none)")
+    parts, verdicts = [], []
+    for layers, comparison in sorted(comparisons.items(), key=lambda kv: int(kv[0])):
+        key, real, controls, density = control_scores(comparison, f"L{layers}/discover/controls/metrics.json")
+        text, verdict, why = beats_controls(real, controls, what=f"{layers} layers, test accuracy", scale=100.0,
+                                            unit="%")
+        kept = ", ".join(f"{k} {100 * d:.1f}%" for k, d in density.items() if d is not None)
+        parts.append(text + (f" (weights kept: {kept})" if kept else ""))
+        verdicts.append((verdict, why))
+    order = [NOT_MEASURABLE, NOT_SHOWN, SHOWN]
+    verdict, why = min(verdicts, key=lambda v: order.index(v[0]))
+    return "; ".join(parts), verdict, why
+
+
 def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     """One row per claim of the Subtask Induction run in ``run_dir``; links relative to ``relative_to``."""
     run_dir, relative_to = Path(run_dir), Path(relative_to)
@@ -221,6 +250,7 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
         return [*(missing(PAPER, c, f, contrast_link, str(e)) for c, f in CONTROLS.values()),
                 missing(PAPER, LEVEL[0], LEVEL[1], contrast_link, str(e)),
                 missing(PAPER, FULL[0], FULL[1], figure_link, str(e)),
+                missing(PAPER, COMPUTES[0], COMPUTES[1], density_link, str(e)),
                 missing(PAPER, DENSITY[0], DENSITY[1], density_link, str(e))]
     try:
         settings = read_json_or_missing(run_dir / "config.json")
@@ -244,6 +274,13 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
                 continue
             rows.append(Finding(PAPER, claim, fig, text, verdict, why, link))
     try:
+        comparisons = {p.parents[2].name[1:]: read_json_or_missing(p)
+                       for p in sorted(run_dir.glob("L*/discover/controls/metrics.json"))}
+        text, verdict, why = computes_row(comparisons)
+        rows.append(Finding(PAPER, COMPUTES[0], COMPUTES[1], text, verdict, why, density_link))
+    except Missing as e:
+        rows.append(missing(PAPER, COMPUTES[0], COMPUTES[1], density_link, str(e)))
+    try:
         text, verdict, why = density_row(get(metrics, "discovery", what="metrics.json"))
         rows.append(Finding(PAPER, DENSITY[0], DENSITY[1], text, verdict, why, density_link))
     except Missing as e:
@@ -251,5 +288,6 @@ def findings(run_dir: str | Path, relative_to: str | Path) -> list[Finding]:
     return rows
 
 
-__all__ = ["BAND", "CONTROLS", "DENSITY", "FULL", "LEVEL", "NEAR_PERFECT", "PAPER", "control_row", "converged_or",
+__all__ = ["BAND", "COMPUTES", "CONTROLS", "DENSITY", "FULL", "LEVEL", "NEAR_PERFECT", "PAPER", "computes_row", "control_row",
+           "converged_or",
            "density_row", "findings", "full_row", "improving_flags", "level_row", "own_level", "scratch_row"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from subnetlab.io import write_json
 from subnetlab.report.markdown import MarkdownReport, pct
+from subnetlab.report.search_controls import controls_table
 from subnetlab.experiments.subtask_induction.figures import accuracy_grid, figure3
 from subnetlab.experiments.subtask_induction.settings import SubtaskInductionSettings
 
@@ -334,6 +335,11 @@ def write_report(out: Path, settings: SubtaskInductionSettings, bases: dict, dis
     layer_rows = [[layers, l, f"{v:.2f}"] for layers in settings.layers
                   for l, v in discovered[layers]["kept_percent_per_layer"].items()]
     doc.table(["model layers", "layer", "params kept %"], layer_rows, caption="Kept parameters per layer.")
+    for layers in settings.layers:
+        for entry in (discovered[layers].get("controls") or {}).values():
+            headers, rows, caption = controls_table(entry, f"{settings.sub_op} test acc. %", scale=100.0, digits=1,
+                                                    what=f" ({layers} layers, lambda {discovered[layers]['l0_lambda']:g})")
+            doc.table(headers, rows, caption=caption)
 
     doc.section("Transfer (Figure 3)")
     empty = "empty-mask" in summary

@@ -151,6 +151,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         cs_loss="last-token", cs_accuracy="answers", transfer_loss="last-token", transfer_accuracy="answers",
         transfer_ties="earliest", transfer_init_std=None,
         backend="processes", jobs=2, threads=1, stack=1, seed=0, device="cpu",
+        # the chosen lambda's search on random weights and on shuffled answers, three seeds each and for the real
+        # mask (the fewest a seed spread is measured with): does the mask compute the subtask, or fit it?
+        controls=["random-weights", "shuffled-labels"], control_seeds=[0, 1, 2],
     ),
 }
 # ``tour``: the demo trimmed to its share of ``subnetlab demo`` (four studies in about 16 minutes on a 2-core CPU): the
@@ -206,31 +209,61 @@ def _base(settings: SubtaskInductionSettings, layers: int, out: Path) -> Path:
     return run / "model"
 
 
+def _discover_job(settings: SubtaskInductionSettings, model_dir: Path, lam: float, seed: int, out_dir: Path,
+                  control: str | None = None) -> Job:
+    """One continuous-sparsification run at ``lam`` with ``seed`` (as a search ``control`` when given)."""
+    config = {
+        "model": str(model_dir), "task": f"arith:{settings.sub_op}", "seed": seed,
+        "task_options": {"n_train": settings.cs_samples, "modulus": settings.modulus,
+                         "n_eval": settings.n_eval, "n_test": settings.n_test},
+        "cs": {"l0_lambda": float(lam), "epochs": settings.cs_epochs, "lr": settings.cs_lr,
+               "batch_size": settings.cs_batch, "include": list(settings.cs_include), "keep": settings.cs_keep},
+        "threads": settings.threads, "device": settings.device,
+        "loss": settings.cs_loss, "accuracy": settings.cs_accuracy,
+        **({} if control is None else {"control": control}),
+    }
+    return Job("subnetlab.runs.transfer:discover_job", config, out_dir)
+
+
 def _discover(settings: SubtaskInductionSettings, layers: int, model_dir: Path, out: Path) -> dict:
-    """One discovery job per lambda; ``selection`` picks the subnetwork. Returns it with the whole sweep."""
+    """One discovery job per lambda; ``selection`` picks the subnetwork. Returns it with the whole sweep (and,
+    with ``controls``, the search controls' comparison)."""
     from subnetlab.runs.transfer import select_best, sweep_health
 
     root = out / f"L{layers}" / "discover"
-    jobs = []
-    for lam in (float(x) for x in settings.lambdas):
-        config = {
-            "model": str(model_dir), "task": f"arith:{settings.sub_op}", "seed": settings.seed,
-            "task_options": {"n_train": settings.cs_samples, "modulus": settings.modulus,
-                             "n_eval": settings.n_eval, "n_test": settings.n_test},
-            "cs": {"l0_lambda": float(lam), "epochs": settings.cs_epochs, "lr": settings.cs_lr,
-                   "batch_size": settings.cs_batch, "include": list(settings.cs_include), "keep": settings.cs_keep},
-            "threads": settings.threads, "device": settings.device,
-            "loss": settings.cs_loss, "accuracy": settings.cs_accuracy,
-        }
-        jobs.append(Job("subnetlab.runs.transfer:discover_job", config, root / f"lambda_{lam:g}"))
+    jobs = [_discover_job(settings, model_dir, lam, settings.seed, root / f"lambda_{lam:g}")
+            for lam in (float(x) for x in settings.lambdas)]
     report = _run(jobs, settings, root)
     metrics = [r.metrics for r in report.jobs]
     best = select_best(metrics, settings.lambda_choice())  # never a degenerate lambda while another is not
     sweep = [{**{k: m[k] for k in ("l0_lambda", "eval_accuracy", "test_accuracy", "kept_percent", "epoch", "seconds")},
               "health": list(h.problems)} for m, h in zip(metrics, sweep_health(metrics))]
     best = {**best, "sweep": sweep, "selection": settings.lambda_choice().describe()}
+    if settings.controls:
+        chosen = next(r for r in report.jobs if r.metrics["l0_lambda"] == best["l0_lambda"])
+        best["controls"] = _discovery_controls(settings, model_dir, chosen, root)
     write_json(root / "selected.json", best)
     return best
+
+
+def _discovery_controls(settings: SubtaskInductionSettings, model_dir: Path, chosen: Any, root: Path) -> dict:
+    """The chosen lambda's discovery again with the other ``control_seeds``, and each search control
+    (``methods.controls``) with every one of them: the same search and budget on a model or labels that hold
+    nothing to find. Compared in ``root/controls/metrics.json`` (``runs.controls``); returns the comparison."""
+    from subnetlab.methods.controls import CONTROLS_DIR
+    from subnetlab.runs.controls import SELECTED, discovery_measure, write_comparison
+
+    lam = float(chosen.metrics["l0_lambda"])
+    seeds = list(settings.control_seeds or [settings.seed])
+    base = root / CONTROLS_DIR
+    jobs = [_discover_job(settings, model_dir, lam, s, base / "real" / f"seed_{s}") for s in seeds if s != settings.seed]
+    jobs += [_discover_job(settings, model_dir, lam, s, base / c / f"seed_{s}", control=c)
+             for c in settings.controls or [] for s in seeds]
+    stage(f"search controls: {len(jobs)} discovery runs at lambda={lam:g} ({', '.join(settings.controls or [])}; "
+          f"seeds {', '.join(map(str, seeds))})")
+    report = _run(jobs, settings, base)
+    return write_comparison(base, [chosen, *report.jobs], "discover", controls=list(settings.controls or []),
+                            measure=discovery_measure, score_name="test_accuracy", group=lambda m: SELECTED)
 
 
 def _transfer_jobs(settings: SubtaskInductionSettings, layers: int, model_dir: Path, subnetwork: str, out: Path) -> list[Job]:

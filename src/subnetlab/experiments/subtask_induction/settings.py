@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.experiments.settings import StudySettings
+from subnetlab.experiments.settings import StudySettings, optional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +65,10 @@ class SubtaskInductionSettings(StudySettings):
     stack: int
     seed: int
     device: str
+    # search controls (methods.controls) of the chosen lambda's discovery, each run with every seed of
+    # ``control_seeds`` beside the real discovery's (``seed`` is the sweep's own run); None: no controls
+    controls: list[str] | None = optional()
+    control_seeds: list[int] | None = optional()
 
     def check(self) -> None:
         """Every setting that can be checked without training: conditions, choices, the tasks' sizes, learning
@@ -82,6 +86,7 @@ class SubtaskInductionSettings(StudySettings):
         self.lambda_choice()  # a bad rule fails before any training
         self._check_choices()
         self._check_sizes()
+        self._check_controls()
         for key in ("base_lr", "cs_lr", "transfer_lr"):
             if getattr(self, key) <= 0:
                 raise SubnetlabError(f"{key} {getattr(self, key)}: must be positive", setting=key)
@@ -113,6 +118,18 @@ class SubtaskInductionSettings(StudySettings):
         if std is not None and std <= 0:
             raise SubnetlabError(f"transfer_init_std {std!r}: expected a positive standard deviation or none",
                                  setting="transfer_init_std")
+
+    def _check_controls(self) -> None:
+        """Known controls, and seeds that include the sweep's own (its run is the real seed's discovery)."""
+        from subnetlab.methods.controls import check_controls
+
+        if not self.controls:
+            return
+        check_controls(self.controls)
+        seeds = self.control_seeds or []
+        if self.seed not in seeds or len(set(seeds)) != len(seeds):
+            raise SubnetlabError(f"control_seeds {seeds}: distinct seeds that include seed {self.seed} (the "
+                                 "sweep's own run)", setting="control_seeds")
 
     def _check_sizes(self) -> None:
         """The arithmetic tasks' sizes (base, subtask, transfer with the largest disambiguation set), checked as the
