@@ -159,3 +159,42 @@ def test_writer_gradients_reach_the_token_embeddings(one_thread):
         grads.append(leaf[0].grad)
     assert grads[0].abs().max() > 0
     assert (grads[0] - grads[1]).abs().max() <= 1e-5 * max(1.0, float(grads[0].abs().max()))
+
+
+def test_bfloat16_weights_train_float32_masks(one_thread):
+    """Frozen weights in bfloat16: the edge buffers follow them, the masks, multipliers and loss stay float32, and
+    one step's KL is the float32 model's within bfloat16 rounding."""
+    from subnetlab.methods.edge_pruning.config import preset_config
+    from subnetlab.methods.edge_pruning.data import paired_data
+    from subnetlab.methods.edge_pruning.train import EdgePruner
+
+    g = torch.Generator().manual_seed(0)
+    ids, corrupted = torch.randint(3, 50, (8, 6), generator=g), torch.randint(3, 50, (8, 6), generator=g)
+    data = paired_data(ids, corrupted, torch.randint(3, 50, (8,), generator=g), torch.randint(3, 50, (8,), generator=g))
+    kls, grads = [], []
+    for dtype in ("float32", "bfloat16"):
+        m = tiny_model("gpt2", layers=2)
+        m.model.to(getattr(torch, dtype))
+        cfg = preset_config("quick", 0.5, batch_size=4, eval_batch_size=8, init_log_alpha=0.0, dtype=dtype)
+        with EdgePruner(m.model, m.adapter, data, cfg) as pruner:
+            assert pruner.edges.log_alpha.dtype == torch.float32
+            kls.append(pruner.step(0)[0])
+            grads.append(pruner.edges.log_alpha.grad.clone())
+            assert pruner.ctl.writer_deltas().dtype == getattr(torch, dtype)
+    assert all(torch.isfinite(torch.tensor(kls)))
+    assert abs(kls[0] - kls[1]) <= 0.05 * max(abs(kls[0]), 1e-3)
+    cosine = torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0)
+    assert cosine > 0.95
+
+
+def test_bfloat16_settings_refuse_a_float32_model():
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.methods.edge_pruning.config import preset_config
+    from subnetlab.methods.edge_pruning.data import paired_data
+    from subnetlab.methods.edge_pruning.train import EdgePruner
+
+    ids = torch.randint(3, 50, (4, 6), generator=torch.Generator().manual_seed(0))
+    data = paired_data(ids, ids.flip(0), ids[:, 0], ids[:, 1])
+    m = tiny_model("gpt2", layers=1)
+    with pytest.raises(SubnetlabError, match="load the model in bfloat16"):
+        EdgePruner(m.model, m.adapter, data, preset_config("quick", 0.5, batch_size=4, dtype="bfloat16"))

@@ -35,6 +35,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.intervene.edges import check_edge_family
@@ -51,7 +53,7 @@ from subnetlab.run_directory import absolute_inputs
 from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import require_positive
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
-from subnetlab.runtime import resolve_device
+from subnetlab.runtime import resolve_device, resolve_dtype
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.circuits.pairs import CircuitTask
 
@@ -112,7 +114,7 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     job = CircuitJobConfig.from_dict(config)
     cfg = job.settings
     loaded, task, tokenizer = load_circuit_task(job)
-    loaded.model.to(resolve_device(job.device))
+    loaded.model.to(resolve_device(job.device), getattr(torch, cfg.dtype))
     loaded = apply_control(job.control, loaded, task, cfg.seed)  # methods.controls: the same search, nothing to find
     model, adapter = loaded.model, loaded.adapter
     data = circuit_data(task, tokenizer, "train")
@@ -244,6 +246,7 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     jobs = circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides,
                          eval_split=split, eval_limit=limit, init_from=init_from)  # builds (so checks) every config
     first = CircuitJobConfig.from_dict(jobs[0].config)
+    resolve_dtype(first.settings.dtype, resolve_device(device))  # float16 on the CPU: refused
     loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair
     built.examples(split)
     check_held_out(built, earlier)

@@ -18,7 +18,7 @@ CIRCUIT_METHODS = ("edge-pruning", *ATTRIBUTION_METHODS)
 # The settings only some methods read, and which methods; every other setting is read by every method.
 METHOD_SETTINGS: dict[str, tuple[str, ...]] = {
     **{name: ("edge-pruning",) for name in ("sparsity", "seeds", "preset", "ablation", "settings", "split",
-                                            "init_from", "warm_start", "control", "jobs")},
+                                            "init_from", "warm_start", "control", "jobs", "dtype")},
     "metric": ATTRIBUTION_METHODS,
     "ig_steps": IG_METHODS,
 }

@@ -251,7 +251,7 @@ def method_config(settings: PlanSettings) -> Any:
     if settings.method == "edge-pruning":
         from subnetlab.methods.edge_pruning.config import preset_config as edge_preset
 
-        return edge_preset(settings.preset, sparsity, **sizes)
+        return edge_preset(settings.preset, sparsity, dtype=settings.dtype, **sizes)
     return None
 
 

@@ -104,6 +104,8 @@ def circuit(
                                         "circuit on the first N pairs of --split (and trains on every training pair); "
                                         "eap / eap-ig score the edges on the first N training pairs."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="edge-pruning: the frozen weights' dtype, float32 "
+                                        "(default), bfloat16 or float16 (CUDA); masks and the loss stay float32."),
     control: list[str] = typer.Option([], "--control", help="edge-pruning: " + CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
@@ -142,6 +144,8 @@ def circuit(
         overrides["ablation"] = ablation
     if embedding_nodes is not None:
         overrides["embedding_nodes"] = embedding_nodes
+    if dtype is not None:
+        overrides["dtype"] = dtype
     task_options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
     base = {"model": model, "task": task, "task_options": task_options, "device": device}
     if warm_start is not None:
