@@ -313,15 +313,18 @@ def main() -> None:
                 step()
         sync()
         times: dict[str, list[float]] = {k: [] for k in kinds}
+        cpu_times: dict[str, list[float]] = {k: [] for k in kinds}
         for r in range(max(1, args.steps // args.block)):
             for name in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:  # rotate who goes first
                 sync()
-                started = time.perf_counter()
+                started, started_cpu = time.perf_counter(), time.process_time()
                 for _ in range(args.block):
                     steps[name]()
                 sync()
                 times[name].append((time.perf_counter() - started) / args.block)
+                cpu_times[name].append((time.process_time() - started_cpu) / args.block)
         print("per-block ms:", {k: [round(1000 * t, 1) for t in v] for k, v in times.items()})
+        print("per-block CPU ms:", {k: [round(1000 * t, 1) for t in v] for k, v in cpu_times.items()})
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
@@ -341,12 +344,15 @@ def main() -> None:
         for name in kinds:
             memory[name] = cpu_memory(args, name)
     med = {k: 1000 * statistics.median(v) for k, v in times.items()}
+    cpu = {k: 1000 * statistics.median(v) for k, v in cpu_times.items()}
     how = "CUDA max_memory_allocated above the pre-step allocation" if cuda else "peak RSS (sampled every 0.5 ms) above the pre-step RSS, one fresh process per kind"
-    print(f"{'kind':<9} {'ms/step':>9} {'/plain':>7} {'/node':>7} {'step memory MiB':>16}")
+    print(f"{'kind':<9} {'ms/step':>9} {'/plain':>7} {'/node':>7} {'CPU ms':>9} {'/plain':>7} {'/node':>7} "
+          f"{'step memory MiB':>16}")
     for name in kinds:
         mem = memory.get(name)
         cell = f"{mem / 2**20:.0f}" if mem is not None else "-"
-        print(f"{name:<9} {med[name]:>9.1f} {med[name] / med['plain']:>7.2f} {med[name] / med['node']:>7.2f} {cell:>16}")
+        print(f"{name:<9} {med[name]:>9.1f} {med[name] / med['plain']:>7.2f} {med[name] / med['node']:>7.2f} "
+              f"{cpu[name]:>9.1f} {cpu[name] / cpu['plain']:>7.2f} {cpu[name] / cpu['node']:>7.2f} {cell:>16}")
     print(f"memory: {how}" if memory else "memory: not measured")
     unit = args.batch * args.length * args.hidden * 4
     writers = len(graph.writers)

@@ -17,14 +17,26 @@ per writer as the forward goes) a reader's input is::
 * writers: forward hooks on the embedding modules and the MLP output modules,
   a pre-hook on the attention output projection (a head's output is its slice
   of that input times its slice of the projection; the projection's bias is
-  written by no head, so it stays, as the node-level gates leave it);
+  written by no head, so it stays, as the node-level gates leave it). Each
+  writes its ``D_w`` into one buffer ``[writers, batch, pos, hidden]`` in the
+  model's dtype, outside autograd: the only per-writer tensor kept for the
+  backward. An identity autograd node on the writer's output (``_WriterTap``)
+  hands it the gradient the readers sent to ``D_w``;
+* reader inputs: one GEMM per reader block, ``resid + (m - 1) @ D`` over the
+  block's writers; its backward gives the stream ``sum_r G_r``, the masks
+  ``G @ D^T`` and the writers ``(m - 1)^T @ G`` (``_Stream``);
 * MLP readers and the logits: a pre-hook on the norm in front of the MLP and on
   the final norm replaces their input;
-* Q, K, V readers of every head: a forward hook on the norm in front of
-  attention applies that norm to each reader's input ``[readers, batch, pos,
-  hidden]`` and forward hooks on the query / key / value projections replace
-  their output with each head's slice of the projection applied to its own
-  reader's input (the FLOPs of the full projection).
+* Q, K, V readers of every head: the query / key / value projections' forward
+  is replaced on the instance (the class untouched, restored on exit) by each
+  head's slice of the projection applied to the norm of its own reader's input
+  (the FLOPs of the full projection; the projection of the block's own stream
+  is not computed). The readers' inputs ``[readers, batch, pos, hidden]`` and
+  their normed copies are not kept: the backward recomputes them from ``D``
+  (activation checkpointing of one reader block, ``_ProjectedReaders``), so
+  the intervention keeps writers x batch x pos x hidden, not readers x it.
+  With ``on_reader_input`` set, or a norm / projection weight that trains, the
+  inputs are materialised and kept as autograd sees them.
 
 Two public hooks let a method read the intervention without reaching into it
 (``methods.attribution`` computes EAP with them):
