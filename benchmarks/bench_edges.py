@@ -204,6 +204,10 @@ def steppers(args: argparse.Namespace, kinds: tuple[str, ...]):
             ctl.enabled = False  # each pruner's full-model cache runs through the full model
         edge = make(model, adapter, data, cfg).__enter__()
         closers.append(edge.__exit__)
+        if args.edge_sparsity:  # a later point of the run: this fraction of the edges (random, seed 0) cut
+            order = torch.randperm(edge.graph.num_edges, generator=torch.Generator().manual_seed(0))
+            with torch.no_grad():
+                edge.edges.log_alpha[order[:round(args.edge_sparsity * edge.graph.num_edges)]] = -10.0
         controls[kind] = edge.ctl
         counter = iter(range(10**9))
         out[kind] = lambda edge=edge, counter=counter: edge.step(next(counter))
@@ -259,8 +263,9 @@ def memory_child(args: argparse.Namespace) -> None:
 
 
 def cpu_memory(args: argparse.Namespace, kind: str) -> float | None:
+    passed = ("layers", "heads", "hidden", "vocab", "batch", "length", "device", "edge_sparsity")
     argv = [sys.executable, os.path.abspath(__file__), "--memory-of", kind] + [
-        f"--{k}={getattr(args, k)}" for k in ("layers", "heads", "hidden", "vocab", "batch", "length", "device")] + (
+        f"--{k.replace('_', '-')}={getattr(args, k)}" for k in passed] + (
         [f"--baseline={args.baseline}"] if args.baseline else [])
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
@@ -291,6 +296,9 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the per-kind memory measurement")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after the table, profile one edge step and print its N most expensive ops")
+    parser.add_argument("--edge-sparsity", type=float, default=0.0,
+                        help="time the edge steps with this fraction of the edges cut (default 0: at the start of a "
+                             "run, every edge kept)")
     parser.add_argument("--baseline", metavar="EDGES_PY",
                         help="also time kind edge-base: the edge step with this copy of intervene/edges.py")
     parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)  # the CPU memory child

@@ -99,9 +99,12 @@ def _frozen(family: str):
     return m
 
 
+@pytest.mark.parametrize("masks", ["mixed", "few-cut", "all-kept"])
 @pytest.mark.parametrize("path", ["lean", "materialised"])
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_logits_and_mask_gradients_equal_the_reference_sums(family, path, one_thread):
+def test_logits_and_mask_gradients_equal_the_reference_sums(family, path, masks, one_thread):
+    """``mixed``: every writer cut by some reader; ``few-cut``: most writers cut by none (the products over the
+    cut writers only); ``all-kept``: none cut."""
     m = _frozen(family)
     graph = Graph.from_adapter(m.adapter)
     clean, corrupted = tiny_inputs(family, seed=0), tiny_inputs(family, seed=1)
@@ -113,6 +116,12 @@ def test_logits_and_mask_gradients_equal_the_reference_sums(family, path, one_th
     start = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(5))
     start[::3] = 1.0  # exact ones and zeros, as hard-concrete samples have
     start[1::7] = 0.0
+    if masks != "mixed":
+        kept = torch.ones(graph.num_edges)
+        if masks == "few-cut":
+            some = torch.randperm(graph.num_edges, generator=torch.Generator().manual_seed(7))[:5]
+            kept[some] = start[some].clamp(max=0.5)
+        start = kept
     weights = torch.randn(*clean["input_ids"].shape, m.model.config.vocab_size,
                           generator=torch.Generator().manual_seed(6))
 

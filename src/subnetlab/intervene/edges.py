@@ -441,33 +441,49 @@ class _Stream:
     def flat(self, writers: int) -> Tensor:
         return self.deltas[:writers].reshape(writers, -1)
 
-    def read(self, resid: Tensor, neg: Tensor) -> Tensor:
-        """``resid - (1 - m) @ D``: ``[readers, batch, pos, hidden]``; one GEMM over the block's writers."""
+    @staticmethod
+    def cut(neg: Tensor) -> Tensor | None:
+        """The writers some reader of a block cuts (its column of ``m - 1`` not all zero), or None when every
+        writer is: a writer no reader cuts adds exactly nothing to the readers' inputs or to its own gradient, so
+        it is left out of those products (every edge kept costs no product at all)."""
+        cut = (neg != 0).any(0)
+        return None if bool(cut.all()) else cut.nonzero().squeeze(1)
+
+    def read(self, resid: Tensor, neg: Tensor, cut: Tensor | None) -> Tensor:
+        """``resid - (1 - m) @ D``: ``[readers, batch, pos, hidden]``; one GEMM over the block's cut writers."""
         readers, writers = neg.shape
         if self.count < writers:
             raise SubnetlabError(f"edge intervention saw {self.count} writers before a block that reads {writers}; "
                                  "the model's forward does not run in the order its graph assumes")
         out = resid.reshape(1, -1).expand(readers, -1).clone()
-        if writers:
+        if cut is None:
             out.addmm_(neg, self.flat(writers))
+        elif cut.numel():
+            out.addmm_(neg[:, cut], self.flat(writers)[cut])
         return out.view(readers, *resid.shape)
 
-    def backward(self, resid_shape: torch.Size, neg: Tensor, grad: Tensor, needs: tuple[bool, ...]
-                 ) -> tuple[Tensor | None, Tensor | None]:
+    def backward(self, resid_shape: torch.Size, neg: Tensor, cut: Tensor | None, grad: Tensor,
+                 needs: tuple[bool, ...]) -> tuple[Tensor | None, Tensor | None]:
         """Gradients of ``read`` from the readers' ``grad`` ``[readers, batch * pos * hidden]``: the stream's,
-        the block's ``-(1 - m)``'s, and the writers' (added to ``self.grad``)."""
+        the block's ``-(1 - m)``'s (every writer's, cut or not), and the writers' (added to ``self.grad``)."""
         writers = neg.shape[1]
         grad_resid = grad.sum(0).view(resid_shape) if needs[0] else None
-        grad_neg = grad @ self.flat(writers).t() if needs[1] and writers else (
-            torch.zeros_like(neg) if needs[1] else None)
-        if writers:
+        grad_neg = None
+        if needs[1]:
+            grad_neg = grad @ self.flat(writers).t() if writers else torch.zeros_like(neg)
+        if cut is None and writers:
             if self.grad is None and writers == self.deltas.shape[0]:  # the logits' block, first in the backward
                 self.grad = torch.mm(neg.t(), grad)
             else:
-                if self.grad is None:
-                    self.grad = grad.new_zeros(self.deltas.shape[0], grad.shape[1])
-                self.grad[:writers].addmm_(neg.t(), grad)
+                self._grad()[:writers].addmm_(neg.t(), grad)
+        elif cut is not None and cut.numel():
+            self._grad().index_add_(0, cut, neg[:, cut].t() @ grad)
         return grad_resid, grad_neg
+
+    def _grad(self) -> Tensor:
+        if self.grad is None:
+            self.grad = self.deltas.new_zeros(self.deltas.shape[0], self.deltas[0].numel())
+        return self.grad
 
 
 class _ReaderInputs(torch.autograd.Function):
@@ -476,14 +492,15 @@ class _ReaderInputs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream) -> Tensor:
-        ctx.stream, ctx.shape = stream, resid.shape
+        ctx.stream, ctx.shape, ctx.cut = stream, resid.shape, stream.cut(neg)
         ctx.save_for_backward(neg)
-        return stream.read(resid, neg)
+        return stream.read(resid, neg, ctx.cut)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         (neg,) = ctx.saved_tensors
-        return (*ctx.stream.backward(ctx.shape, neg, grad.reshape(neg.shape[0], -1), ctx.needs_input_grad), None)
+        grads = ctx.stream.backward(ctx.shape, neg, ctx.cut, grad.reshape(neg.shape[0], -1), ctx.needs_input_grad)
+        return (*grads, None)
 
 
 class _ProjectedReaders(torch.autograd.Function):
@@ -495,20 +512,22 @@ class _ProjectedReaders(torch.autograd.Function):
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream, norm: nn.Module, weight: Tensor,
                 bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int) -> Tensor:
         ctx.stream, ctx.norm, ctx.weight, ctx.groups, ctx.first, ctx.head_dim = stream, norm, weight, groups, first, head_dim
+        ctx.cut = stream.cut(neg)
         ctx.save_for_backward(resid, neg)
-        return _project(norm.forward(stream.read(resid, neg)), weight, bias, groups, first, head_dim)
+        return _project(norm.forward(stream.read(resid, neg, ctx.cut)), weight, bias, groups, first, head_dim)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         resid, neg = ctx.saved_tensors
         stream = ctx.stream
-        readers = stream.read(resid.detach(), neg.detach()).requires_grad_()
+        readers = stream.read(resid.detach(), neg.detach(), ctx.cut).requires_grad_()
         with torch.enable_grad():
             normed = ctx.norm.forward(readers)
         grad_normed = _project_backward(grad, ctx.weight, ctx.groups, ctx.first, ctx.head_dim, readers.shape)
         (grad_readers,) = torch.autograd.grad(normed, readers, grad_normed.to(normed.dtype))
         del normed, readers
-        grads = stream.backward(resid.shape, neg, grad_readers.reshape(neg.shape[0], -1), ctx.needs_input_grad)
+        grads = stream.backward(resid.shape, neg, ctx.cut, grad_readers.reshape(neg.shape[0], -1),
+                                ctx.needs_input_grad)
         return (*grads, None, None, None, None, None, None, None)
 
 
