@@ -439,7 +439,7 @@ class _Stream:
         return rows
 
     def flat(self, writers: int) -> Tensor:
-        return self.deltas[:writers].reshape(writers, -1)
+        return self.deltas[:writers].reshape(writers, self.deltas[0].numel())
 
     @staticmethod
     def cut(neg: Tensor) -> Tensor | None:
@@ -457,7 +457,8 @@ class _Stream:
                                  "the model's forward does not run in the order its graph assumes")
         out = resid.reshape(1, -1).expand(readers, -1).clone()
         if cut is None:
-            out.addmm_(neg, self.flat(writers))
+            if writers:
+                out.addmm_(neg, self.flat(writers))
         elif cut.numel():
             out.addmm_(neg[:, cut], self.flat(writers)[cut])
         return out.view(readers, *resid.shape)
