@@ -19,92 +19,86 @@ each pair is another random row of the same length. Three kinds of step:
 
 Blocks of ``--block`` steps of each kind alternate, the first kind rotating
 each round (as ``bench_weight_masks.py``); the table shows the median over
-blocks of ms per step and the ratios. Goal: edge <= 3x plain.
+blocks of ms per step, wall clock and CPU time (``time.process_time``; on a
+shared machine the wall clock of a one-thread step can be several times its CPU
+time, so the ratios are read from CPU time). ``--baseline EDGES_PY`` adds kind
+``edge-base``: the same ``EdgePruner`` step with another copy of
+``intervene/edges.py`` (the code before a change, e.g. ``git show
+REV:src/subnetlab/intervene/edges.py > /tmp/base/edges.py``), side by side in
+one run. ``--edge-sparsity S`` cuts a random fraction S of the edges first (a
+later point of a run; default 0, the start: every edge kept). Goal (issue 37):
+edge <= 2.0x plain at 4 x 32 and <= 2.5x at 32 x 64.
 
 Memory, per kind: on CUDA ``torch.cuda.max_memory_allocated`` during one step
 minus what was allocated before it (model, cache, masks); on the CPU a fresh
 child process per kind runs one step with glibc's mmap threshold at 64 KiB (so
 freed tensors go back to the OS and RSS follows live memory) and reports the
 peak RSS during the step (a thread samples it every 0.5 ms) minus the RSS
-before it. Also printed: the
-intervention's own activation memory computed analytically, which is what
-grows with the graph: every writer's ``D_w`` ``[batch, pos, hidden]`` is kept
-for the backward (writers x B x P x hidden x 4 bytes), and every reader block
-materialises its readers' inputs (3 x heads per attention block + 1 per MLP,
-each B x P x hidden x 4 bytes, a few copies per block: the subtraction, the
-norm, its output).
+before it. The intervention keeps every writer's ``D_w`` (writers x B x P x
+hidden in the model's dtype) and, in the backward, their gradients (as much
+again); a reader block's inputs exist only while the block runs and while its
+backward recomputes them (36 readers of an attention block at a time), where
+the code before kept every reader's input and its normed copy, (writers + 2 x
+readers) x B x P x hidden.
 
-Measured here on a 2-core machine shared by ~7 sessions (load average 4-6,
-so single blocks vary by up to 1.5x between runs; the ratios are side by side
-in one run), torch 2.13 CPU, one thread, GPT-2 small's graph (12 x 12, hidden
-768, vocabulary 50,257, 32,936 edges, 158 writers, 445 readers) at a reduced
-batch 4 x length 32:
+What dominated (``torch.profiler`` on one edge step of the code before, GPT-2
+small's graph at 4 x 32, one thread, 3.3 s under the profiler, grouped by
+input shape): the reader sums, 36%: the forward's per-writer-group
+``addmm_`` into a copy of the stream per reader ([36, 98304] x [12, 98304],
+0.33 s), the backward's per-group products for the masks' gradients (0.35 s)
+and for the writers' (0.35 s, the MLP readers' rank-1 ones 0.1 s of it) and
+autograd summing each writer's gradient over the blocks that read it (0.13
+s); the unembedding, 17%, a third of it in the corrupted run, which only needs
+the writers; the model's own layers, 26% (of which the Q/K/V projection of the
+stream that the hooks then replaced, 0.15 s, and its backward never ran); the
+per-head Q/K/V products, 6.5%; the norm on every reader's copy, 4%; the
+heads' deltas, 2%.
 
+What changed in ``intervene/edges.py`` (tests/unit/test_edges.py,
+test_edge_hooks.py and test_edges_lean.py pass; logits and mask gradients
+equal a by-hand reference within 1e-5 on tiny GPT-2 and Llama):
+
+* every writer writes its ``D_w`` into one buffer, so a block's reader inputs
+  are one GEMM over its writers and their gradients one GEMM into one
+  gradient buffer (an identity autograd node on each writer's output picks its
+  rows up), where each writer group had its own product and autograd its own
+  sum;
+* writers that no reader of a block cuts (``m = 1``) are left out of its
+  products (exact: they add zeros); at the start of a run, every edge kept,
+  only the masks' gradient ``G @ D^T`` remains;
+* the Q/K/V projections' forward is replaced rather than post-hooked, so the
+  projection of the stream is not computed and thrown away;
+* the corrupted run stops at the final norm (no unembedding);
+* the Q/K/V readers' inputs and normed copies are recomputed in the backward
+  rather than kept (memory, above): this costs a GEMM over the cut writers
+  and a norm per attention block again (not timed apart).
+
+Not tried: folding the norm into the per-head projections (a reader's
+variance from per-writer terms needs writers x writers products per token,
+more than the norm costs); a CUDA kernel fusing the reader sum and the norm.
+
+Before/after, side by side in one run, GPT-2 small's graph (12 x 12, hidden
+768, vocabulary 50,257, 32,936 edges, 158 writers, 445 readers), batch 4 x
+length 32, torch 2.13 CPU, one thread, on a 2-core machine shared by ~7
+sessions (load average 9-15: wall clocks 5-10x the CPU times), CPU-time medians
+of 6 steps per kind:
+
+    git show 121c99b:src/subnetlab/intervene/edges.py > /tmp/edgelean/base/edges.py
     OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 4 --length 32 \
-        --steps 4 --block 1 --profile 12
+        --steps 6 --block 1 --edge-sparsity S --baseline /tmp/edgelean/base/edges.py
 
-    per-block ms: plain [894, 1014, 913, 897], edge [2766, 2884, 2945, 2682], node [882, 1020, 942, 994]
-    kind     ms/step  /plain   /node  step memory MiB
-    plain      904.9    1.00    0.93              177
-    edge      2825.2    3.12    2.92              455
-    node       968.1    1.07    1.00              170
+    S = 0 (every edge kept: a run's start)    S = 0.5 (random half cut: the densest products)
+    kind       CPU ms  /plain                 kind       CPU ms  /plain
+    plain       982.3    1.00                 plain      1003.6    1.00
+    edge       1863.7    1.90                 edge       2384.2    2.38
+    node        994.5    1.01                 node       1000.6    1.00
+    edge-base  2793.0    2.84                 edge-base  2852.7    2.84
 
-Edge / plain 3.12 in this run (2.73 in the run before, same code but for the
-Q/K/V change below, when plain measured 1135 ms): at the goal of 3, not
-clearly under it. The edge step includes a gradient-free forward of the
-corrupted batch (``capture_writers``, about a third of a plain step), so the
-intervention itself costs ~1.8x a plain forward+backward here.
-
-Memory: the edge step's extra, 278 MiB here (455 - 177), is the
-intervention's activations, about (writers + 2 x readers) x B x P x hidden x
-4 bytes = (158 + 2 x 445) x 0.38 MiB = 392 MiB by the formula (each writer's
-``D_w`` is kept for the backward; each reader's input is kept by its norm and
-its normed copy by its head's projection). It grows linearly with batch x
-length and with writers + 2 x readers (for a graph of L layers and H heads:
-(2 + L(H+1)) + 2(3HL + L + 1)), not with the edge count itself (the masks
-are 32,936 floats); spread over GPT-2 small's edges, 70-100 bytes per edge per
-token at hidden 768, so x16 at 32 x 64: 4.4 GiB scaled from the measurement,
-6.1 GiB by the formula, on top of the plain step's.
-
-Where the time goes (``--profile 12``, one edge step, 2.85 s in all): ``mm``
-48% (the backward's products and the per-head Q/K/V projections), ``addmm``
-19% and ``addmm_`` 11% (the forward's reader sums), ``bmm`` 8%, layer-norm
-backward 4%. Two changes to ``intervene/edges.py`` came out of this
-profile (tests/unit/test_edges.py passes after each; outputs and mask
-gradients of a tiny GPT-2 and Llama match the previous form to float
-rounding): (1) each block's reader inputs are one copy of the stream with
-``(1 - m) @ D`` subtracted in place by ``addmm_`` per writer group, where a
-temporary and a subtraction per group had made the backward's ``neg`` 10% of
-the step (4-layer profile) and then, as out-of-place ``addmm``, ``copy_`` 20%
-(1.26 of 6.28 s); (2) GPT-2's fused q|k|v projection runs as one einsum over
-all 36 readers instead of three slices whose backward zero-filled a
-readers-sized buffer each (``fill_`` 9%, 0.37 of 4.09 s, now 0.4%). Tried and
-dropped: one GEMM per block over the concatenated deltas (a custom autograd
-function that re-concatenates in the backward): ``cat`` took 21% and the step
-got slower (3.42 s vs 2.83 s) with more memory. What is left is the
-memory-bound per-group ``addmm_`` (each MLP and attention layer's writers
-read and rewrite the readers' buffer once per later block); a fused kernel on
-CUDA, or folding the delta sums into running per-block partial sums, would be
-the next step.
-
-The default size (GPT-2 small, batch 32 x length 64), same machine, load
-average ~3, no warm-up and two steps of each kind (about 4 minutes), memory
-not measured (the formula: 6 MiB per writer or reader copy, ~6.1 GiB extra):
-
-    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --steps 2 --block 1 --warmup 0 --no-memory
-
-    per-block ms: plain [14576, 13830], edge [57594, 56081], node [14908, 14001]
-    kind     ms/step  /plain   /node
-    plain    14203.0    1.00    0.98
-    edge     56837.4    4.00    3.93
-    node     14454.4    1.02    1.00
-
-So on one CPU thread the goal (<= 3x) is missed at the default size: 4.0x,
-against ~3x at 4 x 32. The edge step grows faster than the plain one with
-batch x length (20x vs 16x for 16x the tokens): the per-group reader sums
-are memory-bound and their buffers (216 MiB per attention block here) no
-longer fit any cache. Not measured on a GPU (none was available to this
-session); on CUDA the script reports ``max_memory_allocated`` per kind.
+So the goal at 4 x 32 (<= 2.0) is met at a run's start and missed at 2.38x
+where half the edges are cut at random (every writer then cut by some reader
+of every block: no product shrinks). A learned circuit cuts whole writers
+(node masks), which shrinks the products again; a random mask is the worst
+case. EDGE_MEMORY_PLACEHOLDER
 
 Usage:
 

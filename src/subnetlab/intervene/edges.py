@@ -443,11 +443,12 @@ class _Stream:
 
     @staticmethod
     def cut(neg: Tensor) -> Tensor | None:
-        """The writers some reader of a block cuts (its column of ``m - 1`` not all zero), or None when every
-        writer is: a writer no reader cuts adds exactly nothing to the readers' inputs or to its own gradient, so
-        it is left out of those products (every edge kept costs no product at all)."""
+        """The writers some reader of a block cuts (its column of ``m - 1`` not all zero) when they are at most an
+        eighth of its writers, else None (all of them): a writer no reader cuts adds exactly nothing to the
+        readers' inputs or to its own gradient, so it is left out of those products (every edge kept costs no
+        product at all). The bound keeps the gathered rows of ``D`` small beside the buffer."""
         cut = (neg != 0).any(0)
-        return None if bool(cut.all()) else cut.nonzero().squeeze(1)
+        return cut.nonzero().squeeze(1) if int(cut.sum()) * 8 <= cut.numel() else None
 
     def read(self, resid: Tensor, neg: Tensor, cut: Tensor | None) -> Tensor:
         """``resid - (1 - m) @ D``: ``[readers, batch, pos, hidden]``; one GEMM over the block's cut writers."""

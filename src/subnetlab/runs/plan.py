@@ -268,6 +268,8 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
 
     The trainer (masks, multipliers, optimiser) is built with real tensors (``plan_memory.built_for_real``), which
     ``live`` counts."""
+    import torch
+
     from subnetlab.runs.plan_memory import built_for_real
 
     config = method_config(settings)
@@ -288,6 +290,8 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
 
         with built_for_real():
             trainer = EdgePruner(model, adapter, data, config)
+            with torch.no_grad():  # undecided masks (a run's middle): every writer in the products, not a start's none
+                trainer.edges.log_alpha.zero_()
     if live is not None:
         for group in trainer.optimizer.param_groups:
             for p in group["params"]:
