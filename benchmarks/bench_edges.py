@@ -10,7 +10,7 @@ each pair is another random row of the same length. Three kinds of step:
   backward reaching the token embeddings' output so it traverses every layer;
 * ``edge``: ``EdgePruner.step`` exactly as ``prune_edges`` runs it (paper
   preset, corrupted-input ablation): the corrupted batch through the full model
-  to capture every writer's output, one hard-concrete sample over 32,936 edges
+  up to the final norm to capture every writer's output, one hard-concrete sample over 32,936 edges
   and 158 writer nodes, the edge intervention (``intervene.edges``), KL to the
   cached full-model distribution, the Lagrangian, one Adam step;
 * ``node``: ``head_pruning.train.Pruner.step`` (Heuristic Core's node-level
@@ -98,12 +98,48 @@ So the goal at 4 x 32 (<= 2.0) is met at a run's start and missed at 2.38x
 where half the edges are cut at random (every writer then cut by some reader
 of every block: no product shrinks). A learned circuit cuts whole writers
 (node masks), which shrinks the products again; a random mask is the worst
-case. EDGE_MEMORY_PLACEHOLDER
+case.
+
+A second run at S = 0 with the memory column (CPU-time medians of 4 steps):
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 4 --length 32 \
+        --steps 4 --block 1 --baseline /tmp/edgelean/base/edges.py
+
+    kind       CPU ms  /plain  step memory MiB
+    plain      1028.2    1.00              177
+    edge       1808.4    1.76              300
+    node       1029.2    1.00              169
+    edge-base  2882.6    2.80              454
+
+The edge step's memory above the plain step's: 123 MiB, from 277 MiB (-56%):
+158 writers' ``D_w`` (59 MiB) and their gradients (59 MiB), where the code
+before also kept every Q/K/V reader's input and normed copy.
+
+32 x 64 at GPT-2 small's width did not fit this session on the shared machine
+(an edge step of the code before took 57 s unloaded); measured at the same
+12 x 12 graph (32,936 edges) and vocabulary with hidden 384 (head size 32),
+batch 32 x length 64, CPU-time medians of 2 steps after one warm-up:
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --hidden 384 --batch 32 \
+        --length 64 --steps 2 --block 1 --no-memory --baseline /tmp/edgelean/base/edges.py
+
+    kind       CPU ms  /plain
+    plain      5651.4    1.00
+    edge      12029.0    2.13
+    node       5755.0    1.02
+    edge-base 22014.3    3.90
+
+(<= 2.5 met at this width, every edge kept; the reader sums grow with hidden
+and the model's layers with its square, so at width 768 the intervention's
+share is smaller.) These runs predate bounding the cut-writer subset to an
+eighth of a block's writers: at S = 0 the subsets are a few writers either way,
+at S = 0.5 there are none. Not measured on a GPU (none lent to this session).
 
 Usage:
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_edges.py [--layers 12 --heads 12 --hidden 768 --vocab 50257
-        --batch 32 --length 64 --steps 6 --block 2 --warmup 1] [--no-memory]
+        --batch 32 --length 64 --steps 6 --block 2 --warmup 1] [--edge-sparsity S] [--baseline EDGES_PY]
+        [--no-memory] [--profile N]
 """
 
 from __future__ import annotations
