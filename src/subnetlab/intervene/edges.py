@@ -448,7 +448,9 @@ class _Stream:
         readers' inputs or to its own gradient, so it is left out of those products (every edge kept costs no
         product at all). The bound keeps the gathered rows of ``D`` small beside the buffer."""
         cut = (neg != 0).any(0)
-        return cut.nonzero().squeeze(1) if int(cut.sum()) * 8 <= cut.numel() else None
+        if bool(cut.sum() * 8 > cut.numel()):  # asked this way, a fake tensor's planning answer (True) is "all"
+            return None
+        return cut.nonzero().squeeze(1)
 
     def read(self, resid: Tensor, neg: Tensor, cut: Tensor | None) -> Tensor:
         """``resid - (1 - m) @ D``: ``[readers, batch, pos, hidden]``; one GEMM over the block's cut writers."""
