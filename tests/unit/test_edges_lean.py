@@ -155,7 +155,8 @@ def test_writer_gradients_reach_the_token_embeddings(one_thread):
     ablated = [o.detach() for o in plain.outputs]
     mask = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(2))
     grads = []
-    for make in (lambda: Reference(m, graph, mask, ablated), lambda: apply_edges(m.model, m.adapter, graph, mask, values)):
+    for make in (lambda: Reference(m, graph, mask, ablated),
+                 lambda: apply_edges(m.model, m.adapter, graph, mask, values)):
         leaf: list[torch.Tensor] = []
         # registered first, so the intervention's own embedding hooks see this leaf as the token embeddings' output
         handle = m.model.transformer.wte.register_forward_hook(

@@ -515,7 +515,8 @@ class _ProjectedReaders(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream, norm: nn.Module, weight: Tensor,
                 bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int) -> Tensor:
-        ctx.stream, ctx.norm, ctx.weight, ctx.groups, ctx.first, ctx.head_dim = stream, norm, weight, groups, first, head_dim
+        ctx.stream, ctx.norm, ctx.weight = stream, norm, weight
+        ctx.groups, ctx.first, ctx.head_dim = groups, first, head_dim
         ctx.cut = stream.cut(neg)
         ctx.save_for_backward(resid, neg)
         return _project(norm.forward(stream.read(resid, neg, ctx.cut)), weight, bias, groups, first, head_dim)
