@@ -120,9 +120,10 @@ batch 32 x length 64, CPU-time medians of 2 steps after one warm-up:
 
 (<= 2.5 met at this width, every edge kept; the reader sums grow with hidden
 and the model's layers with its square, so at width 768 the intervention's
-share is smaller.) These runs predate bounding the cut-writer subset to an
-eighth of a block's writers: at S = 0 the subsets are a few writers either way,
-at S = 0.5 there are none. Not measured on a GPU (none lent to this session).
+share is smaller. This run, under load average 9-15, predates bounding the
+cut-writer subset to an eighth of a block's writers; with every edge kept the
+subsets are a few writers either way.) Not measured on a GPU (none lent to
+this session).
 
 Usage:
 
