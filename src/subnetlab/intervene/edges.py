@@ -17,14 +17,26 @@ per writer as the forward goes) a reader's input is::
 * writers: forward hooks on the embedding modules and the MLP output modules,
   a pre-hook on the attention output projection (a head's output is its slice
   of that input times its slice of the projection; the projection's bias is
-  written by no head, so it stays, as the node-level gates leave it);
+  written by no head, so it stays, as the node-level gates leave it). Each
+  writes its ``D_w`` into one buffer ``[writers, batch, pos, hidden]`` in the
+  model's dtype, outside autograd: the only per-writer tensor kept for the
+  backward. An identity autograd node on the writer's output (``_WriterTap``)
+  hands it the gradient the readers sent to ``D_w``;
+* reader inputs: one GEMM per reader block, ``resid + (m - 1) @ D`` over the
+  block's writers; its backward gives the stream ``sum_r G_r``, the masks
+  ``G @ D^T`` and the writers ``(m - 1)^T @ G`` (``_Stream``);
 * MLP readers and the logits: a pre-hook on the norm in front of the MLP and on
   the final norm replaces their input;
-* Q, K, V readers of every head: a forward hook on the norm in front of
-  attention applies that norm to each reader's input ``[readers, batch, pos,
-  hidden]`` and forward hooks on the query / key / value projections replace
-  their output with each head's slice of the projection applied to its own
-  reader's input (the FLOPs of the full projection).
+* Q, K, V readers of every head: the query / key / value projections' forward
+  is replaced on the instance (the class untouched, restored on exit) by each
+  head's slice of the projection applied to the norm of its own reader's input
+  (the FLOPs of the full projection; the projection of the block's own stream
+  is not computed). The readers' inputs ``[readers, batch, pos, hidden]`` and
+  their normed copies are not kept: the backward recomputes them from ``D``
+  (activation checkpointing of one reader block, ``_ProjectedReaders``), so
+  the intervention keeps writers x batch x pos x hidden, not readers x it.
+  With ``on_reader_input`` set, or a norm / projection weight that trains, the
+  inputs are materialised and kept as autograd sees them.
 
 Two public hooks let a method read the intervention without reaching into it
 (``methods.attribution`` computes EAP with them):
@@ -57,7 +69,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.intervene.activations import ComponentValues, add_padded, capture_activations, collect_means
+from subnetlab.intervene.activations import ComponentValues, add_padded, collect_means
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.device_map import refuse_offloaded
 from subnetlab.models.graph import Graph
@@ -96,17 +108,39 @@ def check_edge_family(adapter: Adapter) -> None:
         raise SubnetlabError(f"{spec.family} models do not name their norms and embeddings for edge interventions")
 
 
+class _WritersCaptured(Exception):
+    """Raised at the final norm: every writer has run, so the corrupted forward stops before the logits."""
+
+
+@torch.no_grad()
 def capture_writers(model: nn.Module, adapter: Adapter, inputs: dict[str, Tensor]) -> WriterValues:
-    """Every writer's output on ``inputs`` (the corrupted batch of a paired counterfactual)."""
+    """Every writer's output on ``inputs`` (the corrupted batch of a paired counterfactual). The forward stops at
+    the final norm: no writer comes after it, and the unembedding is a third of GPT-2 small's forward."""
     embeds: list[Tensor | None] = [None] * len(adapter.spec.embeddings)
+    heads: list[Tensor | None] = [None] * adapter.num_layers
+    mlps: list[Tensor | None] = [None] * adapter.num_layers
+    H, d = adapter.num_heads, adapter.head_dim
+
+    def stop(module: nn.Module, args: tuple) -> None:
+        raise _WritersCaptured
+
     handles = [m.register_forward_hook(lambda mod, a, out, i=i: embeds.__setitem__(i, out.detach().clone()))
                for i, m in enumerate(adapter.embedding_modules())]
+    for layer in range(adapter.num_layers):
+        handles.append(adapter.head_output_module(layer).register_forward_pre_hook(
+            lambda mod, a, layer=layer: heads.__setitem__(layer, a[0].detach().view(*a[0].shape[:-1], H, d).clone())))
+        handles.append(adapter.mlp_output_module(layer).register_forward_hook(
+            lambda mod, a, out, layer=layer: mlps.__setitem__(layer, out.detach().clone())))
+    if adapter.spec.final_norm:
+        handles.append(adapter.model.base_model.get_submodule(adapter.spec.final_norm).register_forward_pre_hook(stop))
     try:
-        components = capture_activations(model, adapter, inputs)
+        model(**inputs)
+    except _WritersCaptured:
+        pass
     finally:
         for h in handles:
             h.remove()
-    return WriterValues([e for e in embeds if e is not None], components)
+    return WriterValues([e for e in embeds if e is not None], ComponentValues(heads, mlps, per_position=True))
 
 
 @torch.no_grad()
@@ -177,47 +211,33 @@ class EdgeMasks:
 
     def writer_deltas(self) -> Tensor:
         """``D_w`` of every writer in the last forward, in graph writer order: ``[writers, batch, pos, hidden]``,
-        detached (a writer's output less its ablated value; its output itself when ``values`` is None)."""
-        deltas = self._state.get("deltas")
-        if not deltas:
+        detached (a writer's output less its ablated value; its output itself when ``values`` is None). It is the
+        buffer the backward reads: read it, do not write it."""
+        stream = self._state.get("stream")
+        if stream is None or not stream.count:
             raise SubnetlabError("no forward has run with these edge masks applied, so there are no writer outputs")
-        return torch.cat([d.detach() for d in deltas], 0)
+        return stream.deltas[:stream.count]
 
     # -- per forward --------------------------------------------------------------------
     def _active(self) -> bool:
         return self.enabled and (self.mask is not None or self.source is not None)
 
     def _begin(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self._state = {"embeds": [], "deltas": []}
+        self._state = {"embeds": [], "stream": _Stream()}
         if self.enabled and self.source is not None:
             self.set(self.source())
 
-    def _complement(self, block_index: int, like: Tensor) -> Tensor:
-        """``1 - m`` of a reader block, ``[readers, writers]``."""
+    def _negated_complement(self, block_index: int, like: Tensor) -> Tensor:
+        """``-(1 - m)`` of a reader block, ``[readers, writers]``, in the model's dtype."""
         block = self.graph.reader_blocks[block_index]
-        return (1.0 - self.mask[block.start:block.stop].to(like.device, like.dtype)).view(len(block.readers),
-                                                                                          block.writers)
+        mask = self.mask[block.start:block.stop].to(like.device, like.dtype)
+        return (mask - 1.0).view(len(block.readers), block.writers)
 
     def _read(self, block_index: int, resid: Tensor) -> Tensor:
         """``resid - sum_w (1 - m_wr) D_w`` for every reader of a block: ``[readers, batch, pos, hidden]``, as
         ``on_reader_input`` leaves it."""
         self._flush_embeddings(resid)
-        neg = -self._complement(block_index, resid)  # [readers, writers], tiny
-        start, flat = 0, resid.numel()
-        # every reader's copy of the stream, then out -= (1 - m) @ D in place, one BLAS call per writer group: no
-        # full-size temporary, subtraction or copy per group (addmm's backward needs only the two small factors).
-        # Writers recorded after the block's own (a parallel MLP's layer's heads) are not in its stream.
-        out = resid.reshape(1, flat).expand(neg.shape[0], flat).clone()  # [readers, batch * pos * hidden]
-        for delta in self._state["deltas"]:  # [n, batch, pos, hidden] per writer group
-            if start >= neg.shape[1]:
-                break
-            n = delta.shape[0]
-            out.addmm_(neg[:, start:start + n], delta.reshape(n, flat).to(out.device))  # a device map's layers
-            start += n
-        if start != neg.shape[1]:
-            raise SubnetlabError(f"edge intervention saw {start} writers before a block that reads {neg.shape[1]}; "
-                                 "the model's forward does not run in the order its graph assumes")
-        readers = out.view(neg.shape[0], *resid.shape)
+        readers = _ReaderInputs.apply(resid, self._negated_complement(block_index, resid), self._state["stream"])
         if self.on_reader_input is not None:
             replaced = self.on_reader_input(block_index, readers)
             if replaced is not None:
@@ -225,73 +245,112 @@ class EdgeMasks:
         return readers
 
     def _flush_embeddings(self, resid: Tensor) -> None:
-        """Turn the embedding outputs seen so far into the first writer group (once per forward)."""
+        """Write the embedding outputs seen so far as the first writers (once per forward, at the first reader)."""
+        stream = self._state["stream"]
+        stream.allocate(len(self.graph.writers), resid)
         embeds = self._state["embeds"]
-        if not embeds:
-            return
-        if self.graph.num_embeddings == 0:  # no embedding writers: the embeddings stay in every reader's input
-            self._state["embeds"] = []
+        self._state["embeds"] = []
+        if not embeds or self.graph.num_embeddings == 0:  # no embedding writers: they stay in every reader's input
             return
         ablated = self.values.embeddings if self.values is not None else [None] * len(embeds)
-        deltas = [(e - (0 if a is None else _fit(a, e))).expand_as(resid) for e, a in zip(embeds, ablated)]
-        if self.graph.num_embeddings == 1 and len(deltas) > 1:
-            deltas = [sum(deltas)]
-        self._state["deltas"].append(torch.stack(deltas))
-        self._state["embeds"] = []
+        with torch.no_grad():
+            rows = stream.take(self.graph.num_embeddings)
+            if self.graph.num_embeddings == 1 and len(embeds) > 1:
+                rows[0].zero_()
+            for i, (e, a) in enumerate(zip(embeds, ablated)):
+                row = rows[0 if self.graph.num_embeddings == 1 else i]
+                delta = e if a is None else e - _fit(a, e).to(e.dtype)
+                if self.graph.num_embeddings == 1 and len(embeds) > 1:
+                    row += delta
+                else:
+                    row.copy_(delta.expand_as(row))
+
+    def _tap(self, out: Tensor, start: int, count: int, heads: Tensor | None = None) -> Tensor | None:
+        """``out`` through a ``_WriterTap`` when a gradient can reach it; None (unchanged) otherwise."""
+        if not (out.requires_grad and torch.is_grad_enabled()):
+            return None
+        return _WriterTap.apply(out, self._state["stream"], start, count, heads)
+
+    def _lean(self, modules: Iterable[nn.Module]) -> bool:
+        """Q/K/V readers' inputs recomputed in the backward rather than kept: unless a method reads them
+        (``on_reader_input``) or the norm or projections train."""
+        return self.on_reader_input is None and not any(p.requires_grad for m in modules for p in m.parameters())
 
     # -- hooks ----------------------------------------------------------------------------
-    def _on_embedding(self, output: Tensor) -> None:
-        if self._active():
-            self._state["embeds"].append(output)
+    def _on_embedding(self, index: int, output: Tensor) -> Tensor | None:
+        if not self._active():
+            return None
+        self._state["embeds"].append(output.detach())
+        if self.graph.num_embeddings == 0:
+            return None
+        return self._tap(output, 0 if self.graph.num_embeddings == 1 else index, 1)
 
     def _on_attn_norm(self, layer: int, module: nn.Module, args: tuple) -> None:
         if not self._active():
             return
-        readers = self._read(2 * layer, args[0])
-        self._state["qkv"] = module.forward(readers)  # the norm of every reader's own input (no hooks re-fired)
+        if self._lean([module, *self._projections[layer]]):
+            self._flush_embeddings(args[0])
+            self._state["attn"] = (2 * layer, args[0], module)
+            self._state.pop("qkv", None)
+        else:
+            readers = self._read(2 * layer, args[0])
+            self._state["qkv"] = module.forward(readers)  # the norm of every reader's own input (no hooks re-fired)
 
-    def _on_projection(self, groups: list[tuple[int, int, int]], module: nn.Module, output: Tensor) -> Tensor | None:
-        """Replace a Q/K/V projection's output: head ``i`` of each group projects its own reader's input."""
+    def _on_projection(self, groups: list[tuple[int, int, int]], module: nn.Module, forward: Callable,
+                       x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        """A Q/K/V projection's forward: head ``i`` of each group projects its own reader's normed input (the
+        projection of the block's own stream is not computed)."""
         if not self._active():
-            return None
-        normed = self._state["qkv"]  # [readers, batch, pos, hidden]
+            return forward(x, *args, **kwargs)
         weight = module.weight if self.adapter.spec.transposed else module.weight.t()  # [hidden, out]
         bias = getattr(module, "bias", None)
+        first = min(g[0] for g in groups)
+        last = max(g[0] + g[1] for g in groups)
         d = self.adapter.head_dim
-        parts = []
-        for first, count, column in groups:
-            w = weight[:, column:column + count * d].reshape(weight.shape[0], count, d)  # [hidden, n, d]
-            readers = normed if count == normed.shape[0] else normed[first:first + count]  # a slice's backward zero-fills
-            part = torch.einsum("nbph,hne->bpne", readers, w).flatten(-2)
-            if bias is not None:
-                part = part + bias[column:column + count * d]
-            parts.append(part)
-        return torch.cat(parts, dim=-1).to(output.dtype)
+        if "qkv" in self._state:
+            out = _project(self._state["qkv"][first:last], weight, bias, groups, first, d)
+        else:
+            block, resid, norm = self._state["attn"]
+            neg = self._negated_complement(block, resid)[first:last]
+            out = _ProjectedReaders.apply(resid, neg, self._state["stream"], norm, weight, bias, groups, first, d)
+        return out.to(x.dtype)
 
-    def _on_heads(self, layer: int, module: nn.Module, args: tuple) -> None:
+    def _on_heads(self, layer: int, module: nn.Module, args: tuple) -> tuple | None:
         if not self._active():
-            return
+            return None
         z = args[0]  # [batch, pos, heads * d]
         H, d = self.adapter.num_heads, self.adapter.head_dim
-        zh = z.view(*z.shape[:-1], H, d)
         weight = module.weight if self.adapter.spec.transposed else module.weight.t()  # [H * d, hidden]
         w = weight.reshape(H, d, weight.shape[-1])
-        if self.values is not None:
-            zh = zh - _fit(self.values.components.head_value(layer, zh), zh).to(zh.dtype)
-        self._state["deltas"].append(torch.einsum("bphe,heo->hbpo", zh, w))  # D per head [H, batch, pos, hidden]
+        stream = self._state["stream"]
+        start = stream.count
+        with torch.no_grad():
+            zh = z.detach().view(*z.shape[:-1], H, d)
+            if self.values is not None:
+                zh = zh - _fit(self.values.components.head_value(layer, zh), zh).to(zh.dtype)
+            rows = stream.take(H)  # D per head [H, batch, pos, hidden]
+            torch.bmm(zh.movedim(-2, 0).reshape(H, -1, d), w.to(zh.dtype), out=rows.view(H, -1, w.shape[-1]))
+        tapped = self._tap(z, start, H, w)
+        return None if tapped is None else (tapped, *args[1:])
 
     def _on_mlp_norm(self, layer: int, args: tuple) -> tuple:
         if not self._active():
             return None
         return (self._read(2 * layer + 1, args[0])[0], *args[1:])
 
-    def _on_mlp(self, layer: int, output: Tensor) -> None:
+    def _on_mlp(self, layer: int, output: Tensor) -> Tensor | None:
         if not self._active():
-            return
-        delta = output
-        if self.values is not None:
-            delta = output - _fit(self.values.components.mlp_value(layer, output), output).to(output.dtype)
-        self._state["deltas"].append(delta.unsqueeze(0))
+            return None
+        stream = self._state["stream"]
+        start = stream.count
+        with torch.no_grad():
+            row = stream.take(1)[0]
+            if self.values is None:
+                row.copy_(output)
+            else:
+                torch.sub(output, _fit(self.values.components.mlp_value(layer, output), output).to(output.dtype),
+                          out=row)
+        return self._tap(output, start, 1)
 
     def _on_final_norm(self, args: tuple) -> tuple:
         if not self._active():
@@ -302,16 +361,22 @@ class EdgeMasks:
         refuse_offloaded(self.model, "edge interventions")  # their hooks read weights outside the module's forward
         a, spec = self.adapter, self.adapter.spec
         hook = self._handles.append
+        self._projections: list[list[nn.Module]] = []
         try:
             hook(self.model.register_forward_pre_hook(self._begin, with_kwargs=True))
-            for module in a.embedding_modules():
-                hook(module.register_forward_hook(lambda m, args, out: self._on_embedding(out)))
+            for i, module in enumerate(a.embedding_modules()):
+                hook(module.register_forward_hook(lambda m, args, out, i=i: self._on_embedding(i, out)))
             groups = projection_groups(a)
             for layer, block in enumerate(a.layers()):
                 hook(block.get_submodule(spec.attn_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_attn_norm(layer, m, args)))
+                projections = []
                 for path, g in groups.items():
-                    hook(block.get_submodule(path).register_forward_hook(lambda m, args, out, g=g: self._on_projection(g, m, out)))
+                    module = block.get_submodule(path)
+                    hook(_ReplacedForward(module, lambda forward, m=module, g=g: (
+                        lambda x, *args, **kwargs: self._on_projection(g, m, forward, x, *args, **kwargs))))
+                    projections.append(module)
+                self._projections.append(projections)
                 hook(a.head_output_module(layer).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_heads(layer, m, args)))
                 hook(block.get_submodule(spec.mlp_norm).register_forward_pre_hook(
@@ -329,10 +394,203 @@ class EdgeMasks:
         self.remove()
 
     def remove(self) -> None:
-        for handle in self._handles:
+        for handle in reversed(self._handles):
             handle.remove()
         self._handles.clear()
         self._state = {}
+
+
+class _ReplacedForward:
+    """A module's ``forward`` replaced on the instance (the class untouched) until ``remove()``."""
+
+    def __init__(self, module: nn.Module, make: Callable[[Callable], Callable]) -> None:
+        if "forward" in module.__dict__:
+            raise SubnetlabError(f"{type(module).__name__}'s forward is already replaced on this instance (edge masks "
+                                 "applied twice to one model?)")
+        self.module = module
+        module.forward = make(module.forward)
+
+    def remove(self) -> None:
+        self.module.__dict__.pop("forward", None)
+
+
+class _Stream:
+    """One forward's writer deltas ``[writers, batch, pos, hidden]`` (the model's dtype, outside autograd) and, in
+    the backward, the gradient the readers send them, ``[writers, batch * pos * hidden]``.
+
+    The deltas are the only per-writer tensors kept for the backward; reader inputs are recomputed from them.
+    Readers' backward steps add into ``grad`` before any earlier writer's backward runs (every reader reads the
+    residual stream downstream of the writers it reads), where the writer's tap (``_WriterTap``) picks it up."""
+
+    def __init__(self) -> None:
+        self.deltas: Tensor | None = None
+        self.count = 0
+        self.grad: Tensor | None = None
+
+    def allocate(self, writers: int, resid: Tensor) -> None:
+        if self.deltas is None:
+            self.deltas = resid.new_empty(writers, *resid.shape)
+
+    def take(self, n: int) -> Tensor:
+        """The next ``n`` writers' rows ``[n, batch, pos, hidden]``, to be written in place."""
+        if self.deltas is None:
+            raise SubnetlabError("edge intervention saw a writer before the first reader; the model's forward does "
+                                 "not run in the order its graph assumes")
+        rows = self.deltas[self.count:self.count + n]
+        self.count += n
+        return rows
+
+    def flat(self, writers: int) -> Tensor:
+        return self.deltas[:writers].reshape(writers, self.deltas[0].numel())
+
+    @staticmethod
+    def cut(neg: Tensor) -> Tensor | None:
+        """The writers some reader of a block cuts (its column of ``m - 1`` not all zero) when they are at most an
+        eighth of its writers, else None (all of them): a writer no reader cuts adds exactly nothing to the
+        readers' inputs or to its own gradient, so it is left out of those products (every edge kept costs no
+        product at all). The bound keeps the gathered rows of ``D`` small beside the buffer."""
+        cut = (neg != 0).any(0)
+        if bool(cut.sum() * 8 > cut.numel()):  # asked this way, a fake tensor's planning answer (True) is "all"
+            return None
+        return cut.nonzero().squeeze(1)
+
+    def read(self, resid: Tensor, neg: Tensor, cut: Tensor | None) -> Tensor:
+        """``resid - (1 - m) @ D``: ``[readers, batch, pos, hidden]``; one GEMM over the block's cut writers."""
+        readers, writers = neg.shape
+        if self.count < writers:
+            raise SubnetlabError(f"edge intervention saw {self.count} writers before a block that reads {writers}; "
+                                 "the model's forward does not run in the order its graph assumes")
+        out = resid.reshape(1, -1).expand(readers, -1).clone()
+        if cut is None:
+            if writers:
+                out.addmm_(neg, self.flat(writers))
+        elif cut.numel():
+            out.addmm_(neg[:, cut], self.flat(writers)[cut])
+        return out.view(readers, *resid.shape)
+
+    def backward(self, resid_shape: torch.Size, neg: Tensor, cut: Tensor | None, grad: Tensor,
+                 needs: tuple[bool, ...]) -> tuple[Tensor | None, Tensor | None]:
+        """Gradients of ``read`` from the readers' ``grad`` ``[readers, batch * pos * hidden]``: the stream's,
+        the block's ``-(1 - m)``'s (every writer's, cut or not), and the writers' (added to ``self.grad``)."""
+        writers = neg.shape[1]
+        grad_resid = grad.sum(0).view(resid_shape) if needs[0] else None
+        grad_neg = None
+        if needs[1]:
+            grad_neg = grad @ self.flat(writers).t() if writers else torch.zeros_like(neg)
+        if cut is None and writers:
+            if self.grad is None and writers == self.deltas.shape[0]:  # the logits' block, first in the backward
+                self.grad = torch.mm(neg.t(), grad)
+            else:
+                self._grad()[:writers].addmm_(neg.t(), grad)
+        elif cut is not None and cut.numel():
+            self._grad().index_add_(0, cut, neg[:, cut].t() @ grad)
+        return grad_resid, grad_neg
+
+    def _grad(self) -> Tensor:
+        if self.grad is None:
+            self.grad = self.deltas.new_zeros(self.deltas.shape[0], self.deltas[0].numel())
+        return self.grad
+
+
+class _ReaderInputs(torch.autograd.Function):
+    """Every reader's input of a block, materialised (MLP and logit readers, and Q/K/V readers under
+    ``on_reader_input`` or trainable norm / projection weights)."""
+
+    @staticmethod
+    def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream) -> Tensor:
+        ctx.stream, ctx.shape, ctx.cut = stream, resid.shape, stream.cut(neg)
+        ctx.save_for_backward(neg)
+        return stream.read(resid, neg, ctx.cut)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        (neg,) = ctx.saved_tensors
+        grads = ctx.stream.backward(ctx.shape, neg, ctx.cut, grad.reshape(neg.shape[0], -1), ctx.needs_input_grad)
+        return (*grads, None)
+
+
+class _ProjectedReaders(torch.autograd.Function):
+    """A Q/K/V projection's output when each head projects its own reader's normed input, without keeping the
+    readers' inputs: the forward computes them, the norm and the per-head products and keeps only ``resid`` and
+    the masks; the backward recomputes the inputs and the norm (activation checkpointing of one reader block)."""
+
+    @staticmethod
+    def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream, norm: nn.Module, weight: Tensor,
+                bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int) -> Tensor:
+        ctx.stream, ctx.norm, ctx.weight = stream, norm, weight
+        ctx.groups, ctx.first, ctx.head_dim = groups, first, head_dim
+        ctx.cut = stream.cut(neg)
+        ctx.save_for_backward(resid, neg)
+        return _project(norm.forward(stream.read(resid, neg, ctx.cut)), weight, bias, groups, first, head_dim)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        resid, neg = ctx.saved_tensors
+        stream = ctx.stream
+        readers = stream.read(resid.detach(), neg.detach(), ctx.cut).requires_grad_()
+        with torch.enable_grad():
+            normed = ctx.norm.forward(readers)
+        grad_normed = _project_backward(grad, ctx.weight, ctx.groups, ctx.first, ctx.head_dim, readers.shape)
+        (grad_readers,) = torch.autograd.grad(normed, readers, grad_normed.to(normed.dtype))
+        del normed, readers
+        grads = stream.backward(resid.shape, neg, ctx.cut, grad_readers.reshape(neg.shape[0], -1),
+                                ctx.needs_input_grad)
+        return (*grads, None, None, None, None, None, None, None)
+
+
+class _WriterTap(torch.autograd.Function):
+    """Identity on a writer's output (or, for heads, the output projection's input); its backward adds the
+    gradient the readers sent to the writer's delta (``_Stream.grad``), through the head's slice of the
+    projection for heads."""
+
+    @staticmethod
+    def forward(ctx: Any, out: Tensor, stream: _Stream, start: int, count: int, heads: Tensor | None) -> Tensor:
+        ctx.stream, ctx.start, ctx.count, ctx.heads, ctx.shape = stream, start, count, heads, out.shape
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        stream = ctx.stream
+        if stream.grad is None:
+            return grad, None, None, None, None
+        sent = stream.grad[ctx.start:ctx.start + ctx.count]  # [count, batch * pos * hidden]
+        resid_shape = stream.deltas.shape[1:]
+        if ctx.heads is not None:  # [H, d, hidden]: the heads' inputs [batch, pos, H * d]
+            H, d, hidden = ctx.heads.shape
+            per_head = torch.bmm(sent.view(H, -1, hidden), ctx.heads.transpose(1, 2))  # [H, batch * pos, d]
+            extra = per_head.view(H, *resid_shape[:-1], d).movedim(0, -2).reshape(ctx.shape)
+        else:
+            extra = sent.view(ctx.count, *resid_shape).sum(0).sum_to_size(ctx.shape)
+        return grad + extra.to(grad.dtype), None, None, None, None
+
+
+def _project(normed: Tensor, weight: Tensor, bias: Tensor | None, groups: list[tuple[int, int, int]], first: int,
+             head_dim: int) -> Tensor:
+    """Each group's heads project their own readers' normed inputs (rows from ``first`` on) through their columns
+    of ``weight`` ``[hidden, out]``: ``[batch, pos, out]`` in the groups' column order."""
+    parts = []
+    for start, count, column in groups:
+        w = weight[:, column:column + count * head_dim].reshape(weight.shape[0], count, head_dim)
+        part = torch.einsum("nbph,hne->bpne", normed[start - first:start - first + count], w).flatten(-2)
+        parts.append(part if bias is None else part + bias[column:column + count * head_dim])
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+def _project_backward(grad: Tensor, weight: Tensor, groups: list[tuple[int, int, int]], first: int,
+                      head_dim: int, shape: torch.Size) -> Tensor:
+    """The gradient of ``_project``'s normed readers ``[readers, batch, pos, hidden]`` from its output's."""
+    if len(groups) == 1 and groups[0][1] == shape[0]:  # one group of every reader: no zero-filled buffer
+        start, count, column = groups[0]
+        w = weight[:, column:column + count * head_dim].reshape(weight.shape[0], count, head_dim)
+        return torch.einsum("bpne,hne->nbph", grad.reshape(*grad.shape[:-1], count, head_dim), w.to(grad.dtype))
+    out = grad.new_zeros(shape)
+    offset = 0
+    for start, count, column in groups:
+        w = weight[:, column:column + count * head_dim].reshape(weight.shape[0], count, head_dim)
+        g = grad[..., offset:offset + count * head_dim].reshape(*grad.shape[:-1], count, head_dim)
+        out[start - first:start - first + count] += torch.einsum("bpne,hne->nbph", g, w.to(grad.dtype))
+        offset += count * head_dim
+    return out
 
 
 def projection_groups(adapter: Adapter) -> dict[str, list[tuple[int, int, int]]]:

@@ -36,6 +36,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.intervene.edges import check_edge_family
@@ -53,7 +55,7 @@ from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import require_positive
 from subnetlab.models.device_map import DeviceMap, refuse_offloaded
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
-from subnetlab.runtime import resolve_device
+from subnetlab.runtime import resolve_device, resolve_dtype
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.circuits.pairs import CircuitTask
 
@@ -115,6 +117,8 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     cfg = job.settings
     loaded, task, tokenizer = load_circuit_task(job)
     job.place(loaded)
+    if next(loaded.model.parameters()).dtype != getattr(torch, cfg.dtype):
+        loaded.model.to(getattr(torch, cfg.dtype))  # the frozen weights' dtype; masks and the loss stay float32
     loaded = apply_control(job.control, loaded, task, cfg.seed)  # methods.controls: the same search, nothing to find
     model, adapter = loaded.model, loaded.adapter
     data = circuit_data(task, tokenizer, "train")
@@ -269,6 +273,7 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     jobs = circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides,
                          eval_split=split, eval_limit=limit, init_from=init_from)  # builds (so checks) every config
     first = CircuitJobConfig.from_dict(jobs[0].config)
+    resolve_dtype(first.settings.dtype, resolve_device(device))  # float16 on the CPU: refused
     loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair
     refuse_offloaded(loaded.model, "edge interventions")  # a device map may place layers, not offload them
     built.examples(split)

@@ -18,7 +18,8 @@ CIRCUIT_METHODS = ("edge-pruning", *ATTRIBUTION_METHODS)
 # The settings only some methods read, and which methods; every other setting is read by every method.
 METHOD_SETTINGS: dict[str, tuple[str, ...]] = {
     **{name: ("edge-pruning",) for name in ("preset", "ablation", "settings", "split", "init_from", "warm_start",
-                                            "control", "jobs", "device_map", "max_memory", "offload_folder")},
+                                            "control", "jobs", "device_map", "max_memory", "offload_folder",
+                                            "dtype")},
     **{name: CIRCUIT_METHODS for name in ("sparsity", "seeds")},  # attribution: the circuits of a stability sweep
     "metric": ATTRIBUTION_METHODS,
     "ig_steps": IG_METHODS,

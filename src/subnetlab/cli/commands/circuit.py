@@ -113,6 +113,8 @@ def circuit(
     device_map: Optional[str] = device_map_option("edge-pruning: "),
     max_memory: Optional[str] = max_memory_option("edge-pruning: "),
     offload_folder: Optional[Path] = offload_folder_option("edge-pruning: "),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="edge-pruning: the frozen weights' dtype, float32 "
+                                        "(default), bfloat16 or float16 (CUDA); masks and the loss stay float32."),
     control: list[str] = typer.Option([], "--control", help="edge-pruning: " + CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
@@ -160,6 +162,8 @@ def circuit(
         overrides["ablation"] = ablation
     if embedding_nodes is not None:
         overrides["embedding_nodes"] = embedding_nodes
+    if dtype is not None:
+        overrides["dtype"] = dtype
     task_options = with_data_options(task, parse_task_options(task_option, None, "train"), **data_flags)
     base = {"model": model, "task": task, "task_options": task_options, "device": device}
     if warm_start is not None:

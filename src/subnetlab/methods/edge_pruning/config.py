@@ -73,6 +73,7 @@ ABLATIONS = ("corrupted", "mean", "zero")
 SELECTIONS = ("connected", "topk", "threshold", "greedy")
 REPAIRS = ("none", "greedy")
 REPAIR_OBJECTIVES = ("logit_diff", "kl")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ class EdgePruneConfig(DictSettings):
     repair_pool: int = 8  # swaps among the pool weakest kept and pool strongest removed edges
     repair_depth: int = 2  # up to this many edges swapped at once
     restarts: int = 1  # train seeds seed .. seed + restarts - 1 and keep the circuit of lowest exact loss
+    # the frozen weights' (and the edge buffers') dtype; masks, lambdas and the objective stay float32
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         check_field_types(self, "edge pruning setting")
@@ -122,7 +125,7 @@ class EdgePruneConfig(DictSettings):
             raise SubnetlabError(f"node_sparsity: {self.node_sparsity} is outside [0, 1)", setting="node_sparsity")
         choices = {"ablation": ABLATIONS, "sparsity_estimate": ("expected", "sample"), "selection": SELECTIONS,
                    "lr_decay": ("linear", "constant"), "optimizer": OPTIMIZERS,
-                   "repair": REPAIRS, "repair_objective": REPAIR_OBJECTIVES}
+                   "repair": REPAIRS, "repair_objective": REPAIR_OBJECTIVES, "dtype": DTYPES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise SubnetlabError(f"{name} {getattr(self, name)!r}: expected one of {', '.join(allowed)}",
@@ -150,6 +153,12 @@ class EdgePruneConfig(DictSettings):
                 raise SubnetlabError("clip_node_target is for node masks without a node sparsity target under "
                                      "gradient clipping (max_grad_norm)", setting="clip_node_target")
         self.make_schedule()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.dtype == "float32":
+            del out["dtype"]  # the default: a run written before dtype existed is the same run (its checkpoint resumes)
+        return out
 
     def make_schedule(self) -> LinearSchedule:
         return LinearSchedule(self.sparsity, self.warmup_steps, self.total_steps)

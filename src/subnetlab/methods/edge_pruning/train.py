@@ -71,6 +71,11 @@ class EdgePruner(MaskTrainer):
 
     def __init__(self, model: nn.Module, adapter: Adapter, data: PruningData, config: EdgePruneConfig,
                  values: WriterValues | None = None, teacher: Tensor | None = None) -> None:
+        weights = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+        if config.dtype != "float32" and weights != getattr(torch, config.dtype):
+            raise SubnetlabError(f"the settings' dtype is {config.dtype} but the model's weights are "
+                                 f"{str(weights).removeprefix('torch.')}: load the model in {config.dtype}",
+                                 setting="dtype")
         self.adapter, self.values = adapter, values
         self.graph = Graph.from_adapter(adapter, config.embedding_nodes)
         device = model_device(model)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import torch
+
 from subnetlab.runs.plan.fake import fake_data
 from subnetlab.runs.plan.settings import PlanSettings
 
@@ -23,7 +25,7 @@ def method_config(settings: PlanSettings) -> Any:
     if settings.method == "edge-pruning":
         from subnetlab.methods.edge_pruning.config import preset_config as edge_preset
 
-        return edge_preset(settings.preset, sparsity, **sizes)
+        return edge_preset(settings.preset, sparsity, dtype=settings.dtype, **sizes)
     return None
 
 
@@ -58,6 +60,8 @@ def pruning_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = N
 
         with built_for_real():
             trainer = EdgePruner(model, adapter, data, config)
+            with torch.no_grad():  # undecided masks (a run's middle): every writer in the products, not a start's none
+                trainer.edges.log_alpha.zero_()
     if live is not None:
         for group in trainer.optimizer.param_groups:
             for p in group["params"]:
