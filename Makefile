@@ -20,8 +20,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/subnetlab demo --out $(OUT)
 
+# two pytest-xdist workers of one thread each (the tiny models gain nothing from a second thread); whole files
+# go to one worker (module fixtures are built once), in collection order so the long integration files start first
+TEST_JOBS ?= 2
 test: $(STAMP)
-	OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q -p no:cacheprovider tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile \
+	  --no-loadscope-reorder tests
 
 # On a GPU machine whose python3 already holds torch with CUDA (no network, nothing installed): every gpu-marked
 # test, then benchmarks/bench_gpu.py part by part under time limits; tables under $$OUT (scripts/gpu-check.sh).

@@ -12,7 +12,14 @@ from transformers import BertConfig, GPT2Config, LlamaConfig, RobertaConfig, ViT
 from subnetlab.models import LoadedModel, build_model
 from subnetlab.progress import set_quiet
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+def threads_per_worker() -> int:
+    """Two threads at most; under pytest-xdist the workers share the cores (`make test` runs two on two cores)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, (os.cpu_count() or 1) // workers))
+
+
+torch.set_num_threads(threads_per_worker())
 set_quiet(True)
 
 REPO = Path(__file__).resolve().parents[1]

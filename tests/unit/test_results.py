@@ -70,7 +70,7 @@ def test_cli_writes_csv_and_parquet_that_round_trip(sweep: Path, tmp_path: Path,
     assert list(from_csv.columns) == list(expected.columns)
     assert from_csv["value"].tolist() == pytest.approx(expected["value"].tolist())
     out = capsys.readouterr().out
-    assert "4 runs, 12 measurements" in out and "table.parquet" in out
+    assert "4 runs, 12 measurements" in out and str(tmp_path / "table.parquet") in out  # whole, not wrapped
     assert not list(tmp_path.glob(".*.tmp"))
 
 

@@ -51,7 +51,7 @@ def print_summary(frame: pd.DataFrame, written: tuple[Path, Path]) -> None:
     console.print(table)
     if len(frame) > MAX_ROWS:
         console.print(f"... and {len(frame) - MAX_ROWS} more rows")
-    console.print(f"wrote {written[0]} and {written[1]}")
+    console.print(f"wrote {written[0]} and {written[1]}", soft_wrap=True)  # paths whole, however long
 
 
 STABILITY = ("mean_jaccard", "min_jaccard", "mean_jaccard_across_steps", "mean_jaccard_across_seeds", "kept_in_every",
