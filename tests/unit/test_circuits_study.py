@@ -151,6 +151,16 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
         f"logit difference at target sparsity 0.9: real {statistics.fmean(real):.2f}")
     assert rows[1].verdict in ((SHOWN, NOT_SHOWN) if all(beaten) else (NOT_SHOWN,))  # shown only if it computes
     assert read_json(tmp_path / "metrics.json")["search_controls"]["controls"] == ["random-weights", "shuffled-labels"]
+    # the real circuits' stability over the three seeds, in the report: the mean pairwise Jaccard from the kept edges
+    subs = [Subnetwork.load((tmp_path / "edge-pruning" / "sparsity-0.9" if seed == 0 else
+                             tmp_path / "controls" / "real" / f"seed-{seed}") / "subnetwork.safetensors")
+            for seed in (0, 1, 2)]
+    kept = [set(torch.nonzero(sub.edges.reshape(-1) > 0.5).reshape(-1).tolist()) for sub in subs]
+    pairs = [(a, b) for i, a in enumerate(kept) for b in kept[i + 1:]]
+    jaccard = statistics.fmean(len(a & b) / len(a | b) if a | b else 1.0 for a, b in pairs)
+    assert "Pairwise Jaccard of the circuits" in text
+    stab = read_json(tmp_path / "controls" / "metrics.json")["targets"]["0.900"]["stability"]
+    assert stab["mean_jaccard"] == pytest.approx(jaccard) and stab["kept_in_every"] == len(set.intersection(*kept))
     (tmp_path / "curves.json").unlink()
     assert [r.verdict for r in findings(tmp_path, tmp_path.parent)][1:] == [NOT_MEASURABLE, rows[2].verdict,
                                                                            NOT_MEASURABLE]

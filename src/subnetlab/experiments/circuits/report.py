@@ -11,6 +11,7 @@ from subnetlab.experiments.circuits.settings import CircuitsSettings
 from subnetlab.io import read_json, write_text
 from subnetlab.report.markdown import num, table
 from subnetlab.report.search_controls import controls_table
+from subnetlab.report.stability import stability_tables
 
 
 _FAMILY = {"gpt2": "GPT-2 with learned absolute positions", "llama": "Llama-style decoder with rotary positions"}
@@ -150,10 +151,15 @@ def write_report(out: Path, settings: CircuitsSettings, training: dict[str, Any]
         lines += [f"The edge-pruning curve ranks edges by the log-alphas of the run at "
                   f"{curves['curves']['edge-pruning']['from_sparsity']}.", ""]
     if (out / "controls" / "metrics.json").is_file():
-        for entry in read_json(out / "controls" / "metrics.json")["targets"].values():
+        targets = read_json(out / "controls" / "metrics.json")["targets"]
+        for entry in targets.values():
             headers, rows, caption = controls_table(entry, "logit difference", what=" of the circuit at the curve's "
                                                     "sparsity")
             lines += [caption, "", table(headers, rows), ""]
+        stability = stability_tables(targets)
+        if stability:
+            lines += ["Stability of the real circuits over the seeds (edge frequency, pairwise Jaccard, faithfulness "
+                      "with a bootstrap interval over seeds):", "", *stability]
     for name, why in curves.get("missing", {}).items():
         lines += [f"Not run: **{name}**: {why}.", ""]
     lines += _ioi_section(settings, ioi)
