@@ -325,14 +325,15 @@ def _si_run(root: Path, summary: dict | None = None, discovery: dict | None = No
     return out
 
 
-SI_CLAIMS = ["scratch", "empty-mask", "random-matched", "random-released", "level", "full", "density"]
+SI_CLAIMS = ["scratch", "empty-mask", "random-matched", "random-released", "level", "full", "computes", "density"]
 
 
 def test_subtask_induction_rows(tmp_path):
     rows = dict(zip(SI_CLAIMS, si.findings(_si_run(tmp_path), tmp_path)))
     assert {k: r.verdict for k, r in rows.items()} == {
         "scratch": v.SHOWN, "empty-mask": v.SHOWN, "random-matched": v.NOT_SHOWN, "random-released": v.NOT_SHOWN,
-        "level": v.SHOWN, "full": v.SHOWN, "density": v.SHOWN}
+        "level": v.SHOWN, "full": v.SHOWN, "computes": v.NOT_MEASURABLE, "density": v.SHOWN}
+    assert "no search controls in this run" in rows["computes"].rule  # the fixture ran none
     scratch = rows["scratch"]
     assert "N=300" not in scratch.this_run.split(";")[0]  # above max_number: not a low N
     assert "N=10: 90.0 vs 50.0 (40.0 ahead, spread 4.0, 3 seeds)" in scratch.this_run
@@ -393,12 +394,12 @@ def test_findings_table_written_and_rendered(tmp_path):
     _hc_run(tmp_path)
     _si_run(tmp_path)
     path, rows = write_findings(tmp_path, ["heuristic-core", "subtask-induction"])
-    assert path == tmp_path / "findings.md" and len(rows) == 4 + 7
+    assert path == tmp_path / "findings.md" and len(rows) == 4 + 8
     text = path.read_text(encoding="utf-8")
     table = [line for line in text.splitlines() if line.startswith("| ")]
-    assert len(table) == 1 + 11  # header + one row per claim
+    assert len(table) == 1 + 12  # header + one row per claim
     assert "[A small core of heads is shared" in text and "(heuristic-core/report.md#shared-heads-the-core)" in text
-    assert "9 shown, 2 not shown, 0 not measurable at this scale, of 11 claims." in text
+    assert "9 shown, 2 not shown, 1 not measurable at this scale, of 12 claims." in text
     saved = json.loads((tmp_path / "findings.json").read_text())
     assert [r["verdict"] for r in saved] == [r.verdict for r in rows]
 
@@ -457,11 +458,13 @@ def _circuits_run(root: Path, *, key_kept=True, edge=(0.80, 0.15), node=(0.60, 0
 def test_demo_findings_carry_the_circuits_rows(tmp_path):
     _circuits_run(tmp_path)
     path, rows = write_findings(tmp_path, ["circuits"])
-    assert [r.paper for r in rows] == ["Induction heads (Olsson et al.)", "Edge Pruning", "Edge Pruning"]
-    mech, found, cpr = rows
+    assert [r.paper for r in rows] == ["Induction heads (Olsson et al.)", "Edge Pruning", "Edge Pruning", "Edge Pruning"]
+    mech, found, computes, cpr = rows
     assert mech.verdict == v.SHOWN and "25% / 95% / 98%" in mech.this_run
-    # the sparsest circuit with f >= 0.5 is the 95% one (the 99% one is not faithful): it keeps the key edge
-    assert found.verdict == v.SHOWN and found.this_run.startswith("at sparsity 0.95 (6 edges, f = 0.60): 1 of 1")
+    # the sparsest circuit with f >= 0.5 is the 95% one (the 99% one is not faithful): it keeps the key edge, but
+    # without the search controls nobody knows whether the search would find as much where nothing was learned
+    assert found.this_run.startswith("at sparsity 0.95 (6 edges, f = 0.60): 1 of 1")
+    assert computes.verdict == found.verdict == v.NOT_MEASURABLE and "controls/metrics.json does not exist" in computes.rule
     # a claim about methods from the study's one seed, and node pruning's curve over other items: not measurable
     assert cpr.verdict == v.NOT_MEASURABLE and cpr.rule.startswith("one run: not measurable")
     assert "node pruning's curve is over 10 items against 110: not compared" in cpr.rule
@@ -470,18 +473,18 @@ def test_demo_findings_carry_the_circuits_rows(tmp_path):
     text = path.read_text()
     assert "| Edge Pruning | [Edge pruning's circuit keeps the previous-token head -> induction head key edge]" \
            "(circuits/report.md#4-faithfulness-of-the-circuit-methods-mib-cpr-higher-is-better-cmd-lower-is-better)" in text
-    assert "2 shown, 0 not shown, 1 not measurable at this scale, of 3 claims." in text
+    assert "1 shown, 0 not shown, 3 not measurable at this scale, of 4 claims." in text
 
 
 def test_demo_circuits_rows_claim_no_more_than_the_numbers(tmp_path):
     # the key edge dropped by the sparsest faithful circuit; node pruning's CMD below edge pruning's
     _circuits_run(tmp_path, key_kept=False, edge=(0.80, 0.40))
-    _, (_, found, cpr) = write_findings(tmp_path, ["circuits"])
+    _, (_, found, _, cpr) = write_findings(tmp_path, ["circuits"])
     assert found.verdict == v.NOT_SHOWN and "0 of 1 key edges kept" in found.this_run
     assert cpr.verdict == v.NOT_MEASURABLE  # one seed, whatever the order
     # no curves at all: not measurable, naming the file, never an error
     (tmp_path / "circuits" / "curves.json").unlink()
-    _, (mech, found, cpr) = write_findings(tmp_path, ["circuits"])
+    _, (mech, found, _, cpr) = write_findings(tmp_path, ["circuits"])
     assert mech.verdict == v.SHOWN
     assert found.verdict == cpr.verdict == v.NOT_MEASURABLE and "curves.json does not exist" in cpr.rule
 
