@@ -144,7 +144,7 @@ def train_stacked(
                 y = torch.stack([t.targets[o[b]] for t, o in zip(trains, orders)])  # [K, B]
                 grads, losses = step(T, Fx, M, Kp, x, y)
                 for n, v in T.items():
-                    v.grad = grads[n]
+                    v.grad = grads[n].contiguous()  # torch's fused CPU AdamW misreads strided gradients
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 totals += losses.detach()
