@@ -58,3 +58,11 @@ def draw(config: dict, out_dir: Path) -> dict:
     metrics["threads"] = torch.get_num_threads()
     metrics["global_draw"] = float(torch.rand(()))  # seeded by the executor from the config
     return metrics
+
+
+def spin(config: dict, out_dir: Path) -> dict:
+    """Keep one core busy until this process has used ``config["cpu"]`` more CPU seconds."""
+    until = time.process_time() + config["cpu"]
+    while time.process_time() < until:
+        pass
+    return {"cpu": config["cpu"]}

@@ -96,7 +96,7 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
         return dict(RATES)
 
     result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=calibrate, clock=clock,
-                      interactive=False, cores=2)
+                      interactive=False, cores=2, cpu_clock=lambda: 1.5 * clock.t)  # 1.5 cores busy throughout
     assert calibrated == [["circuits", "heuristic-core", "lottery", "subtask-induction"]]
     captured = capsys.readouterr()
     first = captured.out.splitlines()[0]
@@ -144,6 +144,12 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
     assert predicted["heuristic-core:nli/ablation"] < round(by_key["heuristic-core:nli/ablation"].predicted(RATES), 1)
     assert timings["predicted_seconds"] == pytest.approx(sum(s.predicted(RATES) for s in stages), abs=0.1)
     assert timings["wall_seconds"] == pytest.approx(9.0 + 426.0 + 290.0 + 268.0 + 123.0)  # with the calibration
+    # CPU seconds per stage and in all, from the CPU clock at the same stage boundaries
+    assert {f"{r['demo']}:{r['stage']}": r["cpu_seconds"] for r in timings["stages"]} == pytest.approx(
+        {k: 1.5 * v for k, v in measured.items()})
+    assert timings["cpu_seconds"] == pytest.approx(1.5 * timings["wall_seconds"]) and timings["cores"] == 2
+    assert lines[-1] == ("The demo took 1116 s (about 19 min) and 1674 CPU-seconds: on 2 cores no arrangement of the "
+                         "same work takes under 837 s.")
     assert timings["calibration"]["rates"] == RATES
     # the studies wrote no results: every claim is "not measurable", none crashes
     findings = (tmp_path / "findings.md").read_text()

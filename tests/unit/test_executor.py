@@ -48,6 +48,21 @@ def test_local_and_processes_give_the_same_results(tmp_path: Path) -> None:
         assert not list(job.out_dir.glob("*.tmp"))
 
 
+def test_each_worker_reports_its_own_cpu_seconds(tmp_path: Path) -> None:
+    from subnetlab.executor import worker_cpu_seconds
+
+    before = worker_cpu_seconds()
+    jobs = [Job("tests.unit.executor_jobs:spin", {"cpu": 0.4, "i": i}, tmp_path / f"j{i}") for i in range(2)]
+    report = run_jobs(jobs, backend="processes", n_jobs=2, cpus_per_job=1)
+    used = [j.cpu_seconds for j in report.jobs]
+    # the spin itself, plus a fresh worker's little start-up: not the parent's CPU time before the fork
+    assert all(0.4 <= c < 0.4 + 1.0 for c in used), used
+    assert worker_cpu_seconds() - before == pytest.approx(sum(used))
+    assert [j["cpu_seconds"] for j in read_json(tmp_path / "sweep.json")["jobs"]] == [round(c, 3) for c in used]
+    local = run_jobs([Job("tests.unit.executor_jobs:spin", {"cpu": 0.2}, tmp_path / "local")])
+    assert 0.2 <= local.jobs[0].cpu_seconds < 0.2 + 0.5 and worker_cpu_seconds() - before == pytest.approx(sum(used))
+
+
 def test_a_job_that_raises_is_reported_and_the_others_finish(tmp_path: Path) -> None:
     configs = [dict(c, fail=(i == 1)) for i, c in enumerate(GRID)]
     report = run_jobs(grid_jobs(tmp_path, configs))

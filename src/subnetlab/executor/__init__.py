@@ -21,6 +21,7 @@ multi-job commands fill it in from their options).
 from subnetlab.executor.job import CONFIG_FILE, METRICS_FILE, Job, execute, resolve_function
 from subnetlab.executor.options import ExecutorOptions
 from subnetlab.executor.report import SWEEP_FILE, JobResult, SweepReport
+from subnetlab.executor.processes import worker_cpu_seconds
 from subnetlab.executor.run import BACKENDS, run_jobs
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "execute",
     "resolve_function",
     "run_jobs",
+    "worker_cpu_seconds",
     "write_results",
 ]
 

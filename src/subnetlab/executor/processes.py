@@ -35,6 +35,15 @@ from subnetlab.io import read_json, write_json
 from subnetlab.progress import SAID_VARIABLE, said, stage
 
 _UNITS = 1000  # GPU capacity is tracked in thousandths, so 0.1 + 0.2 cannot drift
+_worker_cpu = [0.0]  # CPU seconds of every finished worker of this process (``worker_cpu_seconds``)
+
+
+def worker_cpu_seconds() -> float:
+    """CPU seconds the workers of this process's sweeps have used, every thread counted.
+
+    A worker's CPU time is not in this process's ``time.process_time()``, and the fork server reaps the workers,
+    so ``getrusage(RUSAGE_CHILDREN)`` misses it too; each worker reports its own at exit."""
+    return _worker_cpu[0]
 
 
 def visible_gpus() -> list[str]:
@@ -199,6 +208,8 @@ def _collect(a: _Attempt, max_retries: int) -> JobResult | None:
     common = dict(name=a.job.name, out_dir=a.job.out_dir, config=a.job.config, attempts=a.attempt, seconds=seconds)
     if a.outcome.is_file():
         outcome = read_json(a.outcome)
+        common["cpu_seconds"] = outcome.get("cpu_seconds")
+        _worker_cpu[0] += float(common["cpu_seconds"] or 0.0)
         if outcome["status"] == "done" and a.job.is_done:
             return JobResult(status="done", metrics=load_metrics(a.job), **common)
         if outcome["status"] == "failed":

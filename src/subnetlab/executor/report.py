@@ -44,6 +44,9 @@ class JobResult:
     traceback: str | None = None
     attempts: int | None = 0
     seconds: float | None = None
+    # CPU seconds of the job's process, every thread counted (the last attempt's; None where the backend does
+    # not say): beside ``seconds`` it shows how many cores a job kept busy
+    cpu_seconds: float | None = None
 
     def to_dict(self, root: Path | None = None) -> dict:
         out_dir = str(self.out_dir)
@@ -55,6 +58,8 @@ class JobResult:
         entry: dict = {"name": self.name, "status": self.status, "out_dir": out_dir, "error": self.error}
         entry["attempts"] = self.attempts
         entry["seconds"] = None if self.seconds is None else round(self.seconds, 3)
+        if self.cpu_seconds is not None:
+            entry["cpu_seconds"] = round(self.cpu_seconds, 3)
         if self.status == "failed":
             entry["config"] = self.config
             entry["traceback"] = self.traceback

@@ -82,15 +82,16 @@ def run_local(jobs: Sequence[Job]) -> Iterator[JobResult]:
     """The default backend: one job after another in this process (no retries: a death ends the sweep)."""
     for job in jobs:
         common = dict(name=job.name, out_dir=job.out_dir, config=job.config, attempts=1)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         try:
             metrics = execute(job)
         except (Exception, SystemExit) as e:  # the job's own error: report it, run the next one
-            seconds = time.perf_counter() - started
-            yield JobResult(status="failed", error=error_text(e), traceback=traceback_text(e), seconds=seconds,
+            yield JobResult(status="failed", error=error_text(e), traceback=traceback_text(e),
+                            seconds=time.perf_counter() - started, cpu_seconds=time.process_time() - cpu_started,
                             **common)
         else:
-            yield JobResult(status="done", metrics=metrics, seconds=time.perf_counter() - started, **common)
+            yield JobResult(status="done", metrics=metrics, seconds=time.perf_counter() - started,
+                            cpu_seconds=time.process_time() - cpu_started, **common)
 
 
 def run_jobs(

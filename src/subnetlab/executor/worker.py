@@ -86,9 +86,11 @@ def run_spec(spec_path: str) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except (Exception, SystemExit) as e:  # a job's own error, reported by the parent
-        write_json(outcome_path, {"status": "failed", "error": error_text(e), "traceback": traceback_text(e)})
+        write_json(outcome_path, {"status": "failed", "error": error_text(e), "traceback": traceback_text(e),
+                                  "cpu_seconds": time.process_time()})
         return EXIT_FAILED
-    write_json(outcome_path, {"status": "done"})
+    # the worker's own CPU time, all threads: a forked or spawned process starts its counters at zero
+    write_json(outcome_path, {"status": "done", "cpu_seconds": time.process_time()})
     return EXIT_DONE
 
 

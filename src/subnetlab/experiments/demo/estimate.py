@@ -280,12 +280,15 @@ class Plan:
     rates: Mapping[str, float]
     clock: Callable[[], float] = time.monotonic
     min_seconds: float = 1.0
+    # CPU seconds used so far (this process and its finished workers); None: not recorded
+    cpu_clock: Callable[[], float] | None = None
 
     def __post_init__(self) -> None:
         self.predicted = [s.predicted(self.rates) for s in self.stages]
         self.exact = [not s.bound for s in self.stages]
         self.started: dict[int, float] = {}
         self.ended: dict[int, float] = {}
+        self.cpu: dict[int, list[float]] = {}  # per stage: CPU seconds at its start and at its end
         self.demo: str | None = None
 
     def total(self, exact: bool | None = None) -> float:
@@ -297,12 +300,16 @@ class Plan:
 
     def start(self, stage: int) -> None:
         """Stage ``stage`` (an index; past the last: none) starts; every earlier one of the running demo has ended."""
-        now = self.clock()
+        now, cpu = self.clock(), self.cpu_clock() if self.cpu_clock else None
         for i, s in enumerate(self.stages[:stage]):
-            if s.demo == self.demo:
-                self.ended.setdefault(i, now)
-        if stage < len(self.stages):
-            self.started.setdefault(stage, now)
+            if s.demo == self.demo and i not in self.ended:
+                self.ended[i] = now
+                if cpu is not None and i in self.cpu:
+                    self.cpu[i].append(cpu)
+        if stage < len(self.stages) and stage not in self.started:
+            self.started[stage] = now
+            if cpu is not None:
+                self.cpu[stage] = [cpu]
 
     def begin(self, demo: str) -> None:
         """``demo`` runs now: its first stage starts."""
@@ -348,12 +355,18 @@ class Plan:
         gone, left = self.clock() - min(self.started.values(), default=self.clock()), self.remaining()
         return Status(label, gone / (gone + left) if gone + left > 0 else 1.0, left)
 
+    def cpu_seconds(self, i: int) -> float | None:
+        """CPU seconds stage ``i`` used, every process and thread of the demo counted (None: not recorded)."""
+        marks = self.cpu.get(i, [])
+        return marks[1] - marks[0] if len(marks) == 2 else None
+
     def table(self) -> list[dict[str, Any]]:
-        """Per stage (``demo-timings.json``): what the data decides, predicted and measured seconds."""
+        """Per stage (``demo-timings.json``): what the data decides, predicted and measured seconds, CPU seconds."""
         return [{"demo": s.demo, "stage": s.key, "label": s.label, "bound": s.bound or None,
                  "predicted_seconds": round(self.predicted[i], 1),
-                 "measured_seconds": None if m is None else round(m, 1)}
-                for i, s in enumerate(self.stages) for m in [self.measured(i)]]
+                 "measured_seconds": None if m is None else round(m, 1),
+                 **({} if c is None else {"cpu_seconds": round(c, 1)})}
+                for i, s in enumerate(self.stages) for m, c in [(self.measured(i), self.cpu_seconds(i))]]
 
 
 def minutes(seconds: float) -> str:

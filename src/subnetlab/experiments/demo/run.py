@@ -66,10 +66,12 @@ def run_demo(
     echo: Callable[[str], None] = print,
     interactive: bool | None = None,
     cores: int | None = None,
+    cpu_clock: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Run ``demos`` into ``out``; returns the report paths, the findings path and the timing record.
 
-    ``get_reproduction`` and ``calibrate`` default to the real ones (tests pass fakes).
+    ``get_reproduction``, ``calibrate`` and ``cpu_clock`` (CPU seconds used so far: this process's and its sweep
+    workers') default to the real ones (tests pass fakes).
     """
     from subnetlab.experiments import get_reproduction as real_get, settings_for
     from subnetlab.experiments.demo.findings import print_table, write_findings
@@ -79,15 +81,21 @@ def run_demo(
         from subnetlab.experiments.demo.calibrate import calibrate as real_calibrate
 
         calibrate = real_calibrate
+    if cpu_clock is None:
+        from subnetlab.executor import worker_cpu_seconds
+
+        def cpu_clock() -> float:
+            return time.process_time() + worker_cpu_seconds()
     out = Path(out)
-    started = clock()
+    cores = cores or os.cpu_count() or 1
+    started, cpu_started = clock(), cpu_clock()
     modules = {name: get(name) for name in demos}
     settings = {name: settings_for(module, demo_preset(module)).to_dict() for name, module in modules.items()}
-    stages = plan_stages(settings, out, cores or os.cpu_count())
+    stages = plan_stages(settings, out, cores)
     stage("calibrating: timing a few steps of each demo's real work on this machine")
     t0 = clock()
     rates = calibrate({name: settings[name] for name in {s.demo for s in stages}})
-    plan, calibrated = Plan(stages, rates, clock=clock), clock() - t0
+    plan, calibrated = Plan(stages, rates, clock=clock, cpu_clock=cpu_clock), clock() - t0
     fixed, bounded = sum(not s.bound for s in stages), plan.bounds()
     decided = (f", and up to {math.ceil(plan.total(exact=False) / 60)} min more for the {len(bounded)} whose size "
                f"the data decides ({'; '.join(bounded)})") if bounded else ""
@@ -108,7 +116,9 @@ def run_demo(
             board.update()
             reports[name] = str(report)
             board.print(f"{name} report: {report}")
-    record.update(stages=plan.table(), wall_seconds=round(clock() - started, 1), reports=reports)
+    wall, cpu = clock() - started, cpu_clock() - cpu_started
+    record.update(stages=plan.table(), wall_seconds=round(wall, 1), cpu_seconds=round(cpu, 1), cores=cores,
+                  reports=reports)
     write_json(out / "demo-timings.json", record)
     path, rows = write_findings(out, demos)
     if echo is print:
@@ -118,6 +128,9 @@ def run_demo(
 
         echo(render_plain(rows))
     echo(f"findings: {path}")
+    # the CPU work bounds the wall time from below however the stages are arranged on these cores
+    echo(f"The demo took {wall:.0f} s ({minutes(wall)}) and {cpu:.0f} CPU-seconds: on {cores} cores no arrangement "
+         f"of the same work takes under {cpu / cores:.0f} s.")
     return {"reports": reports, "findings": str(path), "timings": record}
 
 
