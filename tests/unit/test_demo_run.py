@@ -96,7 +96,8 @@ def test_run_demo_estimates_tracks_stages_and_writes_findings(tmp_path, capsys, 
         return dict(RATES)
 
     result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=calibrate, clock=clock,
-                      interactive=False, cores=2, cpu_clock=lambda: 1.5 * clock.t)  # 1.5 cores busy throughout
+                      interactive=False, cores=2, cpu_clock=lambda: 1.5 * clock.t,  # 1.5 cores busy throughout
+                      beside=())
     assert calibrated == [["circuits", "heuristic-core", "lottery", "subtask-induction"]]
     captured = capsys.readouterr()
     first = captured.out.splitlines()[0]
@@ -171,7 +172,7 @@ def test_finished_demos_are_not_estimated_again(tmp_path, monkeypatch):
     out = io.StringIO()
     run_demo(tmp_path, get_reproduction=modules.__getitem__,
              calibrate=lambda s: seen.append(sorted(s)) or dict(RATES), clock=clock,
-             echo=lambda text: out.write(text + "\n"), interactive=False, cores=2)
+             echo=lambda text: out.write(text + "\n"), interactive=False, cores=2, beside=())
     assert seen == [["circuits", "lottery", "subtask-induction"]]  # only the unfinished demos are calibrated and planned
     assert "for the 12 stages its settings fix" in out.getvalue()
     assert log == [("ran", "heuristic-core"), ("ran", "subtask-induction"), ("ran", "lottery"), ("ran", "circuits")]  # a finished one still re-renders
@@ -204,3 +205,76 @@ def test_listeners_hear_stage_lines_while_listening():
         progress.stage("one")
     progress.stage("two")
     assert heard == ["one"]
+
+
+def _fakes(clock: FakeClock, log: list) -> dict:
+    return {name: _fake(name, module.PRESETS, [], clock, log)
+            for name, module in (("heuristic-core", hc_reproduce), ("subtask-induction", si_reproduce),
+                                 ("lottery", lottery_reproduce), ("circuits", circuits_reproduce))}
+
+
+def _child(script: str):
+    """A ``launch`` that runs ``script`` (a real child process) instead of the study; argv[1] is its run directory."""
+    import sys
+
+    from subnetlab.experiments.demo import beside
+
+    def launch(name, preset, out, log):
+        assert (name, preset) == ("circuits", "demo")
+        return beside.launch(name, preset, out, log, argv=[sys.executable, "-c", script, str(out)])
+    return launch
+
+
+SPIN_AND_REPORT = ("import pathlib, sys, time\n"
+                   "out = pathlib.Path(sys.argv[1]); out.mkdir(parents=True)\n"
+                   "until = time.process_time() + 0.3\n"
+                   "while time.process_time() < until: pass\n"
+                   "print('circuits: working'); (out / 'report.md').write_text('# circuits')\n")
+
+
+def test_the_one_thread_study_runs_beside_the_others_in_its_own_process(tmp_path, monkeypatch):
+    monkeypatch.setattr("subnetlab.experiments.demo.run._real_hans", lambda: False)
+    clock, log, out = FakeClock(), [], io.StringIO()
+    modules = _fakes(clock, log)
+    result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=lambda s: dict(RATES), clock=clock,
+                      echo=lambda text: out.write(text + "\n"), interactive=False, cores=2,
+                      launch=_child(SPIN_AND_REPORT))
+    assert ("ran", "circuits") not in log and len(log) == 3  # not run in this process
+    text = out.getvalue()
+    # the plan counts only the studies run here, and names the one beside them with its log
+    here = plan_stages({n: m.PRESETS["tour" if "tour" in m.PRESETS else "demo"] for n, m in modules.items()
+                        if n != "circuits"}, tmp_path, 2)
+    assert f"for the {sum(not s.bound for s in here)} stages its settings fix" in text
+    assert f"circuits runs beside them in its own process (its log: {tmp_path / 'circuits.log'})" in text
+    assert (tmp_path / "circuits.log").read_text() == "circuits: working\n"
+    assert result["reports"]["circuits"] == str(tmp_path / "circuits" / "report.md")
+    timings = result["timings"]
+    assert timings["beside"]["circuits"]["exit_status"] == 0
+    assert 0.3 <= timings["beside"]["circuits"]["cpu_seconds"] < 0.3 + 5.0  # the child's spin, counted in all
+    assert timings["cpu_seconds"] >= timings["beside"]["circuits"]["cpu_seconds"]
+    assert {s["demo"] for s in timings["stages"]} == {"heuristic-core", "subtask-induction", "lottery"}
+
+
+def test_a_failed_study_beside_the_others_is_named_after_they_finish(tmp_path, monkeypatch):
+    from subnetlab.errors import SubnetlabError
+
+    monkeypatch.setattr("subnetlab.experiments.demo.run._real_hans", lambda: False)
+    clock, log = FakeClock(), []
+    with pytest.raises(SubnetlabError, match=r"the circuits study failed \(exit status 3\); its log: .*circuits\.log"):
+        run_demo(tmp_path, get_reproduction=_fakes(clock, log).__getitem__, calibrate=lambda s: dict(RATES),
+                 clock=clock, echo=lambda text: None, interactive=False, cores=2,
+                 launch=_child("import sys; print('no such thing'); sys.exit(3)"))
+    assert len(log) == 3 and all((tmp_path / n / "report.md").is_file()  # the others finished and kept
+                                 for n in ("heuristic-core", "subtask-induction", "lottery"))
+    assert (tmp_path / "demo-timings.json").is_file()
+
+
+def test_the_child_command_is_the_reproduce_command(tmp_path):
+    import subprocess
+
+    from subnetlab.experiments.demo import beside
+
+    argv = beside.command("circuits", "demo", tmp_path / "circuits") + ["--dry-run"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["reproduction"] == "circuits" and json.loads(done.stdout)["preset"] == "demo"

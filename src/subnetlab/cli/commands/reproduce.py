@@ -52,7 +52,9 @@ def demo(out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the de
     Each study runs its `tour` preset where it has one (the `demo` preset trimmed to share about 16 minutes on a
     2-core CPU), else its `demo` preset. Starts with a few seconds of calibration and says how long the demo
     should take here; shows the time left for the whole demo as it runs; prints each report's path when it is
-    written; ends with DIR/findings.md, whose rows name the `reproduce` command that measures what the tour skips.
+    written; ends with DIR/findings.md, whose rows name the `reproduce` command that measures what the tour skips,
+    and the demo's wall and CPU time. The circuits study keeps one core busy, so it runs in its own process beside
+    the others (its output: DIR/circuits.log).
     """
     from subnetlab.experiments.demo.run import run_demo
 

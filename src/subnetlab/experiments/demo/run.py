@@ -3,9 +3,10 @@ print each report's path as soon as it exists, and end with the findings table.
 
     run_demo(Path("runs/demo"))
 
-Writes ``OUT/<study>/`` (each reproduction's run directory and ``report.md``),
-``OUT/findings.md`` (and ``findings.json``) and ``OUT/demo-timings.json``: the
-calibrated rates, each stage's predicted and measured seconds, and the wall
+The one-thread circuits study runs in a child process beside the others (``beside``: it uses the core time they
+leave idle; its output goes to ``OUT/circuits.log``). Writes ``OUT/<study>/`` (each reproduction's run directory
+and ``report.md``), ``OUT/findings.md`` (and ``findings.json``) and ``OUT/demo-timings.json``: the calibrated
+rates, each stage's predicted and measured seconds and CPU seconds, the studies run beside, and the wall and CPU
 time of the whole demo, so a slow machine or a slow stage is visible.
 """
 
@@ -19,6 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from subnetlab.errors import SubnetlabError
+from subnetlab.experiments.demo import beside as side
 from subnetlab.experiments.demo.estimate import STAGE_BUILDERS, Plan, Stage, minutes
 from subnetlab.io import write_json
 from subnetlab.progress import Board, listen, stage
@@ -67,11 +70,14 @@ def run_demo(
     interactive: bool | None = None,
     cores: int | None = None,
     cpu_clock: Callable[[], float] | None = None,
+    beside: Sequence[str] = side.BESIDE,
+    launch: Callable[[str, str, Path, Path], side.Child] = side.launch,
 ) -> dict[str, Any]:
     """Run ``demos`` into ``out``; returns the report paths, the findings path and the timing record.
 
-    ``get_reproduction``, ``calibrate`` and ``cpu_clock`` (CPU seconds used so far: this process's and its sweep
-    workers') default to the real ones (tests pass fakes).
+    The unfinished ``demos`` named in ``beside`` run in child processes (``launch``) while the others run here.
+    ``get_reproduction``, ``calibrate``, ``cpu_clock`` (CPU seconds used so far: this process's and its sweep
+    workers') and ``launch`` default to the real ones (tests pass fakes).
     """
     from subnetlab.experiments import get_reproduction as real_get, settings_for
     from subnetlab.experiments.demo.findings import print_table, write_findings
@@ -91,7 +97,9 @@ def run_demo(
     started, cpu_started = clock(), cpu_clock()
     modules = {name: get(name) for name in demos}
     settings = {name: settings_for(module, demo_preset(module)).to_dict() for name, module in modules.items()}
-    stages = plan_stages(settings, out, cores)
+    apart = [name for name in demos if name in beside and not (out / name / "metrics.json").is_file()]
+    here = [name for name in demos if name not in apart]
+    stages = plan_stages({name: settings[name] for name in here}, out, cores)
     stage("calibrating: timing a few steps of each demo's real work on this machine")
     t0 = clock()
     rates = calibrate({name: settings[name] for name in {s.demo for s in stages}})
@@ -99,27 +107,48 @@ def run_demo(
     fixed, bounded = sum(not s.bound for s in stages), plan.bounds()
     decided = (f", and up to {math.ceil(plan.total(exact=False) / 60)} min more for the {len(bounded)} whose size "
                f"the data decides ({'; '.join(bounded)})") if bounded else ""
+    alongside = "".join(f"; {name} runs beside them in its own process (its log: {out / f'{name}.log'})"
+                        for name in apart)
     echo(f"The demo should take {minutes(plan.total(exact=True))} on this machine for the {fixed} stages its "
-         f"settings fix{decided}; calibrated in {calibrated:.0f} s.")
+         f"settings fix{decided}{alongside}; calibrated in {calibrated:.0f} s.")
     record: dict[str, Any] = {"calibration": {"rates": rates, "seconds": round(calibrated, 1)},
                               "predicted_seconds": round(plan.total(), 1)}
     reports: dict[str, str] = {}
-    if demos:
-        plan.begin(demos[0])  # the board's first line names the first stage
-    with Board("demo", plan.status, interactive=interactive) as board, listen(
-            lambda line: plan.on_line(line) and board.update()):
-        for name in demos:
-            plan.begin(name)
-            board.update()
-            report = modules[name].run(settings[name], out / name)
-            plan.end()
-            board.update()
-            reports[name] = str(report)
-            board.print(f"{name} report: {report}")
-    wall, cpu = clock() - started, cpu_clock() - cpu_started
+    children = [launch(name, demo_preset(modules[name]), out / name, out / f"{name}.log") for name in apart]
+    finished: list[side.Finished] = []
+    try:
+        if here:
+            plan.begin(here[0])  # the board's first line names the first stage
+        with Board("demo", plan.status, interactive=interactive) as board, listen(
+                lambda line: plan.on_line(line) and board.update()):
+            for name in here:
+                plan.begin(name)
+                board.update()
+                report = modules[name].run(settings[name], out / name)
+                plan.end()
+                board.update()
+                reports[name] = str(report)
+                board.print(f"{name} report: {report}")
+            for child in children:
+                if child.process.poll() is None:
+                    stage(f"waiting for {child.name}, which runs beside the others (its log: {child.log})")
+                finished.append(side.wait(child))
+                if finished[-1].returncode == 0:
+                    reports[child.name] = str(child.out / "report.md")
+                    board.print(f"{child.name} report: {reports[child.name]}")
+    finally:
+        for child in children:
+            side.stop(child)
+    wall, cpu = clock() - started, cpu_clock() - cpu_started + sum(f.cpu_seconds for f in finished)
     record.update(stages=plan.table(), wall_seconds=round(wall, 1), cpu_seconds=round(cpu, 1), cores=cores,
-                  reports=reports)
+                  reports=reports, beside={f.name: {"wall_seconds": round(f.wall_seconds, 1), "exit_status":
+                                                    f.returncode, "cpu_seconds": round(f.cpu_seconds, 1)}
+                                           for f in finished})
     write_json(out / "demo-timings.json", record)
+    failed = [f for f in finished if f.returncode != 0]
+    if failed:  # the other studies' results are on disk; a rerun resumes the failed study's finished steps
+        raise SubnetlabError("; ".join(f"the {f.name} study failed (exit status {f.returncode}); its log: "
+                                       f"{out / f'{f.name}.log'}" for f in failed))
     path, rows = write_findings(out, demos)
     if echo is print:
         print_table(rows, interactive=board.interactive)

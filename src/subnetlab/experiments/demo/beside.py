@@ -1,0 +1,83 @@
+"""Studies that run in a child process beside the others during ``subnetlab demo``.
+
+The circuits study trains and prunes tiny models on one thread. Run after the others it keeps one core busy and
+leaves the other idle. Run beside them it uses the core time they leave idle: the in-process stages gain only ~1.5x
+from a second thread, a single job leaves one worker idle, and a sweep's last odd job does too
+(``demo-timings.json`` has each stage's CPU seconds beside its wall time). Its progress goes to ``OUT/NAME.log``.
+
+    child = launch("circuits", "demo", out / "circuits", out / "circuits.log")
+    ...  # the other studies
+    finished = wait(child)  # its exit status, wall and CPU seconds
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BESIDE = ("circuits",)  # one-thread studies: each keeps one core busy
+
+
+@dataclass
+class Child:
+    """A study running in its own process: ``subnetlab reproduce NAME --preset PRESET --out OUT``."""
+
+    name: str
+    out: Path
+    log: Path
+    process: subprocess.Popen
+    started: float
+
+
+@dataclass
+class Finished:
+    name: str
+    returncode: int
+    wall_seconds: float
+    cpu_seconds: float  # of the child and every process it waited for
+
+
+def command(name: str, preset: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "subnetlab.cli", "reproduce", name, "--preset", preset, "--out", str(out)]
+
+
+def launch(name: str, preset: str, out: Path, log: Path, argv: list[str] | None = None) -> Child:
+    """Start the study ``name`` (or ``argv``) in a child process writing its output to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as stream:  # the child's own output, as it comes: a log, not a result
+        process = subprocess.Popen(argv or command(name, preset, out), stdout=stream, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return Child(name, out, log, process, time.monotonic())
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of every child process this process has waited for (``getrusage(RUSAGE_CHILDREN)``)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def wait(child: Child) -> Finished:
+    """Wait for ``child``; its exit status, wall seconds, and CPU seconds (the rise of the reaped children's CPU
+    time while waiting, so call it only for children started in this process and not yet waited for)."""
+    cpu_before = children_cpu_seconds()
+    returncode = child.process.wait()
+    return Finished(child.name, returncode, time.monotonic() - child.started, children_cpu_seconds() - cpu_before)
+
+
+def stop(child: Child) -> None:
+    """Stop a child still running (the demo was interrupted or failed); its finished steps stay on disk."""
+    if child.process.poll() is None:
+        child.process.terminate()
+        try:
+            child.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait()
+
+
+__all__ = ["BESIDE", "Child", "Finished", "children_cpu_seconds", "command", "launch", "stop", "wait"]
