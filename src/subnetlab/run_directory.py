@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -334,6 +335,13 @@ def claim(out: str | Path, config: Mapping[str, Any], what: str = "config") -> P
     return out
 
 
+def natural_order(path: Path) -> list[tuple[int, int | str]]:
+    """A sort key that reads the numbers in a path as numbers: ``steps-5`` before ``steps-10``, ``seed-2`` before
+    ``seed-10``."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", Path(path).as_posix()) if part]
+
+
 __all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "absolute_input", "absolute_inputs", "check_config", "check_writable", "claim",
+           "natural_order",
            "differing_keys", "finished_metrics", "is_finished", "lock", "plain", "resolve_run_path", "run_entries",
            "record_runtime", "run_relative", "same_config"]

@@ -235,3 +235,13 @@ def test_circuit_runs_have_their_command_and_split(tmp_path: Path) -> None:
     assert by_path[("faith", "items")] is None
     assert table[(table.run_dir == ep) & (table.metric_path == "faithfulness.kl")]["metric"].tolist() == [
         "faithfulness.kl"]
+
+
+def test_runs_come_in_natural_order(tmp_path: Path) -> None:
+    from subnetlab.executor.results import find_runs
+
+    for name in ("steps-20/seed-0", "steps-5/seed-10", "steps-5/seed-2", "steps-10/seed-0"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "metrics.json").write_text("{}")
+    assert [p.relative_to(tmp_path).as_posix() for p in find_runs(tmp_path)] == [
+        "steps-5/seed-2", "steps-5/seed-10", "steps-10/seed-0", "steps-20/seed-0"]

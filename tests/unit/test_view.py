@@ -111,3 +111,10 @@ def test_a_circuit_eval_run_shows_its_curve_and_ranks_as_the_curve_did(tmp_path)
     assert data["runs"][0]["curve"] == {"metric": "logit_diff", "points": [[3, 0.1], [30, 0.4], [300, 1.0]],
                                         "cpr": 0.61, "cmd": 0.42, "source": "faithfulness.json"}
     assert data["runs"][0]["order"] == torch.sort(run.circuit.scores, descending=True, stable=True).indices.tolist()
+
+
+def test_runs_are_listed_with_their_numbers_read_as_numbers(tmp_path) -> None:
+    for steps in (20, 5, 10):
+        circuit_run(tmp_path / "sweep" / f"steps-{steps}" / "seed-0", steps)
+    assert [run.label for run in read_runs(tmp_path / "sweep")] == ["steps-5/seed-0", "steps-10/seed-0",
+                                                                   "steps-20/seed-0"]

@@ -44,6 +44,7 @@ import pandas as pd
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor.job import CONFIG_FILE, METRICS_FILE
 from subnetlab.io import atomic_path, read_json
+from subnetlab.run_directory import natural_order
 
 SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules"}
 
@@ -63,13 +64,14 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Every directory under ``root`` (itself included) that holds a ``metrics.json``, sorted."""
+    """Every directory under ``root`` (itself included) that holds a ``metrics.json``, in natural order
+    (``steps-5`` before ``steps-10``)."""
     runs = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         if METRICS_FILE in filenames:
             runs.append(Path(dirpath))
-    return sorted(runs, key=lambda p: p.relative_to(root).as_posix())
+    return sorted(runs, key=lambda p: natural_order(p.relative_to(root)))
 
 
 # keys that hold measurements wherever they appear in a metrics.json: a string or an infinity there is a damaged file

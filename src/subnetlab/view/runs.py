@@ -26,6 +26,7 @@ import torch
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import load_tensor_metadata, load_tensors, read_json
 from subnetlab.models.circuit import Circuit, top_k_mask
+from subnetlab.run_directory import natural_order
 
 GRAPH_FILE = "graph.json"
 SUBNETWORK_FILE = "subnetwork.safetensors"
@@ -83,7 +84,8 @@ def read_runs(path: Path) -> list[ViewRun]:
         return [_graph_run(path / GRAPH_FILE, path.name, path)]
     if (path / SUBNETWORK_FILE).is_file() and (path / "metrics.json").is_file():
         return [_subnetwork_run(path / SUBNETWORK_FILE, path.name, path)]
-    found = sorted({p.parent for pattern in ("*/seed-*/metrics.json", "*/metrics.json") for p in path.glob(pattern)})
+    found = sorted({p.parent for pattern in ("*/seed-*/metrics.json", "*/metrics.json") for p in path.glob(pattern)},
+                   key=natural_order)
     runs = [r for run_dir in found if _is_run(run_dir) for r in read_runs(run_dir)]
     if not runs:
         raise SubnetlabError(f"{path}: holds no run (no graph.json, faithfulness.json or subnetwork.safetensors with "
