@@ -68,7 +68,7 @@ def test_sampled_pairs_are_seeded_and_distinct():
     assert a == sorted(torch.randperm(8, generator=g)[:4].tolist())
 
 
-def test_eap_ig_over_steps_and_seeds_end_to_end(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+def test_eap_ig_over_steps_and_seeds_end_to_end(tiny, tmp_path, capsys, one_thread, monkeypatch):  # noqa: F811
     from subnetlab.methods.attribution import attribute
     from subnetlab.models.graph import Graph
     from subnetlab.runs.attribution import sampled_pairs
@@ -120,6 +120,17 @@ def test_eap_ig_over_steps_and_seeds_end_to_end(tiny, tmp_path, capsys, one_thre
         assert set(torch.nonzero(run.circuit.in_graph).flatten().tolist()) == kept
     panel = read_stability(out)
     assert [p["target"] for p in panel] == ["0.800"] and panel[0]["mean_jaccard"] == stab["mean_jaccard"]
+
+    # a rerun resumes: the finished runs are read back, nothing is scored again, the comparison is the same
+    import subnetlab.methods.attribution as attribution_module
+
+    def no_scoring(*args, **kwargs):
+        raise AssertionError("a finished run was scored again")
+
+    monkeypatch.setattr(attribution_module, "attribute", no_scoring)
+    _run(["circuit", "--model", str(root / "model"), *TASK8, "--out", str(out), "--method", "eap-ig",
+          "--ig-steps", "2,4", "--seeds", "0,1", "--limit", "4", "--sparsity", "0.8", "--device", "cpu"], capsys)
+    assert json.loads((out / "metrics.json").read_text()) == record
 
 
 def test_a_step_sweep_without_seeds_scores_the_same_pairs(tiny, tmp_path, capsys, one_thread):  # noqa: F811

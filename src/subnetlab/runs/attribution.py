@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import save_tensors, write_json
+from subnetlab.io import read_json, save_tensors, write_json
 from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
@@ -115,6 +115,9 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     model = loaded.model.to(device).eval()
     config = {**job.record(task=task.options), **runtime_record(device)}
     check_config(out, config, "attribution run")  # a finished run of other settings is never overwritten
+    if (out / "metrics.json").is_file():  # this run, finished: a rerun of a sweep goes on from here
+        stage(f"{out}: finished, its scores reused")
+        return read_json(out / "metrics.json")
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", config)
     stage(f"{job.method} scores of {graph.num_edges} edges on {pairs} pairs of {job.split} (metric {job.metric}"
