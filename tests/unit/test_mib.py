@@ -23,10 +23,10 @@ PERCENTAGES = (.001, .002, .005, .01, .02, .05, .1, .2, .5, 1)
 
 # ------------------------------------------------------------- EAP-IG's graph, transcribed
 class EapIgGraph:
-    """``Graph.from_model`` for a sequential (not parallel) model: names, matrix cells, edges in insertion order."""
+    """``Graph.from_model``: names, matrix cells, edges in insertion order, for both values of ``parallel_attn_mlp``."""
 
-    def __init__(self, n_layers: int, n_heads: int) -> None:
-        self.n_layers, self.n_heads = n_layers, n_heads
+    def __init__(self, n_layers: int, n_heads: int, parallel_attn_mlp: bool = False) -> None:
+        self.n_layers, self.n_heads, self.parallel_attn_mlp = n_layers, n_heads, parallel_attn_mlp
         self.n_forward = 1 + n_layers * (n_heads + 1)
         self.n_backward = n_layers * (3 * n_heads + 1) + 1
         self.forward_to_backward = torch.zeros(self.n_forward, self.n_backward).bool()
@@ -39,6 +39,15 @@ class EapIgGraph:
                 for letter in "qkv":
                     self.forward_to_backward[self.fwd(a), self.bwd(a, letter)] = True
             self.forward_to_backward[self.fwd(f"m{layer}"), self.bwd(f"m{layer}")] = True
+            if parallel_attn_mlp:
+                for node in residual:
+                    for a in attn:
+                        for letter in "qkv":
+                            self.add(f"{node}->{a}<{letter}>", self.fwd(node), self.bwd(a, letter))
+                    self.add(f"{node}->m{layer}", self.fwd(node), self.bwd(f"m{layer}"))
+                residual += attn
+                residual.append(f"m{layer}")
+                continue
             for node in residual:
                 for a in attn:
                     for letter in "qkv":
@@ -67,6 +76,15 @@ class EapIgGraph:
             return int(name[1:]) * (3 * self.n_heads + 1) + 3 * self.n_heads
         layer, head = name.split(".")
         return int(layer[1:]) * (3 * self.n_heads + 1) + "qkv".index(qkv) * self.n_heads + int(head[1:])
+
+    def prev_index(self, name: str) -> int:
+        """``Graph.prev_index``: the forward index before which every node feeds ``name``'s input."""
+        if name == "logits":
+            return self.n_forward
+        layer = int(name[1:].split(".")[0])
+        if name[0] == "m" and not self.parallel_attn_mlp:
+            return 1 + layer * (self.n_heads + 1) + self.n_heads
+        return 1 + layer * (self.n_heads + 1)
 
     def prune(self, in_graph: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``Graph.prune`` (the version with the fixed loop condition, 55a2be2)."""
@@ -125,31 +143,67 @@ def mib_area_under_curve(evaluate, eap: EapIgGraph, scores: torch.Tensor, absolu
     return area_under, area_from_1, faithfulnesses
 
 
-def _graph(layers: int = 2, heads: int = 2) -> Graph:
-    return Graph("gpt2", layers, heads, heads, 1)
+def _graph(layers: int = 2, heads: int = 2, parallel: bool = False) -> Graph:
+    return Graph("gpt_neox" if parallel else "gpt2", layers, heads, heads, 1, parallel)
 
 
 # ------------------------------------------------------------------------------------ names and files
+@pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("layers, heads", [(1, 1), (2, 2), (3, 4)])
-def test_names_cells_and_order_are_eap_igs(layers, heads):
+def test_names_cells_and_order_are_eap_igs(layers, heads, parallel):
     from subnetlab.models import mib_graph
 
-    graph, eap = _graph(layers, heads), EapIgGraph(layers, heads)
+    graph, eap = _graph(layers, heads, parallel), EapIgGraph(layers, heads, parallel)
     assert set(graph.edge_names) == set(eap.edges) and graph.num_edges == len(eap.edges) == int(eap.real.sum())
     cells = mib_graph.matrix_index(graph).tolist()
     assert cells == [eap.edges[n][0] * eap.n_backward + eap.edges[n][1] for n in graph.edge_names]
     assert [graph.edge_names[e] for e in mib_graph.edge_order(graph)] == list(eap.edges)
     assert len(graph.writers) == eap.n_forward and len(graph.readers) == eap.n_backward
+    for r, reader in enumerate(graph.readers):  # every reader's upstream writers: forward indices below prev_index
+        node = reader.split("<")[0]
+        assert sorted(w for w, rr in graph.edges if rr == r) == list(range(eap.prev_index(node))), reader
+    for r, owners in enumerate(graph.reader_owners):  # and the readers' owners: EAP-IG's forward_to_backward
+        assert sorted(owners) == eap.forward_to_backward[:, r].nonzero().flatten().tolist()
+
+
+def test_parallel_file_order_is_eap_igs_loop_by_hand(tmp_path):
+    """A 2-layer, 1-head parallel graph's JSON edges, spelled out from ``from_model``'s parallel branch: per layer,
+    per upstream node its q, k, v edges and then its MLP edge; the layer's head and MLP join the stream after."""
+    from subnetlab.models import mib_graph
+
+    graph = _graph(2, 1, parallel=True)
+    mib_graph.save(Circuit(graph, torch.zeros(graph.num_edges)), tmp_path / "g.json", d_model=8)
+    expected = ["input->a0.h0<q>", "input->a0.h0<k>", "input->a0.h0<v>", "input->m0",
+                "input->a1.h0<q>", "input->a1.h0<k>", "input->a1.h0<v>", "input->m1",
+                "a0.h0->a1.h0<q>", "a0.h0->a1.h0<k>", "a0.h0->a1.h0<v>", "a0.h0->m1",
+                "m0->a1.h0<q>", "m0->a1.h0<k>", "m0->a1.h0<v>", "m0->m1",
+                "input->logits", "a0.h0->logits", "m0->logits", "a1.h0->logits", "m1->logits"]
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert list(data["edges"]) == expected
+    assert data["cfg"]["parallel_attn_mlp"] is True
+
+
+@pytest.mark.parametrize("layers, heads, count", [(1, 2, 11), (2, 1, 21), (6, 8, 3580), (12, 12, 32347)])
+def test_parallel_edge_count_is_eap_igs_closed_form(layers, heads, count):
+    """EAP-IG's parallel graph: layer l's 3H + 1 readers each read the 1 + l (H + 1) nodes before the layer, the
+    logits every node: (3H + 1) (L + (H + 1) L (L - 1) / 2) + 1 + L (H + 1) edges (6 x 8: Pythia-70m's shape)."""
+    from subnetlab.models import mib_graph
+
+    closed = (3 * heads + 1) * (layers + (heads + 1) * layers * (layers - 1) // 2) + 1 + layers * (heads + 1)
+    graph = _graph(layers, heads, parallel=True)
+    assert closed == count == graph.num_edges == len(mib_graph.edge_order(graph)) == len(set(mib_graph.edge_order(graph)))
+    assert _graph(layers, heads).num_edges - count == layers * heads  # the sequential graph adds a{l}.h{h}->m{l}
 
 
 def test_gpt2_small_has_eap_igs_edge_count():
     assert _graph(12, 12).num_edges == 32491  # EAP-IG's GPT-2 small graph (MIB's ioi_gpt2)
 
 
-def test_prune_is_eap_igs(one_thread):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_prune_is_eap_igs(parallel, one_thread):
     from subnetlab.models.mib_graph import prune
 
-    graph, eap = _graph(3, 2), EapIgGraph(3, 2)
+    graph, eap = _graph(3, 2, parallel), EapIgGraph(3, 2, parallel)
     g = torch.Generator().manual_seed(0)
     cells = [eap.edges[n] for n in graph.edge_names]
     for density in (0.05, 0.2, 0.5, 0.9):
@@ -162,6 +216,25 @@ def test_prune_is_eap_igs(one_thread):
             edges, nodes = prune(graph, keep)
             assert edges.tolist() == [bool(expected_edges[c]) for c in cells]
             assert nodes.tolist() == expected_nodes.tolist()
+
+
+def test_prune_on_a_parallel_graph_by_hand():
+    """1 layer, 1 head, parallel: kept input->a0.h0<k>, a0.h0->logits, input->m0. The head is fed and read: kept.
+    The MLP is fed but feeds nothing (it cannot feed logits through its own layer's heads): dropped, and with it
+    input->m0."""
+    from subnetlab.models.mib_graph import prune
+
+    graph = _graph(1, 1, parallel=True)
+    assert graph.edge_names == ("input->a0.h0<q>", "input->a0.h0<k>", "input->a0.h0<v>", "input->m0",
+                                "input->logits", "a0.h0->logits", "m0->logits")
+    keep = torch.tensor([False, True, False, True, False, True, False])
+    edges, nodes = prune(graph, keep)
+    assert edges.tolist() == [False, True, False, False, False, True, False]
+    assert nodes.tolist() == [True, True, False]  # input, a0.h0, m0
+    keep = torch.tensor([False, False, False, True, False, True, True])  # the head unfed: m0 alone survives
+    edges, nodes = prune(graph, keep)
+    assert edges.tolist() == [False, False, False, True, False, False, True]
+    assert nodes.tolist() == [True, False, True]
 
 
 def test_json_and_pt_round_trip_to_the_same_scores(tmp_path):
@@ -198,7 +271,8 @@ def test_malformed_files_name_the_field(tmp_path):
     cases = [
         ({k: v for k, v in good.items() if k != "nodes"}, "nodes: missing"),
         ({**good, "cfg": {**good["cfg"], "n_heads": "2"}}, "cfg.n_heads: expected a positive integer"),
-        ({**good, "cfg": {**good["cfg"], "parallel_attn_mlp": True}}, "cfg.parallel_attn_mlp"),
+        ({**good, "cfg": {**good["cfg"], "parallel_attn_mlp": "yes"}}, "cfg.parallel_attn_mlp: expected true or "
+                                                                        "false, got 'yes' (not a bool)"),
         ({**good, "edges": {**good["edges"], edge: {"score": "x", "in_graph": False}}}, f"edges[{edge!r}].score"),
         ({**good, "edges": {**good["edges"], edge: {"score": 1.0}}}, f"edges[{edge!r}].in_graph"),
         ({**good, "edges": {k: v for k, v in good["edges"].items() if k != edge}}, f"edges[{edge!r}]: missing"),
