@@ -435,3 +435,128 @@ def test_circuit_eval_mib_end_to_end_with_eap_ig_files(tiny, tmp_path, capsys, o
     mib_graph.save(Circuit(graph, None, keep), tmp_path / "circuit.json", d_model=16)
     run(["--circuit", str(tmp_path / "circuit.json"), "--out", str(tmp_path / "e")])
     assert json.loads((tmp_path / "e" / "metrics.json").read_text())["kept"] == 1
+
+
+# ------------------------------------------------------------------ GPT-NeoX / Pythia: attention and MLP in parallel
+@pytest.fixture(scope="module")
+def neox():
+    """A tiny GPT-NeoX with the parallel residual (Pythia's layout), its graph with one embedding node, its IOI task."""
+    from transformers import GPTNeoXConfig
+
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.models import build_model
+    from subnetlab.tasks import get_task
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    torch.set_num_threads(1)
+    tok = gpt2_style_tokenizer()
+    config = GPTNeoXConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, max_position_embeddings=64, initializer_range=0.3,
+                           use_parallel_residual=True, rotary_pct=0.5, bos_token_id=0, eos_token_id=0)
+    built = build_model(config, head="causal-lm", seed=0)
+    model, adapter = built.model.eval(), built.adapter
+    graph = Graph.from_adapter(adapter, embedding_nodes=1)
+    task = get_task("circuit:ioi", n_train=8, n_eval=8).bind(tok)
+    return model, tok, graph, edge_evaluator(model, adapter, graph, task, tok, "eval")
+
+
+def test_parallel_gpt_neox_graph_round_trips_json_and_pt(neox, tmp_path):
+    from subnetlab.models import mib_graph
+
+    _, _, graph, _ = neox
+    assert graph.parallel_attn_mlp and graph.num_edges == 42  # (3 * 2 + 1) (2 + 3) + 1 + 6
+    eap = EapIgGraph(2, 2, parallel_attn_mlp=True)
+    g = torch.Generator().manual_seed(2)
+    circuit = Circuit(graph, torch.randn(graph.num_edges, generator=g), torch.rand(graph.num_edges, generator=g) < 0.4)
+    cells = [eap.edges[n] for n in graph.edge_names]
+    mib_graph.save(circuit, tmp_path / "g.json", d_model=16)
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert data["cfg"] == {"n_layers": 2, "n_heads": 2, "parallel_attn_mlp": True, "d_model": 16}
+    assert list(data["nodes"]) == ["input", "a0.h0", "a0.h1", "m0", "a1.h0", "a1.h1", "m1", "logits"]
+    assert list(data["edges"]) == list(eap.edges)
+    scores, in_graph = eap.from_json(data)  # as EAP-IG reads it
+    assert torch.equal(torch.stack([scores[c] for c in cells]), circuit.scores)
+    assert [bool(in_graph[c]) for c in cells] == circuit.in_graph.tolist()
+    _, expected_nodes = eap.prune(in_graph)
+    assert [data["nodes"][n]["in_graph"] for n in list(data["nodes"])[:-1]] == expected_nodes.tolist()
+    mib_graph.save(circuit, tmp_path / "g.pt", d_model=16)
+    raw = torch.load(tmp_path / "g.pt", weights_only=True)
+    assert raw["cfg"]["parallel_attn_mlp"] is True
+    assert torch.equal(raw["edges_scores"], scores) and torch.equal(raw["edges_in_graph"], in_graph)
+    assert torch.equal(raw["nodes_in_graph"], expected_nodes)
+    for path in (tmp_path / "g.json", tmp_path / "g.pt"):
+        for on in (graph, None):  # on the model's graph, and on the file's own
+            back = mib_graph.load(path, on)
+            assert back.graph.parallel_attn_mlp is True and back.graph.edge_names == graph.edge_names
+            assert torch.equal(back.scores, circuit.scores) and torch.equal(back.in_graph, circuit.in_graph)
+
+
+def test_a_file_of_the_other_layout_is_refused(tmp_path):
+    from subnetlab.models import mib_graph
+
+    parallel, sequential = _graph(2, 2, parallel=True), _graph(2, 2)
+    expected = {parallel: "the file's graph runs attention and MLP in parallel (GPT-NeoX); the model's in sequence",
+                sequential: "the file's graph runs attention and MLP in sequence; the model's in parallel (GPT-NeoX)"}
+    for graph, other in ((parallel, sequential), (sequential, parallel)):
+        circuit = Circuit(graph, torch.zeros(graph.num_edges))
+        for suffix in ("json", "pt"):
+            path = tmp_path / f"{graph.family}.{suffix}"
+            mib_graph.save(circuit, path, d_model=16)
+            with pytest.raises(SubnetlabError) as e:
+                mib_graph.load(path, other, setting="scores")
+            assert f"{path}: cfg.parallel_attn_mlp: {expected[graph]}" in str(e.value) and e.value.setting == "scores"
+
+
+def test_circuit_eval_mib_on_a_parallel_gpt_neox_end_to_end(neox, tmp_path, capsys, one_thread):
+    """An EAP-IG file of a parallel model: circuit-eval --mib reads it on the model's graph, its CPR and CMD are
+    MIB's formula over EAP-IG's parallel graph (the transcription above: its top-n, its prune), --mib-export
+    writes the file back, --circuit measures an EAP-IG circuit file, the warm start (``circuit --init-from``) reads
+    it."""
+    from subnetlab.cli import main
+    from subnetlab.models import get_adapter, mib_graph
+    from subnetlab.runs.circuit_eval import read_scores
+
+    model, tok, graph, evaluate = neox
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    scores = torch.randn(graph.num_edges, generator=torch.Generator().manual_seed(3))
+    mib_graph.save(Circuit(graph, scores), tmp_path / "eap.json", d_model=16)
+    base = ["circuit-eval", "--model", str(tmp_path / "model"), "--task", "circuit:ioi", "--task-option", "n_train=8",
+            "--task-option", "n_eval=8"]
+
+    def run(args):
+        with pytest.raises(SystemExit) as e:
+            main(base + args)
+        captured = capsys.readouterr()
+        assert e.value.code == 0, captured.err
+        return captured.out
+
+    run(["--scores", str(tmp_path / "eap.json"), "--mib", "--mib-export", str(tmp_path / "back.pt"),
+         "--out", str(tmp_path / "a")])
+    eap = EapIgGraph(2, 2, parallel_attn_mlp=True)
+    cells = [eap.edges[n] for n in graph.edge_names]
+    matrix = torch.zeros(eap.n_forward, eap.n_backward)
+    for e, cell in enumerate(cells):
+        matrix[cell] = scores[e]
+
+    def on_matrix(in_graph):
+        return evaluate(torch.tensor([bool(in_graph[c]) for c in cells]))["logit_diff"]
+
+    under_signed, _, _ = mib_area_under_curve(on_matrix, eap, matrix, absolute=False)
+    _, from_1_abs, _ = mib_area_under_curve(on_matrix, eap, matrix, absolute=True)
+    written = json.loads((tmp_path / "a" / "faithfulness.json").read_text())
+    assert written["definition"] == "mib"
+    assert written["cpr"] == pytest.approx(under_signed, abs=1e-9) and written["cmd"] == pytest.approx(from_1_abs, abs=1e-9)
+    back = mib_graph.load(tmp_path / "back.pt")
+    assert back.graph.parallel_attn_mlp and torch.equal(back.scores, scores)
+    level, read, on, _ = read_scores(str(tmp_path / "eap.json"), get_adapter(model))  # what circuit --init-from reads
+    assert level == "edges" and torch.equal(read, scores) and on.parallel_attn_mlp
+    keep = torch.zeros(graph.num_edges, dtype=torch.bool)
+    keep[[graph.edge_index("input->a1.h0<v>"), graph.edge_index("a1.h0->logits"), graph.edge_index("input->m1")]] = True
+    mib_graph.save(Circuit(graph, None, keep), tmp_path / "circuit.json", d_model=16)
+    run(["--circuit", str(tmp_path / "circuit.json"), "--out", str(tmp_path / "c")])
+    measured = json.loads((tmp_path / "c" / "metrics.json").read_text())  # the circuit as written (no pruning)
+    full, empty = (evaluate(torch.full((graph.num_edges,), fill))["logit_diff"] for fill in (True, False))
+    assert measured["kept"] == 3
+    assert measured["faithfulness"]["logit_diff"] == pytest.approx(
+        (evaluate(keep)["logit_diff"] - empty) / (full - empty), abs=1e-6)
