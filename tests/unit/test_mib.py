@@ -507,6 +507,24 @@ def test_a_file_of_the_other_layout_is_refused(tmp_path):
             assert f"{path}: cfg.parallel_attn_mlp: {expected[graph]}" in str(e.value) and e.value.setting == "scores"
 
 
+def test_a_submission_folder_of_both_layouts_is_refused(tmp_path):
+    """Nine circuits, one of a parallel graph of the same shape: another model (42 edges, not 46), refused."""
+    from subnetlab.models import mib_graph, mib_submission
+
+    folder = tmp_path / "sub" / "ioi_mine"
+    for i, graph in enumerate([_graph(2, 2)] * 8 + [_graph(2, 2, parallel=True)]):
+        mib_graph.save(Circuit(graph, None, torch.zeros(graph.num_edges, dtype=torch.bool)), folder / f"c{i}.json", 16)
+    with pytest.raises(SubnetlabError, match="its files describe graphs of different models"):
+        mib_submission.check(tmp_path / "sub", mib_names=False)
+    (folder / "c8.json").unlink()
+    graph = _graph(2, 2, parallel=True)
+    mib_graph.save(Circuit(graph, None, torch.zeros(graph.num_edges, dtype=torch.bool)), folder / "c8.json", 16)
+    for i in range(8):
+        (folder / f"c{i}.json").write_text((folder / "c8.json").read_text())
+    row = mib_submission.check(tmp_path / "sub", mib_names=False)[0]
+    assert row["kind"] == "circuits" and row["edges"] == 42
+
+
 def test_circuit_eval_mib_on_a_parallel_gpt_neox_end_to_end(neox, tmp_path, capsys, one_thread):
     """An EAP-IG file of a parallel model: circuit-eval --mib reads it on the model's graph, its CPR and CMD are
     MIB's formula over EAP-IG's parallel graph (the transcription above: its top-n, its prune), --mib-export
