@@ -191,7 +191,8 @@ def test_parallel_edge_count_is_eap_igs_closed_form(layers, heads, count):
 
     closed = (3 * heads + 1) * (layers + (heads + 1) * layers * (layers - 1) // 2) + 1 + layers * (heads + 1)
     graph = _graph(layers, heads, parallel=True)
-    assert closed == count == graph.num_edges == len(mib_graph.edge_order(graph)) == len(set(mib_graph.edge_order(graph)))
+    order = mib_graph.edge_order(graph)
+    assert closed == count == graph.num_edges == len(order) == len(set(order))
     assert _graph(layers, heads).num_edges - count == layers * heads  # the sequential graph adds a{l}.h{h}->m{l}
 
 
@@ -564,7 +565,8 @@ def test_circuit_eval_mib_on_a_parallel_gpt_neox_end_to_end(neox, tmp_path, caps
     _, from_1_abs, _ = mib_area_under_curve(on_matrix, eap, matrix, absolute=True)
     written = json.loads((tmp_path / "a" / "faithfulness.json").read_text())
     assert written["definition"] == "mib"
-    assert written["cpr"] == pytest.approx(under_signed, abs=1e-9) and written["cmd"] == pytest.approx(from_1_abs, abs=1e-9)
+    assert written["cpr"] == pytest.approx(under_signed, abs=1e-9)
+    assert written["cmd"] == pytest.approx(from_1_abs, abs=1e-9)
     back = mib_graph.load(tmp_path / "back.pt")
     assert back.graph.parallel_attn_mlp and torch.equal(back.scores, scores)
     level, read, on, _ = read_scores(str(tmp_path / "eap.json"), get_adapter(model))  # what circuit --init-from reads
