@@ -386,7 +386,9 @@ def _mib_graph_files(root: Path, paths: dict[str, str], lm) -> None:
     bad = {"eap-missing-edge": {**good, "edges": edges},
            "eap-text-score": {**good, "edges": {**good["edges"], "a0.h1->m1": {"score": "high", "in_graph": True}}},
            "eap-other-model": {**good, "cfg": {**good["cfg"], "n_layers": 3}},
-           "eap-no-cfg": {"nodes": good["nodes"], "edges": good["edges"]}}
+           "eap-no-cfg": {"nodes": good["nodes"], "edges": good["edges"]},
+           "eap-parallel-text": {**good, "cfg": {**good["cfg"], "parallel_attn_mlp": "yes"}},
+           "eap-parallel-on-sequential": {**good, "cfg": {**good["cfg"], "parallel_attn_mlp": True}}}
     for name, data in bad.items():
         (root / f"{name}.json").write_text(json.dumps(data))
     torch.save({"cfg": good["cfg"], "src_nodes": list(one.writers)}, root / "eap-short.pt")
@@ -914,6 +916,10 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-eval-eap-other-model", [*MIB_EVAL, "--scores", "{eap-other-model}"],
      "cfg: a graph of 3 layers x 2 heads, the model's has 2 x 2"),
     ("circuit-eval-eap-no-cfg", [*MIB_EVAL, "--scores", "{eap-no-cfg}"], "eap-no-cfg.json: cfg: missing"),
+    ("circuit-eval-eap-parallel-text", [*MIB_EVAL, "--scores", "{eap-parallel-text}"],
+     "cfg.parallel_attn_mlp: expected true or false, got 'yes' (not a bool)"),
+    ("circuit-eval-eap-parallel-on-sequential", [*MIB_EVAL, "--scores", "{eap-parallel-on-sequential}"],
+     "the file's graph runs attention and MLP in parallel (GPT-NeoX); the model's in sequence"),
     ("circuit-eval-eap-pt-missing-key", [*MIB_EVAL, "--scores", "{eap-short}"], "dst_nodes: missing"),
     ("circuit-eval-eap-pt-pickle", [*MIB_EVAL, "--scores", "{eap-pickle}"],
      "not a weights-only torch file, refused unread"),

@@ -2,12 +2,18 @@
 
 The MIB benchmark (circuit track) takes circuits as the files of hannamw/EAP-IG's ``Graph``
 (``src/eap/graph.py``): ``to_json`` / ``from_json`` and ``to_pt`` / ``from_pt``. EAP-IG's graph is
-subnetlab's ``models.graph.Graph`` with **one embedding node** (``input``), every head's query, key
+subnetlab's ``models.graph.Graph`` with **one embedding node** (``input``) and every head's query, key
 and value read separately (grouped-query models are ungrouped there, so only graphs without grouping
-map one to one) and attention before the MLP in each layer. Names are the same (``input``,
-``a0.h1``, ``m0``, ``logits``; edges ``a0.h1->a1.h0<q>``, ``input->m0``), and so are the indices:
-a subnetlab writer's index is EAP-IG's *forward* index and a reader's its *backward* index, so edge
-``(w, r)`` is the cell ``[w, r]`` of EAP-IG's ``[n_forward, n_backward]`` score matrix.
+map one to one). Names are the same (``input``, ``a0.h1``, ``m0``, ``logits``; edges
+``a0.h1->a1.h0<q>``, ``input->m0``), and so are the indices: a subnetlab writer's index is EAP-IG's
+*forward* index and a reader's its *backward* index, so edge ``(w, r)`` is the cell ``[w, r]`` of
+EAP-IG's ``[n_forward, n_backward]`` score matrix.
+
+Both of EAP-IG's layer layouts (``cfg.parallel_attn_mlp``) are read and written, with the same indices:
+attention before the MLP (``false``: GPT-2, Llama) and attention beside it (``true``: GPT-NeoX /
+Pythia's parallel residual), where a layer's MLP reads the layer's input and not its heads, so the edges
+``a{l}.h{h}->m{l}`` do not exist (EAP-IG's ``prev_index`` of the MLP stops before its layer's heads, as
+subnetlab's MLP reader block does). A file is read only on a graph of its own layout.
 
 * JSON: ``{"cfg": {"n_layers", "n_heads", "parallel_attn_mlp", "d_model"}, "nodes": {name:
   {"in_graph"}}, "edges": {name: {"score", "in_graph"}}}``, edges in EAP-IG's insertion order.
@@ -53,8 +59,8 @@ def check_mappable(graph: Graph, source: str = "graph", setting: str | None = No
 
 def config(graph: Graph, d_model: int) -> dict[str, Any]:
     """EAP-IG's ``cfg`` of ``graph`` (what ``Graph.from_model`` needs)."""
-    return {"n_layers": graph.num_layers, "n_heads": graph.num_heads, "parallel_attn_mlp": False,
-            "d_model": int(d_model)}
+    return {"n_layers": graph.num_layers, "n_heads": graph.num_heads,
+            "parallel_attn_mlp": bool(graph.parallel_attn_mlp), "d_model": int(d_model)}
 
 
 def node_names(graph: Graph) -> list[str]:
@@ -63,15 +69,23 @@ def node_names(graph: Graph) -> list[str]:
 
 
 def edge_order(graph: Graph) -> list[int]:
-    """Edge indices in EAP-IG's insertion order (``Graph.from_model``): per layer, every upstream node into each
-    head's q, k, v, then every upstream node into the MLP; at the end every node into the logits."""
+    """Edge indices in EAP-IG's insertion order (``Graph.from_model``). In sequence: per layer, every upstream node
+    into each head's q, k, v, then (the heads now upstream) every upstream node into the MLP. In parallel: per
+    layer, per upstream node its edges into each head's q, k, v and then into the MLP; the layer's heads and MLP
+    join the upstream nodes together. At the end every node into the logits."""
     order: list[int] = []
     upstream = list(graph.embeddings)
     for layer in range(graph.num_layers):
         heads = [f"a{layer}.h{h}" for h in range(graph.num_heads)]
-        order += [graph.edge_index(f"{w}->{h}<{x}>") for w in upstream for h in heads for x in "qkv"]
-        upstream += heads
-        order += [graph.edge_index(f"{w}->m{layer}") for w in upstream]
+        if graph.parallel_attn_mlp:
+            for w in upstream:
+                order += [graph.edge_index(f"{w}->{h}<{x}>") for h in heads for x in "qkv"]
+                order.append(graph.edge_index(f"{w}->m{layer}"))
+            upstream += heads
+        else:
+            order += [graph.edge_index(f"{w}->{h}<{x}>") for w in upstream for h in heads for x in "qkv"]
+            upstream += heads
+            order += [graph.edge_index(f"{w}->m{layer}") for w in upstream]
         upstream.append(f"m{layer}")
     return order + [graph.edge_index(f"{w}->logits") for w in upstream]
 
@@ -158,17 +172,27 @@ def graph_of(cfg: Any, source: str, graph: Graph | None = None, setting: str | N
         value = cfg.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SubnetlabError(f"{source}: cfg.{key}: expected a positive integer, got {value!r}", setting=setting)
-    if cfg.get("parallel_attn_mlp", False) is not False:
-        raise SubnetlabError(f"{source}: cfg.parallel_attn_mlp: {cfg.get('parallel_attn_mlp')!r}; subnetlab's graphs "
-                             "read attention before the MLP in each layer (false)", setting=setting)
+    parallel = cfg.get("parallel_attn_mlp", False)
+    if not isinstance(parallel, bool):
+        raise SubnetlabError(f"{source}: cfg.parallel_attn_mlp: expected true or false, got {parallel!r} (not a "
+                             "bool)", setting=setting)
     if graph is None:
-        return Graph(FAMILY, cfg["n_layers"], cfg["n_heads"], cfg["n_heads"], 1)
+        return Graph(FAMILY, cfg["n_layers"], cfg["n_heads"], cfg["n_heads"], 1, parallel)
     check_mappable(graph, source, setting)
     if (graph.num_layers, graph.num_heads) != (cfg["n_layers"], cfg["n_heads"]):
         raise SubnetlabError(f"{source}: cfg: a graph of {cfg['n_layers']} layers x {cfg['n_heads']} heads, the "
                              f"model's has {graph.num_layers} x {graph.num_heads}; it belongs to another model",
                              setting=setting)
+    if parallel != graph.parallel_attn_mlp:
+        raise SubnetlabError(f"{source}: cfg.parallel_attn_mlp: the file's graph runs attention and MLP "
+                             f"{_layout(parallel)}; the model's {_layout(graph.parallel_attn_mlp)}: it belongs to "
+                             "another model", setting=setting)
     return graph
+
+
+def _layout(parallel: bool) -> str:
+    """How a layer's attention and MLP read the stream, in words."""
+    return "in parallel (GPT-NeoX)" if parallel else "in sequence"
 
 
 def from_dict(data: Any, source: str = "graph", graph: Graph | None = None, setting: str | None = None) -> Circuit:

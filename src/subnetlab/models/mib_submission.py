@@ -65,7 +65,7 @@ def _folder(folder: Path, mib_names: bool) -> dict[str, Any]:
         raise SubnetlabError(f"{folder}: {len(files)} .json/.pt files; MIB takes one importance file or "
                              f"{len(CAPS)} binary circuits", setting="mib_submission")
     circuits = [mib_graph.load(p, setting="mib_submission") for p in files]
-    shapes = {(c.graph.num_layers, c.graph.num_heads) for c in circuits}
+    shapes = {(c.graph.num_layers, c.graph.num_heads, c.graph.parallel_attn_mlp) for c in circuits}
     if len(shapes) > 1:
         raise SubnetlabError(f"{folder}: cfg: its files describe graphs of different models", setting="mib_submission")
     if len(files) == 1:
