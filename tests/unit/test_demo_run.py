@@ -234,11 +234,21 @@ SPIN_AND_REPORT = ("import pathlib, sys, time\n"
 
 def test_the_one_thread_study_runs_beside_the_others_in_its_own_process(tmp_path, monkeypatch):
     monkeypatch.setattr("subnetlab.experiments.demo.run._real_hans", lambda: False)
+    import torch
+
     clock, log, out = FakeClock(), [], io.StringIO()
     modules = _fakes(clock, log)
-    result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=lambda s: dict(RATES), clock=clock,
-                      echo=lambda text: out.write(text + "\n"), interactive=False, cores=2,
-                      launch=_child(SPIN_AND_REPORT))
+    first, threads = modules["heuristic-core"].run, []
+    modules["heuristic-core"].run = lambda s, o: threads.append(torch.get_num_threads()) or first(s, o)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        result = run_demo(tmp_path, get_reproduction=modules.__getitem__, calibrate=lambda s: dict(RATES),
+                          clock=clock, echo=lambda text: out.write(text + "\n"), interactive=False, cores=2,
+                          launch=_child(SPIN_AND_REPORT))
+        assert threads == [1] and torch.get_num_threads() == 2  # a core left to the child while it ran, then back
+    finally:
+        torch.set_num_threads(before)
     assert ("ran", "circuits") not in log and len(log) == 3  # not run in this process
     text = out.getvalue()
     # the plan counts only the studies run here, and names the one beside them with its log

@@ -69,6 +69,35 @@ def wait(child: Child) -> Finished:
     return Finished(child.name, returncode, time.monotonic() - child.started, children_cpu_seconds() - cpu_before)
 
 
+class ThreadShare:
+    """This process's torch threads while children run beside it: one core fewer per child still running.
+
+    Two threads of one process on a core that a child also wants lose far more than a third: each parallel region
+    waits at its barrier for the thread that is descheduled (the Heuristic Core's in-process fine-tuning took 8x
+    longer beside three busy processes). One-thread workers and children just share the cores. ``update`` (called
+    at every progress line) gives the cores back as the children finish; ``restore`` at the end."""
+
+    def __init__(self, children: list[Child]) -> None:
+        import torch
+
+        self.children, self.original = children, torch.get_num_threads()
+        self.update()
+
+    def update(self) -> None:
+        import torch
+
+        running = sum(child.process.poll() is None for child in self.children)
+        wanted = max(1, self.original - running)
+        if torch.get_num_threads() != wanted:
+            torch.set_num_threads(wanted)
+
+    def restore(self) -> None:
+        import torch
+
+        if torch.get_num_threads() != self.original:
+            torch.set_num_threads(self.original)
+
+
 def stop(child: Child) -> None:
     """Stop a child still running (the demo was interrupted or failed); its finished steps stay on disk."""
     if child.process.poll() is None:
@@ -80,4 +109,4 @@ def stop(child: Child) -> None:
             child.process.wait()
 
 
-__all__ = ["BESIDE", "Child", "Finished", "children_cpu_seconds", "command", "launch", "stop", "wait"]
+__all__ = ["BESIDE", "Child", "Finished", "ThreadShare", "children_cpu_seconds", "command", "launch", "stop", "wait"]

@@ -116,11 +116,17 @@ def run_demo(
     reports: dict[str, str] = {}
     children = [launch(name, demo_preset(modules[name]), out / name, out / f"{name}.log") for name in apart]
     finished: list[side.Finished] = []
+    threads = side.ThreadShare(children)  # this process's threads leave a core to each child still running
+
+    def on_line(line: str) -> None:
+        threads.update()
+        if plan.on_line(line):
+            board.update()
+
     try:
         if here:
             plan.begin(here[0])  # the board's first line names the first stage
-        with Board("demo", plan.status, interactive=interactive) as board, listen(
-                lambda line: plan.on_line(line) and board.update()):
+        with Board("demo", plan.status, interactive=interactive) as board, listen(on_line):
             for name in here:
                 plan.begin(name)
                 board.update()
@@ -139,6 +145,7 @@ def run_demo(
     finally:
         for child in children:
             side.stop(child)
+        threads.restore()
     wall, cpu = clock() - started, cpu_clock() - cpu_started + sum(f.cpu_seconds for f in finished)
     record.update(stages=plan.table(), wall_seconds=round(wall, 1), cpu_seconds=round(cpu, 1), cores=cores,
                   reports=reports, beside={f.name: {"wall_seconds": round(f.wall_seconds, 1), "exit_status":
