@@ -279,12 +279,20 @@ def test_a_failed_study_beside_the_others_is_named_after_they_finish(tmp_path, m
     assert (tmp_path / "demo-timings.json").is_file()
 
 
-def test_the_child_command_is_the_reproduce_command(tmp_path):
+def test_the_child_runs_the_reproduction_with_its_preset(tmp_path, monkeypatch):
     import subprocess
 
+    from subnetlab.experiments import settings_for
     from subnetlab.experiments.demo import beside
 
-    argv = beside.command("circuits", "demo", tmp_path / "circuits") + ["--dry-run"]
+    ran = []
+    fake = SimpleNamespace(NAME="circuits", PRESETS=circuits_reproduce.PRESETS, Settings=circuits_reproduce.Settings,
+                           run=lambda settings, out: ran.append((settings, out)) or out / "report.md")
+    monkeypatch.setattr("subnetlab.experiments.get_reproduction", lambda name: fake)
+    assert beside.main(["circuits", "demo", str(tmp_path / "c")]) == 0
+    assert ran == [(settings_for(fake, "demo"), tmp_path / "c")]
+    # the real command line runs this module; an unknown study is one error line and exit status 2
+    argv = beside.command("no-such-study", "demo", tmp_path / "x")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["reproduction"] == "circuits" and json.loads(done.stdout)["preset"] == "demo"
+    assert argv[1:3] == ["-m", "subnetlab.experiments.demo.beside"]
+    assert done.returncode == 2 and done.stderr.strip().startswith("error: unknown reproduction 'no-such-study'")

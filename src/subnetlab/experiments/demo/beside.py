@@ -8,6 +8,9 @@ from a second thread, a single job leaves one worker idle, and a sweep's last od
     child = launch("circuits", "demo", out / "circuits", out / "circuits.log")
     ...  # the other studies
     finished = wait(child)  # its exit status, wall and CPU seconds
+
+The child is ``python -m subnetlab.experiments.demo.beside NAME PRESET OUT``: the reproduction's own ``run`` with
+the preset's settings, as ``subnetlab reproduce`` runs it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ BESIDE = ("circuits",)  # one-thread studies: each keeps one core busy
 
 @dataclass
 class Child:
-    """A study running in its own process: ``subnetlab reproduce NAME --preset PRESET --out OUT``."""
+    """A study running in its own process (``command``)."""
 
     name: str
     out: Path
@@ -43,7 +46,16 @@ class Finished:
 
 
 def command(name: str, preset: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "subnetlab.cli", "reproduce", name, "--preset", preset, "--out", str(out)]
+    """The child's command line: this module run with the study, its preset and its run directory."""
+    return [sys.executable, "-m", __name__, name, preset, str(out)]
+
+
+def run_study(name: str, preset: str, out: Path) -> Path:
+    """What the child does: the reproduction ``name`` with the settings of ``preset``, into ``out``."""
+    from subnetlab.experiments import get_reproduction, settings_for
+
+    module = get_reproduction(name)
+    return module.run(settings_for(module, preset), Path(out))
 
 
 def launch(name: str, preset: str, out: Path, log: Path, argv: list[str] | None = None) -> Child:
@@ -109,4 +121,24 @@ def stop(child: Child) -> None:
             child.process.wait()
 
 
-__all__ = ["BESIDE", "Child", "Finished", "ThreadShare", "children_cpu_seconds", "command", "launch", "stop", "wait"]
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: python -m subnetlab.experiments.demo.beside NAME PRESET OUT", file=sys.stderr)
+        return 2
+    from subnetlab.errors import SubnetlabError
+
+    try:
+        report = run_study(*argv[:2], Path(argv[2]))
+    except SubnetlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {report}")
+    return 0
+
+
+__all__ = ["BESIDE", "Child", "Finished", "ThreadShare", "children_cpu_seconds", "command", "launch", "main",
+           "run_study", "stop", "wait"]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
