@@ -222,12 +222,17 @@ def steppers(args: argparse.Namespace, kinds: tuple[str, ...]):
                             checkpoint_every=10**6)
         for ctl in controls.values():
             ctl.enabled = False  # each pruner's full-model cache runs through the full model
-        edge = make(model, adapter, data, cfg).__enter__()
+        # the baseline gets its own copy of the model (same seed, same weights): both interventions replace the
+        # Q/K/V projections' forward on the instance, which one model allows once
+        own_model, own_adapter = build(args) if kind == "edge-base" else (model, adapter)
+        edge = make(own_model, own_adapter, data, cfg).__enter__()
         closers.append(edge.__exit__)
         if args.edge_sparsity:  # a later point of the run: this fraction of the edges (random, seed 0) cut
             order = torch.randperm(edge.graph.num_edges, generator=torch.Generator().manual_seed(0))
             with torch.no_grad():
                 edge.edges.log_alpha[order[:round(args.edge_sparsity * edge.graph.num_edges)]] = -10.0
+        if kind == "edge" and args.keep_readers:
+            edge.ctl.keep_reader_inputs = True
         controls[kind] = edge.ctl
         counter = iter(range(10**9))
         out[kind] = lambda edge=edge, counter=counter: edge.step(next(counter))
@@ -286,7 +291,7 @@ def cpu_memory(args: argparse.Namespace, kind: str) -> float | None:
     passed = ("layers", "heads", "hidden", "vocab", "batch", "length", "device", "edge_sparsity")
     argv = [sys.executable, os.path.abspath(__file__), "--memory-of", kind] + [
         f"--{k.replace('_', '-')}={getattr(args, k)}" for k in passed] + (
-        [f"--baseline={args.baseline}"] if args.baseline else [])
+        [f"--baseline={args.baseline}"] if args.baseline else []) + (["--keep-readers"] if args.keep_readers else [])
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     return float([ln for ln in done.stdout.splitlines() if ln.startswith("MEMORY")][-1].split()[1])
@@ -321,6 +326,9 @@ def main() -> None:
                              "run, every edge kept)")
     parser.add_argument("--baseline", metavar="EDGES_PY",
                         help="also time kind edge-base: the edge step with this copy of intervene/edges.py")
+    parser.add_argument("--keep-readers", action="store_true",
+                        help="kind edge keeps each attention block's reader inputs for the backward (EdgeMasks' "
+                             "keep_reader_inputs) instead of recomputing them")
     parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)  # the CPU memory child
     args = parser.parse_args()
     if args.memory_of:

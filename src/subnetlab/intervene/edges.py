@@ -182,12 +182,14 @@ class EdgeMasks:
     ``with EdgeMasks(model, adapter, graph, mask, values) as edges: model(**x)``. ``mask`` is ``[edges]``
     (1 = kept) in ``graph`` order; ``source()`` (a hard-concrete sampler) instead gives one per model forward.
     ``edges.enabled = False`` runs the full model. ``on_reader_input`` (settable between forwards) and
-    ``writer_deltas()`` are the hooks of the module docstring.
+    ``writer_deltas()`` are the hooks of the module docstring. ``keep_reader_inputs`` (settable between
+    forwards) keeps each attention block's reader inputs for the backward instead of recomputing them: one GEMM
+    over the block's cut writers less per block, for readers x batch x pos x hidden more memory.
     """
 
     def __init__(self, model: nn.Module, adapter: Adapter, graph: Graph, mask: Tensor | None = None,
                  values: WriterValues | None = None, source: EdgeSource | None = None,
-                 on_reader_input: ReaderInputHook | None = None) -> None:
+                 on_reader_input: ReaderInputHook | None = None, keep_reader_inputs: bool = False) -> None:
         check_edge_family(adapter)
         if (graph.family, graph.num_layers, graph.num_heads, graph.num_kv_heads) != \
                 (adapter.family, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads):
@@ -199,6 +201,7 @@ class EdgeMasks:
         self.model, self.adapter, self.graph, self.values, self.source = model, adapter, graph, values, source
         self.enabled = True
         self.on_reader_input = on_reader_input
+        self.keep_reader_inputs = keep_reader_inputs
         self.mask: Tensor | None = None
         self._handles: list[Any] = []
         self._state: dict[str, Any] = {}
@@ -312,7 +315,8 @@ class EdgeMasks:
         else:
             block, resid, norm = self._state["attn"]
             neg = self._negated_complement(block, resid)[first:last]
-            out = _ProjectedReaders.apply(resid, neg, self._state["stream"], norm, weight, bias, groups, first, d)
+            out = _ProjectedReaders.apply(resid, neg, self._state["stream"], norm, weight, bias, groups, first, d,
+                                          self.keep_reader_inputs)
         return out.to(x.dtype)
 
     def _on_heads(self, layer: int, module: nn.Module, args: tuple) -> tuple | None:
@@ -422,14 +426,27 @@ class _Stream:
     Readers' backward steps add into ``grad`` before any earlier writer's backward runs (every reader reads the
     residual stream downstream of the writers it reads), where the writer's tap (``_WriterTap``) picks it up."""
 
+    # a block's writer gradients wait for the next block's when fewer readers than this are waiting (an MLP's or
+    # the logits' one reader): one GEMM over both blocks' readers instead of a rank-1 pass over the rows per block
+    BATCH_READERS = 8
+
     def __init__(self) -> None:
         self.deltas: Tensor | None = None
         self.count = 0
         self.grad: Tensor | None = None
+        self.ready = 0  # rows of ``grad`` from here on are written; the rows below hold nothing yet
+        self.pending: list[tuple[Tensor, Tensor]] = []  # (-(1 - m)^T [rows, readers], reader grads) not yet added
+        self.before: dict[int, int] = {}  # a block's writer count -> the writer count of the block read before it
+        self._last = 0
 
     def allocate(self, writers: int, resid: Tensor) -> None:
         if self.deltas is None:
             self.deltas = resid.new_empty(writers, *resid.shape)
+
+    def note(self, writers: int) -> None:
+        """A reader block of ``writers`` writers runs its forward (blocks run in graph order)."""
+        if writers != self._last:
+            self.before[writers], self._last = self._last, writers
 
     def take(self, n: int) -> Tensor:
         """The next ``n`` writers' rows ``[n, batch, pos, hidden]``, to be written in place."""
@@ -460,12 +477,13 @@ class _Stream:
         if self.count < writers:
             raise SubnetlabError(f"edge intervention saw {self.count} writers before a block that reads {writers}; "
                                  "the model's forward does not run in the order its graph assumes")
-        out = resid.reshape(1, -1).expand(readers, -1).clone()
-        if cut is None:
-            if writers:
-                out.addmm_(neg, self.flat(writers))
-        elif cut.numel():
-            out.addmm_(neg[:, cut], self.flat(writers)[cut])
+        row = resid.reshape(1, -1)
+        if cut is None and writers:  # the stream broadcast as addmm's bias: no separate copy per reader
+            out = torch.addmm(row, neg, self.flat(writers))
+        elif cut is not None and cut.numel():
+            out = torch.addmm(row, neg[:, cut], self.flat(writers)[cut])
+        else:
+            out = row.expand(readers, -1).clone()
         return out.view(readers, *resid.shape)
 
     def backward(self, resid_shape: torch.Size, neg: Tensor, cut: Tensor | None, grad: Tensor,
@@ -478,18 +496,60 @@ class _Stream:
         if needs[1]:
             grad_neg = grad @ self.flat(writers).t() if writers else torch.zeros_like(neg)
         if cut is None and writers:
-            if self.grad is None and writers == self.deltas.shape[0]:  # the logits' block, first in the backward
-                self.grad = torch.mm(neg.t(), grad)
-            else:
-                self._grad()[:writers].addmm_(neg.t(), grad)
+            self.pending.append((neg.t(), grad))
+            # rows read by the block before this one wait for its backward, which runs before their writers' taps
+            self.settle(self.before.get(writers, 0))
+            if sum(g.shape[0] for _, g in self.pending) >= self.BATCH_READERS:
+                self.settle(0)
         elif cut is not None and cut.numel():
-            self._grad().index_add_(0, cut, neg[:, cut].t() @ grad)
+            self.rows(0, writers).index_add_(0, cut, neg[:, cut].t() @ grad)
         return grad_resid, grad_neg
 
-    def _grad(self) -> Tensor:
+    def settle(self, low: int) -> None:
+        """Add the waiting reader gradients' rows from ``low`` on into ``grad`` (one GEMM when they are all of the
+        same rows)."""
+        if not self.pending:
+            return
+        width = max(n.shape[0] for n, _ in self.pending)
+        if low == 0 and all(n.shape[0] == width for n, _ in self.pending):
+            negs, grads = zip(*self.pending)
+            self.pending = []
+            self._add(0, width, torch.cat(negs, 1), torch.cat(grads, 0))
+            return
+        kept = []
+        for n, g in self.pending:
+            if n.shape[0] > low:
+                self._add(low, n.shape[0], n[low:], g)
+            if low:
+                kept.append((n[:low], g))
+        self.pending = kept
+
+    def rows(self, start: int, stop: int) -> Tensor:
+        """``grad[start:stop]`` with every reader gradient sent to those rows added (zeros where none was)."""
+        self.settle(start)
+        self._allocate()
+        if start < self.ready:
+            self.grad[start:self.ready].zero_()
+            self.ready = start
+        return self.grad[start:stop]
+
+    def _allocate(self) -> None:
         if self.grad is None:
-            self.grad = self.deltas.new_zeros(self.deltas.shape[0], self.deltas[0].numel())
-        return self.grad
+            self.grad = self.deltas.new_empty(self.deltas.shape[0], self.deltas[0].numel())
+            self.ready = self.deltas.shape[0]
+
+    def _add(self, start: int, stop: int, neg_t: Tensor, grad: Tensor) -> None:
+        """``grad[start:stop] += neg_t @ grad``, writing the rows below ``ready`` rather than adding to them."""
+        self._allocate()
+        if stop < self.ready:
+            self.grad[stop:self.ready].zero_()
+            self.ready = stop
+        fresh = max(0, self.ready - start)
+        if fresh:
+            torch.mm(neg_t[:fresh], grad, out=self.grad[start:self.ready])
+        if fresh < stop - start:
+            self.grad[start + fresh:stop].addmm_(neg_t[fresh:], grad)
+        self.ready = min(self.ready, start)
 
 
 class _ReaderInputs(torch.autograd.Function):
@@ -499,6 +559,7 @@ class _ReaderInputs(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream) -> Tensor:
         ctx.stream, ctx.shape, ctx.cut = stream, resid.shape, stream.cut(neg)
+        stream.note(neg.shape[1])
         ctx.save_for_backward(neg)
         return stream.read(resid, neg, ctx.cut)
 
@@ -516,18 +577,24 @@ class _ProjectedReaders(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream, norm: nn.Module, weight: Tensor,
-                bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int) -> Tensor:
+                bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int,
+                keep: bool) -> Tensor:
         ctx.stream, ctx.norm, ctx.weight = stream, norm, weight
         ctx.groups, ctx.first, ctx.head_dim = groups, first, head_dim
         ctx.cut = stream.cut(neg)
+        stream.note(neg.shape[1])
         ctx.save_for_backward(resid, neg)
-        return _project(norm.forward(stream.read(resid, neg, ctx.cut)), weight, bias, groups, first, head_dim)
+        readers = stream.read(resid, neg, ctx.cut)
+        ctx.readers = readers if keep else None  # an intermediate of no autograd graph: kept as is
+        return _project(norm.forward(readers), weight, bias, groups, first, head_dim)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         resid, neg = ctx.saved_tensors
         stream = ctx.stream
-        readers = stream.read(resid.detach(), neg.detach(), ctx.cut).requires_grad_()
+        readers = ctx.readers if ctx.readers is not None else stream.read(resid.detach(), neg.detach(), ctx.cut)
+        ctx.readers = None
+        readers = readers.requires_grad_()
         with torch.enable_grad():
             normed = ctx.norm.forward(readers)
         grad_normed = _project_backward(grad, ctx.weight, ctx.groups, ctx.first, ctx.head_dim, readers.shape)
@@ -535,7 +602,7 @@ class _ProjectedReaders(torch.autograd.Function):
         del normed, readers
         grads = stream.backward(resid.shape, neg, ctx.cut, grad_readers.reshape(neg.shape[0], -1),
                                 ctx.needs_input_grad)
-        return (*grads, None, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None, None)
 
 
 class _WriterTap(torch.autograd.Function):
@@ -551,9 +618,9 @@ class _WriterTap(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         stream = ctx.stream
-        if stream.grad is None:
+        if stream.grad is None and not stream.pending:
             return grad, None, None, None, None
-        sent = stream.grad[ctx.start:ctx.start + ctx.count]  # [count, batch * pos * hidden]
+        sent = stream.rows(ctx.start, ctx.start + ctx.count)  # [count, batch * pos * hidden]
         resid_shape = stream.deltas.shape[1:]
         if ctx.heads is not None:  # [H, d, hidden]: the heads' inputs [batch, pos, H * d]
             H, d, hidden = ctx.heads.shape
@@ -612,6 +679,6 @@ def _fit(value: Tensor, like: Tensor) -> Tensor:
 
 def apply_edges(model: nn.Module, adapter: Adapter, graph: Graph, mask: Tensor | None = None,
                 values: WriterValues | None = None, source: EdgeSource | None = None,
-                on_reader_input: ReaderInputHook | None = None) -> EdgeMasks:
+                on_reader_input: ReaderInputHook | None = None, keep_reader_inputs: bool = False) -> EdgeMasks:
     """``with apply_edges(model, adapter, graph, mask, values):`` (see ``EdgeMasks``)."""
-    return EdgeMasks(model, adapter, graph, mask, values, source, on_reader_input)
+    return EdgeMasks(model, adapter, graph, mask, values, source, on_reader_input, keep_reader_inputs)
