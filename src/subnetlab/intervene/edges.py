@@ -478,12 +478,15 @@ class _Stream:
             raise SubnetlabError(f"edge intervention saw {self.count} writers before a block that reads {writers}; "
                                  "the model's forward does not run in the order its graph assumes")
         row = resid.reshape(1, -1)
-        if cut is None and writers:  # the stream broadcast as addmm's bias: no separate copy per reader
-            out = torch.addmm(row, neg, self.flat(writers))
+        out = resid.new_empty(readers, row.shape[1])
+        # the stream broadcast as addmm's bias: no separate copy per reader (into ``out``: a fresh addmm with a
+        # broadcast bias costs a few ms more per call, most of a small block's GEMM)
+        if cut is None and writers:
+            torch.addmm(row, neg, self.flat(writers), out=out)
         elif cut is not None and cut.numel():
-            out = torch.addmm(row, neg[:, cut], self.flat(writers)[cut])
+            torch.addmm(row, neg[:, cut], self.flat(writers)[cut], out=out)
         else:
-            out = row.expand(readers, -1).clone()
+            out.copy_(row.expand(readers, -1))
         return out.view(readers, *resid.shape)
 
     def backward(self, resid_shape: torch.Size, neg: Tensor, cut: Tensor | None, grad: Tensor,
@@ -585,18 +588,28 @@ class _ProjectedReaders(torch.autograd.Function):
         stream.note(neg.shape[1])
         ctx.save_for_backward(resid, neg)
         readers = stream.read(resid, neg, ctx.cut)
-        ctx.readers = readers if keep else None  # an intermediate of no autograd graph: kept as is
-        return _project(norm.forward(readers), weight, bias, groups, first, head_dim)
+        ctx.kept = None
+        if keep:  # the inputs and the norm's own graph on them, as autograd keeps them for the backward
+            readers.requires_grad_()
+            with torch.enable_grad():
+                normed = norm.forward(readers)
+            ctx.kept = (readers, normed)
+            normed = normed.detach()
+        else:
+            normed = norm.forward(readers)
+        return _project(normed, weight, bias, groups, first, head_dim)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         resid, neg = ctx.saved_tensors
         stream = ctx.stream
-        readers = ctx.readers if ctx.readers is not None else stream.read(resid.detach(), neg.detach(), ctx.cut)
-        ctx.readers = None
-        readers = readers.requires_grad_()
-        with torch.enable_grad():
-            normed = ctx.norm.forward(readers)
+        if ctx.kept is not None:
+            readers, normed = ctx.kept
+            ctx.kept = None
+        else:
+            readers = stream.read(resid.detach(), neg.detach(), ctx.cut).requires_grad_()
+            with torch.enable_grad():
+                normed = ctx.norm.forward(readers)
         grad_normed = _project_backward(grad, ctx.weight, ctx.groups, ctx.first, ctx.head_dim, readers.shape)
         (grad_readers,) = torch.autograd.grad(normed, readers, grad_normed.to(normed.dtype))
         del normed, readers
