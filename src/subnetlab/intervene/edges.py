@@ -24,7 +24,11 @@ per writer as the forward goes) a reader's input is::
   hands it the gradient the readers sent to ``D_w``;
 * reader inputs: one GEMM per reader block, ``resid + (m - 1) @ D`` over the
   block's writers; its backward gives the stream ``sum_r G_r``, the masks
-  ``G @ D^T`` and the writers ``(m - 1)^T @ G`` (``_Stream``);
+  ``G @ D^T`` and the writers ``(m - 1)^T @ G`` (``_Stream``). A block of
+  one reader (an MLP, the logits) adds its writers' gradients with the next
+  block's product (a rank-1 pass over every row per block is most of its
+  cost): rows the next block also reads wait for it; the rest, and any rows a
+  writer's tap asks for first, are added at once;
 * MLP readers and the logits: a pre-hook on the norm in front of the MLP and on
   the final norm replaces their input;
 * Q, K, V readers of every head: the query / key / value projections' forward
@@ -36,7 +40,10 @@ per writer as the forward goes) a reader's input is::
   (activation checkpointing of one reader block, ``_ProjectedReaders``), so
   the intervention keeps writers x batch x pos x hidden, not readers x it.
   With ``on_reader_input`` set, or a norm / projection weight that trains, the
-  inputs are materialised and kept as autograd sees them.
+  inputs are materialised and kept as autograd sees them. ``keep_reader_inputs``
+  keeps them (and the norm's graph) for the backward instead of recomputing:
+  a GEMM over the block's cut writers and a norm less per block, for
+  2 x readers x batch x pos x hidden more memory.
 
 Two public hooks let a method read the intervention without reaching into it
 (``methods.attribution`` computes EAP with them):
@@ -183,8 +190,8 @@ class EdgeMasks:
     (1 = kept) in ``graph`` order; ``source()`` (a hard-concrete sampler) instead gives one per model forward.
     ``edges.enabled = False`` runs the full model. ``on_reader_input`` (settable between forwards) and
     ``writer_deltas()`` are the hooks of the module docstring. ``keep_reader_inputs`` (settable between
-    forwards) keeps each attention block's reader inputs for the backward instead of recomputing them: one GEMM
-    over the block's cut writers less per block, for readers x batch x pos x hidden more memory.
+    forwards) keeps each attention block's reader inputs and their normed copies for the backward instead of
+    recomputing them (module docstring).
     """
 
     def __init__(self, model: nn.Module, adapter: Adapter, graph: Graph, mask: Tensor | None = None,
