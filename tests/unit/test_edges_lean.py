@@ -92,8 +92,8 @@ class Reference:
             h.remove()
 
 
-def _frozen(family: str):
-    m = tiny_model(family, layers=2)
+def _frozen(family: str, heads: int = 4):
+    m = tiny_model(family, layers=2, heads=heads)
     m.model.eval()
     for p in m.model.parameters():
         p.requires_grad_(False)
@@ -106,7 +106,18 @@ def _frozen(family: str):
 def test_logits_and_mask_gradients_equal_the_reference_sums(family, path, masks, one_thread):
     """``mixed``: every writer cut by some reader; ``few-cut``: most writers cut by none (the products over the
     cut writers only); ``all-kept``: none cut."""
-    m = _frozen(family)
+    _compare(family, path, masks)
+
+
+@pytest.mark.parametrize("path", ["lean", "kept"])
+def test_writer_gradients_waiting_over_several_blocks_equal_the_reference(path, one_thread):
+    """Two heads: an attention block has 6 readers, fewer than a batch of reader gradients, so the writers'
+    gradients of several blocks wait for one product and the embeddings' tap adds the last of them."""
+    _compare("gpt2", path, "mixed", heads=2)
+
+
+def _compare(family: str, path: str, masks: str, heads: int = 4) -> None:
+    m = _frozen(family, heads)
     graph = Graph.from_adapter(m.adapter)
     clean, corrupted = tiny_inputs(family, seed=0), tiny_inputs(family, seed=1)
     with torch.no_grad(), Reference(m, graph, None, None) as plain:
