@@ -76,6 +76,9 @@ equal a by-hand reference within 1e-5 on tiny GPT-2 and Llama):
 Not tried: folding the norm into the per-head projections (a reader's
 variance from per-writer terms needs writers x writers products per token,
 more than the norm costs); a CUDA kernel fusing the reader sum and the norm.
+(The baseline above, edge-base, ran on the same model as edge; the current
+intervention replaces the Q/K/V projections' forward on the instance, so the
+baseline now gets its own copy of the model.)
 
 Before/after, side by side in one run, GPT-2 small's graph (12 x 12, hidden
 768, vocabulary 50,257, 32,936 edges, 158 writers, 445 readers), batch 4 x
@@ -125,11 +128,92 @@ cut-writer subset to an eighth of a block's writers; with every edge kept the
 subsets are a few writers either way.) Not measured on a GPU (none lent to
 this session).
 
+Half the edges cut (S = 0.5), profiled: ``torch.profiler`` with input shapes
+on one edge step of the code of a38d1ef (the code above), GPT-2 small's graph
+at 4 x 32, ``--edge-sparsity 0.5``, one thread, unloaded (2.17 s CPU under the
+profiler; plain fwd+bwd 0.85-0.95 s). Every writer is cut by some reader of
+every block, so every product runs over all of a block's writers W (15 to 145
+for the attention blocks, 36 readers each; N = 4 x 32 x 768 = 98,304):
+
+* the model itself, about 1.0 s: the clean forward+backward (the plain step's
+  work) and the corrupted forward up to the final norm (about 0.22 s);
+* the attention blocks' four products, about 0.52 s: the reader sums
+  ``[36, W] x [W, N]`` in the forward and again in the backward's recompute
+  (0.13 s each), the masks' gradient ``G @ D^T`` (0.12 s), the writers'
+  ``(m - 1)^T @ G`` into the gradient buffer (0.14 s). They run at about 50
+  GFLOP/s against about 90 for the model's own GEMMs (36 rows, W up to 145
+  deep: skinny);
+* the readers' LayerNorm on ``[36, 4, 32, 768]``: 0.17 s (forward and its
+  recompute 74 ms, backward 92 ms);
+* the per-head Q/K/V projections (``bmm`` over 36 heads): 0.18 s, where the
+  model's fused projection costs about 0.12 s forward+backward;
+* the single-reader blocks (12 MLP inputs, the logits): about 0.12 s, mostly
+  memory passes over every writer row: GEMVs, a rank-1 update of the
+  gradient buffer per block, the logits' first ``[158, 1] x [1, N]`` product
+  into a fresh 59 MiB buffer (24 ms);
+* a copy of the stream per reader before each reader sum (20 ms) and the
+  stream's gradient sum (16 ms).
+
+So the intervention costs about as much as the model's work, and three of the
+four products are the method's own arithmetic (reader inputs, masks' and
+writers' gradients: 3 x 36 x sum(W) x N x 2 = 18.6 GFLOP, 0.37 s at 50
+GFLOP/s): with the corrupted run that is about 0.6 s above plain, 1.7x, before
+norms and projections. The recompute is the memory-lean design's price.
+
+What changed (``intervene/edges.py``; fp32 logits and mask gradients equal the
+code before within 1e-7 on a 4-layer GPT-2 at S = 0, 0.5, 0.95):
+
+* a reader sum writes ``resid + (m - 1) @ D`` with the stream as ``addmm``'s
+  broadcast bias into an empty buffer (no copy per reader first; a fresh
+  ``addmm`` with a broadcast bias cost 6.3 ms where ``out=`` cost 3.0 on
+  ``[36, 14] x [14, N]``);
+* a block of fewer than 8 readers (an MLP, the logits) leaves its writers'
+  gradients waiting: rows only it and later blocks read are added at once
+  (13 rows), the rest join the next attention block's product (one ``[W, 38]
+  x [38, N]`` GEMM instead of a rank-1 pass over W rows per block); a writer's
+  tap adds whatever still waits for its rows; the gradient buffer is no longer
+  zero-filled (the first product writes its rows);
+* ``keep_reader_inputs`` (``EdgeMasks``/``apply_edges``; ``--keep-readers``
+  here): each attention block's reader inputs and the norm's graph on them are
+  kept for the backward instead of recomputed: one reader sum and one norm
+  less per block, for 2 x 36 x B x P x hidden more memory per layer (338 MiB
+  over GPT-2 small's 12 layers at 4 x 32, 5.1 GiB at 32 x 64). Off by default
+  (issue 37's memory goal).
+
+Before/after, side by side in one run (``edge-base``: ``intervene/edges.py``
+of a38d1ef, on its own copy of the model), GPT-2 small's graph, torch 2.13 CPU,
+one thread, the 2-core machine shared with the lead's demo run (load average
+3-5), CPU-time medians:
+
+    git show a38d1ef:src/subnetlab/intervene/edges.py > /tmp/edge4_base_edges.py
+    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 4 --length 32 \
+        --steps 6 --block 1 --no-memory [--edge-sparsity 0.5] --baseline /tmp/edge4_base_edges.py
+
+@@TABLE4x32@@
+
+Full width, batch 32 x length 64 (hidden 768, vocabulary 50,257), 2 timed
+steps after one warm-up, commit 56b3327 (the code of this section bar
+docstrings and tests):
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 32 --length 64 \
+        --steps 2 --block 1 --no-memory [--edge-sparsity 0.5] --baseline /tmp/edge4_base_edges.py
+
+@@TABLE32x64@@
+
+Not tried: a reader norm folded into the per-head projections (the forward
+could skip the normed copy, but ``var_mean`` over ``[36, 4, 32, 768]`` took 20
+ms against 5.5 for the whole LayerNorm here, and the backward's term
+``xhat * mean(g * xhat)`` needs each reader's input again); the MLP readers'
+sums as extra rows of the attention block's GEMM (their masks' gradients would
+then come from another autograd node); computing only the prediction
+position's logits (a third of the model's forward here, in the plain step
+too).
+
 Usage:
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_edges.py [--layers 12 --heads 12 --hidden 768 --vocab 50257
         --batch 32 --length 64 --steps 6 --block 2 --warmup 1] [--edge-sparsity S] [--baseline EDGES_PY]
-        [--no-memory] [--profile N]
+        [--keep-readers] [--no-memory] [--profile N]
 """
 
 from __future__ import annotations
