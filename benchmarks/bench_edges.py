@@ -306,9 +306,10 @@ def steppers(args: argparse.Namespace, kinds: tuple[str, ...]):
                             checkpoint_every=10**6)
         for ctl in controls.values():
             ctl.enabled = False  # each pruner's full-model cache runs through the full model
-        # the baseline gets its own copy of the model (same seed, same weights): both interventions replace the
-        # Q/K/V projections' forward on the instance, which one model allows once
-        own_model, own_adapter = build(args) if kind == "edge-base" else (model, adapter)
+        # each edge kind gets its own copy of the model (same seed, same weights): both interventions replace the
+        # Q/K/V projections' forward on the instance, which one model allows once; alike for both, so that where
+        # a model lies in memory does not tell them apart
+        own_model, own_adapter = build(args)
         edge = make(own_model, own_adapter, data, cfg).__enter__()
         closers.append(edge.__exit__)
         if args.edge_sparsity:  # a later point of the run: this fraction of the edges (random, seed 0) cut
