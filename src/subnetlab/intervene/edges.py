@@ -24,11 +24,7 @@ per writer as the forward goes) a reader's input is::
   hands it the gradient the readers sent to ``D_w``;
 * reader inputs: one GEMM per reader block, ``resid + (m - 1) @ D`` over the
   block's writers; its backward gives the stream ``sum_r G_r``, the masks
-  ``G @ D^T`` and the writers ``(m - 1)^T @ G`` (``_Stream``). A block of
-  one reader (an MLP, the logits) adds its writers' gradients with the next
-  block's product (a rank-1 pass over every row per block is most of its
-  cost): rows the next block also reads wait for it; the rest, and any rows a
-  writer's tap asks for first, are added at once;
+  ``G @ D^T`` and the writers ``(m - 1)^T @ G`` (``_Stream``);
 * MLP readers and the logits: a pre-hook on the norm in front of the MLP and on
   the final norm replaces their input;
 * Q, K, V readers of every head: the query / key / value projections' forward
@@ -433,27 +429,14 @@ class _Stream:
     Readers' backward steps add into ``grad`` before any earlier writer's backward runs (every reader reads the
     residual stream downstream of the writers it reads), where the writer's tap (``_WriterTap``) picks it up."""
 
-    # a block's writer gradients wait for the next block's when fewer readers than this are waiting (an MLP's or
-    # the logits' one reader): one GEMM over both blocks' readers instead of a rank-1 pass over the rows per block
-    BATCH_READERS = 8
-
     def __init__(self) -> None:
         self.deltas: Tensor | None = None
         self.count = 0
         self.grad: Tensor | None = None
-        self.ready = 0  # rows of ``grad`` from here on are written; the rows below hold nothing yet
-        self.pending: list[tuple[Tensor, Tensor]] = []  # (-(1 - m)^T [rows, readers], reader grads) not yet added
-        self.before: dict[int, int] = {}  # a block's writer count -> the writer count of the block read before it
-        self._last = 0
 
     def allocate(self, writers: int, resid: Tensor) -> None:
         if self.deltas is None:
             self.deltas = resid.new_empty(writers, *resid.shape)
-
-    def note(self, writers: int) -> None:
-        """A reader block of ``writers`` writers runs its forward (blocks run in graph order)."""
-        if writers != self._last:
-            self.before[writers], self._last = self._last, writers
 
     def take(self, n: int) -> Tensor:
         """The next ``n`` writers' rows ``[n, batch, pos, hidden]``, to be written in place."""
@@ -506,60 +489,18 @@ class _Stream:
         if needs[1]:
             grad_neg = grad @ self.flat(writers).t() if writers else torch.zeros_like(neg)
         if cut is None and writers:
-            self.pending.append((neg.t(), grad))
-            # rows read by the block before this one wait for its backward, which runs before their writers' taps
-            self.settle(self.before.get(writers, 0))
-            if sum(g.shape[0] for _, g in self.pending) >= self.BATCH_READERS:
-                self.settle(0)
+            if self.grad is None and writers == self.deltas.shape[0]:  # the logits' block, first in the backward
+                self.grad = torch.mm(neg.t(), grad)
+            else:
+                self._grad()[:writers].addmm_(neg.t(), grad)
         elif cut is not None and cut.numel():
-            self.rows(0, writers).index_add_(0, cut, neg[:, cut].t() @ grad)
+            self._grad().index_add_(0, cut, neg[:, cut].t() @ grad)
         return grad_resid, grad_neg
 
-    def settle(self, low: int) -> None:
-        """Add the waiting reader gradients' rows from ``low`` on into ``grad`` (one GEMM when they are all of the
-        same rows)."""
-        if not self.pending:
-            return
-        width = max(n.shape[0] for n, _ in self.pending)
-        if low == 0 and all(n.shape[0] == width for n, _ in self.pending):
-            negs, grads = zip(*self.pending)
-            self.pending = []
-            self._add(0, width, torch.cat(negs, 1), torch.cat(grads, 0))
-            return
-        kept = []
-        for n, g in self.pending:
-            if n.shape[0] > low:
-                self._add(low, n.shape[0], n[low:], g)
-            if low:
-                kept.append((n[:low], g))
-        self.pending = kept
-
-    def rows(self, start: int, stop: int) -> Tensor:
-        """``grad[start:stop]`` with every reader gradient sent to those rows added (zeros where none was)."""
-        self.settle(start)
-        self._allocate()
-        if start < self.ready:
-            self.grad[start:self.ready].zero_()
-            self.ready = start
-        return self.grad[start:stop]
-
-    def _allocate(self) -> None:
+    def _grad(self) -> Tensor:
         if self.grad is None:
-            self.grad = self.deltas.new_empty(self.deltas.shape[0], self.deltas[0].numel())
-            self.ready = self.deltas.shape[0]
-
-    def _add(self, start: int, stop: int, neg_t: Tensor, grad: Tensor) -> None:
-        """``grad[start:stop] += neg_t @ grad``, writing the rows below ``ready`` rather than adding to them."""
-        self._allocate()
-        if stop < self.ready:
-            self.grad[stop:self.ready].zero_()
-            self.ready = stop
-        fresh = max(0, self.ready - start)
-        if fresh:
-            torch.mm(neg_t[:fresh], grad, out=self.grad[start:self.ready])
-        if fresh < stop - start:
-            self.grad[start + fresh:stop].addmm_(neg_t[fresh:], grad)
-        self.ready = min(self.ready, start)
+            self.grad = self.deltas.new_zeros(self.deltas.shape[0], self.deltas[0].numel())
+        return self.grad
 
 
 class _ReaderInputs(torch.autograd.Function):
@@ -569,7 +510,6 @@ class _ReaderInputs(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream) -> Tensor:
         ctx.stream, ctx.shape, ctx.cut = stream, resid.shape, stream.cut(neg)
-        stream.note(neg.shape[1])
         ctx.save_for_backward(neg)
         return stream.read(resid, neg, ctx.cut)
 
@@ -592,7 +532,6 @@ class _ProjectedReaders(torch.autograd.Function):
         ctx.stream, ctx.norm, ctx.weight = stream, norm, weight
         ctx.groups, ctx.first, ctx.head_dim = groups, first, head_dim
         ctx.cut = stream.cut(neg)
-        stream.note(neg.shape[1])
         ctx.save_for_backward(resid, neg)
         readers = stream.read(resid, neg, ctx.cut)
         ctx.kept = None
@@ -638,9 +577,9 @@ class _WriterTap(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         stream = ctx.stream
-        if stream.grad is None and not stream.pending:
+        if stream.grad is None:
             return grad, None, None, None, None
-        sent = stream.rows(ctx.start, ctx.start + ctx.count)  # [count, batch * pos * hidden]
+        sent = stream.grad[ctx.start:ctx.start + ctx.count]  # [count, batch * pos * hidden]
         resid_shape = stream.deltas.shape[1:]
         if ctx.heads is not None:  # [H, d, hidden]: the heads' inputs [batch, pos, H * d]
             H, d, hidden = ctx.heads.shape
