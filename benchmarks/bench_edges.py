@@ -25,7 +25,10 @@ time, so the ratios are read from CPU time). ``--baseline EDGES_PY`` adds kind
 ``edge-base``: the same ``EdgePruner`` step with another copy of
 ``intervene/edges.py`` (the code before a change, e.g. ``git show
 REV:src/subnetlab/intervene/edges.py > /tmp/base/edges.py``), side by side in
-one run. ``--edge-sparsity S`` cuts a random fraction S of the edges first (a
+one run; each edge kind runs on its own copy of the model (same weights). The
+copy is loaded as one file: a baseline whose intervention spans several modules
+would import the current ones for the rest. ``--keep-readers`` runs kind
+``edge`` with its reader inputs kept (``keep_reader_inputs``). ``--edge-sparsity S`` cuts a random fraction S of the edges first (a
 later point of a run; default 0, the start: every edge kept). Goal (issue 37):
 edge <= 2.0x plain at 4 x 32 and <= 2.5x at 32 x 64.
 
@@ -161,44 +164,76 @@ GFLOP/s): with the corrupted run that is about 0.6 s above plain, 1.7x, before
 norms and projections. The recompute is the memory-lean design's price.
 
 What changed (``intervene/edges.py``; fp32 logits and mask gradients equal the
-code before within 1e-7 on a 4-layer GPT-2 at S = 0, 0.5, 0.95):
+code before exactly (difference 0.0) on a 4-layer GPT-2 at S = 0, 0.5 and 0.95,
+with and without ``keep_reader_inputs``):
 
-* a reader sum writes ``resid + (m - 1) @ D`` with the stream as ``addmm``'s
-  broadcast bias into an empty buffer (no copy per reader first; a fresh
-  ``addmm`` with a broadcast bias cost 6.3 ms where ``out=`` cost 3.0 on
-  ``[36, 14] x [14, N]``);
-* a block of fewer than 8 readers (an MLP, the logits) leaves its writers'
-  gradients waiting: rows only it and later blocks read are added at once
-  (13 rows), the rest join the next attention block's product (one ``[W, 38]
-  x [38, N]`` GEMM instead of a rank-1 pass over W rows per block); a writer's
-  tap adds whatever still waits for its rows; the gradient buffer is no longer
-  zero-filled (the first product writes its rows);
 * ``keep_reader_inputs`` (``EdgeMasks``/``apply_edges``; ``--keep-readers``
   here): each attention block's reader inputs and the norm's graph on them are
   kept for the backward instead of recomputed: one reader sum and one norm
   less per block, for 2 x 36 x B x P x hidden more memory per layer (338 MiB
-  over GPT-2 small's 12 layers at 4 x 32, 5.1 GiB at 32 x 64). Off by default
-  (issue 37's memory goal).
+  over GPT-2 small's 12 layers at 4 x 32, measured 297 MiB: the step's peak
+  613 MiB against 316 for the lean code; 5.1 GiB at 32 x 64). Off by default
+  (issue 37's memory goal); not a setting of ``prune_edges`` yet;
+* a reader sum writes ``resid + (m - 1) @ D`` with the stream as ``addmm``'s
+  broadcast bias into an empty buffer rather than copying the stream per
+  reader first (6.3 against 3.0 ms for ``[36, 14] x [14, N]``; the same for
+  deep blocks): not measurable over a step.
+
+Tried and taken out: the single-reader blocks' writer gradients waiting for the
+next attention block's product (one ``[W, 38] x [38, N]`` GEMM instead of a
+rank-1 pass over W rows per block; the rows the next block does not read added
+at once, a writer's tap adding what still waited). Over a step at 4 x 32 it was
+within the noise (-8% to +8% against the code before in nine
+comparisons), and the one full-width run below
+had it 10-18% slower than the code before (its ``torch.cat`` of the block's
+reader gradients copies 36 x N floats per block): not worth its 60 lines.
 
 Before/after, side by side in one run (``edge-base``: ``intervene/edges.py``
-of a38d1ef, on its own copy of the model), GPT-2 small's graph, torch 2.13 CPU,
-one thread, the 2-core machine shared with the lead's demo run (load average
-3-5), CPU-time medians:
+of a38d1ef; each edge kind on its own copy of the model), GPT-2 small's graph,
+torch 2.13 CPU, one thread, the 2-core machine shared with a demo run (load
+average about 1), CPU-time medians of 6 steps:
 
     git show a38d1ef:src/subnetlab/intervene/edges.py > /tmp/edge4_base_edges.py
     OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 4 --length 32 \
-        --steps 6 --block 1 --no-memory [--edge-sparsity 0.5] --baseline /tmp/edge4_base_edges.py
+        --steps 6 --block 1 --no-memory [--edge-sparsity 0.5 [--keep-readers]] --baseline /tmp/edge4_base_edges.py
 
-@@TABLE4x32@@
+    S = 0                        S = 0.5                      S = 0.5, --keep-readers
+    kind       CPU ms  /plain    kind       CPU ms  /plain    kind       CPU ms  /plain
+    plain       940.4    1.00    plain       952.3    1.00    plain       846.7    1.00
+    edge       1800.5    1.91    edge       2350.2    2.47    edge       1848.3    2.18
+    node        936.0    1.00    node       1027.6    1.08    node        876.1    1.03
+    edge-base  1816.1    1.93    edge-base  2527.9    2.65    edge-base  2038.6    2.41
+
+Run to run, the same code's ratio moves by about 10% on this machine (edge-base
+at S = 0.5 gave 2.40, 2.50, 2.51 and 2.65 in four runs today; at S = 0, 1.84 to
+1.93): the default path is as fast as before (the same arithmetic), and kept
+reader inputs save about 10% at S = 0.5 (2.12 and 2.18 against 2.32 and 2.41
+for the code before in two runs). Goal at 4 x 32 (<= 2.0): met at S = 0
+(1.9x), not at S = 0.5 (2.4-2.5x lean, 2.1-2.2x with kept inputs).
 
 Full width, batch 32 x length 64 (hidden 768, vocabulary 50,257), 2 timed
-steps after one warm-up, commit 56b3327 (the code of this section bar
-docstrings and tests):
+steps after one warm-up, one run per S (about 9 minutes each). The ``edge``
+row is commit 56b3327 (the waiting writer gradients, since taken out, ran on
+the model shared with plain and node), ``edge-base`` the code before on its own
+copy; the current default path is the code before's arithmetic, so its row is
+the current figure (bar the reader sum's buffer, same results bit for bit):
 
     OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 32 --length 64 \
         --steps 2 --block 1 --no-memory [--edge-sparsity 0.5] --baseline /tmp/edge4_base_edges.py
 
-@@TABLE32x64@@
+    S = 0                                        S = 0.5
+    kind       CPU ms  /plain  per step          kind       CPU ms  /plain  per step
+    plain     12856.6    1.00  13210, 12503      plain     12882.3    1.00  12641, 13123
+    edge      36171.7    2.81  36414, 35929      edge      43592.3    3.38  43478, 43707
+    node      15866.4    1.23  15492, 16240      node      13119.8    1.02  12914, 13326
+    edge-base 30774.4    2.39  34106, 27443      edge-base 39521.6    3.07  41376, 37667
+
+At 32 x 64 the goal (<= 2.5) is met at a run's start (2.39x, from two steps
+34.1 and 27.4 s apart) and missed at S = 0.5 (3.07x): the ratio grows with the
+batch (2.4x at 4 x 32, 3.1x here), likely because the intervention's buffers
+(158 writers x 6 MiB, their gradients, 216 MiB per reader-block copy) fit no
+cache, so its skinny products run at memory speed while the model's GEMMs do
+not (not profiled at this size). Kept reader inputs were not measured at this size (5.1 GiB).
 
 Not tried: a reader norm folded into the per-head projections (the forward
 could skip the normed copy, but ``var_mean`` over ``[36, 4, 32, 768]`` took 20
