@@ -176,17 +176,17 @@ with and without ``keep_reader_inputs``):
   (issue 37's memory goal); not a setting of ``prune_edges`` yet;
 * a reader sum writes ``resid + (m - 1) @ D`` with the stream as ``addmm``'s
   broadcast bias into an empty buffer rather than copying the stream per
-  reader first (6.3 against 3.0 ms for ``[36, 14] x [14, N]``; the same for
-  deep blocks): not measurable over a step.
+  reader first (2.8 against 7.8 ms for ``[36, 3] x [3, N]``, 3.7 against 4.2
+  for W = 14, the same for deep blocks): not measurable over a step.
 
 Tried and taken out: the single-reader blocks' writer gradients waiting for the
 next attention block's product (one ``[W, 38] x [38, N]`` GEMM instead of a
 rank-1 pass over W rows per block; the rows the next block does not read added
 at once, a writer's tap adding what still waited). Over a step at 4 x 32 it was
-within the noise (-8% to +8% against the code before in nine
-comparisons), and the one full-width run below
-had it 10-18% slower than the code before (its ``torch.cat`` of the block's
-reader gradients copies 36 x N floats per block): not worth its 60 lines.
+within the noise (-8% to +8% against the code before in nine comparisons),
+and the one full-width run below had it 10-18% slower than the code before
+(likely its ``torch.cat`` of a block's reader gradients, a copy of 38 x N
+floats per block; not profiled): not worth its 60 lines.
 
 Before/after, side by side in one run (``edge-base``: ``intervene/edges.py``
 of a38d1ef; each edge kind on its own copy of the model), GPT-2 small's graph,
