@@ -25,7 +25,10 @@ time, so the ratios are read from CPU time). ``--baseline EDGES_PY`` adds kind
 ``edge-base``: the same ``EdgePruner`` step with another copy of
 ``intervene/edges.py`` (the code before a change, e.g. ``git show
 REV:src/subnetlab/intervene/edges.py > /tmp/base/edges.py``), side by side in
-one run. ``--edge-sparsity S`` cuts a random fraction S of the edges first (a
+one run; each edge kind runs on its own copy of the model (same weights). The
+copy is loaded as one file: a baseline whose intervention spans several modules
+would import the current ones for the rest. ``--keep-readers`` runs kind
+``edge`` with its reader inputs kept (``keep_reader_inputs``). ``--edge-sparsity S`` cuts a random fraction S of the edges first (a
 later point of a run; default 0, the start: every edge kept). Goal (issue 37):
 edge <= 2.0x plain at 4 x 32 and <= 2.5x at 32 x 64.
 
@@ -76,6 +79,9 @@ equal a by-hand reference within 1e-5 on tiny GPT-2 and Llama):
 Not tried: folding the norm into the per-head projections (a reader's
 variance from per-writer terms needs writers x writers products per token,
 more than the norm costs); a CUDA kernel fusing the reader sum and the norm.
+(The baseline above, edge-base, ran on the same model as edge; the current
+intervention replaces the Q/K/V projections' forward on the instance, so the
+baseline now gets its own copy of the model.)
 
 Before/after, side by side in one run, GPT-2 small's graph (12 x 12, hidden
 768, vocabulary 50,257, 32,936 edges, 158 writers, 445 readers), batch 4 x
@@ -125,11 +131,124 @@ cut-writer subset to an eighth of a block's writers; with every edge kept the
 subsets are a few writers either way.) Not measured on a GPU (none lent to
 this session).
 
+Half the edges cut (S = 0.5), profiled: ``torch.profiler`` with input shapes
+on one edge step of the code of a38d1ef (the code above), GPT-2 small's graph
+at 4 x 32, ``--edge-sparsity 0.5``, one thread, unloaded (2.17 s CPU under the
+profiler; plain fwd+bwd 0.85-0.95 s). Every writer is cut by some reader of
+every block, so every product runs over all of a block's writers W (15 to 145
+for the attention blocks, 36 readers each; N = 4 x 32 x 768 = 98,304):
+
+* the model itself, about 1.0 s: the clean forward+backward (the plain step's
+  work) and the corrupted forward up to the final norm (about 0.22 s);
+* the attention blocks' four products, about 0.52 s: the reader sums
+  ``[36, W] x [W, N]`` in the forward and again in the backward's recompute
+  (0.13 s each), the masks' gradient ``G @ D^T`` (0.12 s), the writers'
+  ``(m - 1)^T @ G`` into the gradient buffer (0.14 s). They run at about 50
+  GFLOP/s against about 90 for the model's own GEMMs (36 rows, W up to 145
+  deep: skinny);
+* the readers' LayerNorm on ``[36, 4, 32, 768]``: 0.17 s (forward and its
+  recompute 74 ms, backward 92 ms);
+* the per-head Q/K/V projections (``bmm`` over 36 heads): 0.18 s, where the
+  model's fused projection costs about 0.12 s forward+backward;
+* the single-reader blocks (12 MLP inputs, the logits): about 0.12 s, mostly
+  memory passes over every writer row: GEMVs, a rank-1 update of the
+  gradient buffer per block, the logits' first ``[158, 1] x [1, N]`` product
+  into a fresh 59 MiB buffer (24 ms);
+* a copy of the stream per reader before each reader sum (20 ms) and the
+  stream's gradient sum (16 ms).
+
+So the intervention costs about as much as the model's work, and three of the
+four products are the method's own arithmetic (reader inputs, masks' and
+writers' gradients: 3 x 36 x sum(W) x N x 2 = 18.6 GFLOP, 0.37 s at 50
+GFLOP/s): with the corrupted run that is about 0.6 s above plain, 1.7x, before
+norms and projections. The recompute is the memory-lean design's price.
+
+What changed (``intervene/edges.py``; fp32 logits and mask gradients equal the
+code before exactly (difference 0.0) on a 4-layer GPT-2 at S = 0, 0.5 and 0.95,
+with and without ``keep_reader_inputs``):
+
+* ``keep_reader_inputs`` (``EdgeMasks``/``apply_edges``; ``--keep-readers``
+  here): each attention block's reader inputs and the norm's graph on them are
+  kept for the backward instead of recomputed: one reader sum and one norm
+  less per block, for 2 x 36 x B x P x hidden more memory per layer (338 MiB
+  over GPT-2 small's 12 layers at 4 x 32, measured 297 MiB: the step's peak
+  613 MiB against 316 for the lean code; 5.1 GiB at 32 x 64). Off by default
+  (issue 37's memory goal); not a setting of ``prune_edges`` yet;
+* a reader sum writes ``resid + (m - 1) @ D`` with the stream as ``addmm``'s
+  broadcast bias into an empty buffer rather than copying the stream per
+  reader first (2.8 against 7.8 ms for ``[36, 3] x [3, N]``, 3.7 against 4.2
+  for W = 14, the same for deep blocks): not measurable over a step.
+
+Tried and taken out: the single-reader blocks' writer gradients waiting for the
+next attention block's product (one ``[W, 38] x [38, N]`` GEMM instead of a
+rank-1 pass over W rows per block; the rows the next block does not read added
+at once, a writer's tap adding what still waited). Over a step at 4 x 32 it was
+within the noise (-8% to +8% against the code before in nine comparisons),
+and the one full-width run below had it 10-18% slower than the code before
+(likely its ``torch.cat`` of a block's reader gradients, a copy of 38 x N
+floats per block; not profiled): not worth its 60 lines.
+
+Before/after, side by side in one run (``edge-base``: ``intervene/edges.py``
+of a38d1ef; each edge kind on its own copy of the model), GPT-2 small's graph,
+torch 2.13 CPU, one thread, the 2-core machine shared with a demo run (load
+average about 1), CPU-time medians of 6 steps:
+
+    git show a38d1ef:src/subnetlab/intervene/edges.py > /tmp/edge4_base_edges.py
+    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 4 --length 32 \
+        --steps 6 --block 1 --no-memory [--edge-sparsity 0.5 [--keep-readers]] --baseline /tmp/edge4_base_edges.py
+
+    S = 0                        S = 0.5                      S = 0.5, --keep-readers
+    kind       CPU ms  /plain    kind       CPU ms  /plain    kind       CPU ms  /plain
+    plain       940.4    1.00    plain       952.3    1.00    plain       846.7    1.00
+    edge       1800.5    1.91    edge       2350.2    2.47    edge       1848.3    2.18
+    node        936.0    1.00    node       1027.6    1.08    node        876.1    1.03
+    edge-base  1816.1    1.93    edge-base  2527.9    2.65    edge-base  2038.6    2.41
+
+Run to run, the same code's ratio moves by about 10% on this machine (edge-base
+at S = 0.5 gave 2.40, 2.50, 2.51 and 2.65 in four runs today; at S = 0, 1.84 to
+1.93): the default path is as fast as before (the same arithmetic), and kept
+reader inputs save about 10% at S = 0.5 (2.12 and 2.18 against 2.32 and 2.41
+for the code before in two runs). Goal at 4 x 32 (<= 2.0): met at S = 0
+(1.9x), not at S = 0.5 (2.4-2.5x lean, 2.1-2.2x with kept inputs).
+
+Full width, batch 32 x length 64 (hidden 768, vocabulary 50,257), 2 timed
+steps after one warm-up, one run per S (about 9 minutes each). The ``edge``
+row is commit 56b3327 (the waiting writer gradients, since taken out, ran on
+the model shared with plain and node), ``edge-base`` the code before on its own
+copy; the current default path is the code before's arithmetic, so its row is
+the current figure (bar the reader sum's buffer, same results bit for bit):
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_edges.py --batch 32 --length 64 \
+        --steps 2 --block 1 --no-memory [--edge-sparsity 0.5] --baseline /tmp/edge4_base_edges.py
+
+    S = 0                                        S = 0.5
+    kind       CPU ms  /plain  per step          kind       CPU ms  /plain  per step
+    plain     12856.6    1.00  13210, 12503      plain     12882.3    1.00  12641, 13123
+    edge      36171.7    2.81  36414, 35929      edge      43592.3    3.38  43478, 43707
+    node      15866.4    1.23  15492, 16240      node      13119.8    1.02  12914, 13326
+    edge-base 30774.4    2.39  34106, 27443      edge-base 39521.6    3.07  41376, 37667
+
+At 32 x 64 the goal (<= 2.5) is met at a run's start (2.39x, from two steps
+34.1 and 27.4 s apart) and missed at S = 0.5 (3.07x): the ratio grows with the
+batch (2.4x at 4 x 32, 3.1x here), likely because the intervention's buffers
+(158 writers x 6 MiB, their gradients, 216 MiB per reader-block copy) fit no
+cache, so its skinny products run at memory speed while the model's GEMMs do
+not (not profiled at this size). Kept reader inputs were not measured at this size (5.1 GiB).
+
+Not tried: a reader norm folded into the per-head projections (the forward
+could skip the normed copy, but ``var_mean`` over ``[36, 4, 32, 768]`` took 20
+ms against 5.5 for the whole LayerNorm here, and the backward's term
+``xhat * mean(g * xhat)`` needs each reader's input again); the MLP readers'
+sums as extra rows of the attention block's GEMM (their masks' gradients would
+then come from another autograd node); computing only the prediction
+position's logits (a third of the model's forward here, in the plain step
+too).
+
 Usage:
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_edges.py [--layers 12 --heads 12 --hidden 768 --vocab 50257
         --batch 32 --length 64 --steps 6 --block 2 --warmup 1] [--edge-sparsity S] [--baseline EDGES_PY]
-        [--no-memory] [--profile N]
+        [--keep-readers] [--no-memory] [--profile N]
 """
 
 from __future__ import annotations
@@ -222,12 +341,18 @@ def steppers(args: argparse.Namespace, kinds: tuple[str, ...]):
                             checkpoint_every=10**6)
         for ctl in controls.values():
             ctl.enabled = False  # each pruner's full-model cache runs through the full model
-        edge = make(model, adapter, data, cfg).__enter__()
+        # each edge kind gets its own copy of the model (same seed, same weights): both interventions replace the
+        # Q/K/V projections' forward on the instance, which one model allows once; alike for both, so that where
+        # a model lies in memory does not tell them apart
+        own_model, own_adapter = build(args)
+        edge = make(own_model, own_adapter, data, cfg).__enter__()
         closers.append(edge.__exit__)
         if args.edge_sparsity:  # a later point of the run: this fraction of the edges (random, seed 0) cut
             order = torch.randperm(edge.graph.num_edges, generator=torch.Generator().manual_seed(0))
             with torch.no_grad():
                 edge.edges.log_alpha[order[:round(args.edge_sparsity * edge.graph.num_edges)]] = -10.0
+        if kind == "edge" and args.keep_readers:
+            edge.ctl.keep_reader_inputs = True
         controls[kind] = edge.ctl
         counter = iter(range(10**9))
         out[kind] = lambda edge=edge, counter=counter: edge.step(next(counter))
@@ -286,7 +411,7 @@ def cpu_memory(args: argparse.Namespace, kind: str) -> float | None:
     passed = ("layers", "heads", "hidden", "vocab", "batch", "length", "device", "edge_sparsity")
     argv = [sys.executable, os.path.abspath(__file__), "--memory-of", kind] + [
         f"--{k.replace('_', '-')}={getattr(args, k)}" for k in passed] + (
-        [f"--baseline={args.baseline}"] if args.baseline else [])
+        [f"--baseline={args.baseline}"] if args.baseline else []) + (["--keep-readers"] if args.keep_readers else [])
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     return float([ln for ln in done.stdout.splitlines() if ln.startswith("MEMORY")][-1].split()[1])
@@ -321,6 +446,9 @@ def main() -> None:
                              "run, every edge kept)")
     parser.add_argument("--baseline", metavar="EDGES_PY",
                         help="also time kind edge-base: the edge step with this copy of intervene/edges.py")
+    parser.add_argument("--keep-readers", action="store_true",
+                        help="kind edge keeps each attention block's reader inputs for the backward (EdgeMasks' "
+                             "keep_reader_inputs) instead of recomputing them")
     parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)  # the CPU memory child
     args = parser.parse_args()
     if args.memory_of:

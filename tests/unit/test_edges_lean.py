@@ -6,7 +6,8 @@ output projection, each MLP) in a plain corrupted run and, with autograd, in the
 reader's input by ``sum_w [m_wr out_w(x) + (1 - m_wr) out_w(x~)]`` plus the attention output biases no head
 writes; each head's query, key and value are its own reader's normed input times its slice of the projection.
 Logits and the masks' gradients must agree within 1e-5 in float32, on the lean path (frozen weights, no reader
-hook) and on the materialised one (a reader hook set).
+hook), with the lean path's reader inputs kept for the backward (``keep_reader_inputs``) and on the materialised
+one (a reader hook set).
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ class Reference:
             h.remove()
 
 
-def _frozen(family: str):
-    m = tiny_model(family, layers=2)
+def _frozen(family: str, heads: int = 4):
+    m = tiny_model(family, layers=2, heads=heads)
     m.model.eval()
     for p in m.model.parameters():
         p.requires_grad_(False)
@@ -100,12 +101,22 @@ def _frozen(family: str):
 
 
 @pytest.mark.parametrize("masks", ["mixed", "few-cut", "all-kept"])
-@pytest.mark.parametrize("path", ["lean", "materialised"])
+@pytest.mark.parametrize("path", ["lean", "kept", "materialised"])
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_logits_and_mask_gradients_equal_the_reference_sums(family, path, masks, one_thread):
     """``mixed``: every writer cut by some reader; ``few-cut``: most writers cut by none (the products over the
     cut writers only); ``all-kept``: none cut."""
-    m = _frozen(family)
+    _compare(family, path, masks)
+
+
+@pytest.mark.parametrize("path", ["lean", "kept"])
+def test_two_heads_equal_the_reference_sums(path, one_thread):
+    """Attention blocks of 6 readers, smaller than the writer blocks they read."""
+    _compare("gpt2", path, "mixed", heads=2)
+
+
+def _compare(family: str, path: str, masks: str, heads: int = 4) -> None:
+    m = _frozen(family, heads)
     graph = Graph.from_adapter(m.adapter)
     clean, corrupted = tiny_inputs(family, seed=0), tiny_inputs(family, seed=1)
     with torch.no_grad(), Reference(m, graph, None, None) as plain:
@@ -131,8 +142,9 @@ def test_logits_and_mask_gradients_equal_the_reference_sums(family, path, masks,
     (logits_ref * weights).sum().backward()
 
     mask = start.clone().requires_grad_()
-    hook = None if path == "lean" else (lambda i, x: None)
-    with apply_edges(m.model, m.adapter, graph, mask, values, on_reader_input=hook):
+    hook = (lambda i, x: None) if path == "materialised" else None
+    with apply_edges(m.model, m.adapter, graph, mask, values, on_reader_input=hook,
+                     keep_reader_inputs=path == "kept"):
         logits = m.model(**clean).logits
     (logits * weights).sum().backward()
     assert count_hooks(m.model) == 0 and "forward" not in vars(m.adapter.layers()[0].get_submodule(

@@ -36,7 +36,10 @@ per writer as the forward goes) a reader's input is::
   (activation checkpointing of one reader block, ``_ProjectedReaders``), so
   the intervention keeps writers x batch x pos x hidden, not readers x it.
   With ``on_reader_input`` set, or a norm / projection weight that trains, the
-  inputs are materialised and kept as autograd sees them.
+  inputs are materialised and kept as autograd sees them. ``keep_reader_inputs``
+  keeps them (and the norm's graph) for the backward instead of recomputing:
+  a GEMM over the block's cut writers and a norm less per block, for
+  2 x readers x batch x pos x hidden more memory.
 
 Two public hooks let a method read the intervention without reaching into it
 (``methods.attribution`` computes EAP with them):
@@ -182,12 +185,14 @@ class EdgeMasks:
     ``with EdgeMasks(model, adapter, graph, mask, values) as edges: model(**x)``. ``mask`` is ``[edges]``
     (1 = kept) in ``graph`` order; ``source()`` (a hard-concrete sampler) instead gives one per model forward.
     ``edges.enabled = False`` runs the full model. ``on_reader_input`` (settable between forwards) and
-    ``writer_deltas()`` are the hooks of the module docstring.
+    ``writer_deltas()`` are the hooks of the module docstring. ``keep_reader_inputs`` (settable between
+    forwards) keeps each attention block's reader inputs and their normed copies for the backward instead of
+    recomputing them (module docstring).
     """
 
     def __init__(self, model: nn.Module, adapter: Adapter, graph: Graph, mask: Tensor | None = None,
                  values: WriterValues | None = None, source: EdgeSource | None = None,
-                 on_reader_input: ReaderInputHook | None = None) -> None:
+                 on_reader_input: ReaderInputHook | None = None, keep_reader_inputs: bool = False) -> None:
         check_edge_family(adapter)
         if (graph.family, graph.num_layers, graph.num_heads, graph.num_kv_heads) != \
                 (adapter.family, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads):
@@ -199,6 +204,7 @@ class EdgeMasks:
         self.model, self.adapter, self.graph, self.values, self.source = model, adapter, graph, values, source
         self.enabled = True
         self.on_reader_input = on_reader_input
+        self.keep_reader_inputs = keep_reader_inputs
         self.mask: Tensor | None = None
         self._handles: list[Any] = []
         self._state: dict[str, Any] = {}
@@ -312,7 +318,8 @@ class EdgeMasks:
         else:
             block, resid, norm = self._state["attn"]
             neg = self._negated_complement(block, resid)[first:last]
-            out = _ProjectedReaders.apply(resid, neg, self._state["stream"], norm, weight, bias, groups, first, d)
+            out = _ProjectedReaders.apply(resid, neg, self._state["stream"], norm, weight, bias, groups, first, d,
+                                          self.keep_reader_inputs)
         return out.to(x.dtype)
 
     def _on_heads(self, layer: int, module: nn.Module, args: tuple) -> tuple | None:
@@ -460,12 +467,16 @@ class _Stream:
         if self.count < writers:
             raise SubnetlabError(f"edge intervention saw {self.count} writers before a block that reads {writers}; "
                                  "the model's forward does not run in the order its graph assumes")
-        out = resid.reshape(1, -1).expand(readers, -1).clone()
-        if cut is None:
-            if writers:
-                out.addmm_(neg, self.flat(writers))
-        elif cut.numel():
-            out.addmm_(neg[:, cut], self.flat(writers)[cut])
+        row = resid.reshape(1, -1)
+        out = resid.new_empty(readers, row.shape[1])
+        # the stream broadcast as addmm's bias: no separate copy per reader (into ``out``: a fresh addmm with a
+        # broadcast bias costs a few ms more per call, most of a small block's GEMM)
+        if cut is None and writers:
+            torch.addmm(row, neg, self.flat(writers), out=out)
+        elif cut is not None and cut.numel():
+            torch.addmm(row, neg[:, cut], self.flat(writers)[cut], out=out)
+        else:
+            out.copy_(row.expand(readers, -1))
         return out.view(readers, *resid.shape)
 
     def backward(self, resid_shape: torch.Size, neg: Tensor, cut: Tensor | None, grad: Tensor,
@@ -516,26 +527,41 @@ class _ProjectedReaders(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream, norm: nn.Module, weight: Tensor,
-                bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int) -> Tensor:
+                bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int,
+                keep: bool) -> Tensor:
         ctx.stream, ctx.norm, ctx.weight = stream, norm, weight
         ctx.groups, ctx.first, ctx.head_dim = groups, first, head_dim
         ctx.cut = stream.cut(neg)
         ctx.save_for_backward(resid, neg)
-        return _project(norm.forward(stream.read(resid, neg, ctx.cut)), weight, bias, groups, first, head_dim)
+        readers = stream.read(resid, neg, ctx.cut)
+        ctx.kept = None
+        if keep:  # the inputs and the norm's own graph on them, as autograd keeps them for the backward
+            readers.requires_grad_()
+            with torch.enable_grad():
+                normed = norm.forward(readers)
+            ctx.kept = (readers, normed)
+            normed = normed.detach()
+        else:
+            normed = norm.forward(readers)
+        return _project(normed, weight, bias, groups, first, head_dim)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         resid, neg = ctx.saved_tensors
         stream = ctx.stream
-        readers = stream.read(resid.detach(), neg.detach(), ctx.cut).requires_grad_()
-        with torch.enable_grad():
-            normed = ctx.norm.forward(readers)
+        if ctx.kept is not None:
+            readers, normed = ctx.kept
+            ctx.kept = None
+        else:
+            readers = stream.read(resid.detach(), neg.detach(), ctx.cut).requires_grad_()
+            with torch.enable_grad():
+                normed = ctx.norm.forward(readers)
         grad_normed = _project_backward(grad, ctx.weight, ctx.groups, ctx.first, ctx.head_dim, readers.shape)
         (grad_readers,) = torch.autograd.grad(normed, readers, grad_normed.to(normed.dtype))
         del normed, readers
         grads = stream.backward(resid.shape, neg, ctx.cut, grad_readers.reshape(neg.shape[0], -1),
                                 ctx.needs_input_grad)
-        return (*grads, None, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None, None)
 
 
 class _WriterTap(torch.autograd.Function):
@@ -612,6 +638,6 @@ def _fit(value: Tensor, like: Tensor) -> Tensor:
 
 def apply_edges(model: nn.Module, adapter: Adapter, graph: Graph, mask: Tensor | None = None,
                 values: WriterValues | None = None, source: EdgeSource | None = None,
-                on_reader_input: ReaderInputHook | None = None) -> EdgeMasks:
+                on_reader_input: ReaderInputHook | None = None, keep_reader_inputs: bool = False) -> EdgeMasks:
     """``with apply_edges(model, adapter, graph, mask, values):`` (see ``EdgeMasks``)."""
-    return EdgeMasks(model, adapter, graph, mask, values, source, on_reader_input)
+    return EdgeMasks(model, adapter, graph, mask, values, source, on_reader_input, keep_reader_inputs)
