@@ -168,3 +168,19 @@ def test_node_target_and_other_ablations_train(ablation, one_thread):
     kept_nodes = lambda r: float((1 - HardConcreteGates.prob_closed(r.log_alpha_nodes)).mean())  # noqa: E731
     print(f"{ablation}: expected share of nodes kept {kept_nodes(result):.3f} with a target, {kept_nodes(free):.3f} without")
     assert kept_nodes(result) < kept_nodes(free) - 0.02  # the node Lagrangian pushes the writers' masks down
+
+
+def test_kept_reader_inputs_train_the_same_masks(one_thread, monkeypatch):
+    import subnetlab.methods.edge_pruning.train as train
+
+    m = tiny_model("gpt2", layers=2)
+    data = _pairs(m, n=16)
+    kept, real = [], train.apply_edges
+    monkeypatch.setattr(train, "apply_edges", lambda *a, **k: kept.append(k["keep_reader_inputs"]) or real(*a, **k))
+    runs = [prune_edges(m.model, m.adapter, data, preset_config("demo", 0.7, seed=1, batch_size=8, warmup_steps=8,
+                                                                  total_steps=12, keep_reader_inputs=keep))
+            for keep in (False, True)]
+    assert kept == [False, True]  # the setting reaches the intervention
+    assert torch.allclose(runs[0].log_alpha_edges, runs[1].log_alpha_edges, atol=1e-5, rtol=0)
+    assert torch.equal(runs[0].selection.edges, runs[1].selection.edges)
+    assert "keep_reader_inputs" not in preset_config("demo", 0.7).to_dict()  # old runs' configs still match

@@ -172,7 +172,8 @@ class EdgePruner(MaskTrainer):
 
     def install(self) -> EdgeMasks:
         self.ablation_values()
-        return apply_edges(self.model, self.adapter, self.graph, values=self.values, source=self.masks).__enter__()
+        return apply_edges(self.model, self.adapter, self.graph, values=self.values, source=self.masks,
+                           keep_reader_inputs=self.config.keep_reader_inputs).__enter__()
 
     def target(self, step: int) -> float:
         return self.schedule.target(step)
