@@ -221,15 +221,17 @@ def _child(script: str):
 
     def launch(name, preset, out, log):
         assert (name, preset) == ("circuits", "demo")
-        return beside.launch(name, preset, out, log, argv=[sys.executable, "-c", script, str(out)])
+        argv = [sys.executable, "-c", script, str(out), str(beside.usage_path(log))]
+        return beside.launch(name, preset, out, log, argv=argv)
     return launch
 
 
-SPIN_AND_REPORT = ("import pathlib, sys, time\n"
+SPIN_AND_REPORT = ("import json, pathlib, sys, time\n"
                    "out = pathlib.Path(sys.argv[1]); out.mkdir(parents=True)\n"
                    "until = time.process_time() + 0.3\n"
                    "while time.process_time() < until: pass\n"
-                   "print('circuits: working'); (out / 'report.md').write_text('# circuits')\n")
+                   "print('circuits: working'); (out / 'report.md').write_text('# circuits')\n"
+                   "pathlib.Path(sys.argv[2]).write_text(json.dumps({'wall_seconds': 1.5, 'cpu_seconds': 12.5}))\n")
 
 
 def test_the_one_thread_study_runs_beside_the_others_in_its_own_process(tmp_path, monkeypatch):
@@ -259,9 +261,8 @@ def test_the_one_thread_study_runs_beside_the_others_in_its_own_process(tmp_path
     assert (tmp_path / "circuits.log").read_text() == "circuits: working\n"
     assert result["reports"]["circuits"] == str(tmp_path / "circuits" / "report.md")
     timings = result["timings"]
-    assert timings["beside"]["circuits"]["exit_status"] == 0
-    assert 0.3 <= timings["beside"]["circuits"]["cpu_seconds"] < 0.3 + 5.0  # the child's spin, counted in all
-    assert timings["cpu_seconds"] >= timings["beside"]["circuits"]["cpu_seconds"]
+    assert timings["beside"]["circuits"] == {"exit_status": 0, "wall_seconds": 1.5, "cpu_seconds": 12.5}
+    assert timings["cpu_seconds"] >= 12.5  # the child's figure is counted in the demo's CPU time
     assert {s["demo"] for s in timings["stages"]} == {"heuristic-core", "subtask-induction", "lottery"}
 
 
@@ -289,10 +290,13 @@ def test_the_child_runs_the_reproduction_with_its_preset(tmp_path, monkeypatch):
     fake = SimpleNamespace(NAME="circuits", PRESETS=circuits_reproduce.PRESETS, Settings=circuits_reproduce.Settings,
                            run=lambda settings, out: ran.append((settings, out)) or out / "report.md")
     monkeypatch.setattr("subnetlab.experiments.get_reproduction", lambda name: fake)
-    assert beside.main(["circuits", "demo", str(tmp_path / "c")]) == 0
+    assert beside.main(["circuits", "demo", str(tmp_path / "c"), str(tmp_path / "c.usage.json")]) == 0
     assert ran == [(settings_for(fake, "demo"), tmp_path / "c")]
-    # the real command line runs this module; an unknown study is one error line and exit status 2
-    argv = beside.command("no-such-study", "demo", tmp_path / "x")
+    usage = json.loads((tmp_path / "c.usage.json").read_text())
+    assert usage["cpu_seconds"] >= 0 and usage["wall_seconds"] >= 0
+    # the real command line runs this module; an unknown study is one error line and exit status 2, its usage kept
+    argv = beside.command("no-such-study", "demo", tmp_path / "x", tmp_path / "x.usage.json")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert argv[1:3] == ["-m", "subnetlab.experiments.demo.beside"]
     assert done.returncode == 2 and done.stderr.strip().startswith("error: unknown reproduction 'no-such-study'")
+    assert json.loads((tmp_path / "x.usage.json").read_text())["cpu_seconds"] > 0  # its imports, at least

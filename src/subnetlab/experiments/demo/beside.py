@@ -9,14 +9,15 @@ from a second thread, a single job leaves one worker idle, and a sweep's last od
     ...  # the other studies
     finished = wait(child)  # its exit status, wall and CPU seconds
 
-The child is ``python -m subnetlab.experiments.demo.beside NAME PRESET OUT``: the reproduction's own ``run`` with
-the preset's settings, as ``subnetlab reproduce`` runs it.
+The child is ``python -m subnetlab.experiments.demo.beside NAME PRESET OUT USAGE``: the reproduction's own ``run``
+with the preset's settings, as ``subnetlab reproduce`` runs it. It writes its own wall and CPU seconds to USAGE
+(``NAME.usage.json`` beside its log) as it ends: the parent reaps it whenever it polls, so the parent's
+``getrusage(RUSAGE_CHILDREN)`` cannot say which reap was the child's, nor when it ended.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -33,21 +34,27 @@ class Child:
     name: str
     out: Path
     log: Path
+    usage: Path  # what the child writes as it ends (``main``)
     process: subprocess.Popen
-    started: float
 
 
 @dataclass
 class Finished:
     name: str
     returncode: int
-    wall_seconds: float
-    cpu_seconds: float  # of the child and every process it waited for
+    # the child's own figures: its wall time, and the CPU time of its process and of its sweeps' workers (None:
+    # it died before it could write them)
+    wall_seconds: float | None
+    cpu_seconds: float | None
 
 
-def command(name: str, preset: str, out: Path) -> list[str]:
-    """The child's command line: this module run with the study, its preset and its run directory."""
-    return [sys.executable, "-m", __name__, name, preset, str(out)]
+def usage_path(log: Path) -> Path:
+    return log.with_suffix(".usage.json")
+
+
+def command(name: str, preset: str, out: Path, usage: Path) -> list[str]:
+    """The child's command line: this module run with the study, its preset, its run directory, its usage file."""
+    return [sys.executable, "-m", __name__, name, preset, str(out), str(usage)]
 
 
 def run_study(name: str, preset: str, out: Path) -> Path:
@@ -61,24 +68,22 @@ def run_study(name: str, preset: str, out: Path) -> Path:
 def launch(name: str, preset: str, out: Path, log: Path, argv: list[str] | None = None) -> Child:
     """Start the study ``name`` (or ``argv``) in a child process writing its output to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    usage = usage_path(log)
+    usage.unlink(missing_ok=True)  # an earlier demo's
     with open(log, "wb") as stream:  # the child's own output, as it comes: a log, not a result
-        process = subprocess.Popen(argv or command(name, preset, out), stdout=stream, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    return Child(name, out, log, process, time.monotonic())
-
-
-def children_cpu_seconds() -> float:
-    """CPU seconds of every child process this process has waited for (``getrusage(RUSAGE_CHILDREN)``)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+        process = subprocess.Popen(argv or command(name, preset, out, usage), stdout=stream,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return Child(name, out, log, usage, process)
 
 
 def wait(child: Child) -> Finished:
-    """Wait for ``child``; its exit status, wall seconds, and CPU seconds (the rise of the reaped children's CPU
-    time while waiting, so call it only for children started in this process and not yet waited for)."""
-    cpu_before = children_cpu_seconds()
+    """Wait for ``child``; its exit status and the seconds it reported."""
+    from subnetlab.io import read_json
+
     returncode = child.process.wait()
-    return Finished(child.name, returncode, time.monotonic() - child.started, children_cpu_seconds() - cpu_before)
+    usage = read_json(child.usage) if child.usage.is_file() else {}
+    return Finished(child.name, returncode, usage.get("wall_seconds"), usage.get("cpu_seconds"))
 
 
 class ThreadShare:
@@ -122,22 +127,30 @@ def stop(child: Child) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: python -m subnetlab.experiments.demo.beside NAME PRESET OUT", file=sys.stderr)
+    if len(argv) != 4:
+        print("usage: python -m subnetlab.experiments.demo.beside NAME PRESET OUT USAGE", file=sys.stderr)
         return 2
     from subnetlab.errors import SubnetlabError
+    from subnetlab.executor import worker_cpu_seconds
+    from subnetlab.io import write_json
 
+    started = time.monotonic()
     try:
-        report = run_study(*argv[:2], Path(argv[2]))
+        report = run_study(argv[0], argv[1], Path(argv[2]))
+        status = 0
     except SubnetlabError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"report: {report}")
-    return 0
+        status = 2
+    finally:  # written even when the study raises: the CPU it spent is part of the demo's
+        write_json(Path(argv[3]), {"wall_seconds": round(time.monotonic() - started, 3),
+                                   "cpu_seconds": round(time.process_time() + worker_cpu_seconds(), 3)})
+    if status == 0:
+        print(f"report: {report}")
+    return status
 
 
-__all__ = ["BESIDE", "Child", "Finished", "ThreadShare", "children_cpu_seconds", "command", "launch", "main",
-           "run_study", "stop", "wait"]
+__all__ = ["BESIDE", "Child", "Finished", "ThreadShare", "command", "launch", "main", "run_study", "stop",
+           "usage_path", "wait"]
 
 
 if __name__ == "__main__":

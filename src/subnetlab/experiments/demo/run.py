@@ -146,11 +146,10 @@ def run_demo(
         for child in children:
             side.stop(child)
         threads.restore()
-    wall, cpu = clock() - started, cpu_clock() - cpu_started + sum(f.cpu_seconds for f in finished)
+    wall, cpu = clock() - started, cpu_clock() - cpu_started + sum(f.cpu_seconds or 0.0 for f in finished)
     record.update(stages=plan.table(), wall_seconds=round(wall, 1), cpu_seconds=round(cpu, 1), cores=cores,
-                  reports=reports, beside={f.name: {"wall_seconds": round(f.wall_seconds, 1), "exit_status":
-                                                    f.returncode, "cpu_seconds": round(f.cpu_seconds, 1)}
-                                           for f in finished})
+                  reports=reports, beside={f.name: {"exit_status": f.returncode, "wall_seconds": f.wall_seconds,
+                                                    "cpu_seconds": f.cpu_seconds} for f in finished})
     write_json(out / "demo-timings.json", record)
     failed = [f for f in finished if f.returncode != 0]
     if failed:  # the other studies' results are on disk; a rerun resumes the failed study's finished steps
