@@ -277,7 +277,7 @@ def test_a_failed_study_beside_the_others_is_named_after_they_finish(tmp_path, m
                  launch=_child("import sys; print('no such thing'); sys.exit(3)"))
     assert len(log) == 3 and all((tmp_path / n / "report.md").is_file()  # the others finished and kept
                                  for n in ("heuristic-core", "subtask-induction", "lottery"))
-    assert (tmp_path / "demo-timings.json").is_file()
+    assert (tmp_path / "demo-timings.json").is_file() and (tmp_path / "findings.md").is_file()
 
 
 def test_the_child_runs_the_reproduction_with_its_preset(tmp_path, monkeypatch):

@@ -151,10 +151,6 @@ def run_demo(
                   reports=reports, beside={f.name: {"exit_status": f.returncode, "wall_seconds": f.wall_seconds,
                                                     "cpu_seconds": f.cpu_seconds} for f in finished})
     write_json(out / "demo-timings.json", record)
-    failed = [f for f in finished if f.returncode != 0]
-    if failed:  # the other studies' results are on disk; a rerun resumes the failed study's finished steps
-        raise SubnetlabError("; ".join(f"the {f.name} study failed (exit status {f.returncode}); its log: "
-                                       f"{out / f'{f.name}.log'}" for f in failed))
     path, rows = write_findings(out, demos)
     if echo is print:
         print_table(rows, interactive=board.interactive)
@@ -166,6 +162,10 @@ def run_demo(
     # the CPU work bounds the wall time from below however the stages are arranged on these cores
     echo(f"The demo took {wall:.0f} s ({minutes(wall)}) and {cpu:.0f} CPU-seconds: on {cores} cores no arrangement "
          f"of the same work takes under {cpu / cores:.0f} s.")
+    failed = [f for f in finished if f.returncode != 0]
+    if failed:  # everything else is written; a rerun resumes the failed study's finished steps
+        raise SubnetlabError("; ".join(f"the {f.name} study failed (exit status {f.returncode}); its log: "
+                                       f"{out / f'{f.name}.log'}" for f in failed))
     return {"reports": reports, "findings": str(path), "timings": record}
 
 
