@@ -85,6 +85,8 @@ def test_fused_adamw_is_the_same_update_and_only_for_float32_cpu_or_cuda_tensors
     half = [torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))]
     assert not optim.make_optimizer(half, "adamw", lr=0.1, fused=True).defaults.get("fused")
     assert optim.make_optimizer([torch.nn.Parameter(torch.zeros(3))], "adam", lr=0.1).defaults.get("fused")  # default
+    groups = [{"params": [torch.nn.Parameter(torch.zeros(2))]}, {"params": [torch.nn.Parameter(torch.zeros(1))]}]
+    assert optim.make_optimizer(groups, "adamw", lr=0.1).defaults.get("fused")  # parameter groups too
 
 
 def test_dtypes_resolve_per_device_and_float16_is_refused_on_the_cpu():
