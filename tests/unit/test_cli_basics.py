@@ -33,3 +33,10 @@ def test_models_lists_families_and_alias():
     assert result.returncode == 0
     for name in ("bert", "roberta", "gpt2", "vit", "llama", "resnet", "minilm"):
         assert name in result.stdout
+
+
+def test_version_is_the_installed_package_version():
+    from importlib.metadata import version
+
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"subnetlab {version('subnetlab')}"

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from subnetlab.analysis.stability import bootstrap_interval, mask_stability
+from subnetlab.analysis.stability import bootstrap_interval, mask_stability, score_over_circuits
 from subnetlab.errors import SubnetlabError
 from subnetlab.methods.controls import (apply_control, check_controls, control_verdict, permutation, reinitialised,
                                         shuffle_labels)
@@ -122,9 +122,14 @@ def test_mask_stability_by_hand():
     assert s["mean_jaccard"] == pytest.approx((1 / 3 + 1 + 1 / 3) / 3) and s["min_jaccard"] == pytest.approx(1 / 3)
     assert s["frequency"] == pytest.approx({"e0": 1.0, "e1": 2 / 3, "e2": 1 / 3})
     assert s["kept_in_every"] == 1 and s["kept_in_any"] == 3 and s["kept"] == [2, 2, 2]
+    assert "bootstrap_95" not in s["score"]  # three values: no interval, their n and range
+    assert s["score"]["n"] == 3 and s["score"]["range"] == [0.5, 0.7] and s["score"]["mean"] == pytest.approx(0.6)
+    assert "fewer than 5 values give no interval" in score_over_circuits(s["score"])
+    s = mask_stability(masks * 2, names, [0.5, 0.7, 0.6, 0.55, 0.65, 0.6], seed=0, resamples=500)
     low, high = s["score"]["bootstrap_95"]
     assert 0.5 <= low <= 0.6 <= high <= 0.7
-    assert bootstrap_interval([0.5, 0.7, 0.6], 0, resamples=500) == (low, high)  # seeded: the same again
+    assert bootstrap_interval([0.5, 0.7, 0.6, 0.55, 0.65, 0.6], 0, resamples=500) == (low, high)  # seeded: again
+    assert "95% bootstrap over 6 seeds" in score_over_circuits(s["score"])
     assert bootstrap_interval([0.4, 0.4], 3) == (pytest.approx(0.4), pytest.approx(0.4))
 
 

@@ -19,7 +19,11 @@ def test_stability_report_tables_read_the_record():
     assert "| mean Jaccard across steps alone | 0.667 |" in text
     assert "| steps-5/seed-1 | 0.333 | 1.000 | 0.667 |" in text  # a row of the pairwise matrix
     assert "| e0 | 1.000 |" in text and "| e1 | 0.667 |" in text and "e3" not in text
-    assert "faithfulness, mean over seeds (95% bootstrap) | 0.700 [" in text
+    # three scores: their mean and range, never called an interval; from five on, the bootstrap interval
+    assert "faithfulness, mean over 3 seeds (range; too few values for an interval) | 0.700 [0.500, 0.900] |" in text
+    stab5 = mask_stability(masks * 2, ["e0", "e1", "e2", "e3"], [0.5, 0.7, 0.9, 0.6, 0.8, 0.7], seed=0)
+    text = stability_report({"0.500": {"score": "attribution", "stability": stab5}}, "eap-ig")
+    assert "faithfulness, mean over 6 seeds (95% bootstrap) | 0.700 [" in text
 
 
 def test_bootstrap_line():
@@ -36,7 +40,8 @@ def test_results_lists_the_stability_and_bootstrap_rows(tmp_path, capsys):
 
     from subnetlab.cli import main
 
-    stab = mask_stability([torch.tensor([1, 1, 0.]), torch.tensor([0, 1, 1.])], ["a", "b", "c"], [0.4, 0.6], seed=1)
+    stab = mask_stability([torch.tensor([1, 1, 0.]), torch.tensor([0, 1, 1.])] * 3, ["a", "b", "c"],
+                          [0.4, 0.6, 0.45, 0.55, 0.5, 0.5], seed=1)
     (tmp_path / "sweep").mkdir()
     (tmp_path / "sweep" / "metrics.json").write_text(json.dumps(
         {"command": "circuit", "controls": [], "targets": {"0.500": {"score": "logit_diff", "stability": stab}}}))
@@ -50,7 +55,7 @@ def test_results_lists_the_stability_and_bootstrap_rows(tmp_path, capsys):
     assert done.value.code in (0, None)
     rows = {(r[0], r[1]): r[2] for r in (line.strip("│ ").split("│") for line in out.splitlines() if "│" in line)
             for r in [[c.strip() for c in r]] if len(r) == 3}
-    assert rows[("sweep", "targets.0.500.stability.mean_jaccard")] == "0.3333"  # {a,b} vs {b,c}: 1 / 3
+    assert rows[("sweep", "targets.0.500.stability.mean_jaccard")] == "0.6"  # 6 of 15 pairs equal, 9 at 1 / 3 ({a,b} vs {b,c})
     assert rows[("sweep", "targets.0.500.stability.kept_in_every")] == "1"
     low, high = (float(x) for x in rows[("sweep", "targets.0.500.stability.score.bootstrap_95")].split(".."))
     assert 0.4 <= low <= high <= 0.6

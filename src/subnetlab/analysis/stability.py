@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -96,6 +97,11 @@ def stability_summary(subnetworks: Sequence[Subnetwork]) -> dict:
     }
 
 
+# Fewer values than this give a percentile "interval" that is only their range (two seeds: their min and max), so
+# none is computed: the mean is reported with its n and range instead.
+MIN_INTERVAL_VALUES = 5
+
+
 def bootstrap_interval(values: Sequence[float], seed: int, *, resamples: int = 2000,
                        level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values`` (resampled with replacement, ``seed``)."""
@@ -108,11 +114,25 @@ def bootstrap_interval(values: Sequence[float], seed: int, *, resamples: int = 2
     return float(torch.quantile(means, tail)), float(torch.quantile(means, 1.0 - tail))
 
 
+def score_over_circuits(score: Mapping[str, Any]) -> str:
+    """A ``mask_stability`` score in words: the mean with its n, and its bootstrap interval where one was computed
+    (from ``MIN_INTERVAL_VALUES`` values), else the range, never called an interval."""
+    n = score.get("n")
+    over = f"{n} {score.get('over', 'seeds')}" if n is not None else score.get("over", "seeds")
+    if score.get("bootstrap_95"):
+        low, high = score["bootstrap_95"]
+        return f"{score['mean']:.3f} (95% bootstrap over {over}: {low:.3f} to {high:.3f})"
+    low, high = score.get("range") or (math.nan, math.nan)
+    return (f"{score['mean']:.3f} (mean over {over}, range {low:.3f} to {high:.3f}; fewer than "
+            f"{MIN_INTERVAL_VALUES} values give no interval)")
+
+
 def mask_stability(masks: Sequence[Tensor], names: Sequence[str], scores: Sequence[float] | None = None, *,
                    seed: int = 0, resamples: int = 2000) -> dict:
     """Stability of circuits (0/1 masks over the same units, e.g. edges) found with different seeds: how often
     each unit is kept, the pairwise Jaccard of the masks, and a seeded bootstrap interval of the mean of
-    ``scores`` (one per mask: faithfulness, CPR or CMD) over the masks."""
+    ``scores`` (one per mask: faithfulness, CPR or CMD) over the masks, from ``MIN_INTERVAL_VALUES`` scores on (fewer
+    give their mean, n and range only)."""
     if not masks:
         raise SubnetlabError("stability needs at least one circuit")
     stacked = torch.stack([(m > 0.5).flatten().float() for m in masks])
@@ -138,9 +158,11 @@ def mask_stability(masks: Sequence[Tensor], names: Sequence[str], scores: Sequen
     if scores is not None:
         values = [float(s) for s in scores if s is not None and not math.isnan(float(s))]
         if values:
-            low, high = bootstrap_interval(values, seed, resamples=resamples)
-            out["score"] = {"mean": sum(values) / len(values), "bootstrap_95": [low, high], "over": "seeds",
-                            "resamples": resamples, "seed": int(seed)}
+            out["score"] = {"mean": sum(values) / len(values), "n": len(values), "range": [min(values), max(values)],
+                            "over": "seeds"}
+            if len(values) >= MIN_INTERVAL_VALUES:
+                low, high = bootstrap_interval(values, seed, resamples=resamples)
+                out["score"].update({"bootstrap_95": [low, high], "resamples": resamples, "seed": int(seed)})
     return out
 
 

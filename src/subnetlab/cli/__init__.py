@@ -26,8 +26,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"subnetlab {version('subnetlab')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            print("subnetlab (not installed: no version recorded)")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _options(strict: bool = typer.Option(False, "--strict", help=(
+def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print subnetlab's version and exit."),
+             strict: bool = typer.Option(False, "--strict", help=(
         "Refuse (exit 2) instead of warning when a result is degenerate, undecided, off target or unconverged "
         "(subnetlab.runs.health): subnetlab --strict prune ... (also accepted after the command). A degenerate "
         "input (a subnetwork keeping nothing or everything) is refused before any work; a result's health is known "

@@ -33,8 +33,13 @@ def stability_tables(targets: Mapping[str, Any]) -> list[str]:
         rows += [["kept by every circuit / by any", f"{stab['kept_in_every']} / {stab['kept_in_any']}"]]
         if isinstance(stab.get("score"), Mapping):
             score = stab["score"]
-            rows.append([f"faithfulness, mean over {score.get('over', 'seeds')} (95% bootstrap)",
-                         f"{num(score['mean'])} {_interval(score.get('bootstrap_95'))}"])
+            n = f"{score['n']} " if "n" in score else ""
+            if score.get("bootstrap_95"):
+                rows.append([f"faithfulness, mean over {n}{score.get('over', 'seeds')} (95% bootstrap)",
+                             f"{num(score['mean'])} {_interval(score['bootstrap_95'])}"])
+            else:
+                rows.append([f"faithfulness, mean over {n}{score.get('over', 'seeds')} (range; too few values for "
+                             f"an interval)", f"{num(score['mean'])} {_interval(score.get('range'))}"])
         top = sorted(stab.get("frequency", {}).items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_EDGES]
         lines += [f"### Target sparsity {key}", "", table(["quantity", "value"], rows, "lr"), "",
                   "Pairwise Jaccard of the circuits:", "",

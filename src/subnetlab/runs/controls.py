@@ -134,6 +134,8 @@ def format_comparison(comparison: Mapping[str, Any], heading: Callable[[str], st
                       ) -> str:
     """The comparison as plain lines: per group (``heading`` names it), real and control means (sd) and the
     verdict; stability."""
+    from subnetlab.analysis.stability import score_over_circuits
+
     lines = []
     for key, entry in comparison.items():
         name = entry["score"]
@@ -164,8 +166,7 @@ def format_comparison(comparison: Mapping[str, Any], heading: Callable[[str], st
                 if value is not None and value == value:  # NaN: no two runs differ in this alone
                     line += f"; across {part} alone {value:.3f}"
             if "score" in stab:
-                low, high = stab["score"]["bootstrap_95"]
-                line += f"; faithfulness {stab['score']['mean']:.3f} (95% bootstrap over seeds {low:.3f} to {high:.3f})"
+                line += f"; faithfulness {score_over_circuits(stab['score'])}"
             lines.append(line)
     return "\n".join(lines) + ("\n" if lines else "")
 

@@ -141,6 +141,7 @@ def read_stability(path: Path) -> list[dict[str, Any]]:
             row[name] = _number(stab.get(name))
         if isinstance(stab.get("score"), dict):
             row["faithfulness_over_seeds"] = {"mean": _number(stab["score"].get("mean")),
+                                              "n": _number(stab["score"].get("n")),
                                               "interval": [_number(v) for v in stab["score"].get("bootstrap_95", [])]}
         out.append(row)
     faithfulness = path / "faithfulness.json"

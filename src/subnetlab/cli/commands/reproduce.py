@@ -49,8 +49,8 @@ def reproduce(
 def demo(out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the demo runs go.")) -> None:
     """The embedded default: the Heuristic Core, Subtask Induction, lottery-ticket and circuits demos.
 
-    Each study runs its `tour` preset where it has one (the `demo` preset trimmed to share about 16 minutes on a
-    2-core CPU), else its `demo` preset. Starts with a few seconds of calibration and says how long the demo
+    Each study runs its `tour` preset where it has one (the `demo` preset trimmed so that the whole demo fits
+    30 minutes on a 2-core CPU), else its `demo` preset. Starts with a few seconds of calibration and says how long the demo
     should take here; shows the time left for the whole demo as it runs; prints each report's path when it is
     written; ends with DIR/findings.md, whose rows name the `reproduce` command that measures what the tour skips,
     and the demo's wall and CPU time. The circuits study keeps one core busy, so it runs in its own process beside

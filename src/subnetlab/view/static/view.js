@@ -112,14 +112,14 @@
     if (circuits.length) {
       const table = box.append("table").attr("class", "stability").attr("id", "stability-circuits");
       const head = ["source", "target sparsity", "runs", "mean Jaccard (min)", "across steps", "across seeds",
-        "kept by every / any", "faithfulness over seeds (95% bootstrap)", "most frequent edges"];
+        "kept by every / any", "faithfulness over seeds (n; 95% bootstrap from 5)", "most frequent edges"];
       table.append("tr").selectAll("th").data(head).enter().append("th").text((d) => d);
       for (const e of circuits) {
         const f = e.faithfulness_over_seeds;
         table.append("tr").attr("data-mean-jaccard", e.mean_jaccard).selectAll("td").data([e.source, e.target,
           e.runs.length + " (" + e.runs.join(", ") + ")", fmt(e.mean_jaccard) + " (" + fmt(e.min_jaccard) + ")",
           fmt(e.mean_jaccard_across_steps), fmt(e.mean_jaccard_across_seeds), e.kept_in_every + " / " + e.kept_in_any,
-          f ? fmt(f.mean) + " " + interval(f.interval) : "n/a",
+          f ? fmt(f.mean) + " (n = " + f.n + ") " + (f.interval.length ? interval(f.interval) : "no interval") : "n/a",
           e.top_frequency.map((t) => t[0] + " " + fmt(t[1])).join(", ")]).enter().append("td").text((d) => d);
       }
     }
