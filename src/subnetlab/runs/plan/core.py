@@ -83,24 +83,27 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
             model, adapter = fake_model(with_layers(config, n) if samples else config, settings)
             built[n] = (model, adapter, live.live - before)
 
-        def measured(s: PlanSettings, flops: bool) -> tuple[dict[int, int], dict[int, dict[Any, int]], dict[int, int]]:
-            """Per layer count: the peak (its own weights, not the other samples'), the places' peaks, FLOPs."""
-            peaks, places, counted = {}, {}, {}
+        def measured(s: PlanSettings, flops: bool) -> tuple[dict[int, int], dict[int, dict[Any, int]], dict[int, int],
+                                                            dict[int, int]]:
+            """Per layer count: the peak (its own weights, not the other samples'), the places' peaks, FLOPs, the
+            bytes alive between steps."""
+            peaks, places, counted, persistent = {}, {}, {}, {}
             for n, (model, adapter, weights) in built.items():
                 others = live.live - weights
                 peak, counted[n] = measure_step(model, adapter, s, live, flops)
                 peaks[n] = peak - others
                 places[n] = {key: value - others for key, value in live.phase_peaks.items()}
-            return peaks, places, counted
+                persistent[n] = live.between_steps - others
+            return peaks, places, counted, persistent
 
         def peak_at(s: PlanSettings) -> int:
-            peaks, places, _ = measured(s, False)
-            return fitted_peak(places, layers) if samples else peaks[layers]
+            peaks, places, _, persistent = measured(s, False)
+            return fitted_peak(places, layers, persistent) if samples else peaks[layers]
 
-        peaks, places, counted = measured(settings, True)
+        peaks, places, counted, persistent = measured(settings, True)
         if samples:
             weights = quadratic_at({n: b[2] for n, b in built.items()}, layers)
-            peak, flops = fitted_peak(places, layers), quadratic_at(counted, layers)
+            peak, flops = fitted_peak(places, layers, persistent), quadratic_at(counted, layers)
         else:
             weights, peak, flops = built[layers][2], peaks[layers], counted[layers]
         largest = None
@@ -193,6 +196,7 @@ def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any, fl
             live.phase = f"step{i}"
             step(i)
         peak, places = live.peak, dict(live.phase_peaks)
+        live.between_steps = live.live  # weights, masks, optimiser state: what stays alive from step to step
         live.phase = "flops"
         if flops:
             with FlopCounterMode(display=False) as counter:
