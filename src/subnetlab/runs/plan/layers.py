@@ -109,5 +109,5 @@ def bounded_fit(points: dict[int, int], x: int, curvature: float) -> int:
     return round(value)
 
 
-__all__ = ["DEFAULT_SAMPLES", "SAMPLED_ABOVE", "bounded_fit", "check_samples", "default_samples", "fitted_peak", "layer_count",
-           "quadratic_at", "quadratic_coefficient", "with_layers"]
+__all__ = ["DEFAULT_SAMPLES", "SAMPLED_ABOVE", "bounded_fit", "check_samples", "default_samples", "fitted_peak",
+           "layer_count", "quadratic_at", "quadratic_coefficient", "with_layers"]
