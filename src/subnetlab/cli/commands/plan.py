@@ -102,7 +102,12 @@ def plan(
         except ValueError:
             raise SubnetlabError(f"--layers-sampled {layers_sampled!r}: expected auto, all or layer counts such as "
                                  "2,3,4") from None
-    typer.echo(plan_table([plan_run(config, settings, model, limit, samples)]), nl=False)
+    from subnetlab.runs.plan.report import verdict
+
+    planned = plan_run(config, settings, model, limit, samples)
+    typer.echo(plan_table([planned]), nl=False)
+    line = verdict(planned)
+    typer.echo(line.replace("with micro-batch", "with --micro-batch"))
 
 
 def register(app: typer.Typer) -> None:

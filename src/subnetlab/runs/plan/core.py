@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.runs.plan.fake import fake_model
-from subnetlab.runs.plan.settings import PlanSettings
+from subnetlab.runs.plan.settings import UNACCUMULATED, PlanSettings
 
 MAX_MICRO_BATCH = 1 << 16  # the largest micro-batch the search tries
 H100_BF16_DENSE = 989e12  # FLOP/s: an H100 SXM's dense bf16 tensor-core peak, for a time lower bound
@@ -48,6 +48,12 @@ class Plan:
     layers: int | None = None
     layers_sampled: tuple[int, ...] | None = None  # planned at these depths and fitted (runs.plan.layers)
     steps_from: str = ""  # what the steps rest on, where a number of training rows (``steps_of``)
+    fit_micro_batch: int | None = None  # where the peak is over ``memory_limit``: the micro-batch that fits it
+    fit_peak_bytes: int | None = None  # (a divisor of the batch where the method accumulates) and its peak
+
+    def fits(self) -> bool | None:
+        """Whether the peak fits ``memory_limit`` (None without one)."""
+        return None if self.memory_limit is None else self.peak_bytes <= self.memory_limit
 
     def time_bound(self, flops_per_second: float = H100_BF16_DENSE) -> float:
         """Seconds the run's steps take at least at ``flops_per_second`` (a lower bound, not an estimate)."""
@@ -60,7 +66,8 @@ class Plan:
                 "flops_per_step": self.flops_per_step, "steps": self.steps, "memory_limit": self.memory_limit,
                 "largest_micro_batch": self.largest_micro_batch, "layers": self.layers,
                 "layers_sampled": list(self.layers_sampled) if self.layers_sampled else None,
-                "time_bound_s_at_h100_bf16_peak": self.time_bound(), "steps_from": self.steps_from}
+                "time_bound_s_at_h100_bf16_peak": self.time_bound(), "steps_from": self.steps_from,
+                "fits": self.fits(), "fit_micro_batch": self.fit_micro_batch, "fit_peak_bytes": self.fit_peak_bytes}
 
 
 def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: int | None = None,
@@ -74,6 +81,7 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
     from subnetlab.runs.plan.memory import LiveBytes
 
     steps, steps_from = steps_of(settings)  # before the long work: a missing number of rows is refused here
+    check_length(config, settings.length)
     layers = layer_count(config)
     samples = check_samples(layers_sampled, layers) if layers_sampled is not None else None
     with FakeTensorMode(allow_non_fake_inputs=True), LiveBytes(fake=True) as live:
@@ -83,30 +91,57 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
             model, adapter = fake_model(with_layers(config, n) if samples else config, settings)
             built[n] = (model, adapter, live.live - before)
 
-        def measured(s: PlanSettings, flops: bool) -> tuple[dict[int, int], dict[int, dict[Any, int]], dict[int, int]]:
-            """Per layer count: the peak (its own weights, not the other samples'), the places' peaks, FLOPs."""
-            peaks, places, counted = {}, {}, {}
+        def measured(s: PlanSettings, flops: bool) -> tuple[dict[int, int], dict[int, dict[Any, int]], dict[int, int],
+                                                            dict[int, int]]:
+            """Per layer count: the peak (its own weights, not the other samples'), the places' peaks, FLOPs, the
+            bytes alive between steps."""
+            peaks, places, counted, persistent = {}, {}, {}, {}
             for n, (model, adapter, weights) in built.items():
                 others = live.live - weights
                 peak, counted[n] = measure_step(model, adapter, s, live, flops)
                 peaks[n] = peak - others
                 places[n] = {key: value - others for key, value in live.phase_peaks.items()}
-            return peaks, places, counted
+                persistent[n] = live.between_steps - others
+            return peaks, places, counted, persistent
 
         def peak_at(s: PlanSettings) -> int:
-            peaks, places, _ = measured(s, False)
-            return fitted_peak(places, layers) if samples else peaks[layers]
+            peaks, places, _, persistent = measured(s, False)
+            return fitted_peak(places, layers, persistent) if samples else peaks[layers]
 
-        peaks, places, counted = measured(settings, True)
+        peaks, places, counted, persistent = measured(settings, True)
         if samples:
             weights = quadratic_at({n: b[2] for n, b in built.items()}, layers)
-            peak, flops = fitted_peak(places, layers), quadratic_at(counted, layers)
+            peak, flops = fitted_peak(places, layers, persistent), quadratic_at(counted, layers)
         else:
             weights, peak, flops = built[layers][2], peaks[layers], counted[layers]
-        largest = None
+        largest = fit_micro = fit_peak = None
         if memory is not None:
-            largest = largest_micro_batch(lambda m: peak_at(settings.with_micro(m)), settings.micro, peak, memory)
-    return Plan(settings, name, weights, peak, flops, steps, largest, memory, layers, samples, steps_from)
+            seen: dict[int, int] = {settings.micro: peak}
+
+            def at(m: int) -> int:
+                if m not in seen:
+                    seen[m] = peak_at(settings.with_micro(m))
+                return seen[m]
+
+            largest = largest_micro_batch(at, settings.micro, peak, memory)
+            if largest and peak > memory:  # the fix: the largest micro-batch that fits and keeps the batch
+                from dataclasses import replace
+
+                if settings.method in UNACCUMULATED:
+                    fit_micro, fit_peak = largest, at(largest)
+                else:
+                    fit_micro = max(d for d in range(1, min(largest, settings.batch) + 1) if settings.batch % d == 0)
+                    fit_peak = peak_at(replace(settings, micro_batch=fit_micro))
+    return Plan(settings, name, weights, peak, flops, steps, largest, memory, layers, samples, steps_from, fit_micro,
+                fit_peak)
+
+
+def check_length(config: Any, length: int) -> None:
+    """``length`` tokens fit the model's positions (``max_position_embeddings``, GPT-2's ``n_positions``)."""
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if positions is not None and length > int(positions):
+        raise SubnetlabError(f"length {length} is more than the model's {positions} positions "
+                             "(max_position_embeddings)", setting="length")
 
 
 def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None) -> Callable[[int], None]:
@@ -193,6 +228,7 @@ def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any, fl
             live.phase = f"step{i}"
             step(i)
         peak, places = live.peak, dict(live.phase_peaks)
+        live.between_steps = live.live  # weights, masks, optimiser state: what stays alive from step to step
         live.phase = "flops"
         if flops:
             with FlopCounterMode(display=False) as counter:
@@ -217,9 +253,9 @@ def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, me
             known[m] = peak_at(m)
         return known[m] <= memory
 
-    fits(2 * micro)
+    fits(min(2 * micro, MAX_MICRO_BATCH))
     slope = max(1.0, (known[2 * micro] - peak) / micro)
-    guess = max(1, int((memory - (peak - slope * micro)) // slope))
+    guess = min(MAX_MICRO_BATCH - 1, max(1, int((memory - (peak - slope * micro)) // slope)))
     for m in (guess, guess + 1):
         fits(m)
     while True:
@@ -228,12 +264,12 @@ def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, me
         if hi is None and lo >= MAX_MICRO_BATCH:
             return lo
         if hi is None:  # everything tried fits: the line was pessimistic; double until one does not
-            fits(2 * lo)
+            fits(min(2 * lo, MAX_MICRO_BATCH))
             continue
         if hi - lo <= 1:
             return lo
         fits((lo + hi) // 2)
 
 
-__all__ = ["H100_BF16_DENSE", "Plan", "count_steps", "default_sizes", "largest_micro_batch", "measure_step", "plan_run",
-           "run_step", "steps_of"]
+__all__ = ["H100_BF16_DENSE", "MAX_MICRO_BATCH", "Plan", "check_length", "count_steps", "default_sizes",
+           "largest_micro_batch", "measure_step", "plan_run", "run_step", "steps_of"]

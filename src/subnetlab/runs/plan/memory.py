@@ -48,6 +48,7 @@ class LiveBytes(TorchDispatchMode):
         self.tracked: dict[int, weakref.finalize] = {}
         self.phase = ""
         self.phase_peaks: dict[tuple[str, str], int] = {}
+        self.between_steps = 0  # bytes alive after the last step measured (runs.plan.core.measure_step)
 
     def reset_peak(self) -> None:
         """Start a new peak (and new peaks per place) from what is alive now."""

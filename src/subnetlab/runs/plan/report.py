@@ -59,4 +59,19 @@ def plan_table(plans: list[Any]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
 
-__all__ = ["format_bytes", "format_flops", "format_seconds", "parse_memory", "plan_table"]
+def verdict(plan: Any) -> str:
+    """One line: what the peak is, whether it fits the memory given and, if not, the micro-batch that does."""
+    what = (f"peak {format_bytes(plan.peak_bytes)}: the step's tensors above the idle process (weights included; "
+            "not the CUDA context or the allocator's fragmentation, a few GB on a GPU)")
+    if plan.memory_limit is None:
+        return what
+    limit = format_bytes(plan.memory_limit)
+    if plan.fits():
+        return f"fits {limit}: {what}"
+    if plan.fit_micro_batch:
+        return (f"does not fit {limit}: {what}; with micro-batch {plan.fit_micro_batch} it needs "
+                f"{format_bytes(plan.fit_peak_bytes)} and fits")
+    return f"does not fit {limit} even at one example per forward: {what}"
+
+
+__all__ = ["verdict", "format_bytes", "format_flops", "format_seconds", "parse_memory", "plan_table"]

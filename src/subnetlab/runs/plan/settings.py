@@ -12,6 +12,7 @@ METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig", "discover", "transfe
 DTYPES = ("float32", "bfloat16", "float16")
 UNACCUMULATED = ("eap", "eap-ig", "discover", "transfer", "finetune", "lottery-prune")  # the batch is one forward
 DEFAULT_PRESETS = {"finetune": "heuristic-core"}  # the others: "paper"
+MAX_EXAMPLES = 1 << 20  # the largest batch (and micro-batch) a plan takes: a fake batch is still built in Python
 AUTOCAST = ("discover", "transfer", "finetune", "lottery-prune")  # dtype: the forwards' autocast; weights float32
 
 
@@ -45,6 +46,13 @@ class PlanSettings:
         for name in ("micro_batch", "examples"):
             if getattr(self, name) is not None and int(getattr(self, name)) < 1:
                 raise SubnetlabError(f"{name} {getattr(self, name)} must be at least 1", setting=name)
+        for name in ("batch", "micro_batch"):
+            if getattr(self, name) is not None and int(getattr(self, name)) > MAX_EXAMPLES:
+                raise SubnetlabError(f"{name} {getattr(self, name)} is more than the plan's bound of {MAX_EXAMPLES:,} "
+                                     "examples", setting=name)
+        if self.length > MAX_EXAMPLES:
+            raise SubnetlabError(f"length {self.length} is more than the plan's bound of {MAX_EXAMPLES:,} tokens",
+                                 setting="length")
         if self.batch % self.micro:
             raise SubnetlabError(f"micro-batch {self.micro} does not divide the batch {self.batch}",
                                  setting="micro_batch")
@@ -79,4 +87,4 @@ class PlanSettings:
         return replace(self, batch=batch, micro_batch=micro)
 
 
-__all__ = ["AUTOCAST", "DEFAULT_PRESETS", "DTYPES", "METHODS", "UNACCUMULATED", "PlanSettings"]
+__all__ = ["AUTOCAST", "DEFAULT_PRESETS", "DTYPES", "MAX_EXAMPLES", "METHODS", "UNACCUMULATED", "PlanSettings"]
