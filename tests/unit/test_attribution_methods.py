@@ -33,6 +33,23 @@ def test_exact_patching_is_one_masked_edge_at_a_time(family, layers, one_thread)
     assert torch.allclose(exact_batch(m.model, m.adapter, graph, clean, corrupted, metric), scores, atol=1e-12)
 
 
+
+def test_exact_patching_of_chosen_edges_is_the_full_run_there_and_zero_elsewhere(one_thread):
+    """``edges=`` patches only the chosen edges (any order, repeats once): their scores are the every-edge run's,
+    bit for bit up to rounding, and every other score is 0; an index outside the graph is refused."""
+    from subnetlab.errors import SubnetlabError
+
+    m, graph, clean, corrupted, metric = _setup("llama", layers=2)
+    full = exact_batch(m.model, m.adapter, graph, clean, corrupted, metric)
+    chosen = [graph.num_edges - 1, 0, 7, 7, graph.num_edges // 2]
+    part = exact_batch(m.model, m.adapter, graph, clean, corrupted, metric, edges=chosen, rows_per_forward=4)
+    picked = torch.zeros(graph.num_edges, dtype=torch.bool)
+    picked[chosen] = True
+    assert torch.allclose(part[picked], full[picked], atol=1e-12) and full[picked].abs().max() > 0
+    assert torch.all(part[~picked] == 0)
+    with pytest.raises(SubnetlabError, match="edges"):
+        exact_batch(m.model, m.adapter, graph, clean, corrupted, metric, edges=[graph.num_edges])
+
 def _shared_embedding_pairs(eps: float, seed: int = 0):
     """A float64 2-layer GPT-2 whose tokens ``t + half`` embed as ``t``'s embedding plus ``eps`` times a fixed random
     vector: the corrupted prompt is the clean one plus ``eps`` noise in the embedding."""

@@ -14,16 +14,19 @@ per edge of a chunk and each copy's reader input is shifted by its edge's
 
 Cost: ``edges x pairs`` rows of forward passes (no backward): feasible up to a
 few thousand edges on a CPU (a ground truth for small graphs), hours for GPT-2
-small's 32,936.
+small's 32,936. ``edges`` scores a chosen subset (the others stay 0): a ground
+truth for a few edges of a large graph.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
+from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.edges import apply_edges, check_edge_family
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
@@ -33,9 +36,14 @@ ROWS_PER_FORWARD = 64  # copies of the batch per forward x its pairs: larger amo
 
 def exact_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
                 corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], *,
-                rows_per_forward: int = ROWS_PER_FORWARD) -> Tensor:
-    """``[edges]`` exact patching scores of one batch, summed over its pairs (the metric as ``attribute_batch``'s)."""
+                rows_per_forward: int = ROWS_PER_FORWARD, edges: Sequence[int] | None = None) -> Tensor:
+    """``[edges]`` exact patching scores of one batch, summed over its pairs (the metric as ``attribute_batch``'s);
+    with ``edges`` (indices in graph order) only those are patched and scored, every other score 0."""
     check_edge_family(adapter)
+    chosen = range(graph.num_edges) if edges is None else sorted({int(e) for e in edges})
+    if edges is not None and (not chosen or chosen[0] < 0 or chosen[-1] >= graph.num_edges):
+        raise SubnetlabError(f"edges: expected indices in 0..{graph.num_edges - 1} of the graph's edges, got "
+                             f"{list(edges)[:5]}{' ...' if len(list(edges)) > 5 else ''}", setting="edges")
     device = next(model.parameters()).device
     dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)
     rows = int(clean["input_ids"].shape[0])
@@ -43,11 +51,11 @@ def exact_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[st
     blocks = graph.reader_blocks
     scores = torch.zeros(graph.num_edges, dtype=dtype, device=device)
     chunk: list[int] = []
-    with torch.no_grad(), apply_edges(model, adapter, graph, torch.ones(graph.num_edges, device=device)) as edges:
+    with torch.no_grad(), apply_edges(model, adapter, graph, torch.ones(graph.num_edges, device=device)) as masked:
         model(**corrupted)
-        corrupted_out = edges.writer_deltas()  # values None: each writer's output
+        corrupted_out = masked.writer_deltas()  # values None: each writer's output
         clean_logits = model(**clean).logits
-        deltas = edges.writer_deltas() - corrupted_out  # [writers, B, P, hidden]
+        deltas = masked.writer_deltas() - corrupted_out  # [writers, B, P, hidden]
         del corrupted_out
         baseline = metric(clean_logits, clean_logits).to(dtype)  # [B]
 
@@ -64,15 +72,15 @@ def exact_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[st
             grid[reader, copies] -= deltas[writer].to(readers.dtype)
             return readers
 
-        edges.on_reader_input = patch
-        for start in range(0, graph.num_edges, per_forward):
-            chunk[:] = range(start, min(start + per_forward, graph.num_edges))
+        masked.on_reader_input = patch
+        for start in range(0, len(chosen), per_forward):
+            chunk[:] = chosen[start:start + per_forward]
             n = len(chunk)
             inputs = {k: v.repeat(n, *[1] * (v.dim() - 1)) for k, v in clean.items()}
             logits = model(**inputs).logits
             for j, e in enumerate(chunk):
                 scores[e] = (metric(logits[j * rows:(j + 1) * rows], clean_logits).to(dtype) - baseline).sum()
-        edges.on_reader_input = None
+        masked.on_reader_input = None
     return scores
 
 
