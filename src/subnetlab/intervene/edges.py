@@ -303,11 +303,12 @@ class EdgeMasks:
             self._state["qkv"] = module.forward(readers)  # the norm of every reader's own input (no hooks re-fired)
 
     def _on_projection(self, groups: list[tuple[int, int, int]], module: nn.Module, forward: Callable,
-                       x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+                       x: Tensor, *args: Any, repeat: int = 1, **kwargs: Any) -> Tensor:
         """A Q/K/V projection's forward: head ``i`` of each group projects its own reader's normed input (the
-        projection of the block's own stream is not computed)."""
+        projection of the block's own stream is not computed). ``repeat`` > 1: a key/value projection of an
+        ungrouped graph, which gives every query head its own copy of its key/value head's output."""
         if not self._active():
-            return forward(x, *args, **kwargs)
+            return repeat_heads(forward(x, *args, **kwargs), repeat, self.adapter.head_dim)
         weight = module.weight if self.adapter.spec.transposed else module.weight.t()  # [hidden, out]
         bias = getattr(module, "bias", None)
         first = min(g[0] for g in groups)
@@ -373,15 +374,19 @@ class EdgeMasks:
             hook(self.model.register_forward_pre_hook(self._begin, with_kwargs=True))
             for i, module in enumerate(a.embedding_modules()):
                 hook(module.register_forward_hook(lambda m, args, out, i=i: self._on_embedding(i, out)))
-            groups = projection_groups(a)
+            groups = projection_groups(a, self.graph)
+            repeats = kv_repeats(a, self.graph)
+            if self.graph.ungrouped_kv:
+                hook(UngroupedAttention(a))
             for layer, block in enumerate(a.layers()):
                 hook(block.get_submodule(spec.attn_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_attn_norm(layer, m, args)))
                 projections = []
                 for path, g in groups.items():
                     module = block.get_submodule(path)
-                    hook(_ReplacedForward(module, lambda forward, m=module, g=g: (
-                        lambda x, *args, **kwargs: self._on_projection(g, m, forward, x, *args, **kwargs))))
+                    hook(_ReplacedForward(module, lambda forward, m=module, g=g, r=repeats.get(path, 1): (
+                        lambda x, *args, **kwargs: self._on_projection(g, m, forward, x, *args, repeat=r,
+                                                                       **kwargs))))
                     projections.append(module)
                 self._projections.append(projections)
                 hook(a.head_output_module(layer).register_forward_pre_hook(
@@ -619,14 +624,65 @@ def _project_backward(grad: Tensor, weight: Tensor, groups: list[tuple[int, int,
     return out
 
 
-def projection_groups(adapter: Adapter) -> dict[str, list[tuple[int, int, int]]]:
-    """Per Q/K/V projection module: ``(first reader of the layer's block, readers, first output column)``."""
+def projection_groups(adapter: Adapter, graph: Graph | None = None) -> dict[str, list[tuple[int, int, int]]]:
+    """Per Q/K/V projection module: ``(first reader of the layer's block, readers, first weight column)``. On an
+    ungrouped graph (``Graph.ungrouped_kv``) every query head's key and value reader is a group of its own on its
+    key/value head's columns."""
     s, H, kv, d = adapter.spec, adapter.num_heads, adapter.num_kv_heads, adapter.head_dim
+    if graph is not None and graph.ungrouped_kv and s.key is not None:
+        group = H // kv
+        return {s.query: [(0, H, 0)], s.key: [(H + h, 1, (h // group) * d) for h in range(H)],
+                s.value: [(2 * H + h, 1, (h // group) * d) for h in range(H)]}
     if s.key is None and s.fused_layout == "per-head":  # [q k v] per head (GPT-NeoX): one reader per column block
         return {s.query: [(part * H + h, 1, (3 * h + part) * d) for h in range(H) for part in range(3)]}
     if s.key is None:  # fused [q | k | v] (GPT-2): its columns are in reader order, so one group of every reader
         return {s.query: [(0, H + 2 * kv, 0)]}
     return {s.query: [(0, H, 0)], s.key: [(H, kv, 0)], s.value: [(H + kv, kv, 0)]}
+
+
+def kv_repeats(adapter: Adapter, graph: Graph) -> dict[str, int]:
+    """Per key/value projection path, the copies of each key/value head's output the attention reads: the group
+    size on an ungrouped graph (one per query head), else nothing (1)."""
+    s = adapter.spec
+    if not graph.ungrouped_kv:
+        return {}
+    if s.key is None:
+        raise SubnetlabError(f"{s.family} models fuse their key and value projections; an ungrouped graph needs "
+                             "separate ones")
+    return {s.key: graph.group, s.value: graph.group}
+
+
+def repeat_heads(out: Tensor, repeat: int, head_dim: int) -> Tensor:
+    """A key/value projection's output ``[..., kv * d]`` with each head repeated ``repeat`` times in place,
+    ``[..., kv * repeat * d]`` (query head ``h`` reads copy ``h`` of key/value head ``h // repeat``, as
+    ``transformers``' ``repeat_kv`` and TransformerLens's ungrouping do)."""
+    if repeat == 1:
+        return out
+    heads = out.view(*out.shape[:-1], -1, head_dim)
+    return heads.repeat_interleave(repeat, dim=-2).flatten(-2)
+
+
+class UngroupedAttention:
+    """Every layer's attention told it has one query head per key/value head (``num_key_value_groups = 1``), so
+    it reads the per-query-head keys and values the projections then give (``repeat_heads``) instead of
+    repeating a key/value head for its group itself; ``remove()`` restores it. The weights stay as they are."""
+
+    def __init__(self, adapter: Adapter) -> None:
+        parent = adapter.spec.out_proj.rpartition(".")[0]
+        self.saved: list[tuple[nn.Module, int]] = []
+        for layer in adapter.layers():
+            module = layer.get_submodule(parent) if parent else layer
+            if not isinstance(getattr(module, "num_key_value_groups", None), int):
+                self.remove()
+                raise SubnetlabError(f"{adapter.family}'s attention ({type(module).__name__}) names no "
+                                     "num_key_value_groups; its grouped keys and values cannot be given per query head")
+            self.saved.append((module, module.num_key_value_groups))
+            module.num_key_value_groups = 1
+
+    def remove(self) -> None:
+        for module, groups in self.saved:
+            module.num_key_value_groups = groups
+        self.saved.clear()
 
 
 def _fit(value: Tensor, like: Tensor) -> Tensor:

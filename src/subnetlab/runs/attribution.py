@@ -139,7 +139,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
             "pairs": str(result.pairs), "graph": graph.family, "edges": str(graph.num_edges)}
     save_tensors(out / SCORES_FILE, {"edges": result.edges, **nodes}, metadata={**meta, **circuit.metadata()})
     save_tensors(out / NODE_SCORES_FILE, {"heads": nodes["heads"], "mlps": nodes["mlps"]}, metadata=meta)
-    circuit.save(out / "graph.json")
+    write_json(out / "graph.json", {**circuit.to_dict(), "method": job.method})  # the method: is it linear in D_w
     order = result.edges.abs().argsort(descending=True)[:10].tolist()
     metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
                **({} if job.sample_seed is None else {"seed": job.sample_seed, "scored_pairs": sampled}),
