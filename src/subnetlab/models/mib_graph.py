@@ -3,8 +3,10 @@
 The MIB benchmark (circuit track) takes circuits as the files of hannamw/EAP-IG's ``Graph``
 (``src/eap/graph.py``): ``to_json`` / ``from_json`` and ``to_pt`` / ``from_pt``. EAP-IG's graph is
 subnetlab's ``models.graph.Graph`` with **one embedding node** (``input``) and every head's query, key
-and value read separately (grouped-query models are ungrouped there, so only graphs without grouping
-map one to one). Names are the same (``input``, ``a0.h1``, ``m0``, ``logits``; edges
+and value read separately: grouped-query models are ungrouped there (TransformerLens's
+``ungroup_grouped_query_attention``), which is ``Graph.ungrouped_kv`` (one key and value reader per query head),
+so a grouped model's EAP-IG file is read and written on its ungrouped graph and has the layout of an ungrouped
+model of as many heads (its ``cfg`` names no key/value heads). Names are the same (``input``, ``a0.h1``, ``m0``, ``logits``; edges
 ``a0.h1->a1.h0<q>``, ``input->m0``), and so are the indices: a subnetlab writer's index is EAP-IG's
 *forward* index and a reader's its *backward* index, so edge ``(w, r)`` is the cell ``[w, r]`` of
 EAP-IG's ``[n_forward, n_backward]`` score matrix.
@@ -86,10 +88,11 @@ def check_mappable(graph: Graph, source: str = "graph", setting: str | None = No
     if graph.num_embeddings != 1:
         raise SubnetlabError(f"{source}: MIB / EAP-IG graphs have one embedding node ('input'); this graph has "
                              f"{graph.num_embeddings} (score the model with one embedding node)", setting=setting)
-    if graph.group != 1:
-        raise SubnetlabError(f"{source}: a grouped-query graph ({graph.num_kv_heads} key/value heads for "
-                             f"{graph.num_heads} heads) has no one-to-one EAP-IG file (EAP-IG ungroups them)",
-                             setting=setting)
+    if graph.group != 1 and not graph.ungrouped_kv:
+        raise SubnetlabError(f"{source}: its key/value readers are per key/value head ({graph.num_kv_heads} for "
+                             f"{graph.num_heads} heads); EAP-IG's graph has one per query head (it ungroups them), "
+                             "which a sum over each group cannot be split back into (score the model with a key and "
+                             "value reader per query head, kv_readers=query)", setting=setting)
 
 
 def config(graph: Graph, d_model: int) -> dict[str, Any]:

@@ -213,8 +213,11 @@ def warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
     mine = Graph.from_adapter(adapter, job.settings.embedding_nodes)
     graph = None if scores.circuit is None else scores.circuit.graph
     if graph is None or graph.shape() != mine.shape():
+        hint = (" (these have a key/value reader per query head, EAP-IG's graph: score with kv_readers=kv)"
+                if graph is not None and graph.ungrouped_kv else "")
         raise SubnetlabError(f"{job.init_from}: {scores.level} scores{'' if graph is None else f' of {graph.shape()}'}; "
-                             f"a warm start needs edge scores of this run's graph {mine.shape()}", setting="init_from")
+                             f"a warm start needs edge scores of this run's graph {mine.shape()}{hint}",
+                             setting="init_from")
     cfg = job.settings
     return warm_start_log_alphas(scores.circuit.scores, cfg.sparsity, cfg.init_log_alpha)
 

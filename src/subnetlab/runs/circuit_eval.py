@@ -130,8 +130,9 @@ def _eap_graph_file(path: str, adapter: Any, setting: str) -> Any:
     from subnetlab.models import mib_graph
     from subnetlab.models.graph import Graph
 
+    mib = Graph.from_adapter(adapter, embedding_nodes=1, ungrouped_kv=True)  # EAP-IG's graph of this model
     if path.endswith(".pt"):
-        return mib_graph.load(path, Graph.from_adapter(adapter, embedding_nodes=1), setting)
+        return mib_graph.load(path, mib, setting)
     if not path.endswith(".json"):
         return None
     try:
@@ -139,7 +140,7 @@ def _eap_graph_file(path: str, adapter: Any, setting: str) -> Any:
     except SubnetlabError as e:
         raise SubnetlabError(str(e), setting=setting) from None
     if mib_graph.is_eap_json(data):
-        return mib_graph.from_dict(data, path, Graph.from_adapter(adapter, embedding_nodes=1), setting)
+        return mib_graph.from_dict(data, path, mib, setting)
     return None
 
 
@@ -253,14 +254,16 @@ def recorded_shape(path: str) -> dict[str, Any]:
             record = {k: data[k] for k in ("score_sign", "method") if isinstance(data.get(k), str)}
             has_scores = isinstance(data.get("edges"), list) and any(
                 isinstance(e, dict) and "score" in e for e in data["edges"])
-            return {"embedding_nodes": data.get("embedding_nodes"), "scores": has_scores, **record}
+            shape = {k: data.get(k) for k in ("embedding_nodes", "heads", "kv_heads", "ungrouped_kv")}
+            return {**shape, "scores": has_scores, **record}
         metadata = load_tensor_metadata(path)
         shape = json.loads(metadata.get("graph_shape", "{}"))
     except (SubnetlabError, json.JSONDecodeError):
         return {}  # unreadable here: the reader after the model load names what is wrong
     record = {k: metadata[k] for k in ("score_sign", "method") if k in metadata}
-    nodes = shape.get("embedding_nodes") if isinstance(shape, dict) else None
-    return {"embedding_nodes": nodes, **record} if nodes is not None else record
+    if not isinstance(shape, dict) or "embedding_nodes" not in shape:
+        return record
+    return {**{k: shape.get(k) for k in ("embedding_nodes", "heads", "kv_heads", "ungrouped_kv")}, **record}
 
 
 def check_mib_files(job: CircuitEvalJobConfig) -> None:
@@ -275,6 +278,11 @@ def check_mib_files(job: CircuitEvalJobConfig) -> None:
     for path in [job.scores] if job.scores else list(job.circuits[:1]):
         record = recorded_shape(path)
         nodes = record.get("embedding_nodes")
+        if record.get("kv_heads") not in (None, record.get("heads")) and not record.get("ungrouped_kv"):
+            raise SubnetlabError(f"{path}: its key/value readers are per key/value head ({record['kv_heads']} for "
+                                 f"{record['heads']} heads); MIB / EAP-IG's graph has one per query head, which a sum "
+                                 "over each group cannot be split back into (score the model with kv_readers=query, "
+                                 "the default)", setting=setting)
         if nodes in (None, 1):
             continue
         what = ("no embedding nodes (the embeddings feed every reader, no edge out of them scored)" if nodes == 0

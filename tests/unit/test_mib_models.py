@@ -1,0 +1,210 @@
+"""MIB's models MIB-ready by default (issue 47, item 5): grouped-query models in EAP-IG's ungrouped graph, and
+default scores with two embedding nodes joined into MIB's one.
+
+Independent computations: EAP-IG's ``Graph.from_model`` transcribed (``tests.unit.test_mib.EapIgGraph``: a grouped
+model's EAP-IG graph is that of an ungrouped one, ``n_heads`` key and value inputs per layer, TransformerLens's
+``ungroup_grouped_query_attention``); the same model with its key/value heads repeated by hand into an ungrouped
+model (``num_key_value_heads = num_attention_heads``), scored and intervened on in the plain multi-head path; the
+grouped graph's scores (each key/value reader the sum of its query heads'); scoring with one embedding node directly.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from subnetlab.errors import SubnetlabError
+from subnetlab.intervene.edges import apply_edges, capture_writers
+from subnetlab.methods.attribution import attribute_batch
+from subnetlab.models import get_adapter, mib_graph
+from subnetlab.models.circuit import Circuit
+from subnetlab.models.graph import Graph
+from tests.conftest import VOCAB, tiny_inputs
+from tests.unit.test_mib import EapIgGraph
+
+ANSWER, WRONG = torch.tensor([5, 9]), torch.tensor([7, 4])
+
+
+def _metric(logits, clean_logits):  # logit difference at the last position, [B]
+    last = logits[:, -1]
+    return last.gather(1, ANSWER[:, None])[:, 0] - last.gather(1, WRONG[:, None])[:, 0]
+
+
+def _grouped(kind: str, layers: int = 2, heads: int = 4, kv: int = 2):
+    """A tiny grouped-query model in float64 (Llama or Qwen2: Qwen2's biased q/k/v projections)."""
+    torch.manual_seed(0)
+    common = dict(vocab_size=VOCAB, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
+                  hidden_size=8 * heads, intermediate_size=16 * heads, max_position_embeddings=64,
+                  initializer_range=0.3)
+    model = (LlamaForCausalLM(LlamaConfig(**common)) if kind == "llama" else Qwen2ForCausalLM(Qwen2Config(**common)))
+    if kind == "qwen2":  # non-zero biases, so a bias repeated per query head is checked too
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(0, 0.3)
+    return model.double().eval()
+
+
+def _ungrouped_by_hand(model):
+    """The same model with each key/value head's weights copied for every query head of its group (the model
+    EAP-IG's ungrouping computes): an ordinary multi-head model."""
+    cfg = model.config
+    H, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    d = cfg.hidden_size // H
+    config = type(cfg)(**{**cfg.to_dict(), "num_key_value_heads": H})
+    copy = type(model)(config).double().eval()
+    state = model.state_dict()
+    for key, value in list(state.items()):
+        if key.endswith(("k_proj.weight", "v_proj.weight", "k_proj.bias", "v_proj.bias")):
+            state[key] = value.reshape(kv, d, *value.shape[1:]).repeat_interleave(H // kv, 0).reshape(
+                H * d, *value.shape[1:])
+    copy.load_state_dict(state)
+    return copy
+
+
+def _kv_reader(graph: Graph, reader: str) -> str:
+    """The grouped graph's reader of an ungrouped graph's reader (a query head's key/value: its key/value head's)."""
+    if not reader.endswith(("<k>", "<v>")):
+        return reader
+    layer, head = reader[1:-3].split(".h")
+    return f"a{layer}.kv{int(head) // graph.group}{reader[-3:]}"
+
+
+# ------------------------------------------------------------------------------------------ the graph
+@pytest.mark.parametrize("layers, heads, kv", [(2, 4, 2), (3, 6, 2), (2, 8, 1)])
+def test_ungrouped_graph_is_eap_igs_from_model(layers, heads, kv):
+    """Names, forward/backward indices and edge counts of a grouped model's ungrouped graph are EAP-IG's
+    ``Graph.from_model`` of its ``n_layers`` x ``n_heads`` (transcribed), and its file order is EAP-IG's."""
+    graph = Graph("llama", layers, heads, kv, 1, ungrouped_kv=True)
+    eap = EapIgGraph(layers, heads)
+    assert graph.num_edges == len(eap.edges) and sorted(graph.edge_names) == sorted(eap.edges)
+    for name, (w, r) in zip(graph.edge_names, graph.edges):
+        assert eap.edges[name] == (w, r), name
+    assert [graph.edge_names[e] for e in mib_graph.edge_order(graph)] == list(eap.edges)
+    assert len(graph.writers) == eap.n_forward and len(graph.readers) == eap.n_backward
+    for r, owners in enumerate(graph.reader_owners):  # forward_to_backward: a head owns its own q, k and v inputs
+        assert [bool(eap.forward_to_backward[w, r]) for w in range(eap.n_forward)] == \
+            [w in owners for w in range(eap.n_forward)]
+    grouped = Graph("llama", layers, heads, kv, 1)
+    per_layer_extra = 2 * (heads - kv)  # key and value readers added per layer, each fed by every upstream writer
+    upstream = [1 + l * (heads + 1) for l in range(layers)]
+    assert graph.num_edges - grouped.num_edges == sum(per_layer_extra * u for u in upstream)
+    assert graph.shape()["ungrouped_kv"] is True and Graph.from_shape(graph.shape()) == graph
+    assert "ungrouped_kv" not in Graph("llama", layers, heads, heads, 1, ungrouped_kv=True).shape()
+
+
+def test_ungrouped_graph_files_round_trip(tmp_path):
+    graph = Graph("llama", 2, 4, 2, 1, ungrouped_kv=True)
+    scores = torch.randn(graph.num_edges, generator=torch.Generator().manual_seed(0))
+    for name in ("g.json", "g.pt"):
+        mib_graph.save(Circuit(graph, scores), tmp_path / name, d_model=32)
+        back = mib_graph.load(tmp_path / name, graph)
+        assert torch.equal(back.scores, scores) and back.graph == graph
+    grouped = Graph("llama", 2, 4, 2, 1)
+    with pytest.raises(SubnetlabError, match="kv_readers=query"):
+        mib_graph.save(Circuit(grouped, torch.ones(grouped.num_edges)), tmp_path / "x.json", d_model=32)
+
+
+# ------------------------------------------------------------------------------------------ scores
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("method", ["eap", "eap-ig"])
+def test_grouped_scores_equal_the_model_ungrouped_by_hand(kind, method, one_thread):
+    """EAP / EAP-IG on a grouped model's ungrouped graph: the scores of the same model with its key/value heads
+    copied per query head (every edge, to float64 rounding), those of ``intervene.edges``'s expanded readers, and,
+    summed over each group, the grouped graph's key/value readers' scores."""
+    model = _grouped(kind)
+    adapter = get_adapter(model)
+    graph = Graph.from_adapter(adapter, ungrouped_kv=True)
+    clean, corrupted = tiny_inputs("llama", batch=2, length=5, seed=0), tiny_inputs("llama", batch=2, length=5, seed=1)
+    scores = attribute_batch(model, adapter, graph, clean, corrupted, _metric, method=method, steps=3)
+    assert graph.ungrouped_kv and graph.num_edges == len(EapIgGraph(2, 4).edges)
+    assert all(m.self_attn.num_key_value_groups == 2 for m in model.model.layers)  # restored
+
+    by_hand = _ungrouped_by_hand(model)
+    hand_adapter = get_adapter(by_hand)
+    hand_graph = Graph.from_adapter(hand_adapter)
+    assert hand_graph.edge_names == graph.edge_names
+    reference = attribute_batch(by_hand, hand_adapter, hand_graph, clean, corrupted, _metric, method=method, steps=3)
+    scale = reference.abs().max()
+    assert scale > 1e-2
+    assert ((scores - reference).abs().max() / scale) < 1e-9
+
+    expanded = attribute_batch(model, adapter, graph, clean, corrupted, _metric, method=method, steps=3,
+                               expand_readers=True)
+    assert ((scores - expanded).abs().max() / scale) < 1e-9
+
+    grouped = Graph.from_adapter(adapter)
+    grouped_scores = attribute_batch(model, adapter, grouped, clean, corrupted, _metric, method=method, steps=3)
+    summed = torch.zeros_like(grouped_scores)
+    for e, name in enumerate(graph.edge_names):
+        writer, reader = name.split("->")
+        summed[grouped.edge_index(f"{writer}->{_kv_reader(grouped, reader)}")] += scores[e]
+    assert ((summed - grouped_scores).abs().max() / scale) < 1e-5  # RMSNorm computes in float32
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_grouped_edge_masks_equal_the_model_ungrouped_by_hand(kind, one_thread):
+    """Edges cut on the grouped model's ungrouped graph (corrupted values): the logits of the same cuts on the
+    model ungrouped by hand; every edge kept is the model; the attention's grouping restored on exit."""
+    model = _grouped(kind)
+    adapter = get_adapter(model)
+    graph = Graph.from_adapter(adapter, ungrouped_kv=True)
+    by_hand = _ungrouped_by_hand(model)
+    clean, corrupted = tiny_inputs("llama", batch=2, length=6, seed=2), tiny_inputs("llama", batch=2, length=6, seed=3)
+    with torch.no_grad():
+        full = model(**clean).logits
+        values, hand_values = capture_writers(model, adapter, corrupted), capture_writers(by_hand, get_adapter(by_hand),
+                                                                                         corrupted)
+        for seed in range(3):
+            mask = (torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(seed)) > 0.5).double()
+            with apply_edges(model, adapter, graph, mask, values):
+                cut = model(**clean).logits
+            with apply_edges(by_hand, get_adapter(by_hand), Graph.from_adapter(get_adapter(by_hand)), mask,
+                             hand_values):
+                reference = by_hand(**clean).logits
+            assert (cut - full).abs().max() > 1e-2
+            assert torch.allclose(cut, reference, atol=1e-9)
+        with apply_edges(model, adapter, graph, torch.ones(graph.num_edges, dtype=torch.float64), values) as edges:
+            assert torch.allclose(model(**clean).logits, full, atol=1e-9)
+            edges.enabled = False  # the full model inside the context: the projections give per-query-head copies
+            assert torch.allclose(model(**clean).logits, full, atol=1e-9)
+    assert all(m.self_attn.num_key_value_groups == 2 for m in model.model.layers)
+    assert torch.equal(model(**clean).logits.detach(), full)
+
+
+# ------------------------------------------------------------------------------------------ two embedding nodes
+@pytest.fixture(scope="module")
+def gpt2():
+    from tests.conftest import tiny_model
+
+    m = tiny_model("gpt2")
+    m.model.double().eval()
+    return m
+
+
+@pytest.mark.parametrize("method", ["eap", "eap-ig", "eap-ig-activations", "clean-corrupted"])
+def test_two_embedding_nodes_joined_equal_scoring_with_one(gpt2, method, one_thread):
+    """Scores on the default GPT-2 graph (token and position embeddings two writers), joined into MIB's one
+    ``input``: the scores of the graph with one embedding node, computed directly (linear in the writer's output)."""
+    clean, corrupted = tiny_inputs("gpt2", batch=2, length=5, seed=0), tiny_inputs("gpt2", batch=2, length=5, seed=1)
+    two, one = Graph.from_adapter(gpt2.adapter), Graph.from_adapter(gpt2.adapter, embedding_nodes=1)
+    assert two.num_embeddings == 2
+    scores = attribute_batch(gpt2.model, gpt2.adapter, two, clean, corrupted, _metric, method=method, steps=2)
+    direct = attribute_batch(gpt2.model, gpt2.adapter, one, clean, corrupted, _metric, method=method, steps=2)
+    joined = mib_graph.joined_embeddings(Circuit(two, scores))
+    assert joined.graph == one
+    scale = direct.abs().max()
+    assert scale > 1e-3 and ((joined.scores - direct).abs().max() / scale) < 1e-9
+
+
+def test_what_cannot_be_joined_is_refused():
+    two = Graph("gpt2", 2, 2, 2, 2)
+    for circuit, method, why in ((Circuit(two, torch.ones(two.num_edges)), "exact", "not linear"),
+                                 (Circuit(two, torch.ones(two.num_edges), score_sign="signed"), None, "signed"),
+                                 (Circuit(two, None, torch.ones(two.num_edges, dtype=torch.bool)), None, "circuit")):
+        with pytest.raises(SubnetlabError, match=why) as e:
+            mib_graph.joined_embeddings(circuit, "f.json", "definition", method)
+        assert e.value.setting == "definition"
