@@ -378,8 +378,12 @@ def _mib_graph_files(root: Path, paths: dict[str, str], lm) -> None:
     from subnetlab.models.graph import Graph
 
     one = Graph.from_adapter(get_adapter(lm), embedding_nodes=1)
-    Circuit(Graph.from_adapter(get_adapter(lm)), torch.ones(Graph.from_adapter(get_adapter(lm)).num_edges)).save(
-        root / "two-embeddings.json")
+    two = Graph.from_adapter(get_adapter(lm))
+    Circuit(two, torch.ones(two.num_edges)).save(root / "two-embeddings.json")
+    # issue 47: what two embedding nodes cannot be joined into MIB's one from (exact patching; log-alphas)
+    (root / "two-embeddings-exact.json").write_text(json.dumps({**Circuit(two, torch.ones(two.num_edges)).to_dict(),
+                                                                "method": "exact"}))
+    Circuit(two, torch.ones(two.num_edges), score_sign="signed").save(root / "two-embeddings-signed.json")
     good = mib_graph.to_dict(Circuit(one, torch.ones(one.num_edges)), 16)
     edges = dict(good["edges"])
     edges.pop("input->m0")
@@ -397,7 +401,7 @@ def _mib_graph_files(root: Path, paths: dict[str, str], lm) -> None:
     (root / "mib-sub-bad" / "ioi_gpt2").mkdir(parents=True)
     (root / "mib-sub-bad" / "ioi_gpt2" / "importances.json").write_text(json.dumps(
         {**good, "edges": {**good["edges"], "input->m0": {"score": 1.0, "in_graph": "yes"}}}))
-    for name in ("two-embeddings", *bad):
+    for name in ("two-embeddings", "two-embeddings-exact", "two-embeddings-signed", *bad):
         paths[name] = str(root / f"{name}.json")
     paths.update({"eap-short": str(root / "eap-short.pt"), "eap-pickle": str(root / "eap-pickle.pt"),
                   "mib-sub": str(root / "mib-sub"), "mib-sub-bad": str(root / "mib-sub-bad")})
@@ -899,16 +903,19 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-pairs-line-too-long", ["circuit", "--model", "{lm}", "--task", "file:{long-line}", "--method", "eap",
                                      "--corrupted-column", "corrupted"], "long-line.csv:5: a line of"),
     # MIB's numbers and files (issue 35)
-    ("circuit-eval-mib-two-embedding-nodes", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib"],
-     "one embedding node ('input'); this graph has 2"),
+    # issue 47: two embedding nodes are joined into MIB's one where the scores add up; refused, before the model
+    # loads, where they do not
+    ("circuit-eval-mib-two-embedding-nodes-exact", [*MIB_EVAL, "--scores", "{two-embeddings-exact}", "--mib"],
+     "this file's graph has 2 and holds exact-patching scores (method 'exact')"),
     ("circuit-eval-mib-circuits", [*MIB_EVAL, "--circuit", "{edges-partial}", "--mib"],
      "MIB's CPR and CMD are defined on edge scores"),
     ("circuit-eval-mib-sizes", [*MIB_EVAL, "--scores", "{eap-missing-edge}", "--mib", "--sizes", "1,10"],
      "--sizes: MIB's sizes are fixed"),
     ("circuit-eval-mib-export-suffix", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export", "{out}.txt"],
      "an EAP-IG graph file ends in .json or .pt"),
-    ("circuit-eval-mib-export-two-embeddings", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export",
-                                                "{out}.json"], "--mib-export: "),
+    ("circuit-eval-mib-export-two-embeddings-signed", [*MIB_EVAL, "--scores", "{two-embeddings-signed}",
+                                                       "--mib-export", "{out}.json"],
+     "--mib-export: "),
     ("circuit-eval-eap-missing-edge", [*MIB_EVAL, "--scores", "{eap-missing-edge}"],
      "edges['input->m0']: missing"),
     ("circuit-eval-eap-text-score", [*MIB_EVAL, "--scores", "{eap-text-score}"],

@@ -208,3 +208,100 @@ def test_what_cannot_be_joined_is_refused():
         with pytest.raises(SubnetlabError, match=why) as e:
             mib_graph.joined_embeddings(circuit, "f.json", "definition", method)
         assert e.value.setting == "definition"
+
+
+# ------------------------------------------------------------------------------------------ the commands
+TASK = ["--task", "circuit:ioi", "--task-option", "n_train=4", "--task-option", "n_eval=6"]
+
+
+def _run(args, capsys):
+    from subnetlab.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    captured = capsys.readouterr()
+    assert e.value.code == 0, captured.err
+    return captured
+
+
+def _refused(args, capsys) -> str:
+    from subnetlab.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert e.value.code == 2 and len(err) == 1, err
+    return err[0]
+
+
+def test_default_gpt2_scores_feed_circuit_eval_mib_without_rescoring(tmp_path, capsys, one_thread):
+    """``circuit --method eap`` with its defaults (GPT-2: two embedding nodes) then ``circuit-eval --mib`` and a
+    submission: MIB's graph, its CPR and CMD those of scores computed with one embedding node; the output says the
+    embeddings were joined."""
+    from transformers import GPT2Config
+
+    from subnetlab.models import build_model
+    from subnetlab.models import mib_submission
+    from tests.unit.circuit_helpers import gpt2_style_tokenizer
+
+    tok = gpt2_style_tokenizer()
+    config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=2, n_head=2, n_inner=32,
+                        initializer_range=0.3)
+    build_model(config, head="causal-lm", seed=0).model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    model = ["--model", str(tmp_path / "model"), *TASK, "--device", "cpu"]
+    _run(["circuit", *model, "--method", "eap", "--out", str(tmp_path / "two")], capsys)
+    _run(["circuit", *model, "--method", "eap", "--embedding-nodes", "1", "--out", str(tmp_path / "one")], capsys)
+    results = {}
+    for name in ("two", "one"):
+        _run(["circuit-eval", *model, "--scores", str(tmp_path / name / "scores.safetensors"), "--mib",
+              "--mib-submission", str(tmp_path / f"sub-{name}"), "--out", str(tmp_path / f"ev-{name}")], capsys)
+        results[name] = json.loads((tmp_path / f"ev-{name}" / "faithfulness.json").read_text())
+    assert "two embedding nodes" in results["two"]["mib_graph"] and "mib_graph" not in results["one"]
+    assert results["two"]["items"] == results["one"]["items"] == len(EapIgGraph(2, 2).edges)
+    assert results["two"]["cpr"] == pytest.approx(results["one"]["cpr"], abs=1e-6)
+    assert results["two"]["cmd"] == pytest.approx(results["one"]["cmd"], abs=1e-6)
+    files = {name: mib_graph.load(tmp_path / f"sub-{name}" / "ioi_model" / "importances.json") for name in results}
+    assert torch.allclose(files["two"].scores, files["one"].scores, atol=1e-6)
+    assert mib_submission.check(tmp_path / "sub-two", mib_names=False)[0]["folder"] == "ioi_model"
+    # the graph.json beside the scores records the method and is joined the same way
+    _run(["circuit-eval", *model, "--scores", str(tmp_path / "two" / "graph.json"), "--mib", "--out",
+          str(tmp_path / "ev-json")], capsys)
+    assert json.loads((tmp_path / "ev-json" / "metrics.json").read_text())["cpr"] == results["two"]["cpr"]
+
+
+def test_default_grouped_scores_feed_circuit_eval_mib_and_a_submission(tmp_path, capsys, monkeypatch, one_thread):
+    """A grouped-query Llama: ``circuit --method eap`` by default scores EAP-IG's graph (a key and value reader per
+    query head) and says so; ``circuit-eval --mib --mib-submission`` measures and writes it; scores of the grouped
+    graph (``--kv-readers kv``) are refused by ``circuit-eval --mib`` before the model loads, naming the flag."""
+    from subnetlab.models import build_model, mib_submission
+    from tests.unit.circuit_helpers import llama_style_tokenizer
+
+    tok = llama_style_tokenizer()
+    config = LlamaConfig(vocab_size=len(tok), num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         hidden_size=16, intermediate_size=32, max_position_embeddings=64, initializer_range=0.3)
+    build_model(config, head="causal-lm", seed=0).model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    model = ["--model", str(tmp_path / "model"), *TASK, "--device", "cpu"]
+    out = _run(["circuit", *model, "--method", "eap", "--out", str(tmp_path / "eap")], capsys)
+    assert "one key and value reader per query head" in out.out
+    assert json.loads((tmp_path / "eap" / "metrics.json").read_text())["kv_readers"] == "query"
+    _run(["circuit-eval", *model, "--scores", str(tmp_path / "eap" / "scores.safetensors"), "--mib",
+          "--mib-submission", str(tmp_path / "sub"), "--out", str(tmp_path / "ev")], capsys)
+    result = json.loads((tmp_path / "ev" / "faithfulness.json").read_text())
+    assert result["definition"] == "mib" and result["items"] == len(EapIgGraph(2, 4).edges)
+    written = mib_graph.load(tmp_path / "sub" / "ioi_model" / "importances.json")
+    assert sorted(written.graph.edge_names) == sorted(EapIgGraph(2, 4).edges)
+    assert mib_submission.check(tmp_path / "sub", mib_names=False)[0]["folder"] == "ioi_model"
+
+    _run(["circuit", *model, "--method", "eap", "--kv-readers", "kv", "--out", str(tmp_path / "kv")], capsys)
+    import subnetlab.models
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the scores file was refused")
+
+    monkeypatch.setattr(subnetlab.models, "load_model", no_load)
+    err = _refused(["circuit-eval", *model, "--scores", str(tmp_path / "kv" / "scores.safetensors"), "--mib",
+                    "--out", str(tmp_path / "ev-kv")], capsys)
+    assert "--mib" in err and "per key/value head" in err and "kv_readers=query" in err
+    assert not (tmp_path / "ev-kv").exists()

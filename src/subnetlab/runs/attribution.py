@@ -154,6 +154,7 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
                **({} if job.sample_seed is None else {"seed": job.sample_seed, "scored_pairs": sampled}),
                "edges": graph.num_edges, "seconds": round(seconds, 3),
+               **({"kv_readers": "query" if graph.ungrouped_kv else "kv"} if graph.group > 1 else {}),
                "pairs_per_second": round(result.pairs / max(seconds, 1e-9), 3),
                "top_edges": [{"edge": graph.edge_names[i], "score": float(result.edges[i])} for i in order]}
     write_json(out / "metrics.json", metrics)

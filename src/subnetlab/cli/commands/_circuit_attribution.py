@@ -61,4 +61,7 @@ def attribution_command(*, model: str, task: str, out: Path, method: str, ig_ste
     console.print(f"{metrics['method']}: {metrics['edges']} edges scored on {metrics['pairs']} pairs in "
                   f"{metrics['seconds']:.2f}s; largest: " +
                   ", ".join(f"{e['edge']} {e['score']:+.3g}" for e in metrics["top_edges"][:5]))
+    if metrics.get("kv_readers") == "query":
+        console.print("grouped-query model: one key and value reader per query head (EAP-IG's and MIB's graph, what "
+                      "circuit-eval --mib measures); --kv-readers kv scores one per key/value head (Edge Pruning's)")
     console.print(f"written: {out / SCORES_FILE}; measure it with subnetlab circuit-eval --scores")
