@@ -133,12 +133,14 @@ def files(tmp_path_factory) -> dict[str, str]:
     paths.update({name: str(root / f"{name}.safetensors") for name in ("gpt2-weights", "int-means", "random")})
     (root / "bad.csv").write_text('text,label\nthe cat sleeps,a\n"the dog runs,b\nthe bird sings,a\n')
     paths["badcsv"] = str(root / "bad.csv")
-    from transformers import Gemma2Config, Gemma2ForCausalLM  # issue 37: a family whose edges are refused
+    # issue 37: a family whose edges are refused (OLMo-2: norms after each block and none before; Gemma-2's edges
+    # are EAP-IG's since issue 47)
+    from transformers import Olmo2Config, Olmo2ForCausalLM
 
-    Gemma2ForCausalLM(Gemma2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1, head_dim=8)).save_pretrained(
-        root / "gemma2")
-    paths["gemma2"] = str(root / "gemma2")
+    Olmo2ForCausalLM(Olmo2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1, pad_token_id=1, bos_token_id=0,
+                                 eos_token_id=0)).save_pretrained(root / "olmo2")
+    paths["olmo2"] = str(root / "olmo2")
     _circuit_files(root, paths)
     _mib_task_files(root, paths)
     return paths
@@ -885,8 +887,8 @@ CASES: list[tuple[str, list[str], str]] = [
                                                    "--subnetwork", "{sparsity-text}"], "metadata sparsity='abc'"),
     # inspect, results, export, lottery-retrain
     ("inspect-edges-bert", ["inspect", "--model", "{bert}", "--edges"], "--edges: bert models normalise the residual"),
-    ("inspect-edges-gemma2", ["inspect", "--model", "{gemma2}", "--edges"],
-     "--edges: gemma2 models normalise each attention block's output"),
+    ("inspect-edges-olmo2", ["inspect", "--model", "{olmo2}", "--edges"],
+     "--edges: olmo2 models normalise each attention block's output"),
     ("inspect-embedding-nodes-without-edges", ["inspect", "--model", "{lm}", "--embedding-nodes", "1"],
      "--embedding-nodes: only with --edges"),
     ("results-metrics-infinite", ["results", "{infrun}"], "metrics.json: eval.accuracy is inf; a measurement is"),

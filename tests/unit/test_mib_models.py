@@ -305,3 +305,119 @@ def test_default_grouped_scores_feed_circuit_eval_mib_and_a_submission(tmp_path,
                     "--out", str(tmp_path / "ev-kv")], capsys)
     assert "--mib" in err and "per key/value head" in err and "kv_readers=query" in err
     assert not (tmp_path / "ev-kv").exists()
+
+
+# ------------------------------------------------------------------------------------------ Gemma-2
+def _gemma2():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
+                          sliding_window=4, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+                          max_position_embeddings=64, initializer_range=0.1, attn_implementation="eager")
+    return Gemma2ForCausalLM(config).double().eval()
+
+
+def _eap_ig_outputs(model, inputs):
+    """EAP-IG's writer outputs on Gemma-2 by plain hooks (TransformerLens's): ``hook_embed`` (the embedding times
+    sqrt(hidden), folded into W_E there), each head's ``hook_result`` (its slice of o_proj's input times its slice
+    of o_proj, before ``post_attention_layernorm``), ``hook_mlp_out`` (after ``post_feedforward_layernorm``)."""
+    seen, handles = {}, []
+    H, d = model.config.num_attention_heads, model.config.head_dim
+    handles.append(model.model.embed_tokens.register_forward_hook(
+        lambda m, a, out: seen.__setitem__("input", out * torch.tensor(model.config.hidden_size ** 0.5,
+                                                                        dtype=out.dtype))))
+    for l, layer in enumerate(model.model.layers):
+        def heads(m, a, l=l):
+            z = a[0].view(*a[0].shape[:-1], H, d)
+            w = m.weight.t().reshape(H, d, -1)
+            for h in range(H):
+                seen[f"a{l}.h{h}"] = z[..., h, :] @ w[h]
+        handles.append(layer.self_attn.o_proj.register_forward_pre_hook(heads))
+        handles.append(layer.post_feedforward_layernorm.register_forward_hook(
+            lambda m, a, out, l=l: seen.__setitem__(f"m{l}", out)))
+    with torch.no_grad():
+        model(**inputs)
+    for h in handles:
+        h.remove()
+    return seen
+
+
+def _patched_by_hand(model, clean, delta, reader):
+    """The clean run with ``delta`` added to ``reader``'s input only (EAP-IG's ``evaluate_graph`` for one cut
+    edge), by hooks written here: a key/value reader re-projects its key/value head's columns from the norm of
+    its own input; an MLP / the logits get it at their norm's input."""
+    handles = []
+    if reader == "logits":
+        handles.append(model.model.norm.register_forward_pre_hook(lambda m, a: (a[0] + delta,)))
+    elif reader.startswith("m"):
+        layer = model.model.layers[int(reader[1:])]
+        handles.append(layer.pre_feedforward_layernorm.register_forward_pre_hook(lambda m, a: (a[0] + delta,)))
+    else:
+        head, kind = reader[:-3], reader[-2]
+        l, rest = head[1:].split(".")
+        layer = model.model.layers[int(l)]
+        index = int(rest[2:] if rest.startswith("kv") else rest[1:])
+        d = model.config.head_dim
+        stash = {}
+        handles.append(layer.input_layernorm.register_forward_pre_hook(lambda m, a: stash.__setitem__("x", a[0])))
+        proj = {"q": layer.self_attn.q_proj, "k": layer.self_attn.k_proj, "v": layer.self_attn.v_proj}[kind]
+
+        def replace(m, a, out):
+            mine = torch.nn.functional.linear(layer.input_layernorm(stash["x"] + delta), m.weight, m.bias)
+            out = out.clone()
+            out[..., index * d:(index + 1) * d] = mine[..., index * d:(index + 1) * d]
+            return out
+        handles.append(proj.register_forward_hook(replace))
+    try:
+        with torch.no_grad():
+            return model(**clean).logits
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def test_gemma2_edges_are_eap_igs_through_its_norms_after_each_block(one_thread):
+    """Gemma-2's edges as EAP-IG defines them (module doc of ``intervene.edges``): cutting one edge (corrupted
+    values) is the clean run with the writer's EAP-IG output difference added to that reader's input, by hooks
+    written here (heads before ``post_attention_layernorm``, MLPs after ``post_feedforward_layernorm``, the input
+    times sqrt(hidden)); every edge kept is the model; EAP's scores are the derivative of those cuts (a central
+    finite difference; RMSNorm computes in float32), on the grouped graph and on MIB's ungrouped one."""
+    model = _gemma2()
+    adapter = get_adapter(model)
+    clean, corrupted = tiny_inputs("llama", batch=2, length=6, seed=0), tiny_inputs("llama", batch=2, length=6, seed=1)
+    graph = Graph.from_adapter(adapter)
+    values = capture_writers(model, adapter, corrupted)
+    diff = {k: v - _eap_ig_outputs(model, clean)[k] for k, v in _eap_ig_outputs(model, corrupted).items()}
+    with torch.no_grad():
+        full = model(**clean).logits
+        with apply_edges(model, adapter, graph, torch.ones(graph.num_edges, dtype=torch.float64), values):
+            assert torch.allclose(model(**clean).logits, full, atol=1e-10)
+        for edge in ("input->a1.kv1<k>", "a0.h1->m0", "a0.h3->a1.h0<q>", "a0.h2->a1.kv0<v>", "m0->logits",
+                     "input->m1", "m1->logits"):
+            writer, reader = edge.split("->")
+            mask = torch.ones(graph.num_edges, dtype=torch.float64)
+            mask[graph.edge_index(edge)] = 0
+            with apply_edges(model, adapter, graph, mask, values):
+                cut = model(**clean).logits
+            reference = _patched_by_hand(model, clean, diff[writer], reader)
+            assert (reference - full).abs().max() > 1e-4, edge
+            assert torch.allclose(cut, reference, atol=1e-9), edge
+
+    def metric_at(g, mask):
+        with torch.no_grad(), apply_edges(model, adapter, g, mask, capture_writers(model, adapter, corrupted)):
+            return _metric(model(**clean).logits, None).sum()
+
+    for g in (graph, Graph.from_adapter(adapter, embedding_nodes=1, ungrouped_kv=True)):
+        scores = attribute_batch(model, adapter, g, clean, corrupted, _metric, method="eap").double()
+        picked = torch.randperm(g.num_edges, generator=torch.Generator().manual_seed(0))[:12].tolist()
+        eps = 1e-3
+        for e in picked:
+            lo, hi = torch.ones(g.num_edges, dtype=torch.float64), torch.ones(g.num_edges, dtype=torch.float64)
+            lo[e], hi[e] = 1 - eps, 1 + eps
+            by_hand = (metric_at(g, lo) - metric_at(g, hi)) / (2 * eps)
+            assert float(scores[e]) == pytest.approx(float(by_hand), abs=2e-4 * float(scores.abs().max())), \
+                g.edge_names[e]
+        expanded = attribute_batch(model, adapter, g, clean, corrupted, _metric, method="eap", expand_readers=True)
+        assert torch.allclose(scores, expanded.double(), atol=1e-9 * float(scores.abs().max()))

@@ -51,12 +51,21 @@ Two public hooks let a method read the intervention without reaching into it
 * ``writer_deltas()``: after a forward, every writer's ``D_w`` in graph writer
   order (its output itself when ``values`` is None).
 
-Only pre-LN families (GPT-2, Llama-style, GPT-NeoX) have a residual stream that is
+Pre-LN families (GPT-2, Llama-style, GPT-NeoX) have a residual stream that is
 a sum of writer outputs. BERT and RoBERTa normalise the stream after every
 sub-layer, so a component's input is not a sum over upstream components and "the
-edge from w" has no term to remove; Gemma-2 and OLMo-2 normalise each attention
-block's output before adding it, so it is not a sum of its heads' outputs: edge
-interventions refuse them (their graph still counts). With parallel attention and
+edge from w" has no term to remove: edge interventions refuse them (their graph
+still counts). Gemma-2 normalises each attention block's and MLP's output before
+adding it (``post_attention_layernorm``, ``post_feedforward_layernorm``), so the
+stream holds the norm of the heads' sum, not the sum: its edges are EAP-IG's
+(TransformerLens's hooks on Gemma-2): a head writes its own output before the norm
+(``attn.hook_result``), an MLP its output after its norm (``hook_mlp_out``), the
+input the embedding times sqrt(hidden) (``hook_embed``, the scale folded into
+W_E), and a cut edge adds the writer's difference to its reader's input
+(``resid - (1 - m) D_w`` as above, EAP-IG's ``evaluate_graph``), which is then a
+definition, not the decomposition of the stream: with every edge cut the model is
+not the corrupted run. OLMo-2, with norms after each block and none before, names
+no reader inputs and is refused. With parallel attention and
 MLP (GPT-NeoX) the MLP reads the layer's input: its reader block has no edges
 from its own layer's heads, whose outputs are already recorded when it runs.
 Mask arithmetic runs in the model's dtype; masks are given as float32 ``[edges]``.
@@ -96,12 +105,13 @@ class WriterValues:
 def check_edge_family(adapter: Adapter) -> None:
     """Refuse families whose residual stream is not a sum of writer outputs."""
     spec = adapter.spec
-    if spec.residual == "block-norm":
+    if spec.residual == "block-norm" and not (spec.attn_norm and spec.mlp_norm):
         raise SubnetlabError(
             f"{spec.family} models normalise each attention block's output before adding it to the residual stream, "
             "so it is not a sum of its heads' outputs and an edge out of one head has no term to remove; edge-level "
-            "circuits need a pre-LN model (GPT-2, Llama, Mistral, Qwen, GPT-NeoX); node-level pruning works here")
-    if spec.residual != "pre-ln":
+            "circuits need a pre-LN model (GPT-2, Llama, Mistral, Qwen, GPT-NeoX) or Gemma-2's norms before and after "
+            "each block; node-level pruning works here")
+    if spec.residual not in ("pre-ln", "block-norm"):
         raise SubnetlabError(
             f"{spec.family} models normalise the residual stream after every attention and MLP block (post-LN), so a "
             "component's input is not a sum of upstream components' outputs and single edges cannot be removed; "
@@ -263,19 +273,22 @@ class EdgeMasks:
             rows = stream.take(self.graph.num_embeddings)
             if self.graph.num_embeddings == 1 and len(embeds) > 1:
                 rows[0].zero_()
+            scale = embedding_scale(self.adapter, resid.dtype)
             for i, (e, a) in enumerate(zip(embeds, ablated)):
                 row = rows[0 if self.graph.num_embeddings == 1 else i]
                 delta = e if a is None else e - _fit(a, e).to(e.dtype)
+                delta = delta if scale is None else delta * scale.to(delta.device)
                 if self.graph.num_embeddings == 1 and len(embeds) > 1:
                     row += delta
                 else:
                     row.copy_(delta.expand_as(row))
 
-    def _tap(self, out: Tensor, start: int, count: int, heads: Tensor | None = None) -> Tensor | None:
+    def _tap(self, out: Tensor, start: int, count: int, heads: Tensor | None = None,
+             scale: Tensor | None = None) -> Tensor | None:
         """``out`` through a ``_WriterTap`` when a gradient can reach it; None (unchanged) otherwise."""
         if not (out.requires_grad and torch.is_grad_enabled()):
             return None
-        return _WriterTap.apply(out, self._state["stream"], start, count, heads)
+        return _WriterTap.apply(out, self._state["stream"], start, count, heads, scale)
 
     def _lean(self, modules: Iterable[nn.Module]) -> bool:
         """Q/K/V readers' inputs recomputed in the backward rather than kept: unless a method reads them
@@ -289,7 +302,8 @@ class EdgeMasks:
         self._state["embeds"].append(output.detach())
         if self.graph.num_embeddings == 0:
             return None
-        return self._tap(output, 0 if self.graph.num_embeddings == 1 else index, 1)
+        return self._tap(output, 0 if self.graph.num_embeddings == 1 else index, 1,
+                         scale=embedding_scale(self.adapter, output.dtype))
 
     def _on_attn_norm(self, layer: int, module: nn.Module, args: tuple) -> None:
         if not self._active():
@@ -575,15 +589,17 @@ class _WriterTap(torch.autograd.Function):
     projection for heads."""
 
     @staticmethod
-    def forward(ctx: Any, out: Tensor, stream: _Stream, start: int, count: int, heads: Tensor | None) -> Tensor:
+    def forward(ctx: Any, out: Tensor, stream: _Stream, start: int, count: int, heads: Tensor | None,
+                scale: Tensor | None = None) -> Tensor:
         ctx.stream, ctx.start, ctx.count, ctx.heads, ctx.shape = stream, start, count, heads, out.shape
+        ctx.scale = scale  # the embeddings' scale into the stream (Gemma): the delta is ``scale * out``
         return out.view_as(out)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         stream = ctx.stream
         if stream.grad is None:
-            return grad, None, None, None, None
+            return grad, None, None, None, None, None
         sent = stream.grad[ctx.start:ctx.start + ctx.count]  # [count, batch * pos * hidden]
         resid_shape = stream.deltas.shape[1:]
         if ctx.heads is not None:  # [H, d, hidden]: the heads' inputs [batch, pos, H * d]
@@ -592,7 +608,9 @@ class _WriterTap(torch.autograd.Function):
             extra = per_head.view(H, *resid_shape[:-1], d).movedim(0, -2).reshape(ctx.shape)
         else:
             extra = sent.view(ctx.count, *resid_shape).sum(0).sum_to_size(ctx.shape)
-        return grad + extra.to(grad.dtype), None, None, None, None
+            if ctx.scale is not None:
+                extra = extra * ctx.scale.to(extra.device)
+        return grad + extra.to(grad.dtype), None, None, None, None, None
 
 
 def _project(normed: Tensor, weight: Tensor, bias: Tensor | None, groups: list[tuple[int, int, int]], first: int,
@@ -638,6 +656,14 @@ def projection_groups(adapter: Adapter, graph: Graph | None = None) -> dict[str,
     if s.key is None:  # fused [q | k | v] (GPT-2): its columns are in reader order, so one group of every reader
         return {s.query: [(0, H + 2 * kv, 0)]}
     return {s.query: [(0, H, 0)], s.key: [(H, kv, 0)], s.value: [(H + kv, kv, 0)]}
+
+
+def embedding_scale(adapter: Adapter, dtype: torch.dtype) -> Tensor | None:
+    """What the embeddings' outputs are multiplied by on their way into the stream: Gemma's ``normalizer``
+    (sqrt(hidden size) in the stream's dtype, as the model computes it), None where they enter as they are."""
+    if not adapter.spec.scaled_embeddings:
+        return None
+    return torch.tensor(adapter.hidden_size ** 0.5, dtype=dtype)
 
 
 def kv_repeats(adapter: Adapter, graph: Graph) -> dict[str, int]:

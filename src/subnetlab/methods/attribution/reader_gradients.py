@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from subnetlab.intervene.edges import EdgeMasks, UngroupedAttention, kv_repeats, projection_groups, repeat_heads
+from subnetlab.intervene.edges import (EdgeMasks, UngroupedAttention, embedding_scale, kv_repeats, projection_groups,
+                                       repeat_heads)
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
@@ -47,6 +48,9 @@ def writer_differences(adapter: Adapter, graph: Graph, corrupted: dict[NodeKey, 
     B, P = z.shape[:2]
     out = torch.empty(len(graph.writers), B, P, adapter.hidden_size, dtype=dtype, device=z.device)
     embeds = [corrupted[("embedding", i)] - clean[("embedding", i)] for i in range(len(adapter.embedding_modules()))]
+    scale = embedding_scale(adapter, dtype)  # Gemma: the stream holds the embedding times sqrt(hidden)
+    if scale is not None:
+        embeds = [e.to(dtype) * scale.to(e.device) for e in embeds]
     row = graph.num_embeddings
     if row == 1 and len(embeds) > 1:
         out[0] = sum(embeds)
