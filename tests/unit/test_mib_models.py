@@ -321,13 +321,13 @@ def _gemma2():
 
 def _eap_ig_outputs(model, inputs):
     """EAP-IG's writer outputs on Gemma-2 by plain hooks (TransformerLens's): ``hook_embed`` (the embedding times
-    sqrt(hidden), folded into W_E there), each head's ``hook_result`` (its slice of o_proj's input times its slice
-    of o_proj, before ``post_attention_layernorm``), ``hook_mlp_out`` (after ``post_feedforward_layernorm``)."""
+    sqrt(hidden), folded into W_E there; here the first layer's input), each head's ``hook_result`` (its slice of o_proj's input times its slice
+    of o_proj, before ``post_attention_layernorm``), ``hook_mlp_out`` (after ``post_feedforward_layernorm``); and
+    each layer's attention output before its norm (``attn{l}``, o_proj's output)."""
     seen, handles = {}, []
     H, d = model.config.num_attention_heads, model.config.head_dim
-    handles.append(model.model.embed_tokens.register_forward_hook(
-        lambda m, a, out: seen.__setitem__("input", out * torch.tensor(model.config.hidden_size ** 0.5,
-                                                                        dtype=out.dtype))))
+    handles.append(model.model.layers[0].register_forward_pre_hook(  # the stream as it starts: the scaled embedding
+        lambda m, a, k: seen.__setitem__("input", (a[0] if a else k["hidden_states"]).clone()), with_kwargs=True))
     for l, layer in enumerate(model.model.layers):
         def heads(m, a, l=l):
             z = a[0].view(*a[0].shape[:-1], H, d)
@@ -335,6 +335,8 @@ def _eap_ig_outputs(model, inputs):
             for h in range(H):
                 seen[f"a{l}.h{h}"] = z[..., h, :] @ w[h]
         handles.append(layer.self_attn.o_proj.register_forward_pre_hook(heads))
+        handles.append(layer.self_attn.o_proj.register_forward_hook(
+            lambda m, a, out, l=l: seen.__setitem__(f"attn{l}", out)))
         handles.append(layer.post_feedforward_layernorm.register_forward_hook(
             lambda m, a, out, l=l: seen.__setitem__(f"m{l}", out)))
     with torch.no_grad():
@@ -345,9 +347,9 @@ def _eap_ig_outputs(model, inputs):
 
 
 def _patched_by_hand(model, clean, delta, reader):
-    """The clean run with ``delta`` added to ``reader``'s input only (EAP-IG's ``evaluate_graph`` for one cut
-    edge), by hooks written here: a key/value reader re-projects its key/value head's columns from the norm of
-    its own input; an MLP / the logits get it at their norm's input."""
+    """The clean run with ``delta`` added to ``reader``'s input only, by hooks written here: a query/key/value
+    reader re-projects its head's columns from the norm of its own input; an MLP / the logits get it at their
+    norm's input."""
     handles = []
     if reader == "logits":
         handles.append(model.model.norm.register_forward_pre_hook(lambda m, a: (a[0] + delta,)))
@@ -378,46 +380,64 @@ def _patched_by_hand(model, clean, delta, reader):
             h.remove()
 
 
+def _cut_by_hand(model, clean, outputs, diff, writer, reader):
+    """EAP-IG's ``evaluate_graph`` on Gemma-2 with one edge cut: an embedding or MLP writer's difference added to
+    the reader's input; a head's seen through its layer's ``post_attention_layernorm``: ``post(A + d_h) -
+    post(A)``, ``A`` the layer's attention output (before the norm) in the clean run."""
+    if writer.startswith("a"):
+        layer = model.model.layers[int(writer[1:].split(".")[0])]
+        attention = outputs[f"attn{writer[1:].split('.')[0]}"]
+        with torch.no_grad():
+            delta = layer.post_attention_layernorm(attention + diff[writer]) - layer.post_attention_layernorm(attention)
+    else:
+        delta = diff[writer]
+    return _patched_by_hand(model, clean, delta, reader)
+
+
 def test_gemma2_edges_are_eap_igs_through_its_norms_after_each_block(one_thread):
     """Gemma-2's edges as EAP-IG defines them (module doc of ``intervene.edges``): cutting one edge (corrupted
-    values) is the clean run with the writer's EAP-IG output difference added to that reader's input, by hooks
-    written here (heads before ``post_attention_layernorm``, MLPs after ``post_feedforward_layernorm``, the input
-    times sqrt(hidden)); every edge kept is the model; EAP's scores are the derivative of those cuts (a central
-    finite difference; RMSNorm computes in float32), on the grouped graph and on MIB's ungrouped one."""
+    values) is EAP-IG's ``evaluate_graph`` written here with plain hooks (a head's difference before
+    ``post_attention_layernorm`` seen through it, an MLP's after ``post_feedforward_layernorm``, the input times
+    sqrt(hidden)); every edge kept is the model, every edge cut the corrupted run; EAP's scores are EAP-IG's
+    ``get_scores_eap`` (``D . g``: the derivative of adding ``eps D`` to the reader's input, a central finite
+    difference by hand; RMSNorm computes in float32), on the grouped graph and on MIB's ungrouped one; training
+    masks through the norms is refused."""
     model = _gemma2()
     adapter = get_adapter(model)
     clean, corrupted = tiny_inputs("llama", batch=2, length=6, seed=0), tiny_inputs("llama", batch=2, length=6, seed=1)
     graph = Graph.from_adapter(adapter)
     values = capture_writers(model, adapter, corrupted)
-    diff = {k: v - _eap_ig_outputs(model, clean)[k] for k, v in _eap_ig_outputs(model, corrupted).items()}
+    outputs = _eap_ig_outputs(model, clean)
+    diff = {k: v - outputs[k] for k, v in _eap_ig_outputs(model, corrupted).items()}
     with torch.no_grad():
         full = model(**clean).logits
         with apply_edges(model, adapter, graph, torch.ones(graph.num_edges, dtype=torch.float64), values):
             assert torch.allclose(model(**clean).logits, full, atol=1e-10)
+        with apply_edges(model, adapter, graph, torch.zeros(graph.num_edges, dtype=torch.float64), values):
+            assert torch.allclose(model(**clean).logits, model(**corrupted).logits, atol=1e-6)
         for edge in ("input->a1.kv1<k>", "a0.h1->m0", "a0.h3->a1.h0<q>", "a0.h2->a1.kv0<v>", "m0->logits",
-                     "input->m1", "m1->logits"):
+                     "input->m1", "m1->logits", "a1.h2->logits"):
             writer, reader = edge.split("->")
             mask = torch.ones(graph.num_edges, dtype=torch.float64)
             mask[graph.edge_index(edge)] = 0
             with apply_edges(model, adapter, graph, mask, values):
                 cut = model(**clean).logits
-            reference = _patched_by_hand(model, clean, diff[writer], reader)
+            reference = _cut_by_hand(model, clean, outputs, diff, writer, reader)
             assert (reference - full).abs().max() > 1e-4, edge
             assert torch.allclose(cut, reference, atol=1e-9), edge
-
-    def metric_at(g, mask):
-        with torch.no_grad(), apply_edges(model, adapter, g, mask, capture_writers(model, adapter, corrupted)):
-            return _metric(model(**clean).logits, None).sum()
 
     for g in (graph, Graph.from_adapter(adapter, embedding_nodes=1, ungrouped_kv=True)):
         scores = attribute_batch(model, adapter, g, clean, corrupted, _metric, method="eap").double()
         picked = torch.randperm(g.num_edges, generator=torch.Generator().manual_seed(0))[:12].tolist()
+        picked += [g.edge_index("a0.h1->m0"), g.edge_index("a1.h2->logits")]
         eps = 1e-3
         for e in picked:
-            lo, hi = torch.ones(g.num_edges, dtype=torch.float64), torch.ones(g.num_edges, dtype=torch.float64)
-            lo[e], hi[e] = 1 - eps, 1 + eps
-            by_hand = (metric_at(g, lo) - metric_at(g, hi)) / (2 * eps)
+            writer, reader = g.edge_names[e].split("->")
+            if g.ungrouped_kv and reader.endswith(("<k>", "<v>")):
+                continue  # the by-hand patch re-projects a key/value head, which an ungrouped reader is not
+            by_hand = (_metric(_patched_by_hand(model, clean, eps * diff[writer], reader), None).sum()
+                       - _metric(_patched_by_hand(model, clean, -eps * diff[writer], reader), None).sum()) / (2 * eps)
             assert float(scores[e]) == pytest.approx(float(by_hand), abs=2e-4 * float(scores.abs().max())), \
                 g.edge_names[e]
-        expanded = attribute_batch(model, adapter, g, clean, corrupted, _metric, method="eap", expand_readers=True)
-        assert torch.allclose(scores, expanded.double(), atol=1e-9 * float(scores.abs().max()))
+    with pytest.raises(SubnetlabError, match="evaluated, not trained"):
+        attribute_batch(model, adapter, graph, clean, corrupted, _metric, method="eap", expand_readers=True)

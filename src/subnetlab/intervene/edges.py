@@ -61,11 +61,16 @@ stream holds the norm of the heads' sum, not the sum: its edges are EAP-IG's
 (TransformerLens's hooks on Gemma-2): a head writes its own output before the norm
 (``attn.hook_result``), an MLP its output after its norm (``hook_mlp_out``), the
 input the embedding times sqrt(hidden) (``hook_embed``, the scale folded into
-W_E), and a cut edge adds the writer's difference to its reader's input
-(``resid - (1 - m) D_w`` as above, EAP-IG's ``evaluate_graph``), which is then a
-definition, not the decomposition of the stream: with every edge cut the model is
-not the corrupted run. OLMo-2, with norms after each block and none before, names
-no reader inputs and is refused. With parallel attention and
+W_E). EAP's scores are EAP-IG's ``get_scores_eap`` there: ``D_w . g_r`` with a
+head's ``D`` before the norm. A cut edge is EAP-IG's ``evaluate_graph``: a reader
+sees the embeddings' and MLPs' cut differences added to its input, and each earlier
+layer's attention output as ``post_norm(A_l - sum_h (1 - m_hr) D_h) -
+post_norm(A_l)`` added (``A_l`` the layer's ``o_proj`` output in this forward: its
+heads' sum with the cut ones corrupted, through the norm), so with every edge cut
+a reader sees the corrupted run. That is not linear in the masks: on Gemma-2 edge
+masks are evaluated (no gradient through them: Edge Pruning's training is refused
+there). OLMo-2, with norms after each block and none before, names no reader
+inputs and is refused. With parallel attention and
 MLP (GPT-NeoX) the MLP reads the layer's input: its reader block has no edges
 from its own layer's heads, whose outputs are already recorded when it runs.
 Mask arithmetic runs in the model's dtype; masks are given as float32 ``[edges]``.
@@ -355,6 +360,14 @@ class EdgeMasks:
         tapped = self._tap(z, start, H, w)
         return None if tapped is None else (tapped, *args[1:])
 
+    def _on_attention_output(self, norm: nn.Module, output: Tensor) -> None:
+        """Gemma-2: the layer's heads (the rows just written) and its attention output ``A_l`` before its norm."""
+        if not self._active():
+            return
+        stream = self._state["stream"]
+        H = self.adapter.num_heads
+        stream.post_norms.append((stream.count - H, stream.count, output.detach(), norm))
+
     def _on_mlp_norm(self, layer: int, args: tuple) -> tuple:
         if not self._active():
             return None
@@ -405,6 +418,10 @@ class EdgeMasks:
                 self._projections.append(projections)
                 hook(a.head_output_module(layer).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_heads(layer, m, args)))
+                if spec.attn_post_norm:  # Gemma-2: cut head edges are seen through the norm after attention
+                    post = block.get_submodule(spec.attn_post_norm)
+                    hook(a.head_output_module(layer).register_forward_hook(
+                        lambda m, args, out, post=post: self._on_attention_output(post, out)))
                 hook(block.get_submodule(spec.mlp_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_mlp_norm(layer, args)))
                 hook(a.mlp_output_module(layer).register_forward_hook(
@@ -452,6 +469,8 @@ class _Stream:
         self.deltas: Tensor | None = None
         self.count = 0
         self.grad: Tensor | None = None
+        # Gemma-2: per layer so far (first head row, end, A_l, the norm after attention); see the module doc
+        self.post_norms: list[tuple[int, int, Tensor, nn.Module]] = []
 
     def allocate(self, writers: int, resid: Tensor) -> None:
         if self.deltas is None:
@@ -486,6 +505,8 @@ class _Stream:
         if self.count < writers:
             raise SubnetlabError(f"edge intervention saw {self.count} writers before a block that reads {writers}; "
                                  "the model's forward does not run in the order its graph assumes")
+        if self.post_norms:
+            return self._read_through_norms(resid, neg)
         row = resid.reshape(1, -1)
         out = resid.new_empty(readers, row.shape[1])
         # the stream broadcast as addmm's bias: no separate copy per reader (into ``out``: a fresh addmm with a
@@ -496,6 +517,24 @@ class _Stream:
             torch.addmm(row, neg[:, cut], self.flat(writers)[cut], out=out)
         else:
             out.copy_(row.expand(readers, -1))
+        return out.view(readers, *resid.shape)
+
+    def _read_through_norms(self, resid: Tensor, neg: Tensor) -> Tensor:
+        """Gemma-2's reader inputs (EAP-IG's ``evaluate_graph``): ``resid + (m - 1) @ D`` over the embeddings and
+        MLPs, plus per earlier layer ``norm(A_l + (m - 1)[:, heads] @ D[heads]) - norm(A_l)``."""
+        readers, writers = neg.shape
+        linear = neg.clone()
+        out = resid.reshape(1, -1).expand(readers, -1).clone()
+        for start, stop, attention, norm in self.post_norms:
+            if stop > writers:
+                continue
+            linear[:, start:stop] = 0
+            part = neg[:, start:stop]
+            if bool((part != 0).any()):
+                heads = (part @ self.flat(writers)[start:stop]).view(readers, *resid.shape)
+                out += (norm(attention + heads) - norm(attention)).reshape(readers, -1)
+        if writers:
+            out += linear @ self.flat(writers)
         return out.view(readers, *resid.shape)
 
     def backward(self, resid_shape: torch.Size, neg: Tensor, cut: Tensor | None, grad: Tensor,
@@ -522,12 +561,22 @@ class _Stream:
         return self.grad
 
 
+def refuse_gradient_through_norms(stream: _Stream, needs: tuple[bool, ...]) -> None:
+    """Gemma-2's cut head edges pass a norm (``_Stream._read_through_norms``), which the hand-written backward
+    does not follow: masks there are evaluated only."""
+    if stream.post_norms and any(needs):
+        raise SubnetlabError("edge masks on a model with a norm after each attention block (Gemma-2) are evaluated, "
+                             "not trained: a cut head edge is seen through that norm (EAP-IG's definition), which "
+                             "the masks' gradient does not follow; score its edges by attribution (eap, eap-ig)")
+
+
 class _ReaderInputs(torch.autograd.Function):
     """Every reader's input of a block, materialised (MLP and logit readers, and Q/K/V readers under
     ``on_reader_input`` or trainable norm / projection weights)."""
 
     @staticmethod
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream) -> Tensor:
+        refuse_gradient_through_norms(stream, ctx.needs_input_grad[:2])
         ctx.stream, ctx.shape, ctx.cut = stream, resid.shape, stream.cut(neg)
         ctx.save_for_backward(neg)
         return stream.read(resid, neg, ctx.cut)
@@ -548,6 +597,7 @@ class _ProjectedReaders(torch.autograd.Function):
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream, norm: nn.Module, weight: Tensor,
                 bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int,
                 keep: bool) -> Tensor:
+        refuse_gradient_through_norms(stream, ctx.needs_input_grad[:2])
         ctx.stream, ctx.norm, ctx.weight = stream, norm, weight
         ctx.groups, ctx.first, ctx.head_dim = groups, first, head_dim
         ctx.cut = stream.cut(neg)
@@ -660,8 +710,10 @@ def projection_groups(adapter: Adapter, graph: Graph | None = None) -> dict[str,
 
 def embedding_scale(adapter: Adapter, dtype: torch.dtype) -> Tensor | None:
     """What the embeddings' outputs are multiplied by on their way into the stream: Gemma's ``normalizer``
-    (sqrt(hidden size) in the stream's dtype, as the model computes it), None where they enter as they are."""
-    if not adapter.spec.scaled_embeddings:
+    (sqrt(hidden size) in the stream's dtype, as the model computes it) where the model scales them after the
+    embedding module; None where they enter as they are, or the module scales them itself (``transformers``
+    5's ``Gemma2TextScaledWordEmbedding``, its ``embed_scale``)."""
+    if not adapter.spec.scaled_embeddings or any(hasattr(m, "embed_scale") for m in adapter.embedding_modules()):
         return None
     return torch.tensor(adapter.hidden_size ** 0.5, dtype=dtype)
 

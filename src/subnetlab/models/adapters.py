@@ -110,6 +110,9 @@ class FamilySpec:
     # the embeddings' outputs enter the stream times sqrt(hidden size) (Gemma's ``normalizer``): the input writer's
     # output is the scaled one, as TransformerLens folds the scale into W_E (EAP-IG's hook_embed)
     scaled_embeddings: bool = False
+    # the norm applied to the attention block's output before it joins the stream (Gemma-2's
+    # ``post_attention_layernorm``): a cut head edge is seen through it (EAP-IG's ``evaluate_graph``)
+    attn_post_norm: str = ""
     make_adapter: Callable[[nn.Module, FamilySpec], Any] = field(default=_transformer_adapter, repr=False)
 
     @property
@@ -162,6 +165,7 @@ FAMILIES: dict[str, FamilySpec] = {
             example="Gemma-2 (norms after attention and MLP; soft-capped logits)", kind="decoder",
             embeddings=("embed_tokens",), attn_norm="input_layernorm", mlp_norm="pre_feedforward_layernorm",
             final_norm="norm", residual="block-norm", attention="eager", scaled_embeddings=True,
+            attn_post_norm="post_attention_layernorm",
         ),
         FamilySpec(
             "olmo2", ("olmo2",), "layers",
