@@ -10,7 +10,7 @@ minus S) are recorded along the way. The circuit task is then measured on its
 circuits and Edge Pruning on the same scale as the induction model's, and
 EAP on MIB's graph (``mib_folder``): its CPR / CMD by MIB's definition and a
 MIB submission folder (``ioi/mib/ioi_demo-llama/importances.json``, checked
-as ``subnetlab mib-check --any-names`` checks it).
+as ``subnetlab mib-check`` checks it, MIB's task and model names relaxed).
 Everything lands in ``out/ioi/`` (``model/``, ``ioi.json``, ``mib/``).
 """
 
