@@ -441,3 +441,14 @@ def test_gemma2_edges_are_eap_igs_through_its_norms_after_each_block(one_thread)
                 g.edge_names[e]
     with pytest.raises(SubnetlabError, match="evaluated, not trained"):
         attribute_batch(model, adapter, graph, clean, corrupted, _metric, method="eap", expand_readers=True)
+
+
+def test_gemma2_edge_masks_are_not_trained():
+    """Edge Pruning on Gemma-2 is refused when the sweep is planned (its masks' gradient would not follow the norm
+    a cut head edge passes), naming the method; Llama's are trained as before."""
+    from subnetlab.intervene.edges import check_trainable_edges
+
+    with pytest.raises(SubnetlabError, match="not trained by Edge Pruning") as e:
+        check_trainable_edges(get_adapter(_gemma2()))
+    assert e.value.setting == "method"
+    check_trainable_edges(get_adapter(_grouped("llama")))

@@ -126,6 +126,16 @@ def check_edge_family(adapter: Adapter) -> None:
         raise SubnetlabError(f"{spec.family} models do not name their norms and embeddings for edge interventions")
 
 
+def check_trainable_edges(adapter: Adapter) -> None:
+    """Refuse training edge masks where a cut head edge passes a norm after attention (Gemma-2): its masks are
+    evaluated and scored, not trained (module doc)."""
+    if adapter.spec.attn_post_norm:
+        raise SubnetlabError(f"{adapter.family} models normalise each attention block's output, and a cut head edge is "
+                             "seen through that norm (EAP-IG's definition), which the masks' gradient does not follow: "
+                             "their edge masks are evaluated (circuit-eval) and scored by attribution (eap, eap-ig), "
+                             "not trained by Edge Pruning", setting="method")
+
+
 class _WritersCaptured(Exception):
     """Raised at the final norm: every writer has run, so the corrupted forward stops before the logits."""
 

@@ -40,7 +40,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
-from subnetlab.intervene.edges import check_edge_family
+from subnetlab.intervene.edges import check_edge_family, check_trainable_edges
 from subnetlab.io import write_json
 from subnetlab.methods.controls import apply_control
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig, preset_config
@@ -101,6 +101,7 @@ def load_circuit_task(job: ModelAndTask) -> tuple[Any, CircuitTask, Any]:
                              "circuit:arith:<op>, or your own file with a corrupted column)", setting="task")
     loaded = load_pruning_model(job.model, task, job.placement)
     check_edge_family(loaded.adapter)
+    check_trainable_edges(loaded.adapter)  # Edge Pruning trains the masks
     tokenizer = task_tokenizer(loaded, task)
     task.bind(tokenizer)
     task.check_positions(position_limit(loaded.model), str(job.model))
