@@ -39,13 +39,27 @@ torch.zeros = zeros
 import eap.attribute as at
 from eap.graph import Graph
 from transformer_lens import HookedTransformer, HookedTransformerConfig
-from transformer_lens.pretrained.weight_conversions import convert_llama_weights
-from transformers import LlamaForCausalLM
+from transformer_lens.pretrained.weight_conversions import convert_gemma_weights, convert_llama_weights
+from transformers import AutoModelForCausalLM
 
 job = json.load(open(sys.argv[1]))
-hf = LlamaForCausalLM.from_pretrained(job["model"]).eval()
+hf = AutoModelForCausalLM.from_pretrained(job["model"], attn_implementation="eager").eval()
 c = hf.config
-cfg = HookedTransformerConfig(n_layers=c.num_hidden_layers, d_model=c.hidden_size,
+gemma = c.model_type == "gemma2"
+if gemma:
+    cfg = HookedTransformerConfig(n_layers=c.num_hidden_layers, d_model=c.hidden_size, d_head=c.head_dim,
+                                  n_heads=c.num_attention_heads, n_key_value_heads=c.num_key_value_heads,
+                                  d_mlp=c.intermediate_size, d_vocab=c.vocab_size, n_ctx=c.max_position_embeddings,
+                                  act_fn="gelu_pytorch_tanh", normalization_type="RMS",
+                                  positional_embedding_type="rotary", rotary_dim=c.head_dim, rotary_base=10000,
+                                  final_rms=True, gated_mlp=True, eps=c.rms_norm_eps, rotary_adjacent_pairs=False,
+                                  use_normalization_before_and_after=True, use_attn_scale=True,
+                                  attn_scale=c.query_pre_attn_scalar ** 0.5,
+                                  attn_scores_soft_cap=c.attn_logit_softcapping,
+                                  output_logits_soft_cap=c.final_logit_softcapping,
+                                  original_architecture="Gemma2ForCausalLM", dtype=torch.float32)
+else:
+    cfg = HookedTransformerConfig(n_layers=c.num_hidden_layers, d_model=c.hidden_size,
                               d_head=c.hidden_size // c.num_attention_heads, n_heads=c.num_attention_heads,
                               n_key_value_heads=c.num_key_value_heads, d_mlp=c.intermediate_size, d_vocab=c.vocab_size,
                               n_ctx=c.max_position_embeddings, act_fn="silu", normalization_type="RMS",
@@ -54,7 +68,7 @@ cfg = HookedTransformerConfig(n_layers=c.num_hidden_layers, d_model=c.hidden_siz
                               gated_mlp=True, eps=c.rms_norm_eps, rotary_adjacent_pairs=False,
                               original_architecture="LlamaForCausalLM", dtype=torch.float32)
 model = HookedTransformer(cfg)
-model.load_state_dict(convert_llama_weights(hf, cfg), strict=False)
+model.load_state_dict((convert_gemma_weights if gemma else convert_llama_weights)(hf, cfg), strict=False)
 model.eval()
 model.cfg.use_split_qkv_input = True
 model.cfg.use_attn_result = True
@@ -80,8 +94,18 @@ def loss(logits, clean_logits, lengths, labels):  # MIB's loss=True: minus the l
 
 graph = Graph.from_model(model)
 at.attribute(model, graph, batch, loss, method="EAP", quiet=True)
-json.dump({"edges": {name: float(e.score) for name, e in graph.edges.items()}, "n_edges": len(graph.edges)},
-          open(job["out"], "w"))
+out = {"edges": {name: float(e.score) for name, e in graph.edges.items()}, "n_edges": len(graph.edges),
+       "circuits": []}
+import eap.evaluate as ev
+ev.tokenize_plus = tokenize
+def logit_diff(logits, clean_logits, lengths, labels):
+    last = logits[torch.arange(len(lengths)), answer_index]
+    return last.gather(1, labels[:, :1])[:, 0] - last.gather(1, labels[:, 1:])[:, 0]
+for kept in job.get("circuits", []):  # evaluate_graph of each circuit (edges by name; it prunes them itself)
+    for name, e in graph.edges.items():
+        e.in_graph = name in kept
+    out["circuits"].append(float(ev.evaluate_graph(model, graph, batch, logit_diff, quiet=True).mean()))
+json.dump(out, open(job["out"], "w"))
 '''
 
 
@@ -92,9 +116,12 @@ def eap_ig_sources(where: str, folder: Path) -> None:
     copy(where, folder)
 
 
-def reference_scores(args: argparse.Namespace) -> None:
+def reference_scores(args: argparse.Namespace, family: str = "llama") -> None:
     import torch
-    from transformers import LlamaConfig
+    from transformers import Gemma2Config, LlamaConfig
+
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.models import mib_graph
 
     from subnetlab.methods.attribution.scores import attribute
     from subnetlab.models import build_model, get_adapter
@@ -103,9 +130,16 @@ def reference_scores(args: argparse.Namespace) -> None:
     from tests.unit.circuit_helpers import llama_style_tokenizer
 
     tok = llama_style_tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         hidden_size=16, intermediate_size=32, max_position_embeddings=64, initializer_range=0.3)
-    model = build_model(config, head="causal-lm", seed=0).model.eval()
+    if family == "gemma2":  # soft-capped attention and logits; a window longer than the prompts
+        config = Gemma2Config(vocab_size=len(tok), num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                              hidden_size=16, head_dim=8, intermediate_size=32, max_position_embeddings=64,
+                              query_pre_attn_scalar=8, sliding_window=64, attn_logit_softcapping=5.0,
+                              final_logit_softcapping=3.0, initializer_range=0.1)
+        model = build_model(config, head="causal-lm", seed=0, attn_implementation="eager").model.eval()
+    else:
+        config = LlamaConfig(vocab_size=len(tok), num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             hidden_size=16, intermediate_size=32, max_position_embeddings=64, initializer_range=0.3)
+        model = build_model(config, head="causal-lm", seed=0).model.eval()
     adapter = get_adapter(model)
     graph = Graph.from_adapter(adapter, embedding_nodes=1, ungrouped_kv=True)
     task = get_task("circuit:ioi", n_train=args.pairs, n_eval=2).bind(tok)
@@ -116,7 +150,12 @@ def reference_scores(args: argparse.Namespace) -> None:
         d = Path(tmp)
         model.save_pretrained(d / "model")
         eap_ig_sources(args.eap_ig, d / "lib")
+        circuits = []  # three random circuits of half the edges, pruned as EAP-IG prunes them
+        for seed in range(3):
+            keep = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(seed)) < 0.5
+            circuits.append(mib_graph.prune(graph, keep)[0])
         job = {"model": str(d / "model"), "out": str(d / "out.json"),
+               "circuits": [[graph.edge_names[i] for i in c.nonzero().flatten().tolist()] for c in circuits],
                "pairs": {k: batch[k].tolist() for k in ("input_ids", "corrupted_input_ids", "attention_mask",
                                                         "answer_id", "wrong_id", "answer_index")}}
         (d / "job.json").write_text(json.dumps(job))
@@ -127,10 +166,16 @@ def reference_scores(args: argparse.Namespace) -> None:
     mine = -scores.double()  # MIB's orientation (the loss); both are means over the pairs
     ref = torch.tensor([theirs["edges"][n] for n in graph.edge_names], dtype=torch.float64)
     same_names = sorted(theirs["edges"]) == sorted(graph.edge_names)
+    evaluate = edge_evaluator(model, adapter, graph, task, tok, "train", batch_size=args.pairs, limit=args.pairs)
+    ours = [evaluate(c)["logit_diff"] for c in circuits]
+    print(f"{family} ({adapter.num_heads} heads, {adapter.num_kv_heads} key/value heads):")
     print(f"EAP-IG Graph.from_model: {theirs['n_edges']} edges, subnetlab's MIB graph {graph.num_edges}; same names: "
           f"{same_names}")
     print(f"EAP on {len(batch['input_ids'])} pairs: max |score difference| {float((mine - ref).abs().max()):.3g} "
           f"(largest |score| {float(ref.abs().max()):.4f}, mean |score| {float(ref.abs().mean()):.4f})")
+    gaps = [abs(a - b) for a, b in zip(ours, theirs["circuits"])]
+    print(f"evaluate_graph of 3 random pruned circuits: logit diff {', '.join(f'{x:.5f}' for x in theirs['circuits'])}; "
+          f"subnetlab's edge masks {', '.join(f'{x:.5f}' for x in ours)}; max |difference| {max(gaps):.3g}")
 
 
 def study_cost() -> None:
@@ -177,7 +222,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     if args.python:
-        reference_scores(args)
+        for family in ("llama", "gemma2"):
+            reference_scores(args, family)
     study_cost()
 
 
