@@ -133,12 +133,14 @@ def files(tmp_path_factory) -> dict[str, str]:
     paths.update({name: str(root / f"{name}.safetensors") for name in ("gpt2-weights", "int-means", "random")})
     (root / "bad.csv").write_text('text,label\nthe cat sleeps,a\n"the dog runs,b\nthe bird sings,a\n')
     paths["badcsv"] = str(root / "bad.csv")
-    from transformers import Gemma2Config, Gemma2ForCausalLM  # issue 37: a family whose edges are refused
+    # issue 37: a family whose edges are refused (OLMo-2: norms after each block and none before; Gemma-2's edges
+    # are EAP-IG's since issue 47)
+    from transformers import Olmo2Config, Olmo2ForCausalLM
 
-    Gemma2ForCausalLM(Gemma2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1, head_dim=8)).save_pretrained(
-        root / "gemma2")
-    paths["gemma2"] = str(root / "gemma2")
+    Olmo2ForCausalLM(Olmo2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1, pad_token_id=1, bos_token_id=0,
+                                 eos_token_id=0)).save_pretrained(root / "olmo2")
+    paths["olmo2"] = str(root / "olmo2")
     _circuit_files(root, paths)
     _mib_task_files(root, paths)
     return paths
@@ -378,8 +380,12 @@ def _mib_graph_files(root: Path, paths: dict[str, str], lm) -> None:
     from subnetlab.models.graph import Graph
 
     one = Graph.from_adapter(get_adapter(lm), embedding_nodes=1)
-    Circuit(Graph.from_adapter(get_adapter(lm)), torch.ones(Graph.from_adapter(get_adapter(lm)).num_edges)).save(
-        root / "two-embeddings.json")
+    two = Graph.from_adapter(get_adapter(lm))
+    Circuit(two, torch.ones(two.num_edges)).save(root / "two-embeddings.json")
+    # issue 47: what two embedding nodes cannot be joined into MIB's one from (exact patching; log-alphas)
+    (root / "two-embeddings-exact.json").write_text(json.dumps({**Circuit(two, torch.ones(two.num_edges)).to_dict(),
+                                                                "method": "exact"}))
+    Circuit(two, torch.ones(two.num_edges), score_sign="signed").save(root / "two-embeddings-signed.json")
     good = mib_graph.to_dict(Circuit(one, torch.ones(one.num_edges)), 16)
     edges = dict(good["edges"])
     edges.pop("input->m0")
@@ -397,7 +403,7 @@ def _mib_graph_files(root: Path, paths: dict[str, str], lm) -> None:
     (root / "mib-sub-bad" / "ioi_gpt2").mkdir(parents=True)
     (root / "mib-sub-bad" / "ioi_gpt2" / "importances.json").write_text(json.dumps(
         {**good, "edges": {**good["edges"], "input->m0": {"score": 1.0, "in_graph": "yes"}}}))
-    for name in ("two-embeddings", *bad):
+    for name in ("two-embeddings", "two-embeddings-exact", "two-embeddings-signed", *bad):
         paths[name] = str(root / f"{name}.json")
     paths.update({"eap-short": str(root / "eap-short.pt"), "eap-pickle": str(root / "eap-pickle.pt"),
                   "mib-sub": str(root / "mib-sub"), "mib-sub-bad": str(root / "mib-sub-bad")})
@@ -881,8 +887,8 @@ CASES: list[tuple[str, list[str], str]] = [
                                                    "--subnetwork", "{sparsity-text}"], "metadata sparsity='abc'"),
     # inspect, results, export, lottery-retrain
     ("inspect-edges-bert", ["inspect", "--model", "{bert}", "--edges"], "--edges: bert models normalise the residual"),
-    ("inspect-edges-gemma2", ["inspect", "--model", "{gemma2}", "--edges"],
-     "--edges: gemma2 models normalise each attention block's output"),
+    ("inspect-edges-olmo2", ["inspect", "--model", "{olmo2}", "--edges"],
+     "--edges: olmo2 models normalise each attention block's output"),
     ("inspect-embedding-nodes-without-edges", ["inspect", "--model", "{lm}", "--embedding-nodes", "1"],
      "--embedding-nodes: only with --edges"),
     ("results-metrics-infinite", ["results", "{infrun}"], "metrics.json: eval.accuracy is inf; a measurement is"),
@@ -899,16 +905,22 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-pairs-line-too-long", ["circuit", "--model", "{lm}", "--task", "file:{long-line}", "--method", "eap",
                                      "--corrupted-column", "corrupted"], "long-line.csv:5: a line of"),
     # MIB's numbers and files (issue 35)
-    ("circuit-eval-mib-two-embedding-nodes", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib"],
-     "one embedding node ('input'); this graph has 2"),
+    # issue 47: two embedding nodes are joined into MIB's one where the scores add up; refused, before the model
+    # loads, where they do not
+    ("circuit-eval-mib-two-embedding-nodes-exact", [*MIB_EVAL, "--scores", "{two-embeddings-exact}", "--mib"],
+     "this file's graph has 2 and holds exact-patching scores (method 'exact')"),
     ("circuit-eval-mib-circuits", [*MIB_EVAL, "--circuit", "{edges-partial}", "--mib"],
      "MIB's CPR and CMD are defined on edge scores"),
     ("circuit-eval-mib-sizes", [*MIB_EVAL, "--scores", "{eap-missing-edge}", "--mib", "--sizes", "1,10"],
      "--sizes: MIB's sizes are fixed"),
     ("circuit-eval-mib-export-suffix", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export", "{out}.txt"],
      "an EAP-IG graph file ends in .json or .pt"),
-    ("circuit-eval-mib-export-two-embeddings", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export",
-                                                "{out}.json"], "--mib-export: "),
+    ("circuit-kv-readers-unknown", [*EAP, "--kv-readers", "heads"], "--kv-readers 'heads': choose query"),
+    ("circuit-kv-readers-edge-pruning", [*CIRCUIT, "--sparsity", "0.9", "--kv-readers", "kv"],
+     "--kv-readers: not used by --method edge-pruning"),
+    ("circuit-eval-mib-export-two-embeddings-signed", [*MIB_EVAL, "--scores", "{two-embeddings-signed}",
+                                                       "--mib-export", "{out}.json"],
+     "--mib-export: "),
     ("circuit-eval-eap-missing-edge", [*MIB_EVAL, "--scores", "{eap-missing-edge}"],
      "edges['input->m0']: missing"),
     ("circuit-eval-eap-text-score", [*MIB_EVAL, "--scores", "{eap-text-score}"],

@@ -87,6 +87,37 @@ def test_circuits_study_refuses_bad_settings(tmp_path, key, value):
     assert not (tmp_path / "config.json").exists()
 
 
+def _check_mib_folder(out, mib):
+    """The IOI step's MIB folder (issue 47): ``subnetlab mib-check --any-names`` passes it; its file is EAP on MIB's
+    graph of the model (EAP-IG's layout), recomputed here, in MIB's orientation; MIB's CPR is in [-1, 2]."""
+    import pytest
+    import torch
+
+    from subnetlab.cli import main
+    from subnetlab.experiments.circuits.ioi import MIB_PAIRS
+    from subnetlab.methods.attribution import attribute
+    from subnetlab.models import get_adapter, mib_graph
+    from subnetlab.models.graph import Graph
+    from subnetlab.models.loading import load_model
+    from subnetlab.tasks.circuits.ioi import make_ioi_task
+    from subnetlab.tasks.ioi_words import ioi_word_tokenizer
+    from tests.unit.test_mib import EapIgGraph
+
+    with pytest.raises(SystemExit) as done:
+        main(["mib-check", str(out / "ioi" / "mib"), "--any-names"])
+    assert done.value.code == 0
+    loaded = load_model(str(out / "ioi" / "model"), head="causal-lm")
+    adapter = get_adapter(loaded.model)
+    graph = Graph.from_adapter(adapter, embedding_nodes=1, ungrouped_kv=True)
+    assert mib["edges"] == graph.num_edges == len(EapIgGraph(adapter.num_layers, adapter.num_heads).edges)
+    tok = ioi_word_tokenizer()
+    task = make_ioi_task(n_train=8, n_eval=4, seed=0).bind(tok)
+    scores = attribute(loaded.model.eval(), adapter, graph, task.pair_batches(tok, "train", 4, MIB_PAIRS),
+                       lambda logits, b, full: task.metrics(logits, b, full)["logit_diff"], method="eap").edges
+    written = mib_graph.load(out / "ioi" / mib["file"])
+    assert torch.allclose(written.scores, -scores, atol=1e-6) and -1 <= mib["cpr"] <= 2
+
+
 def test_circuits_study_runs_both_pruning_methods(tmp_path):
     s = toy_settings()
     s["node_pruning"] = {"sparsity": 0.5, "overrides": {"warmup_steps": 2, "total_steps": 3, "batch_size": 2,
@@ -103,6 +134,7 @@ def test_circuits_study_runs_both_pruning_methods(tmp_path):
     ioi = read_json(tmp_path / "ioi" / "ioi.json")
     assert [r["step"] for r in ioi["training"]["curve"]] == [0, 1, 2]
     assert set(ioi["curves"]) == {"random-edges", "edge-pruning"} and (tmp_path / "ioi" / "model").is_dir()
+    _check_mib_folder(tmp_path, ioi["mib"])
     curves = read_json(tmp_path / "curves.json")
     assert set(curves["curves"]) == {"random-edges", "random-nodes", "node-pruning", "edge-pruning"}
     runs = curves["key_edges_kept"]

@@ -51,12 +51,26 @@ Two public hooks let a method read the intervention without reaching into it
 * ``writer_deltas()``: after a forward, every writer's ``D_w`` in graph writer
   order (its output itself when ``values`` is None).
 
-Only pre-LN families (GPT-2, Llama-style, GPT-NeoX) have a residual stream that is
+Pre-LN families (GPT-2, Llama-style, GPT-NeoX) have a residual stream that is
 a sum of writer outputs. BERT and RoBERTa normalise the stream after every
 sub-layer, so a component's input is not a sum over upstream components and "the
-edge from w" has no term to remove; Gemma-2 and OLMo-2 normalise each attention
-block's output before adding it, so it is not a sum of its heads' outputs: edge
-interventions refuse them (their graph still counts). With parallel attention and
+edge from w" has no term to remove: edge interventions refuse them (their graph
+still counts). Gemma-2 normalises each attention block's and MLP's output before
+adding it (``post_attention_layernorm``, ``post_feedforward_layernorm``), so the
+stream holds the norm of the heads' sum, not the sum: its edges are EAP-IG's
+(TransformerLens's hooks on Gemma-2): a head writes its own output before the norm
+(``attn.hook_result``), an MLP its output after its norm (``hook_mlp_out``), the
+input the embedding times sqrt(hidden) (``hook_embed``, the scale folded into
+W_E). EAP's scores are EAP-IG's ``get_scores_eap`` there: ``D_w . g_r`` with a
+head's ``D`` before the norm. A cut edge is EAP-IG's ``evaluate_graph``: a reader
+sees the embeddings' and MLPs' cut differences added to its input, and each earlier
+layer's attention output as ``post_norm(A_l - sum_h (1 - m_hr) D_h) -
+post_norm(A_l)`` added (``A_l`` the layer's ``o_proj`` output in this forward: its
+heads' sum with the cut ones corrupted, through the norm), so with every edge cut
+a reader sees the corrupted run. That is not linear in the masks: on Gemma-2 edge
+masks are evaluated (no gradient through them: Edge Pruning's training is refused
+there). OLMo-2, with norms after each block and none before, names no reader
+inputs and is refused. With parallel attention and
 MLP (GPT-NeoX) the MLP reads the layer's input: its reader block has no edges
 from its own layer's heads, whose outputs are already recorded when it runs.
 Mask arithmetic runs in the model's dtype; masks are given as float32 ``[edges]``.
@@ -96,12 +110,13 @@ class WriterValues:
 def check_edge_family(adapter: Adapter) -> None:
     """Refuse families whose residual stream is not a sum of writer outputs."""
     spec = adapter.spec
-    if spec.residual == "block-norm":
+    if spec.residual == "block-norm" and not (spec.attn_norm and spec.mlp_norm):
         raise SubnetlabError(
             f"{spec.family} models normalise each attention block's output before adding it to the residual stream, "
             "so it is not a sum of its heads' outputs and an edge out of one head has no term to remove; edge-level "
-            "circuits need a pre-LN model (GPT-2, Llama, Mistral, Qwen, GPT-NeoX); node-level pruning works here")
-    if spec.residual != "pre-ln":
+            "circuits need a pre-LN model (GPT-2, Llama, Mistral, Qwen, GPT-NeoX) or Gemma-2's norms before and after "
+            "each block; node-level pruning works here")
+    if spec.residual not in ("pre-ln", "block-norm"):
         raise SubnetlabError(
             f"{spec.family} models normalise the residual stream after every attention and MLP block (post-LN), so a "
             "component's input is not a sum of upstream components' outputs and single edges cannot be removed; "
@@ -109,6 +124,16 @@ def check_edge_family(adapter: Adapter) -> None:
             "here")
     if not (spec.embeddings and spec.attn_norm and spec.mlp_norm and spec.final_norm):
         raise SubnetlabError(f"{spec.family} models do not name their norms and embeddings for edge interventions")
+
+
+def check_trainable_edges(adapter: Adapter) -> None:
+    """Refuse training edge masks where a cut head edge passes a norm after attention (Gemma-2): its masks are
+    evaluated and scored, not trained (module doc)."""
+    if adapter.spec.attn_post_norm:
+        raise SubnetlabError(f"{adapter.family} models normalise each attention block's output, and a cut head edge is "
+                             "seen through that norm (EAP-IG's definition), which the masks' gradient does not follow: "
+                             "their edge masks are evaluated (circuit-eval) and scored by attribution (eap, eap-ig), "
+                             "not trained by Edge Pruning", setting="method")
 
 
 class _WritersCaptured(Exception):
@@ -263,19 +288,22 @@ class EdgeMasks:
             rows = stream.take(self.graph.num_embeddings)
             if self.graph.num_embeddings == 1 and len(embeds) > 1:
                 rows[0].zero_()
+            scale = embedding_scale(self.adapter, resid.dtype)
             for i, (e, a) in enumerate(zip(embeds, ablated)):
                 row = rows[0 if self.graph.num_embeddings == 1 else i]
                 delta = e if a is None else e - _fit(a, e).to(e.dtype)
+                delta = delta if scale is None else delta * scale.to(delta.device)
                 if self.graph.num_embeddings == 1 and len(embeds) > 1:
                     row += delta
                 else:
                     row.copy_(delta.expand_as(row))
 
-    def _tap(self, out: Tensor, start: int, count: int, heads: Tensor | None = None) -> Tensor | None:
+    def _tap(self, out: Tensor, start: int, count: int, heads: Tensor | None = None,
+             scale: Tensor | None = None) -> Tensor | None:
         """``out`` through a ``_WriterTap`` when a gradient can reach it; None (unchanged) otherwise."""
         if not (out.requires_grad and torch.is_grad_enabled()):
             return None
-        return _WriterTap.apply(out, self._state["stream"], start, count, heads)
+        return _WriterTap.apply(out, self._state["stream"], start, count, heads, scale)
 
     def _lean(self, modules: Iterable[nn.Module]) -> bool:
         """Q/K/V readers' inputs recomputed in the backward rather than kept: unless a method reads them
@@ -289,7 +317,8 @@ class EdgeMasks:
         self._state["embeds"].append(output.detach())
         if self.graph.num_embeddings == 0:
             return None
-        return self._tap(output, 0 if self.graph.num_embeddings == 1 else index, 1)
+        return self._tap(output, 0 if self.graph.num_embeddings == 1 else index, 1,
+                         scale=embedding_scale(self.adapter, output.dtype))
 
     def _on_attn_norm(self, layer: int, module: nn.Module, args: tuple) -> None:
         if not self._active():
@@ -303,11 +332,12 @@ class EdgeMasks:
             self._state["qkv"] = module.forward(readers)  # the norm of every reader's own input (no hooks re-fired)
 
     def _on_projection(self, groups: list[tuple[int, int, int]], module: nn.Module, forward: Callable,
-                       x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+                       x: Tensor, *args: Any, repeat: int = 1, **kwargs: Any) -> Tensor:
         """A Q/K/V projection's forward: head ``i`` of each group projects its own reader's normed input (the
-        projection of the block's own stream is not computed)."""
+        projection of the block's own stream is not computed). ``repeat`` > 1: a key/value projection of an
+        ungrouped graph, which gives every query head its own copy of its key/value head's output."""
         if not self._active():
-            return forward(x, *args, **kwargs)
+            return repeat_heads(forward(x, *args, **kwargs), repeat, self.adapter.head_dim)
         weight = module.weight if self.adapter.spec.transposed else module.weight.t()  # [hidden, out]
         bias = getattr(module, "bias", None)
         first = min(g[0] for g in groups)
@@ -339,6 +369,14 @@ class EdgeMasks:
             torch.bmm(zh.movedim(-2, 0).reshape(H, -1, d), w.to(zh.dtype), out=rows.view(H, -1, w.shape[-1]))
         tapped = self._tap(z, start, H, w)
         return None if tapped is None else (tapped, *args[1:])
+
+    def _on_attention_output(self, norm: nn.Module, output: Tensor) -> None:
+        """Gemma-2: the layer's heads (the rows just written) and its attention output ``A_l`` before its norm."""
+        if not self._active():
+            return
+        stream = self._state["stream"]
+        H = self.adapter.num_heads
+        stream.post_norms.append((stream.count - H, stream.count, output.detach(), norm))
 
     def _on_mlp_norm(self, layer: int, args: tuple) -> tuple:
         if not self._active():
@@ -373,19 +411,27 @@ class EdgeMasks:
             hook(self.model.register_forward_pre_hook(self._begin, with_kwargs=True))
             for i, module in enumerate(a.embedding_modules()):
                 hook(module.register_forward_hook(lambda m, args, out, i=i: self._on_embedding(i, out)))
-            groups = projection_groups(a)
+            groups = projection_groups(a, self.graph)
+            repeats = kv_repeats(a, self.graph)
+            if self.graph.ungrouped_kv:
+                hook(UngroupedAttention(a))
             for layer, block in enumerate(a.layers()):
                 hook(block.get_submodule(spec.attn_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_attn_norm(layer, m, args)))
                 projections = []
                 for path, g in groups.items():
                     module = block.get_submodule(path)
-                    hook(_ReplacedForward(module, lambda forward, m=module, g=g: (
-                        lambda x, *args, **kwargs: self._on_projection(g, m, forward, x, *args, **kwargs))))
+                    hook(_ReplacedForward(module, lambda forward, m=module, g=g, r=repeats.get(path, 1): (
+                        lambda x, *args, **kwargs: self._on_projection(g, m, forward, x, *args, repeat=r,
+                                                                       **kwargs))))
                     projections.append(module)
                 self._projections.append(projections)
                 hook(a.head_output_module(layer).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_heads(layer, m, args)))
+                if spec.attn_post_norm:  # Gemma-2: cut head edges are seen through the norm after attention
+                    post = block.get_submodule(spec.attn_post_norm)
+                    hook(a.head_output_module(layer).register_forward_hook(
+                        lambda m, args, out, post=post: self._on_attention_output(post, out)))
                 hook(block.get_submodule(spec.mlp_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_mlp_norm(layer, args)))
                 hook(a.mlp_output_module(layer).register_forward_hook(
@@ -433,6 +479,8 @@ class _Stream:
         self.deltas: Tensor | None = None
         self.count = 0
         self.grad: Tensor | None = None
+        # Gemma-2: per layer so far (first head row, end, A_l, the norm after attention); see the module doc
+        self.post_norms: list[tuple[int, int, Tensor, nn.Module]] = []
 
     def allocate(self, writers: int, resid: Tensor) -> None:
         if self.deltas is None:
@@ -467,6 +515,8 @@ class _Stream:
         if self.count < writers:
             raise SubnetlabError(f"edge intervention saw {self.count} writers before a block that reads {writers}; "
                                  "the model's forward does not run in the order its graph assumes")
+        if self.post_norms:
+            return self._read_through_norms(resid, neg)
         row = resid.reshape(1, -1)
         out = resid.new_empty(readers, row.shape[1])
         # the stream broadcast as addmm's bias: no separate copy per reader (into ``out``: a fresh addmm with a
@@ -477,6 +527,24 @@ class _Stream:
             torch.addmm(row, neg[:, cut], self.flat(writers)[cut], out=out)
         else:
             out.copy_(row.expand(readers, -1))
+        return out.view(readers, *resid.shape)
+
+    def _read_through_norms(self, resid: Tensor, neg: Tensor) -> Tensor:
+        """Gemma-2's reader inputs (EAP-IG's ``evaluate_graph``): ``resid + (m - 1) @ D`` over the embeddings and
+        MLPs, plus per earlier layer ``norm(A_l + (m - 1)[:, heads] @ D[heads]) - norm(A_l)``."""
+        readers, writers = neg.shape
+        linear = neg.clone()
+        out = resid.reshape(1, -1).expand(readers, -1).clone()
+        for start, stop, attention, norm in self.post_norms:
+            if stop > writers:
+                continue
+            linear[:, start:stop] = 0
+            part = neg[:, start:stop]
+            if bool((part != 0).any()):
+                heads = (part @ self.flat(writers)[start:stop]).view(readers, *resid.shape)
+                out += (norm(attention + heads) - norm(attention)).reshape(readers, -1)
+        if writers:
+            out += linear @ self.flat(writers)
         return out.view(readers, *resid.shape)
 
     def backward(self, resid_shape: torch.Size, neg: Tensor, cut: Tensor | None, grad: Tensor,
@@ -503,12 +571,22 @@ class _Stream:
         return self.grad
 
 
+def refuse_gradient_through_norms(stream: _Stream, needs: tuple[bool, ...]) -> None:
+    """Gemma-2's cut head edges pass a norm (``_Stream._read_through_norms``), which the hand-written backward
+    does not follow: masks there are evaluated only."""
+    if stream.post_norms and any(needs):
+        raise SubnetlabError("edge masks on a model with a norm after each attention block (Gemma-2) are evaluated, "
+                             "not trained: a cut head edge is seen through that norm (EAP-IG's definition), which "
+                             "the masks' gradient does not follow; score its edges by attribution (eap, eap-ig)")
+
+
 class _ReaderInputs(torch.autograd.Function):
     """Every reader's input of a block, materialised (MLP and logit readers, and Q/K/V readers under
     ``on_reader_input`` or trainable norm / projection weights)."""
 
     @staticmethod
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream) -> Tensor:
+        refuse_gradient_through_norms(stream, ctx.needs_input_grad[:2])
         ctx.stream, ctx.shape, ctx.cut = stream, resid.shape, stream.cut(neg)
         ctx.save_for_backward(neg)
         return stream.read(resid, neg, ctx.cut)
@@ -529,6 +607,7 @@ class _ProjectedReaders(torch.autograd.Function):
     def forward(ctx: Any, resid: Tensor, neg: Tensor, stream: _Stream, norm: nn.Module, weight: Tensor,
                 bias: Tensor | None, groups: list[tuple[int, int, int]], first: int, head_dim: int,
                 keep: bool) -> Tensor:
+        refuse_gradient_through_norms(stream, ctx.needs_input_grad[:2])
         ctx.stream, ctx.norm, ctx.weight = stream, norm, weight
         ctx.groups, ctx.first, ctx.head_dim = groups, first, head_dim
         ctx.cut = stream.cut(neg)
@@ -570,15 +649,17 @@ class _WriterTap(torch.autograd.Function):
     projection for heads."""
 
     @staticmethod
-    def forward(ctx: Any, out: Tensor, stream: _Stream, start: int, count: int, heads: Tensor | None) -> Tensor:
+    def forward(ctx: Any, out: Tensor, stream: _Stream, start: int, count: int, heads: Tensor | None,
+                scale: Tensor | None = None) -> Tensor:
         ctx.stream, ctx.start, ctx.count, ctx.heads, ctx.shape = stream, start, count, heads, out.shape
+        ctx.scale = scale  # the embeddings' scale into the stream (Gemma): the delta is ``scale * out``
         return out.view_as(out)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         stream = ctx.stream
         if stream.grad is None:
-            return grad, None, None, None, None
+            return grad, None, None, None, None, None
         sent = stream.grad[ctx.start:ctx.start + ctx.count]  # [count, batch * pos * hidden]
         resid_shape = stream.deltas.shape[1:]
         if ctx.heads is not None:  # [H, d, hidden]: the heads' inputs [batch, pos, H * d]
@@ -587,7 +668,9 @@ class _WriterTap(torch.autograd.Function):
             extra = per_head.view(H, *resid_shape[:-1], d).movedim(0, -2).reshape(ctx.shape)
         else:
             extra = sent.view(ctx.count, *resid_shape).sum(0).sum_to_size(ctx.shape)
-        return grad + extra.to(grad.dtype), None, None, None, None
+            if ctx.scale is not None:
+                extra = extra * ctx.scale.to(extra.device)
+        return grad + extra.to(grad.dtype), None, None, None, None, None
 
 
 def _project(normed: Tensor, weight: Tensor, bias: Tensor | None, groups: list[tuple[int, int, int]], first: int,
@@ -619,14 +702,75 @@ def _project_backward(grad: Tensor, weight: Tensor, groups: list[tuple[int, int,
     return out
 
 
-def projection_groups(adapter: Adapter) -> dict[str, list[tuple[int, int, int]]]:
-    """Per Q/K/V projection module: ``(first reader of the layer's block, readers, first output column)``."""
+def projection_groups(adapter: Adapter, graph: Graph | None = None) -> dict[str, list[tuple[int, int, int]]]:
+    """Per Q/K/V projection module: ``(first reader of the layer's block, readers, first weight column)``. On an
+    ungrouped graph (``Graph.ungrouped_kv``) every query head's key and value reader is a group of its own on its
+    key/value head's columns."""
     s, H, kv, d = adapter.spec, adapter.num_heads, adapter.num_kv_heads, adapter.head_dim
+    if graph is not None and graph.ungrouped_kv and s.key is not None:
+        group = H // kv
+        return {s.query: [(0, H, 0)], s.key: [(H + h, 1, (h // group) * d) for h in range(H)],
+                s.value: [(2 * H + h, 1, (h // group) * d) for h in range(H)]}
     if s.key is None and s.fused_layout == "per-head":  # [q k v] per head (GPT-NeoX): one reader per column block
         return {s.query: [(part * H + h, 1, (3 * h + part) * d) for h in range(H) for part in range(3)]}
     if s.key is None:  # fused [q | k | v] (GPT-2): its columns are in reader order, so one group of every reader
         return {s.query: [(0, H + 2 * kv, 0)]}
     return {s.query: [(0, H, 0)], s.key: [(H, kv, 0)], s.value: [(H + kv, kv, 0)]}
+
+
+def embedding_scale(adapter: Adapter, dtype: torch.dtype) -> Tensor | None:
+    """What the embeddings' outputs are multiplied by on their way into the stream: Gemma's ``normalizer``
+    (sqrt(hidden size) in the stream's dtype, as the model computes it) where the model scales them after the
+    embedding module; None where they enter as they are, or the module scales them itself (``transformers``
+    5's ``Gemma2TextScaledWordEmbedding``, its ``embed_scale``)."""
+    if not adapter.spec.scaled_embeddings or any(hasattr(m, "embed_scale") for m in adapter.embedding_modules()):
+        return None
+    return torch.tensor(adapter.hidden_size ** 0.5, dtype=dtype)
+
+
+def kv_repeats(adapter: Adapter, graph: Graph) -> dict[str, int]:
+    """Per key/value projection path, the copies of each key/value head's output the attention reads: the group
+    size on an ungrouped graph (one per query head), else nothing (1)."""
+    s = adapter.spec
+    if not graph.ungrouped_kv:
+        return {}
+    if s.key is None:
+        raise SubnetlabError(f"{s.family} models fuse their key and value projections; an ungrouped graph needs "
+                             "separate ones")
+    return {s.key: graph.group, s.value: graph.group}
+
+
+def repeat_heads(out: Tensor, repeat: int, head_dim: int) -> Tensor:
+    """A key/value projection's output ``[..., kv * d]`` with each head repeated ``repeat`` times in place,
+    ``[..., kv * repeat * d]`` (query head ``h`` reads copy ``h`` of key/value head ``h // repeat``, as
+    ``transformers``' ``repeat_kv`` and TransformerLens's ungrouping do)."""
+    if repeat == 1:
+        return out
+    heads = out.view(*out.shape[:-1], -1, head_dim)
+    return heads.repeat_interleave(repeat, dim=-2).flatten(-2)
+
+
+class UngroupedAttention:
+    """Every layer's attention told it has one query head per key/value head (``num_key_value_groups = 1``), so
+    it reads the per-query-head keys and values the projections then give (``repeat_heads``) instead of
+    repeating a key/value head for its group itself; ``remove()`` restores it. The weights stay as they are."""
+
+    def __init__(self, adapter: Adapter) -> None:
+        parent = adapter.spec.out_proj.rpartition(".")[0]
+        self.saved: list[tuple[nn.Module, int]] = []
+        for layer in adapter.layers():
+            module = layer.get_submodule(parent) if parent else layer
+            if not isinstance(getattr(module, "num_key_value_groups", None), int):
+                self.remove()
+                raise SubnetlabError(f"{adapter.family}'s attention ({type(module).__name__}) names no "
+                                     "num_key_value_groups; its grouped keys and values cannot be given per query head")
+            self.saved.append((module, module.num_key_value_groups))
+            module.num_key_value_groups = 1
+
+    def remove(self) -> None:
+        for module, groups in self.saved:
+            module.num_key_value_groups = groups
+        self.saved.clear()
 
 
 def _fit(value: Tensor, like: Tensor) -> Tensor:

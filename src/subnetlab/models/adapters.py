@@ -107,6 +107,12 @@ class FamilySpec:
     residual: str = "pre-ln"
     parallel_flag: str = ""
     attention: str = ""  # the attention implementation the family needs ("eager": Gemma-2's soft-capping), "" any
+    # the embeddings' outputs enter the stream times sqrt(hidden size) (Gemma's ``normalizer``): the input writer's
+    # output is the scaled one, as TransformerLens folds the scale into W_E (EAP-IG's hook_embed)
+    scaled_embeddings: bool = False
+    # the norm applied to the attention block's output before it joins the stream (Gemma-2's
+    # ``post_attention_layernorm``): a cut head edge is seen through it (EAP-IG's ``evaluate_graph``)
+    attn_post_norm: str = ""
     make_adapter: Callable[[nn.Module, FamilySpec], Any] = field(default=_transformer_adapter, repr=False)
 
     @property
@@ -157,7 +163,9 @@ FAMILIES: dict[str, FamilySpec] = {
             "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
             "self_attn.o_proj", "post_feedforward_layernorm", ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
             example="Gemma-2 (norms after attention and MLP; soft-capped logits)", kind="decoder",
-            embeddings=("embed_tokens",), final_norm="norm", residual="block-norm", attention="eager",
+            embeddings=("embed_tokens",), attn_norm="input_layernorm", mlp_norm="pre_feedforward_layernorm",
+            final_norm="norm", residual="block-norm", attention="eager", scaled_embeddings=True,
+            attn_post_norm="post_attention_layernorm",
         ),
         FamilySpec(
             "olmo2", ("olmo2",), "layers",

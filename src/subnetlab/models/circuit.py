@@ -374,8 +374,9 @@ class Circuit:
 
 
 def check_model_graph(graph: Graph, adapter: Any, source: str, setting: str | None = None) -> None:
-    """Refuse ``graph`` unless it is the graph of ``adapter``'s model (with its own embedding-node count)."""
-    mine = Graph.from_adapter(adapter, embedding_nodes=graph.num_embeddings)
+    """Refuse ``graph`` unless it is the graph of ``adapter``'s model (with its own embedding-node count and
+    key/value readers: per query head or per key/value head)."""
+    mine = Graph.from_adapter(adapter, embedding_nodes=graph.num_embeddings, ungrouped_kv=graph.ungrouped_kv)
     if graph.shape() != mine.shape():
         raise SubnetlabError(f"{source}: a graph of {graph.shape()}, the model's is {mine.shape()}; it belongs to "
                              "another model", setting=setting)

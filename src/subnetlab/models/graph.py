@@ -21,13 +21,19 @@ terms of these sums. The graph names them:
   parallel residual, EAP-IG's flag of that name), both read the layer's input, so
   a layer's heads feed only later layers.
 
-Grouped-query attention (Llama, Mistral, Qwen): the key and value readers are
-**per key/value head** (``a{l}.kv{g}<k>``, ``<v>``), as in Edge Pruning's
-``modeling_fllama.py``. One key/value projection serves a group of query heads;
-a reader is an input of a projection, so per query head would invent inputs the
-model never computes (and edges no intervention on the unmodified model could
-cut). Without grouping (GPT-2) key/value head ``g`` is head ``h`` and the names
-are ``a{l}.h{h}<k>``.
+Grouped-query attention (Llama, Mistral, Qwen): by default the key and value
+readers are **per key/value head** (``a{l}.kv{g}<k>``, ``<v>``), as in Edge
+Pruning's ``modeling_fllama.py``: one key/value projection serves a group of
+query heads, and a reader is an input of a projection. ``ungrouped_kv`` gives
+EAP-IG's (MIB's) graph instead: TransformerLens's
+``ungroup_grouped_query_attention``, one key and one value reader **per query
+head** (``a{l}.h{h}<k>``), each the input of its own copy of its key/value
+head's projection, owned by that query head alone. The layout is then that of
+an ungrouped model of as many heads (EAP-IG's graph names no key/value heads),
+and ``intervene.edges`` runs the grouped model's attention on per-query-head
+keys and values (its key/value weights are shared, not copied). Without
+grouping (GPT-2) key/value head ``g`` is head ``h``, the names are
+``a{l}.h{h}<k>`` and ``ungrouped_kv`` changes nothing (it is normalised to false).
 
 Names follow TransformerLens / EAP-IG (``a3.h5<q>``, ``m2``, ``logits``). Order:
 writers are the embeddings, then per layer its heads and its MLP; readers per
@@ -94,8 +100,11 @@ class Graph:
     num_kv_heads: int
     num_embeddings: int = 2
     parallel_attn_mlp: bool = False
+    ungrouped_kv: bool = False  # one key and value reader per query head (EAP-IG / MIB), not per key/value head
 
     def __post_init__(self) -> None:
+        if self.ungrouped_kv and self.num_heads == self.num_kv_heads:
+            object.__setattr__(self, "ungrouped_kv", False)  # nothing to ungroup: one layout, one shape record
         if self.num_layers < 1 or self.num_heads < 1 or self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
             raise SubnetlabError(f"a graph needs layers, heads and key/value heads dividing the heads; got "
                                  f"{self.num_layers} x {self.num_heads} ({self.num_kv_heads} key/value heads)")
@@ -104,15 +113,16 @@ class Graph:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def from_adapter(cls, adapter: Any, embedding_nodes: int | None = None) -> "Graph":
+    def from_adapter(cls, adapter: Any, embedding_nodes: int | None = None, ungrouped_kv: bool = False) -> "Graph":
         """The graph of the model behind ``adapter``; ``embedding_nodes`` 1 joins token and position embeddings,
-        0 leaves them out of the graph (always present)."""
+        0 leaves them out of the graph (always present); ``ungrouped_kv`` one key/value reader per query head."""
         return cls.for_family(adapter.spec, adapter.num_layers, adapter.num_heads, adapter.num_kv_heads,
-                              embedding_nodes, getattr(adapter, "parallel_attn_mlp", False))
+                              embedding_nodes, getattr(adapter, "parallel_attn_mlp", False), ungrouped_kv)
 
     @classmethod
     def for_family(cls, spec: Any, num_layers: int, num_heads: int, num_kv_heads: int | None = None,
-                   embedding_nodes: int | None = None, parallel_attn_mlp: bool = False) -> "Graph":
+                   embedding_nodes: int | None = None, parallel_attn_mlp: bool = False,
+                   ungrouped_kv: bool = False) -> "Graph":
         """The graph of a family's model of this shape (no weights needed: counts for any size)."""
         if not spec.has_components or not spec.embeddings:
             raise SubnetlabError(f"{spec.family} models have no attention heads and MLPs to build a graph from")
@@ -121,7 +131,8 @@ class Graph:
         if wanted > available:
             raise SubnetlabError(f"{spec.family} models have {available} embedding writer(s); "
                                  f"{wanted} embedding nodes asked for", setting="embedding_nodes")
-        return cls(spec.family, num_layers, num_heads, num_kv_heads or num_heads, wanted, bool(parallel_attn_mlp))
+        return cls(spec.family, num_layers, num_heads, num_kv_heads or num_heads, wanted, bool(parallel_attn_mlp),
+                   bool(ungrouped_kv))
 
     # -- nodes --------------------------------------------------------------------------
     @property
@@ -130,11 +141,16 @@ class Graph:
         return self.num_heads // self.num_kv_heads
 
     @property
+    def kv_readers(self) -> int:
+        """Key (and value) readers per layer: one per key/value head, or per query head when ungrouped."""
+        return self.num_heads if self.ungrouped_kv else self.num_kv_heads
+
+    @property
     def embeddings(self) -> tuple[str, ...]:
         return EMBEDDING_NAMES[self.num_embeddings]
 
     def _kv(self, layer: int, g: int) -> str:
-        return f"a{layer}.h{g}" if self.group == 1 else f"a{layer}.kv{g}"
+        return f"a{layer}.h{g}" if self.group == 1 or self.ungrouped_kv else f"a{layer}.kv{g}"
 
     @cached_property
     def writers(self) -> tuple[str, ...]:
@@ -148,8 +164,8 @@ class Graph:
         names: list[str] = []
         for layer in range(self.num_layers):
             names += [f"a{layer}.h{h}<q>" for h in range(self.num_heads)]
-            names += [f"{self._kv(layer, g)}<k>" for g in range(self.num_kv_heads)]
-            names += [f"{self._kv(layer, g)}<v>" for g in range(self.num_kv_heads)]
+            names += [f"{self._kv(layer, g)}<k>" for g in range(self.kv_readers)]
+            names += [f"{self._kv(layer, g)}<v>" for g in range(self.kv_readers)]
             names.append(f"m{layer}")
         return tuple(names + ["logits"])
 
@@ -164,18 +180,20 @@ class Graph:
     @cached_property
     def reader_kinds(self) -> tuple[str, ...]:
         """Per reader, the input it is: "q", "k", "v" (of a head), "mlp" or "logits"."""
-        per_layer = ["q"] * self.num_heads + ["k"] * self.num_kv_heads + ["v"] * self.num_kv_heads + ["mlp"]
+        per_layer = ["q"] * self.num_heads + ["k"] * self.kv_readers + ["v"] * self.kv_readers + ["mlp"]
         return tuple(per_layer * self.num_layers + ["logits"])
 
     @cached_property
     def reader_owners(self) -> tuple[tuple[int, ...], ...]:
         """Per reader, the writers whose output it computes: its head (query), its key/value head's group of query
-        heads (key, value), its MLP; none for the logits. The one map from readers to nodes."""
+        heads (key, value; its own query head when ungrouped), its MLP; none for the logits. The one map from readers
+        to nodes."""
         owners: list[tuple[int, ...]] = []
+        group = 1 if self.ungrouped_kv else self.group
         for layer in range(self.num_layers):
             owners += [(self.head_writer(layer, h),) for h in range(self.num_heads)]
-            groups = [tuple(self.head_writer(layer, g * self.group + i) for i in range(self.group))
-                      for g in range(self.num_kv_heads)]
+            groups = [tuple(self.head_writer(layer, g * group + i) for i in range(group))
+                      for g in range(self.kv_readers)]
             owners += groups + groups + [(self.mlp_writer(layer),)]
         return tuple(owners + [()])
 
@@ -213,7 +231,7 @@ class Graph:
     def reader_blocks(self) -> tuple[ReaderBlock, ...]:
         """Per layer its attention readers and its MLP reader, then the logits, with their edge ranges."""
         blocks, start, reader = [], 0, 0
-        per_attn = self.num_heads + 2 * self.num_kv_heads
+        per_attn = self.num_heads + 2 * self.kv_readers
         for layer in range(self.num_layers):
             before = self.num_embeddings + layer * (self.num_heads + 1)
             mlp_writers = before if self.parallel_attn_mlp else before + self.num_heads
@@ -259,11 +277,15 @@ class Graph:
 
     # -- plain data -------------------------------------------------------------------------
     def shape(self) -> dict[str, Any]:
-        """The fields that rebuild this graph (``parallel_attn_mlp`` only where set, so sequential graphs' files
-        stay as they were)."""
-        shape = {"family": self.family, "layers": self.num_layers, "heads": self.num_heads,
-                 "kv_heads": self.num_kv_heads, "embedding_nodes": self.num_embeddings}
-        return {**shape, "parallel_attn_mlp": True} if self.parallel_attn_mlp else shape
+        """The fields that rebuild this graph (``parallel_attn_mlp`` and ``ungrouped_kv`` only where set, so other
+        graphs' files stay as they were)."""
+        shape: dict[str, Any] = {"family": self.family, "layers": self.num_layers, "heads": self.num_heads,
+                                 "kv_heads": self.num_kv_heads, "embedding_nodes": self.num_embeddings}
+        if self.parallel_attn_mlp:
+            shape["parallel_attn_mlp"] = True
+        if self.ungrouped_kv:
+            shape["ungrouped_kv"] = True
+        return shape
 
     def to_dict(self, scores: list[float] | None = None, in_graph: list[bool] | None = None) -> dict[str, Any]:
         """JSON-ready: the shape, nodes, readers and edges, with per-edge ``score`` / ``in_graph`` when given."""
@@ -285,11 +307,12 @@ class Graph:
     def from_shape(cls, shape: dict[str, Any], source: str = "graph") -> "Graph":
         """The graph of a ``shape()`` record."""
         try:
-            parallel = shape.get("parallel_attn_mlp", False)
-            if not isinstance(parallel, bool):
-                raise TypeError(f"parallel_attn_mlp is {parallel!r}, not true or false")
+            flags = [shape.get(key, False) for key in ("parallel_attn_mlp", "ungrouped_kv")]
+            for key, flag in zip(("parallel_attn_mlp", "ungrouped_kv"), flags):
+                if not isinstance(flag, bool):
+                    raise TypeError(f"{key} is {flag!r}, not true or false")
             return cls(str(shape["family"]), int(shape["layers"]), int(shape["heads"]), int(shape["kv_heads"]),
-                       int(shape["embedding_nodes"]), parallel)
+                       int(shape["embedding_nodes"]), *flags)
         except (KeyError, TypeError, ValueError) as e:
             raise SubnetlabError(f"{source}: graph shape unreadable ({e})") from None
 

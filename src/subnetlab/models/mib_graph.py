@@ -3,8 +3,10 @@
 The MIB benchmark (circuit track) takes circuits as the files of hannamw/EAP-IG's ``Graph``
 (``src/eap/graph.py``): ``to_json`` / ``from_json`` and ``to_pt`` / ``from_pt``. EAP-IG's graph is
 subnetlab's ``models.graph.Graph`` with **one embedding node** (``input``) and every head's query, key
-and value read separately (grouped-query models are ungrouped there, so only graphs without grouping
-map one to one). Names are the same (``input``, ``a0.h1``, ``m0``, ``logits``; edges
+and value read separately: grouped-query models are ungrouped there (TransformerLens's
+``ungroup_grouped_query_attention``), which is ``Graph.ungrouped_kv`` (one key and value reader per query head),
+so a grouped model's EAP-IG file is read and written on its ungrouped graph and has the layout of an ungrouped
+model of as many heads (its ``cfg`` names no key/value heads). Names are the same (``input``, ``a0.h1``, ``m0``, ``logits``; edges
 ``a0.h1->a1.h0<q>``, ``input->m0``), and so are the indices: a subnetlab writer's index is EAP-IG's
 *forward* index and a reader's its *backward* index, so edge ``(w, r)`` is the cell ``[w, r]`` of
 EAP-IG's ``[n_forward, n_backward]`` score matrix.
@@ -30,6 +32,7 @@ circuit after it (``evaluate_graph`` calls it).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +48,51 @@ FAMILY = "eap-ig"  # the family of a graph read from a file alone (EAP-IG's conf
 PT_KEYS = ("cfg", "src_nodes", "dst_nodes", "edges_scores", "edges_in_graph", "nodes_in_graph")
 
 
+NONLINEAR_METHODS = ("exact",)  # attribution methods whose edge scores are not linear in the writer's output
+
+
 # ------------------------------------------------------------------------------- the graph's correspondence
+def joined_embeddings(circuit: Circuit, source: str = "scores", setting: str | None = None,
+                      method: str | None = None) -> Circuit:
+    """``circuit``'s scores on the graph with one embedding node (MIB's ``input``): an edge ``input->r`` scores
+    the sum of ``tok_embeds->r`` and ``pos_embeds->r``, every other edge as it was.
+
+    Exact for scores linear in the writer's output difference ``D_w`` (EAP's ``D_w . g_r``, EAP-IG's mean of such
+    products over its passes, clean-corrupted): the input node's ``D`` is the sum of the two embeddings', and the
+    reader gradients ``g_r`` do not depend on how the writers are counted. Refused for what is not such a sum:
+    exact patching (``method``), signed scores (log-alphas: a sum of two gates' logits is no gate's) and circuits
+    (two kept flags have no one flag)."""
+    graph = circuit.graph
+    if graph.num_embeddings == 1:
+        return circuit
+    why = ("no embedding nodes: the embeddings feed every reader and no edge out of them is scored"
+           if graph.num_embeddings == 0 else
+           f"scores of {method!r}, not linear in the writer's output" if method in NONLINEAR_METHODS else
+           "signed scores (log-alphas or masks), which do not add up" if circuit.scores is not None and
+           not circuit.absolute else "a circuit (kept edges), whose two embedding edges have no one flag"
+           if circuit.scores is None else None)
+    if why is not None:
+        raise SubnetlabError(f"{source}: MIB / EAP-IG graphs have one embedding node ('input'); this graph has "
+                             f"{graph.num_embeddings}, and its {why} cannot be joined into it (score the model "
+                             "with one embedding node)", setting=setting)
+    one = replace(graph, num_embeddings=1)
+    embeddings = set(range(graph.num_embeddings))
+    target = torch.tensor([one.edge_index(f"input->{graph.readers[r]}") if w in embeddings else
+                           one.edge_index(graph.edge_names[e]) for e, (w, r) in enumerate(graph.edges)])
+    scores = torch.zeros(one.num_edges, dtype=torch.float64).index_add_(0, target, circuit.scores.double())
+    return Circuit(one, scores.to(circuit.scores.dtype), None, circuit.score_sign)
+
+
 def check_mappable(graph: Graph, source: str = "graph", setting: str | None = None) -> None:
     """Refuse a graph EAP-IG's files cannot express one to one."""
     if graph.num_embeddings != 1:
         raise SubnetlabError(f"{source}: MIB / EAP-IG graphs have one embedding node ('input'); this graph has "
                              f"{graph.num_embeddings} (score the model with one embedding node)", setting=setting)
-    if graph.group != 1:
-        raise SubnetlabError(f"{source}: a grouped-query graph ({graph.num_kv_heads} key/value heads for "
-                             f"{graph.num_heads} heads) has no one-to-one EAP-IG file (EAP-IG ungroups them)",
-                             setting=setting)
+    if graph.group != 1 and not graph.ungrouped_kv:
+        raise SubnetlabError(f"{source}: its key/value readers are per key/value head ({graph.num_kv_heads} for "
+                             f"{graph.num_heads} heads); EAP-IG's graph has one per query head (it ungroups them), "
+                             "which a sum over each group cannot be split back into (score the model with a key and "
+                             "value reader per query head, kv_readers=query)", setting=setting)
 
 
 def config(graph: Graph, d_model: int) -> dict[str, Any]:
@@ -316,4 +354,4 @@ def describe(circuit: Circuit) -> str:
 
 
 __all__ = ["FAMILY", "check_mappable", "config", "describe", "edge_order", "from_dict", "from_tensors", "graph_of",
-           "is_eap_json", "load", "matrix_index", "node_names", "prune", "save", "to_dict", "to_tensors"]
+           "is_eap_json", "joined_embeddings", "load", "matrix_index", "node_names", "prune", "save", "to_dict", "to_tensors"]

@@ -41,6 +41,7 @@ from subnetlab.tasks.spec import TaskSpec
 SCORES_FILE = "scores.safetensors"
 NODE_SCORES_FILE = "node_scores.safetensors"
 FORMAT = "subnetlab.attribution/1"
+KV_READERS = ("query", "kv")
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,15 @@ class AttributionJobConfig(JobConfig):
     embedding_nodes: int | None = None
     device: str = "auto"
     sample_seed: int | None = optional()  # None: the first ``limit`` pairs; a seed: a seeded draw of ``limit`` pairs
+    # grouped-query models: "query" (None, the default) one key and value reader per query head, EAP-IG's and MIB's
+    # graph (``Graph.ungrouped_kv``); "kv" one per key/value head, Edge Pruning's graph (what its warm start reads)
+    kv_readers: str | None = optional()
 
     def __post_init__(self) -> None:
         check_method(self.method, self.ig_steps)
+        if self.kv_readers not in (None, *KV_READERS):
+            raise SubnetlabError(f"kv_readers {self.kv_readers!r}: choose query (one key and value reader per query "
+                                 "head, EAP-IG's and MIB's graph) or kv (one per key/value head)", setting="kv_readers")
         if self.sample_seed is not None and self.limit is None:
             raise SubnetlabError(f"seed {self.sample_seed}: a seed draws which of the {self.split} pairs are scored; "
                                  "give the number of pairs to draw (a limit below the split's size)", setting="seeds")
@@ -111,7 +118,10 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     if job.sample_seed is not None and pairs >= available:
         raise SubnetlabError(f"seed {job.sample_seed}: drawing {job.limit} of the {available} {job.split} pairs draws "
                              "them all, whatever the seed; draw fewer", setting="limit")
-    graph = Graph.from_adapter(loaded.adapter, job.embedding_nodes)
+    graph = Graph.from_adapter(loaded.adapter, job.embedding_nodes, ungrouped_kv=job.kv_readers in (None, "query"))
+    if graph.ungrouped_kv:
+        stage(f"{loaded.adapter.num_kv_heads} key/value heads for {loaded.adapter.num_heads} heads: one key and value "
+              "reader per query head (EAP-IG's and MIB's graph); kv_readers=kv gives one per key/value head")
     model = loaded.model.to(device).eval()
     config = {**job.record(task=task.options), **runtime_record(device)}
     check_config(out, config, "attribution run")  # a finished run of other settings is never overwritten
@@ -139,11 +149,12 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
             "pairs": str(result.pairs), "graph": graph.family, "edges": str(graph.num_edges)}
     save_tensors(out / SCORES_FILE, {"edges": result.edges, **nodes}, metadata={**meta, **circuit.metadata()})
     save_tensors(out / NODE_SCORES_FILE, {"heads": nodes["heads"], "mlps": nodes["mlps"]}, metadata=meta)
-    circuit.save(out / "graph.json")
+    write_json(out / "graph.json", {**circuit.to_dict(), "method": job.method})  # the method: is it linear in D_w
     order = result.edges.abs().argsort(descending=True)[:10].tolist()
     metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
                **({} if job.sample_seed is None else {"seed": job.sample_seed, "scored_pairs": sampled}),
                "edges": graph.num_edges, "seconds": round(seconds, 3),
+               **({"kv_readers": "query" if graph.ungrouped_kv else "kv"} if graph.group > 1 else {}),
                "pairs_per_second": round(result.pairs / max(seconds, 1e-9), 3),
                "top_edges": [{"edge": graph.edge_names[i], "score": float(result.edges[i])} for i in order]}
     write_json(out / "metrics.json", metrics)

@@ -40,7 +40,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
-from subnetlab.intervene.edges import check_edge_family
+from subnetlab.intervene.edges import check_edge_family, check_trainable_edges
 from subnetlab.io import write_json
 from subnetlab.methods.controls import apply_control
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig, preset_config
@@ -101,6 +101,7 @@ def load_circuit_task(job: ModelAndTask) -> tuple[Any, CircuitTask, Any]:
                              "circuit:arith:<op>, or your own file with a corrupted column)", setting="task")
     loaded = load_pruning_model(job.model, task, job.placement)
     check_edge_family(loaded.adapter)
+    check_trainable_edges(loaded.adapter)  # Edge Pruning trains the masks
     tokenizer = task_tokenizer(loaded, task)
     task.bind(tokenizer)
     task.check_positions(position_limit(loaded.model), str(job.model))
@@ -213,8 +214,11 @@ def warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
     mine = Graph.from_adapter(adapter, job.settings.embedding_nodes)
     graph = None if scores.circuit is None else scores.circuit.graph
     if graph is None or graph.shape() != mine.shape():
+        hint = (" (these have a key/value reader per query head, EAP-IG's graph: score with kv_readers=kv)"
+                if graph is not None and graph.ungrouped_kv else "")
         raise SubnetlabError(f"{job.init_from}: {scores.level} scores{'' if graph is None else f' of {graph.shape()}'}; "
-                             f"a warm start needs edge scores of this run's graph {mine.shape()}", setting="init_from")
+                             f"a warm start needs edge scores of this run's graph {mine.shape()}{hint}",
+                             setting="init_from")
     cfg = job.settings
     return warm_start_log_alphas(scores.circuit.scores, cfg.sparsity, cfg.init_log_alpha)
 

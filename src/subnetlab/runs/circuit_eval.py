@@ -130,8 +130,9 @@ def _eap_graph_file(path: str, adapter: Any, setting: str) -> Any:
     from subnetlab.models import mib_graph
     from subnetlab.models.graph import Graph
 
+    mib = Graph.from_adapter(adapter, embedding_nodes=1, ungrouped_kv=True)  # EAP-IG's graph of this model
     if path.endswith(".pt"):
-        return mib_graph.load(path, Graph.from_adapter(adapter, embedding_nodes=1), setting)
+        return mib_graph.load(path, mib, setting)
     if not path.endswith(".json"):
         return None
     try:
@@ -139,7 +140,7 @@ def _eap_graph_file(path: str, adapter: Any, setting: str) -> Any:
     except SubnetlabError as e:
         raise SubnetlabError(str(e), setting=setting) from None
     if mib_graph.is_eap_json(data):
-        return mib_graph.from_dict(data, path, Graph.from_adapter(adapter, embedding_nodes=1), setting)
+        return mib_graph.from_dict(data, path, mib, setting)
     return None
 
 
@@ -191,6 +192,11 @@ def read_circuit(path: str, adapter: Any) -> tuple[str, Tensor, Any]:
 
 
 # ------------------------------------------------------------------------------------ MIB's files
+JOINED_NOTE = ("the file's graph has two embedding nodes (tok_embeds, pos_embeds); MIB's has one (input): each edge "
+               "input->r scored the sum of the two edges into r, exact for scores linear in the writer's output "
+               "(EAP, EAP-IG, clean-corrupted), so no rescoring")
+
+
 def mib_orientation(path: str, absolute: bool) -> float:
     """The factor taking a scores file's values to MIB's orientation (higher = the edge matters more).
 
@@ -210,7 +216,7 @@ def _mib_circuit(job: CircuitEvalJobConfig, level: str, graph: Any, values: Tens
     """The ``Circuit`` MIB's evaluation or files need, scores in MIB's orientation (None when neither is asked
     for), checked before any work."""
     from subnetlab.models.circuit import Circuit
-    from subnetlab.models.mib_graph import check_mappable
+    from subnetlab.models.mib_graph import check_mappable, joined_embeddings
 
     if job.definition != "mib" and job.mib_export is None and job.mib_submission is None:
         return None
@@ -218,10 +224,77 @@ def _mib_circuit(job: CircuitEvalJobConfig, level: str, graph: Any, values: Tens
     if level != "edges":
         raise SubnetlabError("MIB's evaluation and graph files are defined here on edges; these are node scores or "
                              "circuits", setting=setting)
-    check_mappable(graph, job.scores or job.circuits[0], setting)
+    source = job.scores or job.circuits[0]
     if job.scores is not None:
-        return Circuit(graph, mib_orientation(job.scores, absolute) * values)
-    return Circuit(graph, None, values)
+        circuit = Circuit(graph, values, score_sign="absolute" if absolute else "signed")
+        circuit = joined_embeddings(circuit, source, setting, recorded_shape(source).get("method"))
+        check_mappable(circuit.graph, source, setting)
+        return Circuit(circuit.graph, mib_orientation(job.scores, absolute) * circuit.scores)
+    circuit = joined_embeddings(Circuit(graph, None, values), source, setting)
+    check_mappable(graph, source, setting)
+    return circuit
+
+
+def recorded_shape(path: str) -> dict[str, Any]:
+    """What a scores or circuit file records of its graph without the model: ``embedding_nodes``, ``score_sign``
+    and the attribution ``method`` where it holds them (an EAP-IG / MIB file: one embedding node); {} otherwise."""
+    from subnetlab.io import load_tensor_metadata, read_json
+    from subnetlab.models import mib_graph
+    from subnetlab.models.graph import FORMAT as GRAPH_FORMAT
+
+    if path.endswith(".pt"):
+        return {"embedding_nodes": 1}
+    try:
+        if path.endswith(".json"):
+            data = read_json(path)
+            if mib_graph.is_eap_json(data):
+                return {"embedding_nodes": 1}
+            if not isinstance(data, dict) or data.get("format") != GRAPH_FORMAT:
+                return {}
+            record = {k: data[k] for k in ("score_sign", "method") if isinstance(data.get(k), str)}
+            has_scores = isinstance(data.get("edges"), list) and any(
+                isinstance(e, dict) and "score" in e for e in data["edges"])
+            shape = {k: data.get(k) for k in ("embedding_nodes", "heads", "kv_heads", "ungrouped_kv")}
+            return {**shape, "scores": has_scores, **record}
+        metadata = load_tensor_metadata(path)
+        shape = json.loads(metadata.get("graph_shape", "{}"))
+    except (SubnetlabError, json.JSONDecodeError):
+        return {}  # unreadable here: the reader after the model load names what is wrong
+    record = {k: metadata[k] for k in ("score_sign", "method") if k in metadata}
+    if not isinstance(shape, dict) or "embedding_nodes" not in shape:
+        return record
+    return {**{k: shape.get(k) for k in ("embedding_nodes", "heads", "kv_heads", "ungrouped_kv")}, **record}
+
+
+def check_mib_files(job: CircuitEvalJobConfig) -> None:
+    """Before the model loads: refuse a file whose graph cannot become MIB's (one embedding node) when MIB's
+    evaluation or files are asked for, where the file records its graph. Two embedding nodes are joined
+    (``models.mib_graph.joined_embeddings``) when the scores add up; what does not is refused here."""
+    from subnetlab.models.mib_graph import NONLINEAR_METHODS
+
+    if job.definition != "mib" and job.mib_export is None and job.mib_submission is None:
+        return
+    setting = "definition" if job.definition == "mib" else "mib_export" if job.mib_export else "mib_submission"
+    for path in [job.scores] if job.scores else list(job.circuits[:1]):
+        record = recorded_shape(path)
+        nodes = record.get("embedding_nodes")
+        if record.get("kv_heads") not in (None, record.get("heads")) and not record.get("ungrouped_kv"):
+            raise SubnetlabError(f"{path}: its key/value readers are per key/value head ({record['kv_heads']} for "
+                                 f"{record['heads']} heads); MIB / EAP-IG's graph has one per query head, which a sum "
+                                 "over each group cannot be split back into (score the model with kv_readers=query, "
+                                 "the default)", setting=setting)
+        if nodes in (None, 1):
+            continue
+        what = ("no embedding nodes (the embeddings feed every reader, no edge out of them scored)" if nodes == 0
+                else f"exact-patching scores (method {record['method']!r}), not linear in the writer's output"
+                if record.get("method") in NONLINEAR_METHODS
+                else "signed scores (log-alphas or masks), which do not add up" if record.get("score_sign") == "signed"
+                else "a circuit (kept edges), whose two embedding edges have no one flag"
+                if job.scores is None else None)
+        if what is not None:
+            raise SubnetlabError(f"{path}: MIB / EAP-IG graphs have one embedding node ('input'); this file's graph "
+                                 f"has {nodes} and holds {what}, which cannot be joined into it (score the model "
+                                 "with one embedding node)", setting=setting)
 
 
 def _write_mib_files(job: CircuitEvalJobConfig, circuit: Any, model: Any) -> dict[str, Any]:
@@ -266,6 +339,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         raise SubnetlabError(f"task {job.task.name} is not a circuit task (prompt pairs: circuit:ioi, "
                              "circuit:greater-than, circuit:arith:<op>, or your own file with a corrupted column)",
                              setting="task")
+    check_mib_files(job)  # a file MIB's graph cannot be made of, refused before the model loads
     loaded = load_model(job.model, head="causal-lm")
     check_edge_family(loaded.adapter)  # the pre-LN causal language models the graph describes, as circuit
     tokenizer = task.tokenizer or loaded.tokenizer
@@ -294,6 +368,9 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
                              setting="circuits")
     mib_circuit = _mib_circuit(job, level, graph, scores if job.scores is not None else read[0][1],
                                absolute if job.scores is not None else True)
+    joined = mib_circuit is not None and mib_circuit.graph.num_embeddings != graph.num_embeddings
+    if joined and job.definition == "mib":  # MIB's numbers on MIB's graph: the evaluation runs on it
+        graph = mib_circuit.graph
     config = {**job.record(task=task.options), **runtime_record(device), "level": level}
     check_config(out, config, "circuit evaluation")  # a finished run of other settings is never overwritten
     out.mkdir(parents=True, exist_ok=True)
@@ -335,6 +412,8 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     health = judge(baseline=baseline).to_dict()
     result = {"definition": "subnetlab", "level": level, "ablation": job.ablation, "split": job.split,
               "pairs": evaluate.count, **result, "health": health}
+    if joined:
+        result["mib_graph"] = JOINED_NOTE
     if mib_circuit is not None:
         result["mib_files"] = _write_mib_files(job, mib_circuit, loaded.model)
     if job.scores is not None:
@@ -354,4 +433,5 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     return result
 
 
-__all__ = ["CircuitEvalJobConfig", "circuit_eval_run", "mib_orientation", "read_circuit", "read_scores"]
+__all__ = ["JOINED_NOTE", "CircuitEvalJobConfig", "check_mib_files", "circuit_eval_run", "mib_orientation",
+           "recorded_shape", "read_circuit", "read_scores"]

@@ -19,6 +19,7 @@ SETTING_PARAMETERS: dict[str, str | tuple[str, ...]] = {
     "task_data": ("data", "task_option"),  # a file task's data: --data where the command has it
     "n_jobs": "jobs",  # run_jobs(n_jobs=...) is --jobs
     "eval_limit": "limit",  # circuit's evaluation pairs (a command with --eval-limit keeps its own)
+    "definition": "mib",  # circuit-eval's definition "mib" is --mib
 }
 
 # --preset of the commands that prune with hard-concrete gates (methods/head_pruning/config.py's PRESETS)

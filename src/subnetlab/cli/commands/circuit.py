@@ -100,6 +100,9 @@ def circuit(
                                                   "graph (Edge Pruning's own default: they reach every reader and are "
                                                   "never cut); 1 joins the token and position embeddings into one "
                                                   "writer (default: as many as the family has)."),
+    kv_readers: Optional[str] = typer.Option(None, "--kv-readers", help="eap / eap-ig, grouped-query models (Llama, "
+                                             "Qwen, Gemma): query (default) one key and value reader per query head, "
+                                             "EAP-IG's and MIB's graph; kv one per key/value head, Edge Pruning's."),
     task_option: list[str] = typer.Option([], "--task-option", help="Task option KEY=VALUE (repeatable), e.g. n_train=200."),
     data_flags: dict = None,
     set_: list[str] = typer.Option([], "--set", help="edge-pruning: override a setting KEY=VALUE, e.g. "
@@ -150,6 +153,7 @@ def circuit(
                                    ig_steps=parse_step_counts(ig_steps), task_option=task_option,
                                    data_flags=data_flags, metric=metric, embedding_nodes=embedding_nodes, limit=limit,
                                    device=device, seeds=parse_int_list(seeds, "--seeds") if "seeds" in given else None,
+                                   kv_readers=kv_readers,
                                    targets=parse_sparsities([*sparsity, *(more or [])]) if sparsity or more else None)
     runs_on = resolve_device(device)
     placement = DeviceMap.given(device_map, max_memory, offload_folder)
@@ -246,7 +250,8 @@ def warm_start_scores(method: str, init_from: Optional[Path], base: dict, out: P
     circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides)  # checks, no work
     attribution_command(model=base["model"], task=base["task"], out=out / WARM_START_DIR, method=method,
                         ig_steps=[ig_steps], task_option=task_option, data_flags=data_flags, metric=metric,
-                        embedding_nodes=embedding_nodes, limit=None, device=device)
+                        embedding_nodes=embedding_nodes, limit=None, device=device,
+                        kv_readers="kv")  # Edge Pruning's graph: one key/value reader per key/value head
     return out / WARM_START_DIR / SCORES_FILE
 
 

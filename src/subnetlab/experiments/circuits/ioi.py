@@ -7,8 +7,11 @@ templates' words (``tasks.ioi_words``), the cross-entropy of the answer at the
 last prompt position only; its held-out accuracy and logit difference (IO
 minus S) are recorded along the way. The circuit task is then measured on its
 ``eval`` pairs (ABC corruption: every name replaced), with random edge
-circuits and Edge Pruning on the same scale as the induction model's.
-Everything lands in ``out/ioi/`` (``model/``, ``ioi.json``).
+circuits and Edge Pruning on the same scale as the induction model's, and
+EAP on MIB's graph (``mib_folder``): its CPR / CMD by MIB's definition and a
+MIB submission folder (``ioi/mib/ioi_demo-llama/importances.json``, checked
+as ``subnetlab mib-check`` checks it, MIB's task and model names relaxed).
+Everything lands in ``out/ioi/`` (``model/``, ``ioi.json``, ``mib/``).
 """
 
 from __future__ import annotations
@@ -95,6 +98,38 @@ def train_ioi_model(settings: CircuitsSettings, out: Path):
     return model, tokenizer, task, record
 
 
+MIB_PAIRS = 200  # training pairs EAP scores the edges on for the MIB folder: one forward and backward per batch
+MIB_MODEL = "demo-llama"  # the folder's model name (not one of MIB's: checked with MIB's names relaxed)
+
+
+def mib_folder(model, tokenizer, task, out: Path, batch_size: int) -> dict[str, Any]:
+    """EAP scores of MIB's graph of the model (one embedding node, a key and value reader per query head), in MIB's
+    orientation, written as a MIB submission folder ``out/mib`` and checked; MIB's CPR and CMD of them on the
+    ``eval`` pairs (``analysis.mib_faithfulness``). A few forwards of a 2-layer model: negligible beside the
+    study."""
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.analysis.mib_faithfulness import mib_curves
+    from subnetlab.methods.attribution import attribute
+    from subnetlab.models import mib_submission
+    from subnetlab.models.adapters import get_adapter
+    from subnetlab.models.circuit import Circuit
+    from subnetlab.models.graph import Graph
+
+    adapter = get_adapter(model)
+    graph = Graph.from_adapter(adapter, embedding_nodes=1, ungrouped_kv=True)
+    pairs = min(MIB_PAIRS, len(task.pairs("train")))
+    scores = attribute(model, adapter, graph, task.pair_batches(tokenizer, "train", batch_size, pairs),
+                       lambda logits, b, full: task.metrics(logits, b, full)["logit_diff"], method="eap").edges
+    circuit = Circuit(graph, -scores.float())  # MIB's orientation: it attributes the loss, minus the logit difference
+    path = mib_submission.write(out / "mib", "ioi", MIB_MODEL, circuit, adapter.hidden_size)
+    check = mib_submission.check(out / "mib", mib_names=False)
+    evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, "eval", batch_size=batch_size)
+    curves = mib_curves(graph, circuit.scores, evaluate)
+    return {"method": "eap", "pairs": pairs, "edges": graph.num_edges, "file": str(path.relative_to(out)),
+            "check": check, "cpr": curves["cpr"], "cmd": curves["cmd"], "cpr_printed": curves["cpr_printed"],
+            "cmd_printed": curves["cmd_printed"]}
+
+
 def ioi_study(settings: CircuitsSettings, out: Path) -> dict[str, Any]:
     """Train the IOI model, then its circuit task: full, corrupted, random edge circuits, Edge Pruning."""
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
@@ -126,8 +161,10 @@ def ioi_study(settings: CircuitsSettings, out: Path) -> dict[str, Any]:
                                  curves["random-edges"]["empty"], out, model_name=str(out / "model"))
         curves["edge-pruning"] = runs["curve"]
         result["edge_pruning_runs"] = runs["runs"]
+    stage("IOI: EAP on MIB's graph, a MIB submission folder (ioi/mib) and MIB's CPR / CMD")
+    result["mib"] = mib_folder(model, tokenizer, task, out, int(s["batch_size"]))
     write_json(path, result)
     return result
 
 
-__all__ = ["ioi_study", "train_ioi_model"]
+__all__ = ["MIB_MODEL", "MIB_PAIRS", "ioi_study", "mib_folder", "train_ioi_model"]

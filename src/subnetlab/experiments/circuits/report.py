@@ -55,6 +55,12 @@ def _ioi_section(settings: CircuitsSettings, ioi: dict[str, Any] | None) -> list
     for r in ioi.get("edge_pruning_runs", []):
         lines += [f"Edge pruning at {r['sparsity']}: {r['kept']} edges kept ({r['undecided']} masks undecided), "
                   f"f (logit diff) {num(r['faithfulness']['logit_diff'])}, f (KL) {num(r['faithfulness']['kl'])}.", ""]
+    if "mib" in ioi:
+        mib = ioi["mib"]
+        lines += [f"MIB's graph (one embedding node, a key and value reader per query head: {mib['edges']} edges), "
+                  f"EAP on {mib['pairs']} training pairs: CPR {mib['cpr_printed']}, CMD {mib['cmd_printed']} by MIB's "
+                  f"definition (`definition: mib`). Its MIB submission folder: `ioi/{mib['file']}` "
+                  "(checked as `subnetlab mib-check` checks it, MIB's task and model names relaxed).", ""]
     for name, why in ioi.get("missing", {}).items():
         lines += [f"Not run: **{name}**: {why}.", ""]
     return lines

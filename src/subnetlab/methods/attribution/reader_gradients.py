@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from subnetlab.intervene.edges import EdgeMasks, projection_groups
+from subnetlab.intervene.edges import (EdgeMasks, UngroupedAttention, embedding_scale, kv_repeats, projection_groups,
+                                       repeat_heads)
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
@@ -47,6 +48,9 @@ def writer_differences(adapter: Adapter, graph: Graph, corrupted: dict[NodeKey, 
     B, P = z.shape[:2]
     out = torch.empty(len(graph.writers), B, P, adapter.hidden_size, dtype=dtype, device=z.device)
     embeds = [corrupted[("embedding", i)] - clean[("embedding", i)] for i in range(len(adapter.embedding_modules()))]
+    scale = embedding_scale(adapter, dtype)  # Gemma: the stream holds the embedding times sqrt(hidden)
+    if scale is not None:
+        embeds = [e.to(dtype) * scale.to(e.device) for e in embeds]
     row = graph.num_embeddings
     if row == 1 and len(embeds) > 1:
         out[0] = sum(embeds)
@@ -64,10 +68,24 @@ def writer_differences(adapter: Adapter, graph: Graph, corrupted: dict[NodeKey, 
 
 
 class _Projection:
-    """One Q/K/V projection module of a layer: its readers (rows of the block) and their weight columns."""
+    """One Q/K/V projection module of a layer: its readers (rows of the block) and their weight columns.
 
-    def __init__(self, adapter: Adapter, module: nn.Module, groups: list[tuple[int, int, int]]) -> None:
+    ``repeat`` > 1 (a key/value projection of an ungrouped graph): the output the attention reads is each
+    key/value head's output repeated once per query head of its group (``intervene.edges.repeat_heads``), so its
+    gradient is per query head; reader ``h``'s cotangent is that gradient's slice times its key/value head's
+    weights, taken from the grouped weight as it is (no per-query-head copy of the weights)."""
+
+    def __init__(self, adapter: Adapter, module: nn.Module, groups: list[tuple[int, int, int]],
+                 repeat: int = 1) -> None:
         d = adapter.head_dim
+        self.repeat = repeat
+        if repeat > 1:
+            weight = module.weight if adapter.spec.transposed else module.weight.t()  # [hidden, kv * d]
+            self.first, self.count, self.contiguous = groups[0][0], len(groups), True
+            self.readers = torch.arange(self.first, self.first + self.count, device=weight.device)
+            self.columns = slice(0, self.count * d)  # of the repeated output
+            self.weight = weight.detach().reshape(weight.shape[0], -1, d)  # [hidden, kv, d]
+            return
         readers = [first + i for first, count, _ in groups for i in range(count)]
         columns = [column + i * d + j for _, count, column in groups for i in range(count) for j in range(d)]
         weight = module.weight if adapter.spec.transposed else module.weight.t()  # [hidden, out]
@@ -81,6 +99,10 @@ class _Projection:
 
     def reader_cotangents(self, grad: Tensor) -> Tensor:
         """``u_h = g_h W_h^T`` per reader: ``[R, B, P, hidden]`` from the output's gradient ``[B, P, out]``."""
+        if self.repeat > 1:  # [B, P, kv, repeat, d] against [hidden, kv, d]: [kv, repeat, B, P, hidden]
+            g = grad.reshape(*grad.shape[:-1], self.weight.shape[1], self.repeat, -1)
+            u = torch.einsum("bpkie,hke->kibph", g.to(self.weight.dtype), self.weight)
+            return u.reshape(self.count, *u.shape[2:])
         g = grad[..., self.columns].reshape(*grad.shape[:-1], self.count, -1)  # [B, P, R, d]
         return torch.einsum("bpre,hre->rbph", g.to(self.weight.dtype), self.weight)
 
@@ -99,6 +121,7 @@ class ReaderGradients:
         self._single: dict[int, Tensor] = {}  # block -> the gradient of its one reader (MLPs, logits), this pass
         self._handles: list[Any] = []
         self._inputs: dict[int, tuple[nn.Module, Tensor]] = {}  # layer -> (attention norm, its input)
+        self._ungrouped: UngroupedAttention | None = None
 
     # -- scoring --------------------------------------------------------------------------
     def _add(self, block_index: int, rows: Tensor | slice, grads: Tensor) -> None:
@@ -152,10 +175,13 @@ class ReaderGradients:
 
     def _on_projection_output(self, layer: int, projection: _Projection, output: Tensor) -> Tensor | None:
         """The projection's output, its backward ours: the readers' gradients come from ``g_h`` and their sum
-        goes to the norm's input, so the model's own backward through the projection and the norm is not run."""
+        goes to the norm's input, so the model's own backward through the projection and the norm is not run.
+        On an ungrouped graph a key/value projection's output is repeated per query head in every forward (the
+        attention then reads it ungrouped, ``UngroupedAttention``)."""
         if not torch.is_grad_enabled() or layer not in self._inputs:
-            return None
-        return _ProjectionBackward.apply(self._inputs[layer][1], output.detach(),
+            return None if projection.repeat == 1 else repeat_heads(output, projection.repeat, self.adapter.head_dim)
+        output = repeat_heads(output.detach(), projection.repeat, self.adapter.head_dim)
+        return _ProjectionBackward.apply(self._inputs[layer][1], output,
                                          lambda g: self._on_projection(layer, projection, g))
 
     def _on_reader_norm(self, block_index: int, args: tuple) -> tuple | None:
@@ -171,13 +197,16 @@ class ReaderGradients:
         a, spec = self.adapter, self.adapter.spec
         hook = self._handles.append
         try:
-            groups = projection_groups(a)
+            groups = projection_groups(a, self.graph)
+            repeats = kv_repeats(a, self.graph)
+            if self.graph.ungrouped_kv:
+                self._ungrouped = UngroupedAttention(a)
             for layer, block in enumerate(a.layers()):
                 hook(block.get_submodule(spec.attn_norm).register_forward_pre_hook(
                     lambda m, args, layer=layer: self._on_attn_norm(layer, m, args)))
                 for path, g in groups.items():
                     module = block.get_submodule(path)
-                    p = _Projection(a, module, g)
+                    p = _Projection(a, module, g, repeats.get(path, 1))
                     hook(module.register_forward_hook(
                         lambda m, args, out, layer=layer, p=p: self._on_projection_output(layer, p, out)))
                 hook(block.get_submodule(spec.mlp_norm).register_forward_pre_hook(
@@ -194,6 +223,9 @@ class ReaderGradients:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self._ungrouped is not None:
+            self._ungrouped.remove()
+            self._ungrouped = None
         self._inputs.clear()
         self._single.clear()
 
