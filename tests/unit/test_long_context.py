@@ -15,6 +15,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import count_hooks
+from subnetlab.intervene.checkpoint import recomputing
 from subnetlab.methods.attribution import attribute_batch
 from subnetlab.methods.attribution.reader_gradients import WriterDifferenceChunks, chunks, writer_differences
 from subnetlab.methods.attribution.scores import AUTO_CHUNK, chunk_of
@@ -80,3 +81,87 @@ def test_a_bad_position_chunk_is_refused_naming_the_setting(bad, one_thread):
     with pytest.raises(SubnetlabError) as e:
         attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, position_chunk=bad)
     assert e.value.setting == "position_chunk"
+
+
+# -- edge pruning: blocks recomputed in the backward (intervene.checkpoint) ------------------------------------
+def _edge_step(family: str, checkpoint: bool | None, dtype=torch.float64):
+    """One edge-pruning step's loss and the gradients of every log-alpha, masks undecided (every writer cut)."""
+    from subnetlab.methods.edge_pruning.config import preset_config
+    from subnetlab.methods.edge_pruning.train import EdgePruner
+    from subnetlab.methods.l0.objective import kl_full_to_pruned
+    from tests.conftest import tiny_model
+    from tests.unit.test_edge_pruning import _pairs
+
+    m = tiny_model(family, layers=2)
+    m.model.to(dtype).eval()
+    data = _pairs(m, n=4, length=6)
+    config = preset_config("demo", 0.8, seed=1, batch_size=4, eval_batch_size=4, checkpoint_blocks=checkpoint)
+    trainer = EdgePruner(m.model, m.adapter, data, config)
+    with torch.no_grad():
+        trainer.edges.log_alpha.normal_(0, 1, generator=torch.Generator().manual_seed(0))
+    calls = []  # per block forward inside the step: whether it is the backward's recomputation
+    with trainer:
+        batch = data.batch_at(list(range(4)))
+        trainer.prepare(batch, data.model_inputs(batch))
+        log_p_full = trainer.teacher.log_probs(list(range(4)), batch)
+        norms = [b.get_submodule(m.adapter.spec.attn_norm) for b in m.adapter.layers()]
+        handles = [n.register_forward_pre_hook(lambda mod, args: calls.append(recomputing())) for n in norms]
+        loss = kl_full_to_pruned(log_p_full, data.task_logits(m.model(**data.model_inputs(batch)), batch))
+        loss.backward()
+        for h in handles:
+            h.remove()
+    assert count_hooks(m.model) == 0
+    grads = [trainer.edges.log_alpha.grad.clone(), trainer.nodes.log_alpha.grad.clone()]
+    return float(loss.detach()), grads, calls
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_edge_pruning_step_with_blocks_recomputed_equals_the_plain_step(family, one_thread):
+    loss, grads, forwards = _edge_step(family, False)
+    loss_c, grads_c, forwards_c = _edge_step(family, True)
+    assert forwards == [False, False] and forwards_c == [False, False, True, True]  # recomputed in the backward
+    assert abs(loss - loss_c) <= 1e-12 * abs(loss) and loss > 0
+    for g, gc in zip(grads, grads_c):
+        assert float(g.abs().max()) > 0
+        torch.testing.assert_close(gc, g, rtol=0, atol=1e-12 * float(g.abs().max()))
+
+
+def test_edge_pruning_with_blocks_recomputed_trains_and_resumes_to_the_plain_run(tmp_path, one_thread):
+    """30 steps with ``checkpoint_blocks``, killed at step 17 and resumed, end where the plain run ends."""
+    from subnetlab.methods.edge_pruning.config import preset_config
+    from subnetlab.methods.edge_pruning.train import prune_edges
+    from tests.conftest import tiny_model
+    from tests.unit.test_edge_pruning import _pairs
+
+    m = tiny_model("gpt2", layers=2)
+    data = _pairs(m, n=16)
+    settings = dict(seed=2, batch_size=8, warmup_steps=20, total_steps=30, checkpoint_every=10)
+    plain = prune_edges(m.model, m.adapter, data, preset_config("demo", 0.8, checkpoint_blocks=False, **settings))
+    cfg = preset_config("demo", 0.8, checkpoint_blocks=True, **settings)
+
+    class Killed(Exception):
+        pass
+
+    def kill(step):
+        if step == 17:
+            raise Killed
+
+    with pytest.raises(Killed):
+        prune_edges(m.model, m.adapter, data, cfg, run_dir=tmp_path, on_step=kill)
+    assert count_hooks(m.model) == 0 and all("forward" not in b.__dict__ for b in m.adapter.layers())
+    resumed = prune_edges(m.model, m.adapter, data, cfg, run_dir=tmp_path)
+    assert resumed.resumed_from == 10
+    torch.testing.assert_close(resumed.log_alpha_edges, plain.log_alpha_edges, rtol=0, atol=1e-5)
+    assert torch.equal(resumed.selection.edges, plain.selection.edges)
+    assert "checkpoint_blocks" not in preset_config("demo", 0.8).to_dict()  # old runs' configs still match
+    assert preset_config("demo", 0.8, checkpoint_blocks=True).to_dict()["checkpoint_blocks"] is True
+
+
+def test_edge_pruning_checkpoints_long_forwards_by_default():
+    from subnetlab.methods.edge_pruning.config import EdgePruneConfig
+    from subnetlab.methods.edge_pruning.train import AUTO_CHECKPOINT_TOKENS, checkpoints
+
+    auto, off = EdgePruneConfig(), EdgePruneConfig(checkpoint_blocks=False)
+    long, short = torch.empty(2, AUTO_CHECKPOINT_TOKENS // 2 + 1, 1), torch.empty(2, AUTO_CHECKPOINT_TOKENS // 2, 1)
+    assert checkpoints(auto, long) and not checkpoints(auto, short) and not checkpoints(off, long)
+    assert checkpoints(EdgePruneConfig(checkpoint_blocks=True), short)

@@ -64,7 +64,7 @@ precision (at least float32).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -72,6 +72,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.intervene.checkpoint import checkpointed_blocks, recomputing
 from subnetlab.intervene.edges import apply_edges, check_edge_family
 from subnetlab.methods.attribution.names import IG_METHODS, METHODS
 from subnetlab.methods.attribution.reader_gradients import ReaderGradients
@@ -169,7 +170,9 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
     ``expand_readers`` takes them from ``intervene.edges``'s readers instead (every reader its own copy of the
     stream): the same scores to rounding, several times slower, the independent path tests compare against.
     ``position_chunk``: the batch's tokens scored per chunk (``reader_gradients``' long contexts; 0 never
-    chunks; None chunks ``AUTO_CHUNK`` tokens at a time when the batch holds more), on the plain path."""
+    chunks; None chunks ``AUTO_CHUNK`` tokens at a time when the batch holds more), on the plain path; a chunked
+    batch also recomputes each block's forward in the backward (``intervene.checkpoint``; not under
+    eap-ig-activations), so the backward keeps one block's activations at a time."""
     check_method(method, steps)
     check_edge_family(adapter)
     check_position_chunk(position_chunk)
@@ -212,11 +215,16 @@ def _plain_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[s
 
     def recorder(run: str) -> NodeHook:
         def record(key: NodeKey, out: Tensor) -> None:
-            seen[run][key] = out.detach()
+            if not recomputing():  # a checkpointed block again in the backward: the same values, kept already
+                seen[run][key] = out.detach()
         return record
 
     one_pass = method == "eap"
-    with _frozen_parameters(model), ReaderGradients(adapter, graph, scores, chunk) as readers:
+    # eap-ig-activations replaces a node's output inside a block, and the recomputation saved other tensors than
+    # the forward (torch.utils.checkpoint's metadata check): its blocks are not recomputed
+    recompute = chunk is not None and method != "eap-ig-activations"
+    blocks = checkpointed_blocks(adapter) if recompute else nullcontext()
+    with _frozen_parameters(model), ReaderGradients(adapter, graph, scores, chunk) as readers, blocks:
         with torch.no_grad():
             with _node_hooks(adapter, recorder("corrupted")):
                 model(**corrupted)
