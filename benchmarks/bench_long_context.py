@@ -11,8 +11,10 @@ fake tensors (``runs.plan``), the peak of the bytes alive during the step less t
 
 ``--methods`` picks from eap, eap-ig (5 steps), edge-pruning (one step of the paper preset at batch 1, masks
 undecided as in a run's middle: every writer in the products). ``--chunk`` gives the methods' long-context
-setting (attribution's ``position_chunk``; edge pruning's ``checkpoint_blocks``): ``off`` (the path before it),
-``auto`` (the default) or a number of positions. GPT-2's position table is widened to the longest length (it
+setting (attribution's ``position_chunk``; edge pruning's ``checkpoint_blocks``): ``off`` (the path before it:
+``position_chunk=0``, ``checkpoint_blocks=False``), ``auto`` (the default: chunks of 512 tokens above 512 tokens;
+blocks recomputed above 2,048 tokens), ``on`` (edge pruning: recomputed at any length) or a number of tokens per
+chunk (attribution); ``none`` passes no setting (the code before it: the same as ``off``). GPT-2's position table is widened to the longest length (it
 holds 1,024 positions).
 """
 
@@ -62,14 +64,6 @@ def pair_batch(vocab: int, length: int, seed: int = 0) -> dict[str, torch.Tensor
     return {"input_ids": ids, "corrupted_input_ids": torch.randint(0, vocab, (1, length), generator=g),
             "attention_mask": torch.ones(1, length, dtype=torch.long), "answer_index": torch.tensor([length - 1]),
             "answer_id": torch.tensor([1]), "wrong_id": torch.tensor([2])}
-
-
-def chunk_setting(text: str) -> int | str | None:
-    if text == "off":
-        return None
-    if text == "auto":
-        return "auto"
-    return int(text)
 
 
 def method_step(model, adapter, method: str, length: int, chunk: str):
@@ -122,11 +116,13 @@ def method_step(model, adapter, method: str, length: int, chunk: str):
 
 
 def long_context_kwargs(method: str, chunk: str) -> dict:
-    if chunk == "none":  # the code before the setting existed
+    """The method's setting: attribution's ``position_chunk`` (off: 0), edge pruning's ``checkpoint_blocks``
+    (off: False, a number: True); ``auto`` leaves it unset (the default); ``none`` passes nothing."""
+    if chunk == "none":
         return {}
     if method in ("eap", "eap-ig"):
-        return {"position_chunk": chunk_setting(chunk)}
-    return {"checkpoint_blocks": chunk_setting(chunk)}
+        return {"position_chunk": None if chunk == "auto" else 0 if chunk == "off" else int(chunk)}
+    return {"checkpoint_blocks": None if chunk == "auto" else chunk != "off"}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -162,8 +158,7 @@ def planned(args: argparse.Namespace) -> None:
         config = with_layers(config, args.layers)
     if getattr(config, "model_type", "") == "gpt2":
         config.n_positions = max(int(config.n_positions), args.length)
-    extra = {} if args.chunk == "none" else {"long_context": chunk_setting(args.chunk)}
-    settings = PlanSettings(args.method, batch=1, length=args.length, **extra)
+    settings = PlanSettings(args.method, batch=1, length=args.length, **long_context_kwargs(args.method, args.chunk))
     with FakeTensorMode(allow_non_fake_inputs=True), LiveBytes(fake=True) as live:
         model, adapter = fake_model(config, settings)
         step = run_step(model, adapter, settings, live)

@@ -33,7 +33,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json, save_tensors, write_json
-from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method
+from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method, check_position_chunk
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
@@ -60,9 +60,13 @@ class AttributionJobConfig(JobConfig):
     embedding_nodes: int | None = None
     device: str = "auto"
     sample_seed: int | None = optional()  # None: the first ``limit`` pairs; a seed: a seeded draw of ``limit`` pairs
+    # tokens of a batch scored per chunk, blocks recomputed in the backward (``attribute_batch``); 0: never;
+    # None (left out of config.json): chunks of ``AUTO_CHUNK`` tokens in batches of more
+    position_chunk: int | None = optional()
 
     def __post_init__(self) -> None:
         check_method(self.method, self.ig_steps)
+        check_position_chunk(self.position_chunk)
         if self.sample_seed is not None and self.limit is None:
             raise SubnetlabError(f"seed {self.sample_seed}: a seed draws which of the {self.split} pairs are scored; "
                                  "give the number of pairs to draw (a limit below the split's size)", setting="seeds")
@@ -131,7 +135,8 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
 
     start = time.perf_counter()
     result = attribute(model, loaded.adapter, graph, scored_batches(task, tokenizer, job, pairs), metric,
-                       method=job.method, steps=job.ig_steps)  # type: ignore[arg-type]
+                       method=job.method, steps=job.ig_steps,  # type: ignore[arg-type]
+                       position_chunk=job.position_chunk)
     seconds = time.perf_counter() - start
     nodes = result.node_scores()
     circuit = Circuit(graph, result.edges, score_sign="absolute")

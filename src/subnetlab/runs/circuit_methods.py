@@ -23,6 +23,7 @@ METHOD_SETTINGS: dict[str, tuple[str, ...]] = {
     **{name: CIRCUIT_METHODS for name in ("sparsity", "seeds")},  # attribution: the circuits of a stability sweep
     "metric": ATTRIBUTION_METHODS,
     "ig_steps": IG_METHODS,
+    "position_chunk": tuple(m for m in ATTRIBUTION_METHODS if m != "exact"),  # the gradient methods
 }
 
 
