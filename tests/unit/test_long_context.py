@@ -165,3 +165,27 @@ def test_edge_pruning_checkpoints_long_forwards_by_default():
     long, short = torch.empty(2, AUTO_CHECKPOINT_TOKENS // 2 + 1, 1), torch.empty(2, AUTO_CHECKPOINT_TOKENS // 2, 1)
     assert checkpoints(auto, long) and not checkpoints(auto, short) and not checkpoints(off, long)
     assert checkpoints(EdgePruneConfig(checkpoint_blocks=True), short)
+
+
+# -- the plan runs the step with the setting under fake tensors ----------------------------------------------
+LONG = [("gpt2", "eap", dict(position_chunk=32)), ("llama", "eap-ig", dict(position_chunk=32)),
+        ("gpt2", "edge-pruning", dict(checkpoint_blocks=True)), ("llama", "edge-pruning", dict(checkpoint_blocks=True))]
+
+
+@pytest.mark.parametrize("family, method, setting", LONG, ids=[f"{f}-{m}" for f, m, _ in LONG])
+def test_the_plan_predicts_the_long_context_step(family, method, setting) -> None:
+    """The predicted peak of the chunked / checkpointed step is the allocator's measured one (within 15%, as
+    ``test_plan``'s other steps); chunked attribution's is below the unchunked one's."""
+    from subnetlab.runs.plan import PlanSettings, plan_run
+    from tests.unit.test_plan import CONFIGS, real_peak
+
+    torch.set_num_threads(1)
+    settings = PlanSettings(method, batch=4, length=64, ig_steps=2, preset="demo" if method == "edge-pruning"
+                            else "paper", **setting)
+    predicted = plan_run(CONFIGS[family], settings, family).peak_bytes
+    measured = real_peak(CONFIGS[family], settings)
+    assert abs(predicted - measured) <= 0.15 * measured, (predicted, measured)
+    if method != "edge-pruning":
+        whole = plan_run(CONFIGS[family], PlanSettings(method, batch=4, length=64, ig_steps=2, position_chunk=0),
+                         family).peak_bytes
+        assert predicted < 0.8 * whole
