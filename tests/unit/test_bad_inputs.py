@@ -1031,6 +1031,15 @@ CASES: list[tuple[str, list[str], str]] = [
     ("transfer-preset-nosuch", [*TRANSFER, "--preset", "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
     ("lottery-prune-preset-nosuch", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--preset",
                                      "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
+    # long contexts (issue 47, item 4): attribution's tokens per chunk; edge pruning's blocks recomputed
+    ("circuit-eap-position-chunk-negative", [*EAP, "--position-chunk", "-1"], "--position-chunk -1: the tokens scored per chunk"),
+    ("circuit-edge-pruning-refuses-position-chunk", [*CIRCUIT, "--sparsity", "0.9", "--position-chunk", "64"],
+     "--position-chunk: not used by --method edge-pruning (used only by eap, eap-ig, eap-ig-activations and "
+     "clean-corrupted)"),
+    ("circuit-exact-refuses-position-chunk", [*CIRCUIT, "--method", "exact", "--position-chunk", "64"],
+     "--position-chunk: not used by --method exact"),
+    ("circuit-checkpoint-blocks-not-a-bool", [*CIRCUIT, "--sparsity", "0.9", "--set", "checkpoint_blocks=maybe"],
+     "checkpoint_blocks"),
 ]
 
 

@@ -74,6 +74,8 @@ inputs and is refused. With parallel attention and
 MLP (GPT-NeoX) the MLP reads the layer's input: its reader block has no edges
 from its own layer's heads, whose outputs are already recorded when it runs.
 Mask arithmetic runs in the model's dtype; masks are given as float32 ``[edges]``.
+Under ``intervene.checkpoint.checkpointed_blocks`` a block's hooks run again in the backward; the writers' hooks
+then only tap (their rows of ``D`` are already written).
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.activations import ComponentValues, add_padded, collect_means
+from subnetlab.intervene.checkpoint import recomputing
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.device_map import refuse_offloaded
 from subnetlab.models.graph import Graph
@@ -360,7 +363,11 @@ class EdgeMasks:
         weight = module.weight if self.adapter.spec.transposed else module.weight.t()  # [H * d, hidden]
         w = weight.reshape(H, d, weight.shape[-1])
         stream = self._state["stream"]
+        if recomputing():  # a checkpointed block's forward again in the backward: its rows are written
+            tapped = self._tap(z, self._state["starts"][("heads", layer)], H, w)
+            return None if tapped is None else (tapped, *args[1:])
         start = stream.count
+        self._state.setdefault("starts", {})[("heads", layer)] = start
         with torch.no_grad():
             zh = z.detach().view(*z.shape[:-1], H, d)
             if self.values is not None:
@@ -387,7 +394,10 @@ class EdgeMasks:
         if not self._active():
             return None
         stream = self._state["stream"]
+        if recomputing():
+            return self._tap(output, self._state["starts"][("mlp", layer)], 1)
         start = stream.count
+        self._state.setdefault("starts", {})[("mlp", layer)] = start
         with torch.no_grad():
             row = stream.take(1)[0]
             if self.values is None:

@@ -33,7 +33,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json, save_tensors, write_json
-from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method
+from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method, check_position_chunk
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
@@ -65,8 +65,13 @@ class AttributionJobConfig(JobConfig):
     # graph (``Graph.ungrouped_kv``); "kv" one per key/value head, Edge Pruning's graph (what its warm start reads)
     kv_readers: str | None = optional()
 
+    # tokens of a batch scored per chunk, blocks recomputed in the backward (``attribute_batch``); 0: never;
+    # None (left out of config.json): chunks of ``AUTO_CHUNK`` tokens in batches of more
+    position_chunk: int | None = optional()
+
     def __post_init__(self) -> None:
         check_method(self.method, self.ig_steps)
+        check_position_chunk(self.position_chunk)
         if self.kv_readers not in (None, *KV_READERS):
             raise SubnetlabError(f"kv_readers {self.kv_readers!r}: choose query (one key and value reader per query "
                                  "head, EAP-IG's and MIB's graph) or kv (one per key/value head)", setting="kv_readers")
@@ -141,7 +146,8 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
 
     start = time.perf_counter()
     result = attribute(model, loaded.adapter, graph, scored_batches(task, tokenizer, job, pairs), metric,
-                       method=job.method, steps=job.ig_steps)  # type: ignore[arg-type]
+                       method=job.method, steps=job.ig_steps,  # type: ignore[arg-type]
+                       position_chunk=job.position_chunk)
     seconds = time.perf_counter() - start
     nodes = result.node_scores()
     circuit = Circuit(graph, result.edges, score_sign="absolute")

@@ -24,6 +24,7 @@ METHOD_SETTINGS: dict[str, tuple[str, ...]] = {
     "metric": ATTRIBUTION_METHODS,
     "ig_steps": IG_METHODS,
     "kv_readers": ATTRIBUTION_METHODS,
+    "position_chunk": tuple(m for m in ATTRIBUTION_METHODS if m != "exact"),  # the gradient methods
 }
 
 

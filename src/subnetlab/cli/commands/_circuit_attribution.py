@@ -25,7 +25,8 @@ def parse_step_counts(text: str) -> list[int]:
 def attribution_command(*, model: str, task: str, out: Path, method: str, ig_steps: list[int], task_option: list[str],
                         data_flags: dict[str, Any], metric: str, embedding_nodes: Optional[int], limit: Optional[int],
                         device: str, batch_size: int = 16, seeds: Optional[list[int]] = None,
-                        targets: Optional[list[float]] = None, kv_readers: Optional[str] = None) -> None:
+                        targets: Optional[list[float]] = None, kv_readers: Optional[str] = None,
+                        position_chunk: Optional[int] = None) -> None:
     """Score every edge on the training pairs, write DIR, print the largest edges; over several step counts or
     with seeds, one run per (steps, seed) and the circuits' stability."""
     from rich.console import Console
@@ -40,7 +41,8 @@ def attribution_command(*, model: str, task: str, out: Path, method: str, ig_ste
         model=model, task=TaskSpec(task, with_data_options(task, parse_task_options(task_option, None, "train"),
                                                            **data_flags)),
         method=method, ig_steps=ig_steps[0], split="train", metric=metric, batch_size=batch_size, limit=limit,
-        embedding_nodes=embedding_nodes, device=device, kv_readers=kv_readers)
+        embedding_nodes=embedding_nodes, device=device, kv_readers=kv_readers,
+        position_chunk=position_chunk)
     console = Console()
     if sweep:
         from subnetlab.runs.attribution_sweep import DEFAULT_TARGET, attribution_sweep

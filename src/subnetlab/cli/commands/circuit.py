@@ -73,6 +73,11 @@ def circuit(
                                  "(k forward+backward passes per batch, per layer node for eap-ig-activations); "
                                  "several, 5,10,20: one run per count in DIR/steps-K/ and the circuits' stability "
                                  "across them in DIR/metrics.json."),
+    position_chunk: Optional[int] = typer.Option(None, "--position-chunk", help="eap, eap-ig, eap-ig-activations, "
+                                                 "clean-corrupted: tokens of a batch scored per chunk, blocks "
+                                                 "recomputed in the backward (long contexts: memory linear in the "
+                                                 "length at a lower slope); 0: never; default: chunks of 512 tokens "
+                                                 "in batches of more."),
     metric: str = typer.Option("logit_diff", "--metric", help="attribution methods: the metric scored "
                                "(logit_diff, answer_prob or kl)."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="edge-pruning: warm-start the edge log-alphas "
@@ -153,7 +158,7 @@ def circuit(
                                    ig_steps=parse_step_counts(ig_steps), task_option=task_option,
                                    data_flags=data_flags, metric=metric, embedding_nodes=embedding_nodes, limit=limit,
                                    device=device, seeds=parse_int_list(seeds, "--seeds") if "seeds" in given else None,
-                                   kv_readers=kv_readers,
+                                   kv_readers=kv_readers, position_chunk=position_chunk,
                                    targets=parse_sparsities([*sparsity, *(more or [])]) if sparsity or more else None)
     runs_on = resolve_device(device)
     placement = DeviceMap.given(device_map, max_memory, offload_folder)

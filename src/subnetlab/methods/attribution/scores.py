@@ -64,7 +64,7 @@ precision (at least float32).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -72,9 +72,10 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.intervene.checkpoint import checkpointed_blocks, recomputing
 from subnetlab.intervene.edges import apply_edges, check_edge_family
 from subnetlab.methods.attribution.names import IG_METHODS, METHODS
-from subnetlab.methods.attribution.reader_gradients import ReaderGradients, writer_differences
+from subnetlab.methods.attribution.reader_gradients import ReaderGradients
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
@@ -159,27 +160,52 @@ def score_dtype(model: nn.Module) -> torch.dtype:
 
 def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
                     corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], *,
-                    method: Method = "eap", steps: int = 5, expand_readers: bool = False) -> Tensor:
+                    method: Method = "eap", steps: int = 5, expand_readers: bool = False,
+                    position_chunk: int | None = None) -> Tensor:
     """Edge scores ``[edges]`` of one batch, summed over its pairs (divide by the pairs for the mean).
 
     ``metric(logits, clean_logits) -> [B]`` is differentiated (its sum); ``clean``/``corrupted`` are model inputs
     of equal shapes. See the module docstring for the methods and their conventions. Scores are in
     ``score_dtype(model)``. The reader gradients come from the model's own backward (``reader_gradients``);
     ``expand_readers`` takes them from ``intervene.edges``'s readers instead (every reader its own copy of the
-    stream): the same scores to rounding, several times slower, the independent path tests compare against."""
+    stream): the same scores to rounding, several times slower, the independent path tests compare against.
+    ``position_chunk``: the batch's tokens scored per chunk (``reader_gradients``' long contexts; 0 never
+    chunks; None chunks ``AUTO_CHUNK`` tokens at a time when the batch holds more), on the plain path; a chunked
+    batch also recomputes each block's forward in the backward (``intervene.checkpoint``; not under
+    eap-ig-activations), so the backward keeps one block's activations at a time."""
     check_method(method, steps)
     check_edge_family(adapter)
+    check_position_chunk(position_chunk)
     if method == "exact":
         from subnetlab.methods.attribution.exact import exact_batch
 
         return exact_batch(model, adapter, graph, clean, corrupted, metric)
-    run = _expanded_batch if expand_readers else _plain_batch
-    return run(model, adapter, graph, clean, corrupted, metric, method, steps)
+    if expand_readers:
+        return _expanded_batch(model, adapter, graph, clean, corrupted, metric, method, steps)
+    tokens = int(clean["input_ids"].numel())
+    return _plain_batch(model, adapter, graph, clean, corrupted, metric, method, steps,
+                        chunk_of(position_chunk, tokens))
+
+
+AUTO_CHUNK = 512  # tokens per chunk when a batch holds more (GPT-2 small: D of a chunk is 243 MB, not 474 KB a token)
+
+
+def chunk_of(position_chunk: int | None, tokens: int) -> int | None:
+    """The chunk a batch of ``tokens`` is scored in (None: whole) under the setting ``position_chunk``."""
+    size = AUTO_CHUNK if position_chunk is None else position_chunk
+    return size if 0 < size < tokens else None
+
+
+def check_position_chunk(position_chunk: int | None) -> None:
+    if position_chunk is not None and (not isinstance(position_chunk, int) or position_chunk < 0):
+        raise SubnetlabError(f"position_chunk {position_chunk!r}: the tokens scored per chunk, a whole number (0: "
+                             f"never chunk; unset: {AUTO_CHUNK} at a time above {AUTO_CHUNK} tokens)",
+                             setting="position_chunk")
 
 
 def _plain_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
                  corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], method: str,
-                 steps: int) -> Tensor:
+                 steps: int, chunk: int | None = None) -> Tensor:
     """``attribute_batch`` by ``reader_gradients``: EAP is a corrupted forward and one clean forward+backward
     (the clean pass records the clean outputs and logits itself); the other methods add a clean forward."""
     device = next(model.parameters()).device
@@ -189,25 +215,30 @@ def _plain_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[s
 
     def recorder(run: str) -> NodeHook:
         def record(key: NodeKey, out: Tensor) -> None:
-            seen[run][key] = out.detach()
+            if not recomputing():  # a checkpointed block again in the backward: the same values, kept already
+                seen[run][key] = out.detach()
         return record
 
     one_pass = method == "eap"
-    with _frozen_parameters(model), ReaderGradients(adapter, graph, scores) as readers:
+    # eap-ig-activations replaces a node's output inside a block, and the recomputation saved other tensors than
+    # the forward (torch.utils.checkpoint's metadata check): its blocks are not recomputed
+    recompute = chunk is not None and method != "eap-ig-activations"
+    blocks = checkpointed_blocks(adapter) if recompute else nullcontext()
+    with _frozen_parameters(model), ReaderGradients(adapter, graph, scores, chunk) as readers, blocks:
         with torch.no_grad():
             with _node_hooks(adapter, recorder("corrupted")):
                 model(**corrupted)
             if not one_pass:
                 with _node_hooks(adapter, recorder("clean")):
                     clean_logits = model(**clean).logits.detach()
-                readers.diff = writer_differences(adapter, graph, seen["corrupted"], seen["clean"], dtype)
+                readers.set_differences(seen["corrupted"], seen["clean"], dtype)
         passes = _gradient_passes(method, steps, adapter.num_layers, clean, corrupted, seen)
         for inputs, replace in passes:
             with _node_hooks(adapter, recorder("clean") if one_pass else replace):
                 logits = model(**inputs).logits
             if one_pass:
                 clean_logits = logits.detach()
-                readers.diff = writer_differences(adapter, graph, seen["corrupted"], seen["clean"], dtype)
+                readers.set_differences(seen["corrupted"], seen["clean"], dtype)
             metric(logits, clean_logits).sum().backward()
             readers.flush()
     return scores / len(passes)
@@ -305,18 +336,22 @@ def check_method(method: str, steps: int) -> None:
 
 
 def attribute(model: nn.Module, adapter: Adapter, graph: Graph, batches: Iterable[dict[str, Tensor]],
-              metric: Metric, *, method: Method = "eap", steps: int = 5) -> AttributionScores:
+              metric: Metric, *, method: Method = "eap", steps: int = 5,
+              position_chunk: int | None = None) -> AttributionScores:
     """Mean edge scores over the pairs of ``batches`` (circuit-task pair batches: ``input_ids``,
-    ``corrupted_input_ids``, ``attention_mask`` and what ``metric(logits, batch, clean_logits)`` reads)."""
+    ``corrupted_input_ids``, ``attention_mask`` and what ``metric(logits, batch, clean_logits)`` reads).
+    ``position_chunk``: ``attribute_batch``'s."""
     from subnetlab.tasks.circuits.pairs import clean_inputs, corrupted_inputs
 
     check_method(method, steps)
+    check_position_chunk(position_chunk)
     device = next(model.parameters()).device
     total, pairs = torch.zeros(graph.num_edges, dtype=torch.float64), 0
     for batch in batches:
         batch = {k: v.to(device) for k, v in batch.items()}
         part = attribute_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
-                               lambda logits, full, b=batch: metric(logits, b, full), method=method, steps=steps)
+                               lambda logits, full, b=batch: metric(logits, b, full), method=method, steps=steps,
+                               position_chunk=position_chunk)
         total += part.double().cpu()
         pairs += int(batch["input_ids"].shape[0])
     if pairs == 0:

@@ -119,6 +119,10 @@ class EdgePruneConfig(DictSettings):
     # keep each attention block's reader inputs for the backward instead of recomputing them: a step about 10%
     # faster once edges are cut, for 2 x 3 x heads x batch x length x hidden more memory per layer (bench_edges.py)
     keep_reader_inputs: bool = False
+    # recompute each block's forward in the backward (activation checkpointing, ``intervene.checkpoint``): the
+    # same masks bit for bit, one block's activations kept at a time for about a forward more per step; None:
+    # for forwards of more than ``train.AUTO_CHECKPOINT_TOKENS`` tokens (long contexts; bench_long_context.py)
+    checkpoint_blocks: bool | None = None
 
     def __post_init__(self) -> None:
         check_field_types(self, "edge pruning setting")
@@ -159,7 +163,7 @@ class EdgePruneConfig(DictSettings):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for name, default in (("dtype", "float32"), ("keep_reader_inputs", False)):
+        for name, default in (("dtype", "float32"), ("keep_reader_inputs", False), ("checkpoint_blocks", None)):
             if out[name] == default:
                 del out[name]  # the default: a run written before the setting existed is the same run (it resumes)
         return out

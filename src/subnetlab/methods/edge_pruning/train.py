@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.intervene.checkpoint import checkpointed_blocks
 from subnetlab.intervene.edges import EdgeMasks, WriterValues, apply_edges, capture_writers, writer_means
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig
 from subnetlab.tasks.circuits.pairs import corrupted_inputs
@@ -170,6 +171,25 @@ class EdgePruner(MaskTrainer):
             strength = strength + self.nodes.log_alpha.detach().cpu()[self.writer_of.cpu()]
         return strength
 
+    def __enter__(self) -> "EdgePruner":
+        """The masks installed (``MaskTrainer``) and, for forwards of more than ``AUTO_CHECKPOINT_TOKENS``
+        tokens or when ``checkpoint_blocks`` asks, the blocks checkpointed (``intervene.checkpoint``)."""
+        self.blocks = checkpointed_blocks(self.adapter, when=lambda hidden: checkpoints(self.config, hidden))
+        self.blocks.__enter__()
+        try:
+            return super().__enter__()
+        except BaseException:
+            self.blocks.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            blocks, self.blocks = getattr(self, "blocks", None), None
+            if blocks is not None:
+                blocks.__exit__(None, None, None)
+
     def install(self) -> EdgeMasks:
         self.ablation_values()
         return apply_edges(self.model, self.adapter, self.graph, values=self.values, source=self.masks,
@@ -243,6 +263,16 @@ class EdgePruner(MaskTrainer):
                                  setting="init_from")
         with torch.no_grad():
             self.edges.log_alpha.copy_(log_alpha.to(self.edges.log_alpha))
+
+
+AUTO_CHECKPOINT_TOKENS = 2048  # checkpoint_blocks unset: blocks recomputed in forwards of more tokens than this
+
+
+def checkpoints(config: EdgePruneConfig, hidden: Tensor) -> bool:
+    """Whether a forward of ``hidden`` (``[batch, pos, hidden]``) checkpoints its blocks under ``config``."""
+    if config.checkpoint_blocks is not None:
+        return config.checkpoint_blocks
+    return int(hidden.shape[0]) * int(hidden.shape[1]) > AUTO_CHECKPOINT_TOKENS
 
 
 def prune_edges(model: nn.Module, adapter: Adapter, data: PruningData, config: EdgePruneConfig, *,

@@ -25,7 +25,8 @@ def method_config(settings: PlanSettings) -> Any:
     if settings.method == "edge-pruning":
         from subnetlab.methods.edge_pruning.config import preset_config as edge_preset
 
-        return edge_preset(settings.preset, sparsity, dtype=settings.dtype, **sizes)
+        return edge_preset(settings.preset, sparsity, dtype=settings.dtype, checkpoint_blocks=settings.checkpoint_blocks,
+                           **sizes)
     return None
 
 
@@ -93,7 +94,7 @@ def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callab
         batch = data.batch_at(range(settings.batch))
         attribute_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
                         lambda logits, full: logit_difference(logits, batch), method=method,  # type: ignore[arg-type]
-                        steps=settings.ig_steps)
+                        steps=settings.ig_steps, position_chunk=settings.position_chunk)
 
     return step
 

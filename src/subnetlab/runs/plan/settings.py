@@ -34,6 +34,8 @@ class PlanSettings:
     ig_steps: int = 5
     examples: int | None = None
     labels: int = 3  # classes of a classification task (MNLI: 3)
+    position_chunk: int | None = None  # eap, eap-ig: tokens scored per chunk (the method's setting; None: its auto)
+    checkpoint_blocks: bool | None = None  # edge-pruning: blocks recomputed in the backward (None: its auto)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
