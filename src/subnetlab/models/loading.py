@@ -8,7 +8,8 @@ offline. Hub ids work for users who are online.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import fnmatch
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -41,12 +42,17 @@ HEADS: dict[str, Any] = {
 
 @dataclass
 class LoadedModel:
-    """A model with its tokenizer (None when the task brings its own) and component adapter."""
+    """A model with its tokenizer (None when the task brings its own) and component adapter.
+
+    ``new_weights``: the parameters that were not in the checkpoint and were freshly initialised
+    (only ever those the caller allowed with ``load_model(new_weights=...)``, such as a new task head).
+    """
 
     model: nn.Module
     tokenizer: Any
     adapter: Adapter
     source: str
+    new_weights: tuple[str, ...] = ()
 
 
 def _check_head(head: str) -> None:
@@ -155,6 +161,95 @@ def quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def _listed(keys: list[str], limit: int = 3) -> str:
+    shown = ", ".join(keys[:limit])
+    return f"{shown} and {len(keys) - limit} more" if len(keys) > limit else shown
+
+
+def _allowed(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def check_loading_report(model: nn.Module, report: dict[str, Any], name: str,
+                         new_weights: Sequence[str] = ()) -> tuple[str, ...]:
+    """Refuse a load whose weights do not fit the model its config builds; return the new weights allowed.
+
+    ``report`` is transformers' own loading report (``from_pretrained(output_loading_info=True)``):
+    a weight the model has and the checkpoint lacks (``missing_keys``: it would be left randomly
+    initialised), one of the wrong shape (``mismatched_keys``: replaced by a random one), or one the
+    checkpoint has in a module the model has too (``unexpected_keys``: a layer more than the config says)
+    is refused, naming the first keys and their count. ``new_weights`` are ``fnmatch`` patterns of the
+    parameters the caller means to create (a new task head: ``classifier.*``); only they may be missing
+    or of another shape. A checkpoint's weights in a module the model does not have at all (the task head
+    of a fine-tuned model loaded as its base model, a language-model head under a classifier) are another
+    model's head, left out as transformers leaves them out. Tied weights (GPT-2's output projection, the
+    token embedding) are not in the checkpoint twice and are not reported missing.
+    """
+    missing = sorted(report.get("missing_keys") or ())
+    mismatched = sorted(str(key[0]) if isinstance(key, (tuple, list)) else str(key)
+                        for key in report.get("mismatched_keys") or ())
+    modules = {child for child, _ in model.named_children()}
+    unexpected = sorted(k for k in report.get("unexpected_keys") or () if k.split(".", 1)[0] in modules)
+    problems = []
+    bad_missing = [k for k in missing if not _allowed(k, new_weights)]
+    if bad_missing:
+        problems.append(f"{len(bad_missing)} weight(s) of the model are not in the checkpoint and would be randomly "
+                        f"initialised ({_listed(bad_missing)})")
+    bad_shapes = [k for k in mismatched if not _allowed(k, new_weights)]
+    if bad_shapes:
+        problems.append(f"{len(bad_shapes)} weight(s) have another shape in the checkpoint ({_listed(bad_shapes)})")
+    if unexpected:
+        problems.append(f"{len(unexpected)} weight(s) of the checkpoint have no place in the model ({_listed(unexpected)})")
+    if problems:
+        raise SubnetlabError(f"{name}: the weights do not match the model its config.json describes: "
+                             + "; ".join(problems), setting="model")
+    for message in report.get("error_msgs") or ():
+        raise SubnetlabError(f"{name}: cannot load the model weights ({str(message).splitlines()[0]})", setting="model")
+    return tuple(sorted(set(missing) | set(mismatched)))
+
+
+def pretrained(model_class: Any, source: str, name: str, new_weights: Sequence[str] = (),
+               **kwargs: Any) -> tuple[nn.Module, tuple[str, ...]]:
+    """``model_class.from_pretrained(source, **kwargs)`` from safetensors, quietly, its loading report checked.
+
+    Returns the model and the weights it created (``check_loading_report``); any other weight the
+    checkpoint lacks, has in another shape or has beyond the model is refused, naming ``name``.
+    """
+    kwargs = {"use_safetensors": True, **kwargs, "ignore_mismatched_sizes": True, "output_loading_info": True}
+    with quiet_transformers():
+        model, report = model_class.from_pretrained(source, **kwargs)
+    return model, check_loading_report(model, report, name, new_weights)
+
+
+def task_head_weights(name_or_path: str, head: Head, num_labels: int | None = None) -> tuple[str, ...]:
+    """The ``fnmatch`` patterns of the task head ``head`` adds to the model ``name_or_path`` (``classifier.*``).
+
+    Built from the config alone on PyTorch's meta device: the head's parameters are the model's
+    outside its base model (``base_model_prefix``). What a code path that creates a new head passes
+    as ``load_model(new_weights=...)``. Empty for ``base`` or a config that cannot be read.
+    """
+    import torch
+
+    _check_head(head)
+    if head == "base":
+        return ()
+    local = Path(resolve(name_or_path)).expanduser()
+    try:
+        config = read_config(str(local) if local.exists() else resolve(name_or_path))
+    except Exception:  # noqa: BLE001 -- load_model names the fault
+        return ()
+    if num_labels is not None:
+        config.num_labels = num_labels
+    try:
+        with quiet_transformers(), torch.device("meta"):
+            skeleton = HEADS[head].from_config(config)
+    except Exception:  # noqa: BLE001 -- load_model names the fault
+        return ()
+    base = getattr(skeleton, "base_model_prefix", "")
+    heads = sorted({n.split(".", 1)[0] for n, _ in skeleton.named_parameters() if n.split(".", 1)[0] != base})
+    return tuple(f"{child}.*" for child in heads)
+
+
 def load_model(
     name_or_path: str,
     head: Head = "base",
@@ -163,6 +258,7 @@ def load_model(
     device_map: DeviceMap | str | dict[str, Any] | Path | None = None,
     max_memory: dict[Any, Any] | str | None = None,
     offload_folder: str | Path | None = None,
+    new_weights: Sequence[str] = (),
     **kwargs: Any,
 ) -> LoadedModel:
     """Load a model by alias, local directory or hub id, in eval mode, with its adapter.
@@ -171,6 +267,11 @@ def load_model(
     ``device_map`` (``auto``, ``{module: device}``, a JSON file; see ``models.device_map``)
     spreads a model too large for one device over GPUs, the CPU and disk with accelerate;
     such a model is placed already and must not be moved with ``.to``.
+
+    Every weight of the model must come from the checkpoint, in its shape: a config that says
+    more layers than the weights hold is refused, naming the keys (``check_loading_report``).
+    ``new_weights`` (``fnmatch`` patterns, such as ``task_head_weights``'s ``classifier.*``) names
+    the weights the caller means to create fresh; those created are in ``LoadedModel.new_weights``.
     """
     _check_head(head)
     source = resolve(name_or_path)
@@ -192,13 +293,15 @@ def load_model(
     if device_map is not None:
         kwargs.update(placing_options(name_or_path, head, config, attn_implementation,
                                       DeviceMap.parse(device_map, max_memory, offload_folder)))
+    created: tuple[str, ...] = ()
     try:
-        with quiet_transformers():
-            if local.exists() and (local / "subnetlab_pruning.json").is_file():
+        if local.exists() and (local / "subnetlab_pruning.json").is_file():
+            with quiet_transformers():
                 model = _load_exported(local, HEADS[head], config, attn_implementation, **kwargs)
-            else:
-                model = HEADS[head].from_pretrained(source, config=config, attn_implementation=attn_implementation,
-                                                    use_safetensors=True, **kwargs)
+        else:
+            kwargs.pop("ignore_mismatched_sizes", None)  # always on: the report names them, and only new_weights pass
+            model, created = pretrained(HEADS[head], source, name_or_path, new_weights, config=config,
+                                        attn_implementation=attn_implementation, **kwargs)
     except SubnetlabError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:  # missing or damaged weights
@@ -213,7 +316,7 @@ def load_model(
             tokenizer = None  # image models and task-specific tokenizers
     if head == "classification":
         pad_like_eos(model, tokenizer)
-    return LoadedModel(model, tokenizer, adapter, name_or_path)
+    return LoadedModel(model, tokenizer, adapter, name_or_path, created)
 
 
 def placing_options(name_or_path: str, head: str, config: PretrainedConfig, attn_implementation: str,

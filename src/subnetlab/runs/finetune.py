@@ -138,9 +138,13 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     fresh = None if resume else fresh_model_warning(loaded.model, cfg.lr, cfg.model)
     if fresh is not None:  # after every check of the input: bad input stays one error line
         warning(fresh)
+    new_weights = list(loaded.new_weights)  # a fresh task head; a resumed run's was created by its first start
+    if resume is not None and (out / "config.json").is_file():
+        new_weights = list(read_json(out / "config.json").get("new_weights") or [])
     out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
     write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options,
-                                     **runtime_record(device, dtype)})
+                                     **runtime_record(device, dtype),
+                                     **({"new_weights": new_weights} if new_weights else {})})
     save_splits(out, task)  # your own data: the rows it trains on, which later commands never evaluate on
     clean_temporaries(out)
 

@@ -17,7 +17,7 @@ from transformers import GPT2Config
 from subnetlab.errors import SubnetlabError
 from subnetlab.methods.model_fit import check_model_fits_task, new_head_notice
 from subnetlab.models import LoadedModel, build_model, load_model, resolve
-from subnetlab.models.loading import read_config
+from subnetlab.models.loading import read_config, task_head_weights
 from subnetlab.progress import stage
 from subnetlab.tasks.base import Task
 
@@ -73,8 +73,10 @@ def model_for_task(spec: str, task: Task, *, seed: int = 0) -> LoadedModel:
         if notice is not None:
             stage(notice)
         torch.manual_seed(seed)  # the new classifier's initialisation
-        replace = {"ignore_mismatched_sizes": True} if notice is not None else {}  # a head of another size goes
-        loaded = load_model(spec, head="classification", num_labels=n, **replace)
+        head = task_head_weights(spec, "classification", n)  # the new classifier's weights, and only they, fresh
+        loaded = load_model(spec, head="classification", num_labels=n, new_weights=head)
+        if loaded.new_weights:
+            stage(f"new task head (freshly initialised): {', '.join(loaded.new_weights)}")
         loaded.model.config.architectures = [type(loaded.model).__name__]  # the head it has now
         loaded.model.config.id2label = dict(enumerate(task.labels))
         loaded.model.config.label2id = {name: i for i, name in enumerate(task.labels)}
