@@ -80,14 +80,55 @@ def read_config(name_or_path: str) -> PretrainedConfig:
     An exported directory's ``config.json`` carries a ``model_type`` that only
     subnetlab reads (so plain transformers refuses the directory);
     ``subnetlab.export.save`` restores the source's. Raises ``OSError`` or
-    ``ValueError`` (``SubnetlabError``) as ``AutoConfig`` does.
+    ``ValueError`` (``SubnetlabError``) as ``AutoConfig`` does; a value of the wrong type
+    (``n_layer: "two"``, which transformers' own validation refuses) is a ``SubnetlabError`` too.
     """
     from subnetlab.export.save import exported_config, is_exported  # imported here: export imports this layer
 
     local = Path(name_or_path).expanduser()
     if local.is_dir() and is_exported(local):
         return exported_config(local)
-    return AutoConfig.from_pretrained(name_or_path)
+    try:
+        return AutoConfig.from_pretrained(name_or_path)
+    except (OSError, ValueError):
+        raise
+    except Exception as e:  # noqa: BLE001 -- transformers 5's strict field checks raise their own errors
+        raise SubnetlabError(f"{name_or_path}: config.json: {_flat(e)}", setting="model") from None
+
+
+def _flat(error: BaseException) -> str:
+    """An exception's text on one line (transformers' validation errors span several)."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def check_config_values(config: PretrainedConfig, name: str) -> None:
+    """Refuse a config whose layer, head, key-value head, width or vocabulary count is below 1, naming the field."""
+    for field in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size"):
+        value = getattr(config, field, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise SubnetlabError(f"{name}: config.json: {field} is {value}; it must be at least 1", setting="model")
+
+
+def check_buildable(config: PretrainedConfig, head: Head, name: str) -> nn.Module:
+    """The model ``config`` describes, built with ``head`` on PyTorch's meta device (no memory); refused if it cannot be.
+
+    A config whose values disagree (a hidden size not a multiple of the heads, no heads, no
+    key-value heads, a negative vocabulary) makes transformers raise its own errors, or a bare
+    ``ZeroDivisionError``, while building the modules; this names the directory and the fault.
+    """
+    import torch
+
+    _check_head(head)
+    check_config_values(config, name)
+    try:
+        with quiet_transformers(), torch.device("meta"):
+            return HEADS[head].from_config(config, attn_implementation=attention_for(config.model_type, "sdpa"))
+    except SubnetlabError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- whatever building the modules raises is a config at fault
+        raise SubnetlabError(f"{name}: config.json describes no model that can be built ({_flat(e)})",
+                             setting="model") from None
 
 
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -282,6 +323,8 @@ def load_model(
         raise SubnetlabError(f"{name_or_path}: no such model directory")
     try:
         config = read_config(str(local) if local.exists() else source)
+    except SubnetlabError:
+        raise
     except (OSError, ValueError) as e:
         raise SubnetlabError(f"{name_or_path}: cannot load a model config ({str(e).splitlines()[0]})") from None
     if num_labels is not None and num_labels != getattr(config, "num_labels", None):
@@ -290,6 +333,8 @@ def load_model(
     attn_implementation = attention_for(config.model_type, attn_implementation)
     if local.exists():
         refuse_pickled_weights(local, name_or_path)
+        if not (local / "subnetlab_pruning.json").is_file():  # an export's layers are sliced: its own loader checks
+            check_buildable(config, head, name_or_path)
     if device_map is not None:
         kwargs.update(placing_options(name_or_path, head, config, attn_implementation,
                                       DeviceMap.parse(device_map, max_memory, offload_folder)))
@@ -380,10 +425,9 @@ def config_adapter(name_or_path: str) -> Adapter | None:
     checked against the model (``Subnetwork.check``) before a command writes anything.
     A decoder gets its causal-LM class and any other model its classifier: the head does
     not change where the heads and MLPs live. None for a hub id, an exported directory
-    (its layers are sliced) or a config that cannot be read (loading the model names the fault).
+    (its layers are sliced) or a config that cannot be read (loading the model names the fault); a config
+    whose values disagree (``check_buildable``) is refused.
     """
-    import torch
-
     from subnetlab.export.save import is_exported
     from subnetlab.models.adapters import FAMILIES
 
@@ -391,16 +435,16 @@ def config_adapter(name_or_path: str) -> Adapter | None:
     if not (local / "config.json").is_file() or is_exported(local):
         return None
     try:
-        config = AutoConfig.from_pretrained(str(local))
+        config = read_config(str(local))
+    except SubnetlabError:
+        raise
     except (OSError, ValueError, KeyError):
         return None
     kind = next((s.kind for s in FAMILIES.values() if config.model_type in s.model_types), None)
     if kind is None:
         return None
     head = {"decoder": "causal-lm", "vision": "image-classification"}.get(kind, "classification")
-    with torch.device("meta"):
-        model = HEADS[head].from_config(config, attn_implementation=attention_for(config.model_type, "sdpa"))
-    return get_adapter(model)
+    return get_adapter(check_buildable(config, head, name_or_path))
 
 
 def build_model(
