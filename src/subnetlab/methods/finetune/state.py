@@ -131,7 +131,7 @@ def load_training_state(
     """Restore optimizer, scheduler and RNG from ``checkpoint``; return its trainer state."""
     try:
         state = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, RecursionError) as e:
         raise SubnetlabError(f"{checkpoint / STATE_FILE}: unreadable trainer state ({e})") from None
     tensors = load_tensors(checkpoint / OPTIMIZER_FILE)
     per_param: dict[int, dict[str, Any]] = {}
