@@ -202,6 +202,44 @@ def quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def _hub_offline() -> bool:
+    import os
+
+    import huggingface_hub.constants as hub
+
+    flags = (os.environ.get(name, "") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return bool(hub.HF_HUB_OFFLINE) or any(flag.strip().upper() in ("1", "ON", "YES", "TRUE") for flag in flags)
+
+
+def check_hub_name(name: str) -> None:
+    """Refuse at once a model name that is no directory and no hub model, before transformers retries the hub.
+
+    A name in the local hub cache passes. Offline (``HF_HUB_OFFLINE``), any other name is refused; online,
+    one request asks the hub whether the model has a ``config.json`` (a mistyped local path such as
+    ``my-gtp2`` would otherwise cost transformers' five retries of an unreachable or unknown address).
+    """
+    import huggingface_hub
+
+    try:
+        cached = huggingface_hub.try_to_load_from_cache(name, "config.json")
+    except Exception as e:  # noqa: BLE001 -- an invalid repository id (HFValidationError) and the like
+        raise SubnetlabError(f"{name}: no directory {name}, and not a hub model id ({_flat(e)})",
+                             setting="model") from None
+    if isinstance(cached, str):
+        return
+    if _hub_offline():
+        raise SubnetlabError(f"{name}: no directory {name}, and no hub model of that name in the local cache "
+                             "(offline: nothing is downloaded)", setting="model")
+    try:
+        found = huggingface_hub.file_exists(name, "config.json")
+    except Exception as e:  # noqa: BLE001 -- no network (ConnectError), a timeout, a refused token
+        raise SubnetlabError(f"{name}: no directory {name}, and the hub could not be asked for it ({_flat(e)})",
+                             setting="model") from None
+    if not found:
+        raise SubnetlabError(f"{name}: no directory {name}, and no model of that name on the hub (or none "
+                             "visible without a token)", setting="model")
+
+
 def _listed(keys: list[str], limit: int = 3) -> str:
     shown = ", ".join(keys[:limit])
     return f"{shown} and {len(keys) - limit} more" if len(keys) > limit else shown
@@ -321,6 +359,8 @@ def load_model(
         raise SubnetlabError(f"{name_or_path}: not a Hugging Face model directory (no config.json)")
     if not local.exists() and (source.startswith((".", "/", "~")) or source.count("/") > 1):
         raise SubnetlabError(f"{name_or_path}: no such model directory")
+    if not local.exists():
+        check_hub_name(source)
     try:
         config = read_config(str(local) if local.exists() else source)
     except SubnetlabError:
