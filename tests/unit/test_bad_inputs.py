@@ -141,7 +141,42 @@ def files(tmp_path_factory) -> dict[str, str]:
     paths["gemma2"] = str(root / "gemma2")
     _circuit_files(root, paths)
     _mib_task_files(root, paths)
+    _inconsistent_models(root, paths)
     return paths
+
+
+def _inconsistent_models(root: Path, paths: dict[str, str]) -> None:
+    """Issue 53: model directories whose config.json and weights disagree, or whose config disagrees with itself;
+    a directory where a data file belongs; JSON nested 200,000 deep."""
+    import json
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def edited(source: str, name: str, **changes) -> None:
+        shutil.copytree(root / source, root / name)
+        config = json.loads((root / name / "config.json").read_text())
+        (root / name / "config.json").write_text(json.dumps({**config, **changes}))
+        paths[name] = str(root / name)
+
+    edited("lm", "lm-3-layers", n_layer=3)  # weights for 2: the third layer would be random
+    edited("lm", "lm-1-layer", n_layer=1)  # the second layer's weights have no place
+    edited("lm", "lm-wider-vocab", vocab_size=int(json.loads((root / "lm" / "config.json").read_text())["vocab_size"]) + 7)
+    edited("bert", "bert-3-layers", num_hidden_layers=3)
+    edited("lm", "lm-heads-not-dividing", n_head=3)  # 16 wide
+    edited("lm", "lm-no-heads", n_head=0)
+    edited("lm", "lm-layers-text", n_layer="two")
+    edited("lm", "lm-negative-vocab", vocab_size=-5)
+    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(root / "llama")
+    edited("llama", "llama-no-kv-heads", num_key_value_heads=0)
+    (root / "data-dir").mkdir()
+    (root / "data-dir" / "rows.csv").write_text("text,label\nthe cat,a\n")
+    (root / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    deep_run = root / "deep-run"
+    deep_run.mkdir()
+    (deep_run / "config.json").write_text('{"command": "evaluate"}')
+    (deep_run / "metrics.json").write_text('{"eval": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    paths.update({"datadir": str(root / "data-dir"), "deep": str(root / "deep.json"), "deeprun": str(deep_run)})
 
 
 def _mib_task_files(root: Path, paths: dict[str, str]) -> None:
@@ -1013,6 +1048,43 @@ CASES: list[tuple[str, list[str], str]] = [
     ("transfer-preset-nosuch", [*TRANSFER, "--preset", "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
     ("lottery-prune-preset-nosuch", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--preset",
                                      "nosuch"], "--preset 'nosuch': expected one of paper, quick"),
+    # issue 53 (model loading): weights that do not fit the config, configs that disagree with themselves, a
+    # directory given as a data file, JSON nested 200,000 deep, an edge circuit where masks are pinned
+    ("circuit-config-more-layers-than-weights", [*CIRCUIT, "--sparsity", "0.9", "--model", "{lm-3-layers}"],
+     "12 weight(s) of the model are not in the checkpoint and would be randomly initialised (transformer.h.2."),
+    ("prune-config-more-layers-than-weights", [*PRUNE, "--model", "{bert-3-layers}"],
+     "not in the checkpoint and would be randomly initialised (bert.encoder.layer.2."),
+    ("inspect-config-more-layers-than-weights", ["inspect", "--model", "{lm-3-layers}"],
+     "12 weight(s) of the model are not in the checkpoint and would be randomly initialised (h.2.attn.c_attn.bias"),
+    ("inspect-weights-beyond-config", ["inspect", "--model", "{lm-1-layer}"],
+     "weight(s) of the checkpoint have no place in the model (transformer.h.1."),
+    ("inspect-weight-of-another-shape", ["inspect", "--model", "{lm-wider-vocab}"],
+     "1 weight(s) have another shape in the checkpoint (wte.weight)"),
+    ("circuit-weight-of-another-shape", [*CIRCUIT, "--sparsity", "0.9", "--model", "{lm-wider-vocab}"],
+     "have another shape in the checkpoint (transformer.wte.weight)"),
+    *[(f"{command}-config-{name}", args, fragment)
+      for name, model, fragment in (
+          ("heads-not-dividing-width", "lm-heads-not-dividing", "config.json describes no model that can be built "
+                                                                "(ValueError: `embed_dim` must be divisible by num_heads"),
+          ("no-key-value-heads", "llama-no-kv-heads", "config.json: num_key_value_heads is 0; it must be at least 1"),
+          ("no-heads", "lm-no-heads", "config.json: num_attention_heads is 0; it must be at least 1"),
+          ("layers-text", "lm-layers-text", "Field 'n_layer' expected int, got str (value: 'two')"),
+          ("negative-vocab", "lm-negative-vocab", "config.json: vocab_size is -5; it must be at least 1"))
+      for command, args in (("inspect", ["inspect", "--model", f"{{{model}}}"]),
+                            ("circuit", [*CIRCUIT, "--sparsity", "0.9", "--model", f"{{{model}}}"]),
+                            ("plan", ["plan", "circuit", "--model", f"{{{model}}}"]))],
+    ("finetune-task-file-a-directory", [*FINETUNE[:3], "--task", "file:{datadir}", "--max-steps", "2"],
+     "data-dir: a directory, but not a dataset saved with save_to_disk"),
+    ("mib-path-a-directory", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={datadir}"],
+     "data-dir: a directory, but not a dataset saved with save_to_disk"),
+    ("view-json-nested-deep", ["view", "{deep}"], "deep.json: JSON nested too deep to read"),
+    ("results-json-nested-deep", ["results", "{deeprun}"], "metrics.json: JSON nested too deep to read"),
+    ("circuit-eval-circuit-json-nested-deep", [*CIRCUIT_EVAL[:-2], "--circuit", "{deep}", "--task", "circuit:ioi",
+                                               "--task-option", "n_train=4", "--task-option", "n_eval=2"],
+     "deep.json"),
+    ("lottery-retrain-edge-circuit", ["lottery-retrain", "--model", "{lm}", "--task", "circuit:ioi", "--task-option",
+                                      "n_train=4", "--task-option", "n_eval=2", "--subnetwork", "{edges-partial}"],
+     "a subnetwork of kind 'edges'"),
 ]
 
 

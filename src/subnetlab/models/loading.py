@@ -268,7 +268,15 @@ def check_loading_report(model: nn.Module, report: dict[str, Any], name: str,
     mismatched = sorted(str(key[0]) if isinstance(key, (tuple, list)) else str(key)
                         for key in report.get("mismatched_keys") or ())
     modules = {child for child, _ in model.named_children()}
-    unexpected = sorted(k for k in report.get("unexpected_keys") or () if k.split(".", 1)[0] in modules)
+    prefix = getattr(model, "base_model_prefix", "")
+
+    def in_model(key: str) -> bool:  # a base model keeps the checkpoint's prefix in the keys it reports
+        parts = key.split(".")
+        if parts[0] == prefix and prefix not in modules and len(parts) > 1:
+            parts = parts[1:]
+        return parts[0] in modules
+
+    unexpected = sorted(k for k in report.get("unexpected_keys") or () if in_model(k))
     problems = []
     bad_missing = [k for k in missing if not _allowed(k, new_weights)]
     if bad_missing:
