@@ -42,6 +42,7 @@ from subnetlab.methods.finetune.state import (
     latest_resumable,
     load_training_state,
     save_checkpoint,
+    tokenizer_state,
 )
 from subnetlab.optim import lr_scheduler
 from subnetlab.progress import duration, stage, track, warning
@@ -154,6 +155,7 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     if resume is None:
         torch.manual_seed(cfg.seed)  # dropout stream of a fresh run
     model, tokenizer = loaded.model.to(device), loaded.tokenizer
+    as_loaded = tokenizer_state(tokenizer)  # saved with every checkpoint, not the last batch's truncation
     optimizer = training_optimizer(model, cfg)
     scheduler = lr_scheduler(optimizer, total=total, warmup=warmup, decay=cfg.scheduler)
     state: dict[str, Any] = {"loss_sum": 0.0, "loss_count": 0, "elapsed": 0.0}
@@ -196,7 +198,8 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
         if done % cfg.save_every == 0 or done == total:
             state["elapsed"] = time.time() - started
             extra = {k: state[k] for k in ("loss_sum", "loss_count", "elapsed")}
-            save_checkpoint(out, done, model, tokenizer, optimizer, scheduler, {**extra, "total_steps": total})
+            save_checkpoint(out, done, model, tokenizer, optimizer, scheduler, {**extra, "total_steps": total},
+                            tokenizer_as_loaded=as_loaded)
         if _stop_after is not None and done >= _stop_after:
             raise KeyboardInterrupt(f"stopped after step {done}")
     final_ckpt = checkpoint_dirs(out)[-1][1]
