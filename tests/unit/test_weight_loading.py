@@ -185,3 +185,29 @@ def test_a_resumed_finetune_saves_the_tokenizer_an_uninterrupted_one_saves(tmp_p
         assert (saved["truncation"], saved["padding"]) == (source["truncation"], source["padding"]), run
     for name in ("tokenizer.json", "tokenizer_config.json"):
         assert (tmp_path / "a" / "model" / name).read_bytes() == (tmp_path / "b" / "model" / name).read_bytes()
+
+
+def test_finetune_new_weights_is_the_explicit_opt_in_for_other_missing_weights(tmp_path, capsys):
+    """An encoder saved without its pooler: refused, naming the pooler, unless --new-weights names it."""
+    from tests.unit.lottery_helpers import word_tokenizer
+
+    model = tmp_path / "no-pooler"
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32), add_pooling_layer=False).save_pretrained(model)
+    word_tokenizer().save_pretrained(model)
+    capsys.readouterr()  # the save's progress bar
+    argv = ["finetune", "--model", str(model), "--task", "nli-synthetic", "--task-option", "n_train=8",
+            "--task-option", "n_eval=4", "--task-option", "hans_per_subcase=1", "--max-steps", "1",
+            "--batch-size", "4", "--device", "cpu"]
+    line = _cli_error([*argv, "--out", str(tmp_path / "refused")], capsys)
+    assert "2 weight(s) of the model are not in the checkpoint" in line and "bert.pooler.dense.bias" in line, line
+    assert "classifier" not in line  # the new head is allowed: only the pooler is named
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--new-weights", "bert.pooler.*", "--out", str(tmp_path / "run")])
+    assert done.value.code in (0, None)
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert record["new_weights"] == ["bert.pooler.dense.bias", "bert.pooler.dense.weight", "classifier.bias",
+                                     "classifier.weight"]
+    assert record["finetune"]["new_weights"] == ["bert.pooler.*"]

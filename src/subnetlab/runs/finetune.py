@@ -134,7 +134,8 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     dtype = resolve_dtype(cfg.dtype, device)
     stage(describe_runtime(device, dtype))
     resume = latest_resumable(out)
-    loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
+    loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed,
+                            new_weights=() if resume else cfg.new_weights)
     check_lengths_fit(loaded.model, loaded.tokenizer, task, cfg.max_length, cfg.model)
     fresh = None if resume else fresh_model_warning(loaded.model, cfg.lr, cfg.model)
     if fresh is not None:  # after every check of the input: bad input stays one error line

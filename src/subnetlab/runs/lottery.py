@@ -330,7 +330,7 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
     job = RetrainJobConfig.from_dict(config)
     cfg = job.settings
     task = finetune_task(cfg)
-    loaded = model_for_task(cfg.model, task, seed=cfg.seed)
+    loaded = model_for_task(cfg.model, task, seed=cfg.seed, new_weights=cfg.new_weights)
     sub = Subnetwork.load(job.subnetwork, adapter=loaded.adapter)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
