@@ -90,4 +90,4 @@ def family(request) -> str:
 def minilm() -> LoadedModel:
     from subnetlab.models import load_model
 
-    return load_model("minilm", head="classification", num_labels=3)
+    return load_model("minilm", head="classification", num_labels=3, new_weights=("classifier.*",))  # a fresh head, asked for

@@ -239,14 +239,24 @@ def append_jsonl(path: str | os.PathLike, record: dict) -> None:
         raise _write_failed(Path(path), e) from None
 
 
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads(text)``; malformed JSON, or JSON nested too deep for Python's parser (``[[[...]]]`` 200,000
+    levels: a ``RecursionError``), is a ``SubnetlabError`` naming ``where`` (a file, or ``file:line``)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SubnetlabError(f"{where}:{e.lineno}: malformed JSON ({e.msg})") from None
+    except RecursionError:
+        raise SubnetlabError(f"{where}: JSON nested too deep to read (lists or objects within each other "
+                             "more levels than Python's parser reads)") from None
+
+
 def read_json(path: str | os.PathLike) -> Any:
     p = Path(path)
     if not p.is_file():
         raise SubnetlabError(f"{p}: no such file")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SubnetlabError(f"{p}:{e.lineno}: malformed JSON ({e.msg})") from None
+        return parse_json(p.read_text(encoding="utf-8"), str(p))
     except UnicodeDecodeError as e:
         raise SubnetlabError(f"{p}: not UTF-8 text (byte {e.start}), so not JSON") from None
 

@@ -143,7 +143,42 @@ def files(tmp_path_factory) -> dict[str, str]:
     paths["olmo2"] = str(root / "olmo2")
     _circuit_files(root, paths)
     _mib_task_files(root, paths)
+    _inconsistent_models(root, paths)
     return paths
+
+
+def _inconsistent_models(root: Path, paths: dict[str, str]) -> None:
+    """Issue 53: model directories whose config.json and weights disagree, or whose config disagrees with itself;
+    a directory where a data file belongs; JSON nested 200,000 deep."""
+    import json
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def edited(source: str, name: str, **changes) -> None:
+        shutil.copytree(root / source, root / name)
+        config = json.loads((root / name / "config.json").read_text())
+        (root / name / "config.json").write_text(json.dumps({**config, **changes}))
+        paths[name] = str(root / name)
+
+    edited("lm", "lm-3-layers", n_layer=3)  # weights for 2: the third layer would be random
+    edited("lm", "lm-1-layer", n_layer=1)  # the second layer's weights have no place
+    edited("lm", "lm-wider-vocab", vocab_size=int(json.loads((root / "lm" / "config.json").read_text())["vocab_size"]) + 7)
+    edited("bert", "bert-3-layers", num_hidden_layers=3)
+    edited("lm", "lm-heads-not-dividing", n_head=3)  # 16 wide
+    edited("lm", "lm-no-heads", n_head=0)
+    edited("lm", "lm-layers-text", n_layer="two")
+    edited("lm", "lm-negative-vocab", vocab_size=-5)
+    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(root / "llama")
+    edited("llama", "llama-no-kv-heads", num_key_value_heads=0)
+    (root / "data-dir").mkdir()
+    (root / "data-dir" / "rows.csv").write_text("text,label\nthe cat,a\n")
+    (root / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    deep_run = root / "deep-run"
+    deep_run.mkdir()
+    (deep_run / "config.json").write_text('{"command": "evaluate"}')
+    (deep_run / "metrics.json").write_text('{"eval": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    paths.update({"datadir": str(root / "data-dir"), "deep": str(root / "deep.json"), "deeprun": str(deep_run)})
 
 
 def _mib_task_files(root: Path, paths: dict[str, str]) -> None:
@@ -761,7 +796,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-not-a-circuit-task", ["circuit", "--model", "{lm}", "--task", "arith:ab", "--sparsity", "0.9"],
      "task arith:ab is not a circuit task"),
     ("circuit-encoder-model", ["circuit", "--model", "{bert}", "--task", "circuit:ioi", "--sparsity", "0.9"],
-     "is not a causal language model"),
+     "6 weight(s) of the model are not in the checkpoint"),  # issue 53: a BERT has no LM head (was: not a causal LM)
     # each circuit method refuses the options only another method reads (issue 34), naming the flag and the method
     ("circuit-eap-refuses-sparsity", [*EAP, "--sparsity", "0.9"],
      "--sparsity: under eap it sets the circuits compared across step counts or seeds"),
@@ -856,7 +891,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-limit-zero", [*CIRCUIT, "--sparsity", "0.9", "--preset", "demo", "--limit", "0"], "--limit 0"),
     # circuit-eval: the same reader for --scores and --circuit, the same model check as circuit
     ("circuit-eval-post-ln-bert", ["circuit-eval", "--model", "{bert}", "--scores", "{nodescores}", "--task",
-                                   "circuit:ioi"], "bert models normalise the residual stream after every attention"),
+                                   "circuit:ioi"], "6 weight(s) of the model are not in the checkpoint"),  # issue 53: refused at load now
     *[(f"circuit-eval-scores-{name}", [*CIRCUIT_EVAL[:-2], "--scores", f"{{{file}}}", "--task", "circuit:ioi",
                                        "--task-option", "n_train=4", "--task-option", "n_eval=2"], fragment)
       for name, file, fragment in (
@@ -1040,6 +1075,43 @@ CASES: list[tuple[str, list[str], str]] = [
      "--position-chunk: not used by --method exact"),
     ("circuit-checkpoint-blocks-not-a-bool", [*CIRCUIT, "--sparsity", "0.9", "--set", "checkpoint_blocks=maybe"],
      "checkpoint_blocks"),
+    # issue 53 (model loading): weights that do not fit the config, configs that disagree with themselves, a
+    # directory given as a data file, JSON nested 200,000 deep, an edge circuit where masks are pinned
+    ("circuit-config-more-layers-than-weights", [*CIRCUIT, "--sparsity", "0.9", "--model", "{lm-3-layers}"],
+     "12 weight(s) of the model are not in the checkpoint and would be randomly initialised (transformer.h.2."),
+    ("prune-config-more-layers-than-weights", [*PRUNE, "--model", "{bert-3-layers}"],
+     "not in the checkpoint and would be randomly initialised (bert.encoder.layer.2."),
+    ("inspect-config-more-layers-than-weights", ["inspect", "--model", "{lm-3-layers}"],
+     "12 weight(s) of the model are not in the checkpoint and would be randomly initialised (h.2.attn.c_attn.bias"),
+    ("inspect-weights-beyond-config", ["inspect", "--model", "{lm-1-layer}"],
+     "weight(s) of the checkpoint have no place in the model (transformer.h.1."),
+    ("inspect-weight-of-another-shape", ["inspect", "--model", "{lm-wider-vocab}"],
+     "1 weight(s) have another shape in the checkpoint (wte.weight)"),
+    ("circuit-weight-of-another-shape", [*CIRCUIT, "--sparsity", "0.9", "--model", "{lm-wider-vocab}"],
+     "have another shape in the checkpoint (transformer.wte.weight)"),
+    *[(f"{command}-config-{name}", args, fragment)
+      for name, model, fragment in (
+          ("heads-not-dividing-width", "lm-heads-not-dividing", "config.json describes no model that can be built "
+                                                                "(ValueError: `embed_dim` must be divisible by num_heads"),
+          ("no-key-value-heads", "llama-no-kv-heads", "config.json: num_key_value_heads is 0; it must be at least 1"),
+          ("no-heads", "lm-no-heads", "config.json: num_attention_heads is 0; it must be at least 1"),
+          ("layers-text", "lm-layers-text", "Field 'n_layer' expected int, got str (value: 'two')"),
+          ("negative-vocab", "lm-negative-vocab", "config.json: vocab_size is -5; it must be at least 1"))
+      for command, args in (("inspect", ["inspect", "--model", f"{{{model}}}"]),
+                            ("circuit", [*CIRCUIT, "--sparsity", "0.9", "--model", f"{{{model}}}"]),
+                            ("plan", ["plan", "circuit", "--model", f"{{{model}}}"]))],
+    ("finetune-task-file-a-directory", [*FINETUNE[:3], "--task", "file:{datadir}", "--max-steps", "2"],
+     "data-dir: a directory, but not a dataset saved with save_to_disk"),
+    ("mib-path-a-directory", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={datadir}"],
+     "data-dir: a directory, but not a dataset saved with save_to_disk"),
+    ("view-json-nested-deep", ["view", "{deep}"], "deep.json: JSON nested too deep to read"),
+    ("results-json-nested-deep", ["results", "{deeprun}"], "metrics.json: JSON nested too deep to read"),
+    ("circuit-eval-circuit-json-nested-deep", [*CIRCUIT_EVAL[:-2], "--circuit", "{deep}", "--task", "circuit:ioi",
+                                               "--task-option", "n_train=4", "--task-option", "n_eval=2"],
+     "deep.json"),
+    ("lottery-retrain-edge-circuit", ["lottery-retrain", "--model", "{lm}", "--task", "circuit:ioi", "--task-option",
+                                      "n_train=4", "--task-option", "n_eval=2", "--subnetwork", "{edges-partial}"],
+     "a subnetwork of kind 'edges'"),
 ]
 
 
@@ -1188,7 +1260,7 @@ def test_retraining_a_gpt2_without_a_pad_token_pads_with_its_end_of_text_token(f
     with the end-of-text token (``models.loading.pad_like_eos``), so the run finishes."""
     from subnetlab.models import load_model
 
-    loaded = load_model(files["gpt2-nopad"], head="classification", num_labels=3)
+    loaded = load_model(files["gpt2-nopad"], head="classification", num_labels=3, new_weights=("score.*",))
     assert loaded.model.config.pad_token_id == loaded.tokenizer.eos_token_id == 3
     assert loaded.tokenizer.pad_token == "[SEP]"
     torch.set_num_threads(1)

@@ -86,7 +86,10 @@ def test_a_base_checkpoint_loaded_with_a_fresh_classifier_is_refused(tmp_path):
 
     BertModel(BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=32)).save_pretrained(tmp_path / "base")
-    loaded = load_model(str(tmp_path / "base"), head="classification", num_labels=2)  # a random head of 2 outputs
+    with pytest.raises(SubnetlabError, match=r"not in the checkpoint .*\(classifier\.bias, classifier\.weight\)"):
+        load_model(str(tmp_path / "base"), head="classification", num_labels=2)  # a random head: refused at load
+    loaded = load_model(str(tmp_path / "base"), head="classification", num_labels=2,
+                        new_weights=("classifier.*",))  # a random head of 2 outputs, asked for
     hans = get_task("hans-synthetic", n_per_subcase=1, eval_per_subcase=1)  # 2 labels: the sizes agree
     with pytest.raises(SubnetlabError, match=r"model base has no trained classification head \(saved as BertModel\)"):
         check_model_fits_task(loaded.model, _Tokenizer(60), hans, "base")

@@ -363,6 +363,8 @@ class Circuit:
                 shape = json.loads(metadata["graph_shape"])
             except json.JSONDecodeError as e:
                 raise SubnetlabError(f"{source}: graph shape unreadable ({e})", setting=setting) from None
+            except RecursionError:
+                raise SubnetlabError(f"{source}: graph shape unreadable (JSON nested too deep)", setting=setting) from None
             graph = Graph.from_shape(shape, source)
             check_model_graph(graph, adapter, source, setting)
             if count != graph.num_edges:

@@ -56,7 +56,7 @@ def file_format(metadata: dict[str, str]) -> str | None:
         return metadata["format"]
     try:
         state = json.loads(metadata.get("state") or "{}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     return state.get("format") if isinstance(state, dict) else None
 
@@ -125,7 +125,7 @@ def _edge_scores(path: str, adapter: Any, values: Tensor, key: str, metadata: di
     if key == "log_alpha_edges":  # a checkpoint records its graph's shape in its state; log-alphas rank by sign
         try:
             shape = json.loads(metadata.get("state") or "{}").get("graph")
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, AttributeError, RecursionError):
             shape = None
         metadata = {} if not isinstance(shape, dict) else {"graph_shape": json.dumps(shape)}
         metadata["score_sign"] = "signed"

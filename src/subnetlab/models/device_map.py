@@ -120,6 +120,9 @@ def _read_layers(value: Any) -> str | dict[str, str]:
         except json.JSONDecodeError as e:
             raise SubnetlabError(f"device_map {str(value)[:60]!r}: not valid JSON ({e.msg}, line {e.lineno})",
                                  setting="device_map") from None
+        except RecursionError:
+            raise SubnetlabError(f"device_map {str(value)[:60]!r}: JSON nested too deep to read",
+                                 setting="device_map") from None
     if isinstance(value, str):
         return value.strip()
     if not isinstance(value, Mapping) or not value:

@@ -345,4 +345,6 @@ class Graph:
             data = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise SubnetlabError(f"{path}: cannot read the graph ({e})") from None
+        except RecursionError:
+            raise SubnetlabError(f"{path}: cannot read the graph (JSON nested too deep)") from None
         return cls.from_dict(data, str(path))

@@ -42,6 +42,7 @@ from subnetlab.methods.finetune.state import (
     latest_resumable,
     load_training_state,
     save_checkpoint,
+    tokenizer_state,
 )
 from subnetlab.optim import lr_scheduler
 from subnetlab.progress import duration, stage, track, warning
@@ -133,14 +134,19 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     dtype = resolve_dtype(cfg.dtype, device)
     stage(describe_runtime(device, dtype))
     resume = latest_resumable(out)
-    loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed)
+    loaded = model_for_task(str(resume) if resume else cfg.model, task, seed=cfg.seed,
+                            new_weights=() if resume else cfg.new_weights)
     check_lengths_fit(loaded.model, loaded.tokenizer, task, cfg.max_length, cfg.model)
     fresh = None if resume else fresh_model_warning(loaded.model, cfg.lr, cfg.model)
     if fresh is not None:  # after every check of the input: bad input stays one error line
         warning(fresh)
+    new_weights = list(loaded.new_weights)  # a fresh task head; a resumed run's was created by its first start
+    if resume is not None and (out / "config.json").is_file():
+        new_weights = list(read_json(out / "config.json").get("new_weights") or [])
     out.mkdir(parents=True, exist_ok=True)  # only now: bad input above leaves no run directory behind
     write_json(out / "config.json", {"command": "finetune", "finetune": cfg.to_json(), "task": task.options,
-                                     **runtime_record(device, dtype)})
+                                     **runtime_record(device, dtype),
+                                     **({"new_weights": new_weights} if new_weights else {})})
     save_splits(out, task)  # your own data: the rows it trains on, which later commands never evaluate on
     clean_temporaries(out)
 
@@ -150,6 +156,7 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
     if resume is None:
         torch.manual_seed(cfg.seed)  # dropout stream of a fresh run
     model, tokenizer = loaded.model.to(device), loaded.tokenizer
+    as_loaded = tokenizer_state(tokenizer)  # saved with every checkpoint, not the last batch's truncation
     optimizer = training_optimizer(model, cfg)
     scheduler = lr_scheduler(optimizer, total=total, warmup=warmup, decay=cfg.scheduler)
     state: dict[str, Any] = {"loss_sum": 0.0, "loss_count": 0, "elapsed": 0.0}
@@ -192,7 +199,8 @@ def finetune(cfg: FinetuneConfig, out_dir: str | os.PathLike, *, _stop_after: in
         if done % cfg.save_every == 0 or done == total:
             state["elapsed"] = time.time() - started
             extra = {k: state[k] for k in ("loss_sum", "loss_count", "elapsed")}
-            save_checkpoint(out, done, model, tokenizer, optimizer, scheduler, {**extra, "total_steps": total})
+            save_checkpoint(out, done, model, tokenizer, optimizer, scheduler, {**extra, "total_steps": total},
+                            tokenizer_as_loaded=as_loaded)
         if _stop_after is not None and done >= _stop_after:
             raise KeyboardInterrupt(f"stopped after step {done}")
     final_ckpt = checkpoint_dirs(out)[-1][1]

@@ -42,7 +42,7 @@ from subnetlab.methods.finetune.model import model_for_task
 from subnetlab.methods.finetune.state import OPTIMIZER_FILE, checkpoint_dirs
 from subnetlab.runs.finetune import finetune_task, finetune
 from subnetlab.runs.splits import save_splits
-from subnetlab.methods.lottery.retrain import train_masked
+from subnetlab.methods.lottery.retrain import refuse_unpinnable, train_masked
 from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
 from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
@@ -172,6 +172,7 @@ def check_retrain_subnetwork(model: str, path: str | os.PathLike) -> Subnetwork:
         raise SubnetlabError(f"{path}: no such subnetwork file", setting="subnetwork")
     try:
         sub = Subnetwork.load(path)
+        refuse_unpinnable(sub, str(path))
         adapter = config_adapter(model)
         if adapter is not None:
             sub.check(adapter)
@@ -329,7 +330,7 @@ def retrain_job(config: dict[str, Any], out_dir: str | os.PathLike) -> dict[str,
     job = RetrainJobConfig.from_dict(config)
     cfg = job.settings
     task = finetune_task(cfg)
-    loaded = model_for_task(cfg.model, task, seed=cfg.seed)
+    loaded = model_for_task(cfg.model, task, seed=cfg.seed, new_weights=cfg.new_weights)
     sub = Subnetwork.load(job.subnetwork, adapter=loaded.adapter)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)

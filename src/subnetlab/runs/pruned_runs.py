@@ -8,12 +8,12 @@ directory. A run is grouped by its subnetwork's ``target_sparsity`` metadata
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.io import parse_json
 from subnetlab.subnetwork import Subnetwork
 
 SUBNETWORK_FILE = "subnetwork.safetensors"
@@ -47,9 +47,9 @@ def _read_optional_json(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SubnetlabError(f"{path}:{e.lineno}: malformed JSON ({e.msg})") from None
+        data = parse_json(path.read_text(encoding="utf-8"), str(path))
+    except UnicodeDecodeError as e:
+        raise SubnetlabError(f"{path}: not UTF-8 text (byte {e.start}), so not JSON") from None
     return data if isinstance(data, dict) else {}
 
 

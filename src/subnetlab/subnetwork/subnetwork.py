@@ -279,7 +279,7 @@ class Subnetwork:
             try:
                 graph_shape = json.loads(meta["graph"])
                 Graph.from_shape(graph_shape, str(path))
-            except (KeyError, TypeError, ValueError, json.JSONDecodeError, SubnetlabError):
+            except (KeyError, TypeError, ValueError, json.JSONDecodeError, SubnetlabError, RecursionError):
                 raise SubnetlabError(f"{path}: edge circuit without a readable graph shape; the file is damaged") from None
             if set(tensors) != {"edges"} or tensors["edges"].dim() != 1:
                 raise SubnetlabError(f"{path}: an edge circuit holds one 1-D tensor 'edges'; the file is damaged")

@@ -53,6 +53,8 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[str, dict[str, Any]]]:
             record = json.loads(line)
         except json.JSONDecodeError as e:
             raise SubnetlabError(f"{where}: malformed JSON ({e.msg})") from None
+        except RecursionError:
+            raise SubnetlabError(f"{where}: JSON nested too deep to read") from None
         if not isinstance(record, dict):
             raise SubnetlabError(f"{where}: expected a JSON object, got {type(record).__name__}")
         yield where, record

@@ -82,8 +82,13 @@ def _read(path: Path) -> Any:
         raise SubnetlabError(f"{path}: no such data file", setting="task")
     if path.is_file() and path.stat().st_size == 0:
         raise SubnetlabError(f"{path}: empty file (no header, no rows)", setting="task")
+    builder = None
     try:
         if path.is_dir():
+            if not any((path / name).is_file() for name in ("dataset_info.json", "dataset_dict.json", "state.json")):
+                raise SubnetlabError(f"{path}: a directory, but not a dataset saved with save_to_disk (no "
+                                     "dataset_dict.json or dataset_info.json); give a data file (.csv, .tsv, .json, "
+                                     ".jsonl, .parquet) or such a folder", setting="task")
             return datasets.load_from_disk(str(path))
         builder = SUFFIX_BUILDERS.get(path.suffix.lower())
         if builder is None:

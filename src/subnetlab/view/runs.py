@@ -224,7 +224,10 @@ def _subnetwork_run(file: Path, label: str, run_dir: Path | None = None) -> View
     if kind == "edges" and "edges" in tensors:
         from subnetlab.models.graph import Graph
 
-        shape = json.loads(metadata.get("graph_shape") or "null")
+        try:
+            shape = json.loads(metadata.get("graph_shape") or "null")
+        except (ValueError, RecursionError):
+            shape = None
         if not isinstance(shape, dict):
             raise SubnetlabError(f"{file}: an edge subnetwork without its graph's shape", setting="runs")
         circuit = Circuit(Graph.from_shape(shape, str(file)), in_graph=tensors["edges"])

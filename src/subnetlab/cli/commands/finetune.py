@@ -38,6 +38,10 @@ def finetune(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the head, dropout and data order [0]."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA, else Apple mps, else the CPU), cpu, cuda[:N] or mps."),
     dtype: Optional[str] = dtype_option(),
+    new_weights: list[str] = typer.Option([], "--new-weights", help="Weights the model may lack and start freshly "
+                                          "initialised (a name or pattern, repeatable), e.g. 'bert.pooler.*' for an "
+                                          "encoder saved without its pooler; a new task head needs none. Any other "
+                                          "weight missing from the checkpoint, or of another shape, is refused."),
 ) -> None:
     """Fine-tune MODEL on TASK: AdamW, checkpoints every --save-every steps, evaluation
     (in-domain and every out-of-domain subcase) every --eval-every steps into DIR/metrics.jsonl."""
@@ -51,6 +55,7 @@ def finetune(
         warmup_steps=warmup_steps, warmup_ratio=warmup_ratio, weight_decay=weight_decay, scheduler=scheduler,
         grad_clip=grad_clip, max_length=max_length, save_every=save_every, eval_every=eval_every,
         eval_limit=eval_limit, eval_batch_size=eval_batch_size, seed=seed, device=device, dtype=dtype,
+        new_weights=list(new_weights) or None,
     )
     check_max_length_option(model, max_length)
     metrics = run(cfg, out)

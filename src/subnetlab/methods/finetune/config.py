@@ -57,12 +57,17 @@ class FinetuneConfig:
     device: str = "cpu"
     preset: str | None = None
     dtype: str = "float32"  # forward passes: float32, or bfloat16 / float16 autocast (runtime.resolve_dtype)
+    # fnmatch patterns of weights the model may lack and starts fresh (beyond a new task head, which is always
+    # allowed): e.g. bert.pooler.* for an encoder saved without its pooler; any other missing weight is refused
+    new_weights: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["adam_betas"] = list(self.adam_betas)
         if self.dtype == "float32":
             del out["dtype"]  # the default: a run written before dtype existed is the same run
+        if not self.new_weights:
+            del out["new_weights"]  # the default: a run written before the setting existed is the same run
         return out
 
     @classmethod
@@ -119,6 +124,8 @@ def validate(cfg: FinetuneConfig) -> None:
             raise SubnetlabError(f"{setting} {problem}", setting=setting)
 
     need(cfg.lr > 0, "lr", f"{cfg.lr} must be positive")
+    need(all(isinstance(p, str) and p.strip() for p in cfg.new_weights), "new_weights",
+         f"{cfg.new_weights!r} must be weight names or fnmatch patterns (bert.pooler.*)")
     need(cfg.batch_size >= 1, "batch_size", f"{cfg.batch_size} must be at least 1")
     need(cfg.epochs > 0, "epochs", f"{cfg.epochs} must be positive")
     need(cfg.max_steps is None or cfg.max_steps >= 1, "max_steps", f"{cfg.max_steps} must be at least 1")

@@ -17,7 +17,7 @@ from transformers import GPT2Config
 from subnetlab.errors import SubnetlabError
 from subnetlab.methods.model_fit import check_model_fits_task, new_head_notice
 from subnetlab.models import LoadedModel, build_model, load_model, resolve
-from subnetlab.models.loading import read_config
+from subnetlab.models.loading import read_config, task_head_weights
 from subnetlab.progress import stage
 from subnetlab.tasks.base import Task
 
@@ -51,11 +51,12 @@ def _head_notice(spec: str, task: Task) -> str | None:
     return new_head_notice(config, task, spec)
 
 
-def model_for_task(spec: str, task: Task, *, seed: int = 0) -> LoadedModel:
+def model_for_task(spec: str, task: Task, *, seed: int = 0, new_weights: tuple[str, ...] | list[str] = ()) -> LoadedModel:
     """Load or build the model named ``spec`` with the head ``task`` needs, and its tokenizer.
 
     The task's own tokenizer (arithmetic) takes precedence over the model's.
-    Fresh heads are initialised from ``seed``.
+    Fresh heads are initialised from ``seed``. A classification task's new head may be missing from the
+    checkpoint (its weights: ``task_head_weights``); ``new_weights`` names any other weights that may.
     """
     import torch
 
@@ -66,15 +67,19 @@ def model_for_task(spec: str, task: Task, *, seed: int = 0) -> LoadedModel:
         config = arithmetic_gpt2_config(_parse_layers(spec), len(tok), tok.pad_token_id)
         return build_model(config, head="causal-lm", seed=seed, tokenizer=tok)
     if task.kind == "lm":
-        loaded = load_model(spec, head="causal-lm")
+        loaded = load_model(spec, head="causal-lm", new_weights=tuple(new_weights))
+        if loaded.new_weights:
+            stage(f"new weights (freshly initialised): {', '.join(loaded.new_weights)}")
     else:
         n = len(task.labels)
         notice = _head_notice(spec, task)
         if notice is not None:
             stage(notice)
         torch.manual_seed(seed)  # the new classifier's initialisation
-        replace = {"ignore_mismatched_sizes": True} if notice is not None else {}  # a head of another size goes
-        loaded = load_model(spec, head="classification", num_labels=n, **replace)
+        head = task_head_weights(spec, "classification", n)  # the new classifier's weights, and only they, fresh
+        loaded = load_model(spec, head="classification", num_labels=n, new_weights=(*head, *new_weights))
+        if loaded.new_weights:
+            stage(f"new task head (freshly initialised): {', '.join(loaded.new_weights)}")
         loaded.model.config.architectures = [type(loaded.model).__name__]  # the head it has now
         loaded.model.config.id2label = dict(enumerate(task.labels))
         loaded.model.config.label2id = {name: i for i, name in enumerate(task.labels)}

@@ -69,6 +69,45 @@ def _rng_tensors() -> dict[str, torch.Tensor]:
     return out
 
 
+def tokenizer_state(tokenizer: Any) -> tuple[Any, Any] | None:
+    """A fast tokenizer's truncation and padding settings (its backend's), which every call with
+    ``truncation=``/``max_length=`` changes and ``save_pretrained`` writes into ``tokenizer.json``."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    return (dict(backend.truncation) if backend.truncation else None,
+            dict(backend.padding) if backend.padding else None)
+
+
+def _restore_tokenizer_state(tokenizer: Any, state: tuple[Any, Any] | None) -> None:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or state is None:
+        return
+    truncation, padding = state
+    if truncation:
+        backend.enable_truncation(**truncation)
+    else:
+        backend.no_truncation()
+    if padding:
+        backend.enable_padding(**padding)
+    else:
+        backend.no_padding()
+
+
+def save_tokenizer(tokenizer: Any, directory: str | os.PathLike, state: tuple[Any, Any] | None = None) -> None:
+    """``tokenizer.save_pretrained(directory)`` with its truncation and padding as ``state`` recorded them
+    (``tokenizer_state`` of the tokenizer as the run loaded it): what the last batch set is not saved, so a run
+    resumed from a checkpoint saves the tokenizer an uninterrupted run saves."""
+    if tokenizer is None or not hasattr(tokenizer, "save_pretrained"):
+        return
+    now = tokenizer_state(tokenizer)
+    _restore_tokenizer_state(tokenizer, state)
+    try:
+        tokenizer.save_pretrained(str(directory))
+    finally:
+        _restore_tokenizer_state(tokenizer, now)
+
+
 def save_checkpoint(
     run_dir: str | os.PathLike,
     step: int,
@@ -77,8 +116,11 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     extra: dict[str, Any],
+    tokenizer_as_loaded: tuple[Any, Any] | None = None,
 ) -> Path:
-    """Write ``checkpoints/step-<step>`` atomically; drop older checkpoints' optimizer files."""
+    """Write ``checkpoints/step-<step>`` atomically; drop older checkpoints' optimizer files.
+
+    The tokenizer is saved with the truncation and padding of ``tokenizer_as_loaded`` (``save_tokenizer``)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
@@ -89,8 +131,8 @@ def save_checkpoint(
     try:
         with quiet_transformers():  # no "Writing model shards" bar at every checkpoint
             model.save_pretrained(str(tmp))
-        if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
-            tokenizer.save_pretrained(str(tmp))
+        save_tokenizer(tokenizer, tmp, tokenizer_as_loaded if tokenizer_as_loaded is not None
+                       else tokenizer_state(tokenizer))
         opt = optimizer.state_dict()
         tensors, scalars = {}, {}
         for idx, state in opt["state"].items():
@@ -131,7 +173,7 @@ def load_training_state(
     """Restore optimizer, scheduler and RNG from ``checkpoint``; return its trainer state."""
     try:
         state = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, RecursionError) as e:
         raise SubnetlabError(f"{checkpoint / STATE_FILE}: unreadable trainer state ({e})") from None
     tensors = load_tensors(checkpoint / OPTIMIZER_FILE)
     per_param: dict[int, dict[str, Any]] = {}

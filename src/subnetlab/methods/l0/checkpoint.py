@@ -80,7 +80,7 @@ def load_checkpoint(run_dir: str | Path) -> TrainingState | None:
         meta = f.metadata() or {}
     try:
         info = json.loads(meta["state"])
-    except (KeyError, json.JSONDecodeError):
+    except (KeyError, json.JSONDecodeError, RecursionError):
         raise SubnetlabError(f"{path}: not a subnetlab pruning checkpoint (no readable state)") from None
     if info.get("format") != FORMAT:
         raise SubnetlabError(f"{path}: unknown checkpoint format {info.get('format')!r}")

@@ -39,6 +39,21 @@ from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 
 
+PINNABLE_KINDS = ("structured", "weights")
+
+
+def refuse_unpinnable(subnetwork: Subnetwork, where: str = "") -> None:
+    """Refuse a subnetwork that re-fine-tuning cannot hold fixed: only head/MLP gates or weight masks can be.
+
+    An edge circuit cuts connections between components, which no gate on a head or mask on a weight
+    expresses; read as weight masks it would pin nothing and train the whole model under its sparsity.
+    """
+    if subnetwork.kind not in PINNABLE_KINDS:
+        raise SubnetlabError(f"{where or 'subnetwork'}: a subnetwork of kind {subnetwork.kind!r} (an edge circuit "
+                             "cuts connections, not heads or weights); re-fine-tuning pins a structured subnetwork "
+                             "(heads and MLPs) or weight masks", setting="subnetwork")
+
+
 class PinnedSubnetwork:
     """Holds a subnetwork's pruned parts at exactly zero in a model, for training and evaluation.
 
@@ -47,6 +62,7 @@ class PinnedSubnetwork:
     """
 
     def __init__(self, model: nn.Module, adapter: Adapter, subnetwork: Subnetwork) -> None:
+        refuse_unpinnable(subnetwork)
         subnetwork.check(adapter)
         self.model, self.adapter, self.subnetwork = model, adapter, subnetwork
         self._gates = None

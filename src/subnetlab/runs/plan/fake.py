@@ -38,8 +38,8 @@ def read_model_config(source: str) -> Any:
             config = AutoConfig.from_pretrained(str(path))
         else:
             config = AutoConfig.from_pretrained(str(path) if path.exists() else source, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except Exception as e:  # noqa: BLE001 -- OSError, ValueError, and transformers 5's own validation errors
+        first = " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
         where = "" if path.exists() else " (a hub id is read from the local cache only; plan downloads nothing)"
         raise SubnetlabError(f"{source}: not a model config{where}: {first}", setting="model") from None
     return config
@@ -66,7 +66,7 @@ def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
     import torch
 
     from subnetlab.models.adapters import FAMILIES, attention_for, get_adapter
-    from subnetlab.models.loading import HEADS
+    from subnetlab.models.loading import HEADS, check_config_values
 
     kind = next((s.kind for s in FAMILIES.values() if getattr(config, "model_type", None) in s.model_types), None)
     if kind is None:
@@ -74,12 +74,19 @@ def fake_model(config: Any, settings: PlanSettings) -> tuple[Any, Any]:
     if settings.method not in ENCODER_METHODS and kind != "decoder":
         raise SubnetlabError(f"{settings.method} needs a causal language model; {config.model_type} is not one",
                              setting="model")
+    check_config_values(config, getattr(config, "_name_or_path", "") or "the model")
     config = copy.deepcopy(config)
     if kind != "decoder":
         config.num_labels = settings.labels
     head = "causal-lm" if kind == "decoder" else "classification"
-    model = HEADS[head].from_config(config, dtype=getattr(torch, settings.weights_dtype),
-                                    attn_implementation=attention_for(config.model_type, "sdpa"))
+    try:
+        model = HEADS[head].from_config(config, dtype=getattr(torch, settings.weights_dtype),
+                                        attn_implementation=attention_for(config.model_type, "sdpa"))
+    except Exception as e:  # noqa: BLE001 -- a config whose values disagree (heads that do not divide the width)
+        text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        raise SubnetlabError(f"{getattr(config, '_name_or_path', '') or 'the model'}: config.json describes no model "
+                             f"that can be built ({type(e).__name__}{': ' + text if text else ''})",
+                             setting="model") from None
     model.eval()
     return model, get_adapter(model)
 

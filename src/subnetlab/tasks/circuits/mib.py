@@ -229,7 +229,7 @@ def _default_eval_split(path: str, train_split: str) -> str | None:
         return None
     try:
         splits = json.loads(index.read_text(encoding="utf-8")).get("splits", [])
-    except (ValueError, UnicodeDecodeError, AttributeError):
+    except (ValueError, UnicodeDecodeError, AttributeError, RecursionError):
         return None  # the datasets reader says what is wrong with the folder
     return "validation" if "validation" in splits and train_split != "validation" else None
 
