@@ -32,7 +32,7 @@ TINY = {  # page text -> what this test runs instead
         "--task nli-synthetic --task-option n_train=64 --task-option n_eval=16 --task-option hans_per_subcase=1 "
         "--sparsity 0.5 --seeds 0-1 --preset demo --set warmup_steps=2 --set total_steps=3 --set eval_limit=16 "
         "--set means_examples=16",
-    "--max-steps 600": "--max-steps 2 --task-option n_train=100 --task-option n_eval=16 --task-option n_test=16",
+    "--max-steps 600": "--max-steps 2 --task-option n_train=1000 --task-option n_eval=16 --task-option n_test=16",
     "--method eap --limit 64": "--method eap --limit 4",
     "--limit 64 --out": "--limit 4 --out",
 }
