@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= runs/demo
 
-.PHONY: demo test install clean gpu-check
+.PHONY: demo test install clean gpu-check docs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: $(STAMP)
 # Without CUDA the gpu tests skip; `make gpu-check PY=.venv/bin/python SMALL=1` checks the script at tiny shapes.
 gpu-check:
 	PYTHON=$(PY) scripts/gpu-check.sh $(if $(SMALL),--small)
+
+# the documentation site (mkdocs.yml; the CLI reference is generated from the Typer app by docs/hooks/cli_reference.py)
+docs: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
