@@ -17,6 +17,7 @@ import torch
 from subnetlab.errors import SubnetlabError
 from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
+from tests.precision import faithfulness_tolerance
 
 PERCENTAGES = (.001, .002, .005, .01, .02, .05, .1, .2, .5, 1)
 
@@ -414,7 +415,10 @@ def test_circuit_eval_mib_end_to_end_with_eap_ig_files(tiny, tmp_path, capsys, o
     written = json.loads((tmp_path / "a" / "faithfulness.json").read_text())
     metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
     assert written["definition"] == metrics["definition"] == "mib" and "MIB: CPR" in out
-    assert written["cpr"] == pytest.approx(expected["cpr"], abs=1e-9) and metrics["cmd"] == pytest.approx(expected["cmd"], abs=1e-9)
+    full, empty = (evaluate(torch.full((graph.num_edges,), fill))["logit_diff"] for fill in (True, False))
+    tolerance = faithfulness_tolerance(full, empty)  # the command's float32 path against the test's
+    assert written["cpr"] == pytest.approx(expected["cpr"], abs=tolerance)
+    assert metrics["cmd"] == pytest.approx(expected["cmd"], abs=tolerance)
     assert written["score_orientation"].startswith("negated")
     assert torch.equal(mib_graph.load(tmp_path / "eap.json").scores, -scores)
     assert mib_submission.check(tmp_path / "sub", mib_names=False)[0]["folder"] == "ioi_model"
@@ -565,8 +569,10 @@ def test_circuit_eval_mib_on_a_parallel_gpt_neox_end_to_end(neox, tmp_path, caps
     _, from_1_abs, _ = mib_area_under_curve(on_matrix, eap, matrix, absolute=True)
     written = json.loads((tmp_path / "a" / "faithfulness.json").read_text())
     assert written["definition"] == "mib"
-    assert written["cpr"] == pytest.approx(under_signed, abs=1e-9)
-    assert written["cmd"] == pytest.approx(from_1_abs, abs=1e-9)
+    full, empty = (evaluate(torch.full((graph.num_edges,), fill))["logit_diff"] for fill in (True, False))
+    tolerance = faithfulness_tolerance(full, empty)  # the command's float32 path against the test's
+    assert written["cpr"] == pytest.approx(under_signed, abs=tolerance)
+    assert written["cmd"] == pytest.approx(from_1_abs, abs=tolerance)
     back = mib_graph.load(tmp_path / "back.pt")
     assert back.graph.parallel_attn_mlp and torch.equal(back.scores, scores)
     level, read, on, _ = read_scores(str(tmp_path / "eap.json"), get_adapter(model))  # what circuit --init-from reads
@@ -576,7 +582,7 @@ def test_circuit_eval_mib_on_a_parallel_gpt_neox_end_to_end(neox, tmp_path, caps
     mib_graph.save(Circuit(graph, None, keep), tmp_path / "circuit.json", d_model=16)
     run(["--circuit", str(tmp_path / "circuit.json"), "--out", str(tmp_path / "c")])
     measured = json.loads((tmp_path / "c" / "metrics.json").read_text())  # the circuit as written (no pruning)
-    full, empty = (evaluate(torch.full((graph.num_edges,), fill))["logit_diff"] for fill in (True, False))
     assert measured["kept"] == 3
+    m = evaluate(keep)["logit_diff"]  # float32 along the command's path and the test's: a tolerance from its precision
     assert measured["faithfulness"]["logit_diff"] == pytest.approx(
-        (evaluate(keep)["logit_diff"] - empty) / (full - empty), abs=1e-6)
+        (m - empty) / (full - empty), abs=faithfulness_tolerance(full, empty, m))

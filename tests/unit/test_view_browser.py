@@ -121,7 +121,8 @@ def test_view_page_shows_the_stability_a_sweep_and_an_evaluation_recorded(tmp_pa
     no_errors(dom, log)
     shown = re.findall(r'<tr data-mean-jaccard="([^"]+)">', dom)
     assert len(shown) == 1 and float(shown[0]) == pytest.approx(len(a & b) / len(a | b))
-    assert "seed 0, seed 1" in dom and "0.800 [0.700, 0.900]" in dom  # the faithfulness bootstrap over the two seeds
+    # two seeds: their mean, n and range, never called an interval (MIN_INTERVAL_VALUES)
+    assert "seed 0, seed 1" in dom and "0.800 (n = 2) range [0.700, 0.900], no interval" in dom
     dom, log = chromium(tmp_path, (tmp_path / "eval.html").as_uri(), "--dump-dom")
     no_errors(dom, log)
     assert "95% bootstrap over 40 pairs (500 resamples, seed 3): CPR 0.610 [0.500, 0.700], CMD 0.420 [0.300, 0.550]" in dom

@@ -302,9 +302,10 @@ def pretrained(model_class: Any, source: str, name: str, new_weights: Sequence[s
     Returns the model and the weights it created (``check_loading_report``); any other weight the
     checkpoint lacks, has in another shape or has beyond the model is refused, naming ``name``.
     """
-    kwargs = {"use_safetensors": True, **kwargs, "ignore_mismatched_sizes": True, "output_loading_info": True}
+    kwargs = {**kwargs, "ignore_mismatched_sizes": True, "output_loading_info": True}
+    kwargs.pop("use_safetensors", None)  # never a pickle, whatever the caller passed
     with quiet_transformers():
-        model, report = model_class.from_pretrained(source, **kwargs)
+        model, report = model_class.from_pretrained(source, use_safetensors=True, **kwargs)
     return model, check_loading_report(model, report, name, new_weights)
 
 

@@ -142,6 +142,7 @@ def read_stability(path: Path) -> list[dict[str, Any]]:
         if isinstance(stab.get("score"), dict):
             row["faithfulness_over_seeds"] = {"mean": _number(stab["score"].get("mean")),
                                               "n": _number(stab["score"].get("n")),
+                                              "range": [_number(v) for v in stab["score"].get("range", [])],
                                               "interval": [_number(v) for v in stab["score"].get("bootstrap_95", [])]}
         out.append(row)
     faithfulness = path / "faithfulness.json"

@@ -119,7 +119,8 @@
         table.append("tr").attr("data-mean-jaccard", e.mean_jaccard).selectAll("td").data([e.source, e.target,
           e.runs.length + " (" + e.runs.join(", ") + ")", fmt(e.mean_jaccard) + " (" + fmt(e.min_jaccard) + ")",
           fmt(e.mean_jaccard_across_steps), fmt(e.mean_jaccard_across_seeds), e.kept_in_every + " / " + e.kept_in_any,
-          f ? fmt(f.mean) + " (n = " + f.n + ") " + (f.interval.length ? interval(f.interval) : "no interval") : "n/a",
+          f ? fmt(f.mean) + " (n = " + f.n + ") " + (f.interval.length ? interval(f.interval)
+            : "range " + interval(f.range) + ", no interval") : "n/a",
           e.top_frequency.map((t) => t[0] + " " + fmt(t[1])).join(", ")]).enter().append("td").text((d) => d);
       }
     }
