@@ -258,7 +258,8 @@ def from_dict(data: Any, source: str = "graph", graph: Graph | None = None, sett
             if extra in node:
                 raise SubnetlabError(f"{source}: {field}.{extra}: a node- or neuron-level circuit; subnetlab reads "
                                      "edge-level MIB files", setting=setting)
-    unknown = next((name for name in edges if name not in set(graph.edge_names)), None)
+    edge_names = set(graph.edge_names)  # once: a property that builds the list (O(edges) per call)
+    unknown = next((name for name in edges if name not in edge_names), None)
     if unknown is not None:
         raise SubnetlabError(f"{source}: edges[{unknown!r}]: no such edge in a {graph.num_layers} x "
                              f"{graph.num_heads} graph (edges look like {graph.edge_names[0]!r})", setting=setting)

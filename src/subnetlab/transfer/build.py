@@ -163,7 +163,8 @@ def build_transfer_model(
         subnetwork = random_released(subnetwork, seed)
     masked = sorted(subnetwork.weights)
     if reinit == "masked":
-        others = [n for n, _ in model.named_parameters() if n not in set(masked)]
+        masked_names = set(masked)
+        others = [n for n, _ in model.named_parameters() if n not in masked_names]
         _copy_in(model, trained, others)
     if init_std is not None:
         redraw_normal(model, masked, float(init_std), seed)
