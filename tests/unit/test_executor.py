@@ -48,6 +48,18 @@ def test_local_and_processes_give_the_same_results(tmp_path: Path) -> None:
         assert not list(job.out_dir.glob("*.tmp"))
 
 
+def test_the_cores_are_shared_among_the_jobs_that_run_at_once(tmp_path: Path) -> None:
+    """Without cpus_per_job, one job alone gets every core and n jobs at once share them (at least one each)."""
+    from subnetlab.executor.run import threads_per_job
+
+    assert [threads_per_job(8, n) for n in (1, 2, 3, 8, 20)] == [8, 4, 2, 1, 1]
+    cores = os.cpu_count() or 1
+    alone = run_jobs(grid_jobs(tmp_path / "alone", GRID[:1]), backend="processes", n_jobs=4)
+    assert alone.ok and alone.metrics[0]["threads"] == cores  # one job of a 4-worker pool: every core
+    pair = run_jobs(grid_jobs(tmp_path / "pair", GRID[:2]), backend="processes", n_jobs=2)
+    assert pair.ok and all(m["threads"] == max(1, cores // 2) for m in pair.metrics)
+
+
 def test_each_worker_reports_its_own_cpu_seconds(tmp_path: Path) -> None:
     from subnetlab.executor import worker_cpu_seconds
 

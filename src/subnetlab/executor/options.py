@@ -29,7 +29,7 @@ class ExecutorOptions:
     backend: str | None = None
     jobs: int | None = None
     address: str | None = None
-    cpus_per_job: int = 1
+    cpus_per_job: int | None = None  # None: the cores shared among the jobs at once (executor.run.run_jobs)
     gpus_per_job: float = 0.0
     max_retries: int = 2
 

@@ -23,7 +23,8 @@ BACKENDS = ("local", "processes", "ray")
 
 
 def check_options(
-    backend: str, n_jobs: int | None, address: str | None, cpus_per_job: int, gpus_per_job: float, max_retries: int
+    backend: str, n_jobs: int | None, address: str | None, cpus_per_job: int | None, gpus_per_job: float,
+    max_retries: int
 ) -> None:
     if backend not in BACKENDS:
         raise SubnetlabError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}", setting="backend")
@@ -36,7 +37,8 @@ def check_options(
         )
     if address is not None and backend != "ray":
         raise SubnetlabError(f"address {address}: only the ray backend joins a cluster", setting="address")
-    if not isinstance(cpus_per_job, int) or cpus_per_job < 1:
+    if cpus_per_job is not None and (isinstance(cpus_per_job, bool) or not isinstance(cpus_per_job, int)
+                                     or cpus_per_job < 1):
         raise SubnetlabError(f"cpus_per_job {cpus_per_job}: expected a positive integer", setting="cpus_per_job")
     if gpus_per_job < 0 or (gpus_per_job > 1 and gpus_per_job != int(gpus_per_job)):
         raise SubnetlabError(f"gpus_per_job {gpus_per_job:g}: expected a fraction up to 1 or a whole number of GPUs",
@@ -99,7 +101,7 @@ def run_jobs(
     backend: str = "local",
     n_jobs: int | None = None,
     address: str | None = None,
-    cpus_per_job: int = 1,
+    cpus_per_job: int | None = None,
     gpus_per_job: float = 0.0,
     max_retries: int = 2,
     sweep_dir: str | os.PathLike | None = None,
@@ -111,7 +113,9 @@ def run_jobs(
     local Ray instance sized ``n_jobs * cpus_per_job`` CPUs, default all CPUs,
     unless Ray is already initialised or ``address`` names a cluster: ``auto`` or
     ``HOST:PORT``). ``cpus_per_job`` sets each worker's torch threads (the
-    local backend leaves threads alone); ``gpus_per_job`` may be fractional.
+    local backend leaves threads alone: all cores); None shares this machine's
+    cores among the workers that run at once, so one job alone gets them all
+    (``threads_per_job``); on Ray, None is one. ``gpus_per_job`` may be fractional.
     A worker that dies is retried ``max_retries`` times; a job that raises is
     reported as failed and the others carry on. ``sweep_dir`` defaults to the
     deepest directory holding all run directories. KeyboardInterrupt stops the
@@ -160,15 +164,23 @@ def run_jobs(
 
 def _backend(
     jobs: list[Job], backend: str, n_jobs: int | None, address: str | None,
-    cpus_per_job: int, gpus_per_job: float, max_retries: int,
+    cpus_per_job: int | None, gpus_per_job: float, max_retries: int,
 ) -> Generator[JobResult, None, None]:
     if backend == "local" or not jobs:  # nothing to run: start no workers and no Ray
         return run_local(jobs)
     if backend == "processes":
         from subnetlab.executor.processes import run_processes
 
-        workers = n_jobs if n_jobs is not None else max(1, (os.cpu_count() or 1) // cpus_per_job)
-        return run_processes(jobs, workers, cpus_per_job, gpus_per_job, max_retries)
+        cores = os.cpu_count() or 1
+        workers = n_jobs if n_jobs is not None else max(1, cores // (cpus_per_job or 1))
+        threads = cpus_per_job or threads_per_job(cores, min(workers, len(jobs)))
+        return run_processes(jobs, workers, threads, gpus_per_job, max_retries)
     from subnetlab.executor.ray_backend import run_ray
 
-    return run_ray(jobs, n_jobs, address, cpus_per_job, gpus_per_job, max_retries)
+    return run_ray(jobs, n_jobs, address, cpus_per_job or 1, gpus_per_job, max_retries)
+
+
+def threads_per_job(cores: int, running: int) -> int:
+    """The torch threads of each of ``running`` workers at once on ``cores`` cores: the cores shared out, at least
+    one each (one job alone gets every core; a sweep of more jobs than cores, one core each)."""
+    return max(1, cores // max(1, running))

@@ -49,8 +49,9 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "address": (None, Annotated[str | None, typer.Option(
         "--address", help="Ray cluster to join: auto or HOST:PORT. Without it, ray starts a local instance.",
         rich_help_panel=PANEL)]),
-    "cpus_per_job": (1, Annotated[int, typer.Option(
-        "--cpus-per-job", help="CPU cores (torch threads) per job.", rich_help_panel=PANEL)]),
+    "cpus_per_job": (None, Annotated[int | None, typer.Option(
+        "--cpus-per-job", help="CPU cores (torch threads) per job. Default: this machine's cores shared among the "
+        "jobs that run at once (every core for one job).", rich_help_panel=PANEL)]),
     "gpus_per_job": (0.0, Annotated[float, typer.Option(
         "--gpus-per-job", help="GPUs per job; fractions share a GPU (0.5 = two jobs per GPU).",
         rich_help_panel=PANEL)]),
