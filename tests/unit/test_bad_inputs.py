@@ -10,6 +10,7 @@ still not exist (the check and the lock of ``--out`` leave nothing behind either
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -144,6 +145,11 @@ def files(tmp_path_factory) -> dict[str, str]:
     _circuit_files(root, paths)
     _mib_task_files(root, paths)
     _inconsistent_models(root, paths)
+    (root / "a-dir.json").mkdir()  # issue 53, class 3: a directory where an output file belongs
+    (root / "a-dir.json" / "kept.txt").write_text("an earlier result\n")
+    paths["dirjson"] = str(root / "a-dir.json")
+    (root / "tables" / "t.csv").mkdir(parents=True)  # results' STEM.csv taken by a directory
+    paths["tables"] = str(root / "tables")
     return paths
 
 
@@ -463,7 +469,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("reproduce-out-file", ["reproduce", "lottery", "--out", "{afile}"], "exists and is not a directory"),
     ("export-out-file", ["export", "--model", "{bert}", "--subnetwork", "{sub}", "--out", "{afile}"],
      "exists and is not a directory"),
-    ("results-out-under-file", ["results", "{full}", "--out", "{afile}/table"], "a-file exists and is not a directory"),
+    ("results-out-under-file", ["results", "{full}", "--out", "{afile}/table"],
+     "--out: {afile}/table.csv cannot be created: {afile} is a file"),
     # damaged or missing models
     ("inspect-corrupt-weights", ["inspect", "--model", "{corrupt}"], "cannot load the model weights"),
     ("inspect-config-without-weights", ["inspect", "--model", "{noweights}"], "cannot load the model weights"),
@@ -1109,6 +1116,41 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-eval-circuit-json-nested-deep", [*CIRCUIT_EVAL[:-2], "--circuit", "{deep}", "--task", "circuit:ioi",
                                                "--task-option", "n_train=4", "--task-option", "n_eval=2"],
      "deep.json"),
+    # issue 53, class 3: every side output checked before any work, and no two outputs the same file
+    ("circuit-eval-mib-export-under-a-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export",
+                                              "{afile}/graph.json"], "--mib-export: {afile}/graph.json cannot be "
+                                                                     "created: {afile} is a file"),
+    ("circuit-eval-mib-export-a-directory", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export", "{dirjson}"],
+     "--mib-export: {dirjson} is a directory; name a file"),
+    ("circuit-eval-mib-export-the-runs-own-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export",
+                                                   "{out}/metrics.json"], "the run writes its own metrics.json there"),
+    ("circuit-eval-mib-submission-a-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission", "{afile}"],
+     "--mib-submission: {afile} exists and is not a directory"),
+    ("circuit-eval-mib-submission-under-a-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission",
+                                                  "{afile}/sub"], "{afile}/sub cannot be created: {afile} is a file"),
+    ("circuit-eval-mib-submission-bad-folder", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission",
+                                                "{mib-sub-bad}"], "edges['input->m0'].in_graph: expected true or false"),
+    ("circuit-eval-mib-submission-misnamed-folder", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission",
+                                                     "{mib-sub}"], "a folder name is <task>_<model>"),
+    ("circuit-eval-mib-export-is-the-submission-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission",
+                                                        "{out}-sub", "--mib-export", "{out}-sub/ioi_lm/importances.json"],
+     "mib_submission and mib_export name the same path"),
+    ("view-tracer-json-is-the-page", ["view", "{view-small}", "--out", "{out}", "--tracer-json", "{out}"],
+     "--tracer-json: {out}: tracer_json and out name the same path"),
+    ("view-tracer-json-is-a-run", ["view", "{view-small}", "--tracer-json", "{view-small}"], "name the same path"),
+    ("view-tracer-json-under-a-file", ["view", "{view-small}", "--tracer-json", "{afile}/tracer.json"],
+     "--tracer-json: {afile}/tracer.json cannot be created: {afile} is a file"),
+    ("view-tracer-json-a-directory", ["view", "{view-small}", "--tracer-json", "{dirjson}"],
+     "--tracer-json: {dirjson} is a directory; name a file"),
+    ("view-out-under-a-file", ["view", "{view-small}", "--out", "{afile}/page.html"],
+     "--out: {afile}/page.html cannot be created: {afile} is a file"),
+    ("results-out-a-directory", ["results", "{full}", "--out", "{tables}/t"], "--out: {tables}/t.csv is a directory"),
+    ("prune-offload-folder-under-a-file", [*PRUNE, "--device-map", "auto", "--offload-folder", "{afile}/offload"],
+     "--offload-folder: {afile}/offload cannot be created: {afile} is a file"),
+    ("prune-offload-folder-is-out", [*PRUNE, "--device-map", "auto", "--offload-folder", "{out}"],
+     "offload_folder and out name the same path"),
+    ("circuit-offload-folder-is-out", [*CIRCUIT, "--sparsity", "0.9", "--device-map", "auto", "--offload-folder",
+                                       "{out}"], "offload_folder and out name the same path"),
     ("lottery-retrain-edge-circuit", ["lottery-retrain", "--model", "{lm}", "--task", "circuit:ioi", "--task-option",
                                       "n_train=4", "--task-option", "n_eval=2", "--subnetwork", "{edges-partial}"],
      "a subnetwork of kind 'edges'"),
@@ -1145,6 +1187,7 @@ def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files
     assert done.value.code == 2, err
     assert "Traceback" not in err
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    fragment = re.sub(r"\{([\w-]+)\}", lambda m: {**files, "out": out}.get(m.group(1), m.group(0)), fragment)
     assert fragment in lines[0], lines[0]
     assert {p: _listing(p) for p in before} == before, "the command wrote under --out"
 

@@ -50,7 +50,7 @@ from subnetlab.methods.model_fit import position_limit
 from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
-from subnetlab.run_directory import absolute_inputs
+from subnetlab.run_directory import absolute_inputs, check_distinct_outputs
 from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import require_positive
 from subnetlab.models.device_map import DeviceMap, refuse_offloaded
@@ -274,6 +274,7 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     base = {"model": model, "task": task, "task_options": options, "device": device}
     if device_map is not None:
         base["device_map"] = device_map.to_dict()
+        check_distinct_outputs({"out": out, "offload_folder": device_map.offload_folder})
     jobs = circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides,
                          eval_split=split, eval_limit=limit, init_from=init_from)  # builds (so checks) every config
     first = CircuitJobConfig.from_dict(jobs[0].config)

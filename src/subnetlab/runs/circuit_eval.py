@@ -314,6 +314,24 @@ def _write_mib_files(job: CircuitEvalJobConfig, circuit: Any, model: Any) -> dic
     return written
 
 
+RUN_FILES = ("config.json", "faithfulness.json", "faithfulness.png", "metrics.json")
+
+
+def check_side_outputs(job: CircuitEvalJobConfig, out: Path) -> None:
+    """The EAP-IG file and the MIB submission folder asked for: writable, valid and distinct from the run's own
+    files, checked before any work (a refusal after the evaluation would leave ``out`` written)."""
+    from subnetlab.models import mib_submission
+    from subnetlab.run_directory import check_distinct_outputs, check_output_file
+
+    submission = None
+    if job.mib_export is not None:
+        check_output_file(job.mib_export, "mib_export")
+    if job.mib_submission is not None:
+        task = job.task.name.removeprefix("circuit:").replace(":", "-")
+        submission = mib_submission.check_target(job.mib_submission, task, Path(job.model).name)
+    check_distinct_outputs({"mib_export": job.mib_export, "mib_submission": submission, "out": out}, out, RUN_FILES)
+
+
 # ------------------------------------------------------------------------------------ the run
 def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
                      figure: Callable[[dict[str, Any], Path], Any] | None = None) -> dict[str, Any]:
@@ -330,6 +348,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     from subnetlab.runtime import describe_runtime, resolve_device, runtime_record
     from subnetlab.tasks.circuits.pairs import CircuitTask
 
+    check_side_outputs(job, Path(out))
     device = resolve_device(job.device)
     stage(describe_runtime(device))
     earlier = earlier_runs(job.model)  # the fine-tuning run that made the model, where subnetlab made it

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.run_directory import check_distinct_outputs
 from subnetlab.executor import Job, SweepReport
 from subnetlab.runs.health import Health, read_health
 from subnetlab.methods.controls import RANDOM_WEIGHTS, SHUFFLED_LABELS, check_shufflable
@@ -48,6 +49,7 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
             "splits": None if splits is None else list(splits), "device": device}
     if device_map is not None:
         base["device_map"] = device_map.to_dict()
+        check_distinct_outputs({"out": out, "offload_folder": device_map.offload_folder})
         if RANDOM_WEIGHTS in controls:
             raise SubnetlabError("the random-weights control builds a fresh copy of the whole model on one device, "
                                  "which a device map exists to avoid", setting="control")

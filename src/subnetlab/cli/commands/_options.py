@@ -301,8 +301,13 @@ def guard_out(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
         out = kwargs.get("out")
         if out is None:
             return callback(*args, **kwargs)
-        if name in OUT_IS_FILE_STEM:
-            check_writable(Path(out).expanduser().parent)
+        if name in OUT_IS_FILE_STEM:  # the page's file itself; results checks its STEM.csv and STEM.parquet
+            from subnetlab.run_directory import check_output_file
+
+            if name == "view" and not Path(out).is_dir():
+                check_output_file(out, "out")
+            elif name != "results":
+                check_writable(Path(out).expanduser().parent)
             return callback(*args, **kwargs)
         check_writable(out)
         if name in OUT_WITHOUT_LOCK:
