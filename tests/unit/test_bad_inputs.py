@@ -150,6 +150,9 @@ def files(tmp_path_factory) -> dict[str, str]:
     paths["dirjson"] = str(root / "a-dir.json")
     (root / "tables" / "t.csv").mkdir(parents=True)  # results' STEM.csv taken by a directory
     paths["tables"] = str(root / "tables")
+    for name in ("pipe.csv", "pipe.safetensors", "pipe.json"):  # class 4: named pipes, which block a reader
+        os.mkfifo(root / name)
+        paths[name.replace(".", "-")] = str(root / name)
     return paths
 
 
@@ -1151,6 +1154,34 @@ CASES: list[tuple[str, list[str], str]] = [
      "offload_folder and out name the same path"),
     ("circuit-offload-folder-is-out", [*CIRCUIT, "--sparsity", "0.9", "--device-map", "auto", "--offload-folder",
                                        "{out}"], "offload_folder and out name the same path"),
+    # issue 53, class 4: counts past a bound no real study meets (errors.COUNT_BOUNDS), named; named pipes as inputs
+    ("prune-total-steps-past-the-bound", [*PRUNE, "--set", "total_steps=1000000000000"],
+     "total_steps 1,000,000,000,000 is more than the bound of 10,000,000 optimiser steps"),
+    ("circuit-total-steps-past-the-bound", [*CIRCUIT, "--sparsity", "0.9", "--set", "total_steps=1000000000000"],
+     "total_steps 1,000,000,000,000 is more than the bound of 10,000,000 optimiser steps"),
+    ("finetune-max-steps-past-the-bound", [*FINETUNE[:-2], "--max-steps", "1000000000000"],
+     "--max-steps 1,000,000,000,000 is more than the bound of 10,000,000 optimiser steps"),
+    ("prune-seeds-past-the-bound", [*PRUNE[:-4], "--seeds", "0-1000000", "--preset", "demo"],
+     "--seeds '0-1000000': 1,000,001 seeds, more than the bound of 1,000 seeds"),
+    ("prune-seeds-range-of-a-trillion", [*PRUNE[:-4], "--seeds", "0-999999999999", "--preset", "demo"],
+     "1,000,000,000,000 seeds, more than the bound of 1,000 seeds"),
+    ("circuit-seeds-past-the-bound", [*CIRCUIT, "--sparsity", "0.9", "--seeds", "0-1000000"],
+     "--seeds '0-1000000': 1,000,001 seeds, more than the bound of 1,000 seeds"),
+    ("prune-500-sparsities", [*PRUNE[:-6], "--sparsity", ",".join(f"{i / 1000:g}" for i in range(1, 501)), "--seeds", "0", "--preset", "demo"],
+     "--sparsity: 500 target sparsities given, more than the bound of 100 target sparsities"),
+    ("circuit-500-sparsities", [*CIRCUIT, "--sparsity", ",".join(f"{i / 1000:g}" for i in range(1, 501))],
+     "--sparsity: 500 target sparsities given, more than the bound of 100 target sparsities"),
+    ("circuit-300-ig-step-counts", [*EAP_IG, "--ig-steps", ",".join(str(i) for i in range(1, 301))],
+     "--ig-steps: 300 integrated-gradient step counts given, more than the bound of 64"),
+    ("circuit-eval-bootstrap-past-the-bound", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib", "--bootstrap",
+                                               "1000000000"],
+     "--bootstrap 1,000,000,000 is more than the bound of 100,000 bootstrap resamples"),
+    ("finetune-data-a-named-pipe", [*FINETUNE[:3], "--task", "file:{pipe-csv}", "--max-steps", "2"],
+     "pipe.csv: not a regular file (a named pipe, device or socket)"),
+    ("circuit-eval-scores-a-named-pipe", [*MIB_EVAL, "--scores", "{pipe-safetensors}"],
+     "--scores: {pipe-safetensors}: not a regular file"),
+    ("evaluate-subnetwork-a-named-pipe", [*EVALUATE, "--subnetwork", "{pipe-safetensors}"], "not a regular file"),
+    ("view-a-named-pipe", ["view", "{pipe-json}"], "pipe.json: not a regular file"),
     ("lottery-retrain-edge-circuit", ["lottery-retrain", "--model", "{lm}", "--task", "circuit:ioi", "--task-option",
                                       "n_train=4", "--task-option", "n_eval=2", "--subnetwork", "{edges-partial}"],
      "a subnetwork of kind 'edges'"),

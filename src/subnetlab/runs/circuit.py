@@ -52,7 +52,7 @@ from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
 from subnetlab.run_directory import absolute_inputs, check_distinct_outputs
 from subnetlab.runs.health import judge
-from subnetlab.runs.job_config import require_positive
+from subnetlab.runs.job_config import check_seeds, check_targets, require_positive
 from subnetlab.models.device_map import DeviceMap, refuse_offloaded
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
 from subnetlab.runtime import resolve_device, resolve_dtype
@@ -268,6 +268,7 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     from subnetlab.runs.controls import control_jobs
     from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
 
+    targets, seeds = check_targets(targets), check_seeds(seeds)  # types, ranges and bounds: before anything else
     resolve_device(device)
     earlier = earlier_runs(model)
     options = held_out_options(model, task, dict(task_options or {}))  # your own pairs: the fine-tuning's split

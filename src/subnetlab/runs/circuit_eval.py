@@ -44,7 +44,7 @@ from torch import Tensor
 
 from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import write_json
+from subnetlab.io import check_input_file, write_json
 from subnetlab.run_directory import check_config
 from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import JobConfig, require_positive
@@ -102,8 +102,7 @@ class CircuitEvalJobConfig(JobConfig):
         if (self.scores is None) == (not self.circuits):
             raise SubnetlabError("give either a scores file or circuit files (one of the two)", setting="scores")
         for path in ([self.scores] if self.scores else []) + list(self.circuits):
-            if not Path(path).is_file():
-                raise SubnetlabError(f"{path}: no such file", setting="scores" if path == self.scores else "circuits")
+            check_input_file(path, setting="scores" if path == self.scores else "circuits")  # a named pipe too
         if self.metric not in METRICS + TASK_METRICS:
             raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS + TASK_METRICS)}",
                                  setting="metric")

@@ -61,6 +61,9 @@ class EvaluateJobConfig(JobConfig):
         for name in ("subnetwork", "means"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
+                if Path(path).exists() and not Path(path).is_dir():  # a named pipe would block its reader
+                    raise SubnetlabError(f"{name} {path}: not a regular file (a named pipe, device or socket)",
+                                         setting=name)
                 raise SubnetlabError(f"{name} {path}: no such file", setting=name)
 
 

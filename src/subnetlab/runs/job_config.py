@@ -26,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar, get_type_hints
 
-from subnetlab.errors import SubnetlabError, check_typed
+import math
+
+from subnetlab.errors import SubnetlabError, check_count, check_typed, check_whole_numbers
 from subnetlab.run_directory import absolute_inputs
 
 C = TypeVar("C", bound="JobConfig")
@@ -101,4 +103,34 @@ def require_positive(owner: str, name: str, value: Any, allow_none: bool = False
         raise SubnetlabError(f"{problem} must be an integer of at least 1", setting=name)
 
 
-__all__ = ["JobConfig", "optional", "require_positive", "unrecorded"]
+def check_seeds(seeds: Any, setting: str = "seeds") -> list[int]:
+    """A sweep's seeds (one or a list): whole numbers of at least 0, each once, no more than the bound
+    (``errors.COUNT_BOUNDS``); the one check of the command line's ``--seeds`` and the Python API's ``seeds``."""
+    return check_whole_numbers(setting, seeds, least=0)
+
+
+def check_targets(targets: Any, setting: str = "sparsity") -> list[float]:
+    """A sweep's target sparsities (one or a list): numbers strictly between 0 and 1, no more than the bound."""
+    items = [targets] if isinstance(targets, (int, float)) and not isinstance(targets, bool) else targets
+    if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)):
+        raise SubnetlabError(f"{setting} {targets!r}: expected a number in (0, 1) or a list of them", setting=setting)
+    if not items:
+        raise SubnetlabError(f"{setting}: give at least one target", setting=setting)
+    check_count(setting, len(items), listed=True)
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
+                or not 0.0 < item < 1.0:
+            raise SubnetlabError(f"{setting} {item!r}: expected a number strictly between 0 and 1", setting=setting)
+    return [float(t) for t in items]
+
+
+def check_jobs(jobs: Any, setting: str = "jobs") -> int | None:
+    """Worker processes of a sweep: None (in this process) or a whole number of at least 1, within the bound."""
+    if jobs is None:
+        return None
+    require_positive("sweep", setting, jobs)
+    check_count("jobs", jobs)
+    return jobs
+
+
+__all__ = ["JobConfig", "check_jobs", "check_seeds", "check_targets", "optional", "require_positive", "unrecorded"]

@@ -21,6 +21,7 @@ from subnetlab.executor import Job, SweepReport
 from subnetlab.runs.health import Health, read_health
 from subnetlab.methods.controls import RANDOM_WEIGHTS, SHUFFLED_LABELS, check_shufflable
 from subnetlab.runs.controls import control_jobs
+from subnetlab.runs.job_config import check_seeds, check_targets
 from subnetlab.runs.prune import PRUNE_JOB, level_name, prune_sweep
 from subnetlab.models.device_map import DeviceMap
 from subnetlab.runs.prune_setup import (PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model,
@@ -41,6 +42,7 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
     (``runs.controls``); nothing is written. ``device_map`` spreads the model over devices (``models.device_map``)."""
     from subnetlab.runtime import resolve_device
 
+    targets, seeds = check_targets(targets), check_seeds(seeds)  # types, ranges and bounds: before anything else
     resolve_device(device)  # an unknown or absent device is refused before anything loads
     if schedule not in SCHEDULES:
         raise SubnetlabError(f"schedule {schedule!r}: expected linear or staircase", setting="schedule")

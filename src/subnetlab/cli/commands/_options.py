@@ -29,8 +29,14 @@ PRUNE_PRESET_HELP = ("paper (Appendix B: 9,300 steps x 4 batches of 32 per run; 
 
 
 def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
-    """Parse ``0-11``, ``0,3,5`` or ``0-2,7`` into a sorted list of distinct ints."""
+    """Parse ``0-11``, ``0,3,5`` or ``0-2,7`` into a sorted list of distinct ints (no more than the setting's
+    bound, ``errors.COUNT_BOUNDS``, counted before a range is expanded)."""
+    from subnetlab.errors import COUNT_BOUNDS, check_count
+
+    setting = name.lstrip("-").replace("-", "_")
+    bound = COUNT_BOUNDS.get(setting, (None, ""))[0]
     values: set[int] = set()
+    count = 0  # values named, ranges counted by their length
     for part in text.split(","):
         part = part.strip()
         try:
@@ -38,14 +44,19 @@ def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
                 lo, hi = (int(x) for x in part.split("-", 1))
                 if lo < 0 or hi < lo:
                     raise ValueError
-                values.update(range(lo, hi + 1))
+                count += hi - lo + 1
+                if bound is None or count <= bound:
+                    values.update(range(lo, hi + 1))
             else:
                 value = int(part)
                 if value < 0:
                     raise ValueError
+                count += 1
                 values.add(value)
         except ValueError:
             raise SubnetlabError(f"{name}: malformed value {text!r} (expected e.g. 0-11 or 0,3,5)") from None
+    if bound is not None:
+        check_count(setting, count, repr(text))
     if not values:
         raise SubnetlabError(f"{name}: empty list")
     return sorted(values)
