@@ -1344,3 +1344,79 @@ def test_retraining_a_gpt2_without_a_pad_token_pads_with_its_end_of_text_token(f
               "--max-steps", "2", "--batch-size", "4", "--no-save-model", "--out", str(out)])
     assert done.value.code in (0, None), capsys.readouterr().err
     assert (out / "metrics.json").is_file()
+
+
+# --- issue 53, class 5: the Python API checks its arguments at the call (runs.job_config.check_call and the runs
+# layer's checks the command runs too), raising SubnetlabError before anything is written
+NAN = float("nan")
+API_CASES: list[tuple[str, str, tuple[str, ...], dict, str]] = [
+    # (name, function, positional arguments (fixture names; "{out}" the output), keywords, fragment)
+    ("circuit-seeds-negative", "circuit", ("lm", "circuit:ioi"), {"sparsity": 0.9, "seeds": -1},
+     "seeds -1: must be at least 0"),
+    ("prune-seeds-negative", "prune", ("bert", "nli-synthetic"), {"seeds": -3}, "seeds -3: must be at least 0"),
+    ("prune-seeds-repeated", "prune", ("bert", "nli-synthetic"), {"seeds": [1, 1]}, "seeds 1 given twice"),
+    ("prune-seeds-past-the-bound", "prune", ("bert", "nli-synthetic"), {"seeds": range(2000)},
+     "2,000 seeds given, more than the bound of 1,000 seeds"),
+    ("prune-seeds-text", "prune", ("bert", "nli-synthetic"), {"seeds": "0"}, "seeds '0': expected a whole number"),
+    ("prune-jobs-zero", "prune", ("bert", "nli-synthetic"), {"jobs": 0}, "jobs 0 must be an integer of at least 1"),
+    ("circuit-jobs-zero", "circuit", ("lm", "circuit:ioi"), {"sparsity": 0.9, "jobs": 0},
+     "jobs 0 must be an integer of at least 1"),
+    ("discover-samples-zero", "discover", ("gpt2", "arith:ab"), {"samples": 0},
+     "samples 0 must be an integer of at least 1"),
+    ("discover-no-model", "discover", ("missing-model", "arith:ab"), {}, "no such model directory"),
+    ("transfer-no-model", "transfer_subnetwork", ("missing-model", "arith:ab"), {"conditions": ["scratch"]},
+     "no such model directory"),
+    ("prune-model-none", "prune", (None, "nli-synthetic"), {}, "model None: expected a path"),
+    ("prune-task-int", "prune", ("bert", 3), {}, "task 3: expected text"),
+    ("circuit-out-none", "circuit", ("lm", "circuit:ioi", None), {"sparsity": 0.9}, "out None: expected a path"),
+    ("prune-sparsity-nan", "prune", ("bert", "nli-synthetic"), {"sparsity": NAN}, "sparsity nan: expected a number"),
+    ("prune-sparsity-text", "prune", ("bert", "nli-synthetic"), {"sparsity": "0.5"}, "sparsity '0.5': expected"),
+    ("prune-500-sparsities", "prune", ("bert", "nli-synthetic"), {"sparsity": [i / 1000 for i in range(1, 501)]},
+     "500 target sparsities given, more than the bound of 100"),
+    ("circuit-ig-steps-text", "circuit", ("lm", "circuit:ioi"), {"method": "eap-ig", "ig_steps": "5"},
+     "ig_steps '5': a step count is a whole number"),
+    ("circuit-total-steps-past-the-bound", "circuit", ("lm", "circuit:ioi"), {"sparsity": 0.9,
+                                                                              "total_steps": 10 ** 12},
+     "total_steps 1,000,000,000,000 is more than the bound"),
+    ("circuit-eval-batch-size-nan", "circuit_eval", ("lm", "circuit:ioi"), {"scores": "x", "batch_size": NAN},
+     "batch_size nan must be an integer of at least 1"),
+    ("circuit-eval-bootstrap-past-the-bound", "circuit_eval", ("lm", "circuit:ioi"),
+     {"scores": "{two-embeddings}", "definition": "mib", "bootstrap": 10 ** 9}, "bootstrap 1,000,000,000 is more"),
+    ("transfer-seeds-text", "transfer_subnetwork", ("gpt2", "arith:ab"), {"conditions": ["scratch"], "seeds": "0"},
+     "seeds '0': expected a whole number"),
+    ("transfer-sizes-negative", "transfer_subnetwork", ("gpt2", "arith:ab"), {"conditions": ["scratch"],
+                                                                              "sizes": [-1]}, "sizes -1: must be"),
+    ("transfer-conditions-repeated", "transfer_subnetwork", ("gpt2", "arith:ab"),
+     {"conditions": ["scratch", "scratch"]}, "conditions scratch given twice"),
+    ("prune-task-options-list", "prune", ("bert", "nli-synthetic"), {"task_options": [1]},
+     "task_options [1]: expected a mapping"),
+    ("circuit-device-int", "circuit", ("lm", "circuit:ioi"), {"sparsity": 0.9, "device": 0}, "device 0: expected text"),
+]
+
+
+def _api_value(value, files: dict[str, str], out: str):
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+        return out if value == "{out}" else files[value[1:-1]]
+    if isinstance(value, str) and value in files:
+        return files[value]
+    if value == "missing-model":
+        return str(Path(files["afile"]).parent / "no-such-model")
+    return value
+
+
+@pytest.mark.parametrize("name, function, args, kwargs, fragment", API_CASES, ids=[c[0] for c in API_CASES])
+def test_the_api_refuses_a_bad_argument_at_the_call(name, function, args, kwargs, fragment, files, tmp_path,
+                                                     monkeypatch) -> None:
+    import subnetlab as sl
+    from subnetlab.errors import SubnetlabError
+
+    monkeypatch.setattr("subnetlab.executor.run._has_gpu", lambda: False)
+    torch.set_num_threads(1)
+    out = str(tmp_path / "out")
+    values = [_api_value(a, files, out) for a in args]
+    if len(values) == 2:
+        values.append(out)
+    with pytest.raises(SubnetlabError) as refused:
+        getattr(sl, function)(*values, **{k: _api_value(v, files, out) for k, v in kwargs.items()})
+    assert fragment in str(refused.value), str(refused.value)
+    assert list(tmp_path.iterdir()) == [], "the call wrote before refusing"

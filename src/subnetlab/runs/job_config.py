@@ -133,4 +133,53 @@ def check_jobs(jobs: Any, setting: str = "jobs") -> int | None:
     return jobs
 
 
-__all__ = ["JobConfig", "check_jobs", "check_seeds", "check_targets", "optional", "require_positive", "unrecorded"]
+def _text(setting: str, value: Any, paths: bool = False, optional: bool = False) -> None:
+    import os
+
+    if value is None and optional:
+        return
+    kinds = (str, os.PathLike) if paths else (str,)
+    if not isinstance(value, kinds) or not str(os.fspath(value) if paths else value).strip():
+        what = "a path (text)" if paths else "text"
+        raise SubnetlabError(f"{setting} {value!r}: expected {what}{' or None' if optional else ''}, not empty",
+                             setting=setting)
+
+
+def check_call(**arguments: Any) -> None:
+    """The arguments every entry point shares, checked at the call with the command line's checks, before anything
+    is read or written: ``model``, ``out`` (paths), ``task``, ``device`` (text), ``preset`` (text or None),
+    ``task_options`` (a mapping or None), ``jobs`` (``check_jobs``), ``controls`` (names, each once), ``seeds``
+    (``check_seeds``) and ``samples`` (a whole number of at least 1, or None). Each refusal names the argument."""
+    from collections.abc import Mapping as AnyMapping
+
+    from subnetlab.errors import check_distinct_names
+
+    for name, value in arguments.items():
+        if name in ("model", "out", "subnetwork", "scores", "init_from"):
+            _text(name, value, paths=True, optional=name in ("subnetwork", "scores", "init_from"))
+        elif name in ("task", "device"):
+            _text(name, value)
+        elif name in ("preset", "method", "split", "metric", "ablation", "warm_start"):
+            _text(name, value, optional=True)
+        elif name == "task_options":
+            if value is not None and not isinstance(value, AnyMapping):
+                raise SubnetlabError(f"task_options {value!r}: expected a mapping of option: value, or None",
+                                     setting=name)
+        elif name == "jobs":
+            check_jobs(value)
+        elif name == "controls":
+            if isinstance(value, str):
+                raise SubnetlabError(f"controls {value!r}: expected a list of control names", setting="control")
+            check_distinct_names("control", list(value)) if value else None
+        elif name == "seeds":
+            if value is not None:
+                check_seeds(value)
+        elif name in ("samples", "limit", "batch_size"):
+            require_positive("argument", name, value, allow_none=name != "batch_size")
+            if name == "samples" and value is not None:
+                check_count("samples", value)
+        else:
+            raise TypeError(f"check_call: no check for argument {name!r}")  # a caller's mistake, not a user's
+
+
+__all__ = ["JobConfig", "check_call", "check_jobs", "check_seeds", "check_targets", "optional", "require_positive", "unrecorded"]
