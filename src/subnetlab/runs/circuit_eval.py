@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_distinct_names
 from subnetlab.io import check_input_file, write_json
 from subnetlab.run_directory import check_config
 from subnetlab.runs.health import judge
@@ -99,6 +99,8 @@ class CircuitEvalJobConfig(JobConfig):
             raise SubnetlabError(f"{self.mib_export}: an EAP-IG graph file ends in .json or .pt", setting="mib_export")
         if self.mib_submission is not None and self.scores is None:
             raise SubnetlabError("a MIB submission folder takes edge scores; give a scores file", setting="mib_submission")
+        if self.circuits:
+            check_distinct_names("circuits", [str(Path(c).expanduser().resolve()) for c in self.circuits])
         if (self.scores is None) == (not self.circuits):
             raise SubnetlabError("give either a scores file or circuit files (one of the two)", setting="scores")
         for path in ([self.scores] if self.scores else []) + list(self.circuits):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_distinct_names
 from subnetlab.io import write_json
 from subnetlab.runs.job_config import JobConfig, require_positive, unrecorded
 from subnetlab.runs.splits import held_out_task, save_splits
@@ -47,6 +47,8 @@ class EvaluateJobConfig(JobConfig):
 
         if not self.splits:
             object.__setattr__(self, "splits", None)
+        else:
+            check_distinct_names("splits", list(self.splits))  # a split twice, or '': refused
         if self.model.startswith(ARITH_PREFIX):
             raise SubnetlabError(f"model {self.model}: evaluate a trained model directory, not a fresh "
                                  f"{ARITH_PREFIX} model", setting="model")

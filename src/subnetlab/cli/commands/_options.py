@@ -59,6 +59,8 @@ def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
         check_count(setting, count, repr(text))
     if not values:
         raise SubnetlabError(f"{name}: empty list")
+    if count != len(values):
+        raise SubnetlabError(f"{name} {text!r}: a value given twice; give each once")
     return sorted(values)
 
 
@@ -75,7 +77,10 @@ def parse_sparsities(values: list[str]) -> list[float]:
             out.append(parse_fraction(value, "--sparsity"))
     if not out:
         raise SubnetlabError("--sparsity: give at least one target, e.g. --sparsity 0.5")
-    return sorted(dict.fromkeys(out))
+    repeated = sorted({v for v in out if out.count(v) > 1})
+    if repeated:
+        raise SubnetlabError(f"--sparsity {', '.join(f'{v:g}' for v in repeated)} given twice: each target once")
+    return sorted(out)
 
 
 def parse_key_values(pairs: list[str], option: str) -> dict[str, object]:
