@@ -98,6 +98,7 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
 
     check_call(model=model, task=task, out=out, jobs=jobs, controls=controls, task_options=task_options,
                device=device, preset=preset, seeds=seeds)  # at the call, before anything is read or written
+    check_seeds(seeds)  # None too: a sweep has seeds
     out = Path(out)
     targets = [sparsity] if isinstance(sparsity, (int, float)) else sparsity
     sweep = plan_prune(model, task, out, targets=targets, seeds=_seeds(seeds), preset=preset, schedule=schedule,
@@ -331,7 +332,7 @@ def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int
                                                   check_sweep_targets)
     from subnetlab.tasks.spec import TaskSpec
 
-    steps = check_step_counts([ig_steps] if isinstance(ig_steps, int) else list(ig_steps))
+    steps = check_step_counts(list(ig_steps) if isinstance(ig_steps, (list, tuple, range)) else [ig_steps])
     job = AttributionJobConfig(model=model, task=TaskSpec(task, dict(task_options or {})), method=method,
                                ig_steps=steps[0], split="train", metric=metric, limit=limit,
                                embedding_nodes=embedding_nodes, device=device)

@@ -79,6 +79,9 @@ def executor_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from subnetlab.runs.job_config import check_jobs
+
+        check_jobs(kwargs.get("jobs"))  # at least 1, within the bound: the API's check (errors.COUNT_BOUNDS)
         options = ExecutorOptions(**{name: kwargs.pop(name) for name in _OPTIONS if name in kwargs})
         return command(*args, executor=options, **kwargs)
 
