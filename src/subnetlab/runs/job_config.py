@@ -105,7 +105,7 @@ def require_positive(owner: str, name: str, value: Any, allow_none: bool = False
 
 def check_seeds(seeds: Any, setting: str = "seeds") -> list[int]:
     """A sweep's seeds (one or a list): whole numbers of at least 0, each once, no more than the bound
-    (``errors.COUNT_BOUNDS``); the one check of the command line's ``--seeds`` and the Python API's ``seeds``."""
+    (``errors.COUNT_BOUNDS``); the one check of the command line's seeds and the Python API's."""
     return check_whole_numbers(setting, seeds, least=0)
 
 
