@@ -37,7 +37,9 @@ from typing import Any
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job, SweepReport, run_jobs
 from subnetlab.run_directory import lock
+from subnetlab.errors import check_distinct_names, check_whole_numbers
 from subnetlab.runs.health import Health, HealthWarning, report_health
+from subnetlab.runs.job_config import check_call, check_seeds
 
 
 def _run(jobs: Sequence[Job], out: Path, n_jobs: int | None, what: str) -> SweepReport:
@@ -94,8 +96,11 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
     from subnetlab.runs.prune_plan import plan_prune, sweep_healths, sweep_summary
     from subnetlab.runs.prune_summary import SUMMARY_FILE
 
+    check_call(model=model, task=task, out=out, jobs=jobs, controls=controls, task_options=task_options,
+               device=device, preset=preset, seeds=seeds)  # at the call, before anything is read or written
+    check_seeds(seeds)  # None too: a sweep has seeds
     out = Path(out)
-    targets = [sparsity] if isinstance(sparsity, (int, float)) else list(sparsity)
+    targets = [sparsity] if isinstance(sparsity, (int, float)) else sparsity
     sweep = plan_prune(model, task, out, targets=targets, seeds=_seeds(seeds), preset=preset, schedule=schedule,
                        levels=levels, overrides=settings, task_options=task_options, eval_data=eval_data,
                        splits=splits, device=device, controls=check_controls(controls),
@@ -134,8 +139,12 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     from subnetlab.errors import preset_values
     from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS
     from subnetlab.run_directory import absolute_input
-    from subnetlab.runs.transfer import DiscoverJobConfig, lm_task_options, load_lm, select_best, task_options_for
+    from subnetlab.runs.transfer import (DiscoverJobConfig, check_lm_task, lm_task_options, select_best,
+                                         task_options_for)
 
+    check_call(model=model, task=task, out=out, jobs=jobs, controls=controls, task_options=task_options,
+               device=device, preset=preset, samples=samples)  # at the call, before anything is read or written
+    check_seeds(seed, "seed")
     out = Path(out)
     controls = check_controls(controls)
     options = dict(task_options or {})
@@ -153,8 +162,9 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
                for lam in lambdas]
     fn = "subnetlab.runs.transfer:discover_job"
     sweep = [Job(fn, config, out / f"lambda_{lam:g}") for config, lam in zip(configs, lambdas)]
+    built = check_lm_task(configs[0]["model"], task, task_options_for(task, options, seed), "discovery")
     if SHUFFLED_LABELS in controls:  # as the command: a task with one answer is refused before any job
-        check_shufflable(load_lm(configs[0]["model"], task, task_options_for(task, options, seed))[1])
+        check_shufflable(built)
     report = _run(sweep + control_jobs(sweep, out, controls, fn), out, jobs, "discovery")
     metrics = [job.metrics for job in report.jobs if not job.metrics.get("control")]
     comparison = selected_comparison(out / CONTROLS_DIR, report.jobs, "discover", controls=controls,
@@ -180,11 +190,13 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
     """
     from subnetlab.experiments.subtask_induction.report import summarise
     from subnetlab.run_directory import absolute_input
-    from subnetlab.runs.transfer import TransferJobConfig, lm_task_options, own_data
+    from subnetlab.runs.transfer import TransferJobConfig, check_lm_task, lm_task_options, own_data, task_options_for
     from subnetlab.transfer import TrainSettings, check_conditions
 
+    check_call(model=model, task=task, out=out, jobs=jobs, subnetwork=subnetwork, task_options=task_options,
+               device=device, preset=preset, seeds=seeds)  # at the call, before anything is read or written
     out = Path(out)
-    check_conditions(list(conditions), has_subnetwork=subnetwork is not None)
+    check_conditions(check_distinct_names("conditions", list(conditions)), has_subnetwork=subnetwork is not None)
     if subnetwork is not None:  # an empty subnetwork is refused before any training, as the command does
         from subnetlab.runs.transfer import check_transfer_input, subnetwork_health
         from subnetlab.subnetwork import Subnetwork
@@ -192,6 +204,7 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
         check_transfer_input(subnetwork_health(Subnetwork.load(subnetwork), subnetwork), list(conditions))
     if sizes is None:
         sizes = (0,) if own_data(task) else (0, 100, 1000)
+    sizes = check_whole_numbers("sizes", sizes, least=0)
     options = lm_task_options(str(model), task, dict(task_options or {}),  # your own data: the earlier runs' split
                               None if subnetwork is None else str(subnetwork))
     if preset is not None:
@@ -201,6 +214,10 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
         train = {**train, **preset_values(TRANSFER_PRESETS, preset,
                                           {k: train.get(k) for k in ("epochs", "lr", "batch_size")})}
     settings = TrainSettings(**train).config()
+    arithmetic = {} if own_data(task) else {"ambiguous": True, "n_disambiguation": max(sizes)}
+    check_lm_task(str(absolute_input(model)), task, task_options_for(task, {**arithmetic, **options},
+                                                                     check_seeds(seeds)[0]), "transfer training",
+                  None if subnetwork is None else str(absolute_input(subnetwork)))  # as the command, before any job
     sweep = []
     for condition in conditions:
         for size in sizes:
@@ -250,6 +267,9 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     from subnetlab.runs.controls import circuit_masks, circuit_measure, write_comparison
     from subnetlab.runs.health import read_health
 
+    check_call(model=model, task=task, out=out, jobs=jobs, controls=controls, task_options=task_options,
+               device=device, preset=preset, seeds=seeds, method=method, init_from=init_from,
+               limit=limit)  # at the call, before anything is read or written
     check_method(method)
     refuse_unused(method, {"sparsity": sparsity, "seeds": seeds, "preset": preset, "ablation": ablation,
                             "split": split, "init_from": init_from, "jobs": jobs, "settings": settings or None,
@@ -312,7 +332,7 @@ def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int
                                                   check_sweep_targets)
     from subnetlab.tasks.spec import TaskSpec
 
-    steps = check_step_counts([ig_steps] if isinstance(ig_steps, int) else list(ig_steps))
+    steps = check_step_counts(list(ig_steps) if isinstance(ig_steps, (list, tuple, range)) else [ig_steps])
     job = AttributionJobConfig(model=model, task=TaskSpec(task, dict(task_options or {})), method=method,
                                ig_steps=steps[0], split="train", metric=metric, limit=limit,
                                embedding_nodes=embedding_nodes, device=device)
@@ -350,6 +370,8 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
     from subnetlab.runs.health import read_health
     from subnetlab.tasks.spec import TaskSpec
 
+    check_call(model=model, task=task, out=out, scores=scores, task_options=task_options, device=device,
+               limit=limit, batch_size=batch_size)  # at the call, before anything is read or written
     out = Path(out)
     job = CircuitEvalJobConfig(model=model, task=TaskSpec(task, dict(task_options or {})),
                                scores=None if scores is None else str(scores), circuits=tuple(str(c) for c in circuits),

@@ -33,6 +33,74 @@ def require(condition: bool, message: str) -> None:
         raise SubnetlabError(message)
 
 
+# -- bounds on counts -------------------------------------------------------------------------
+# A count no real study meets is refused before any work, naming its bound: a typo (an extra zero, a range
+# 0-1000000) would otherwise run for days, allocate without end or wait for ever. One table for the command
+# line, the Python API and every study (the runs layer's checks read it).
+COUNT_BOUNDS: dict[str, tuple[int, str]] = {
+    "total_steps": (10_000_000, "optimiser steps"),  # the papers' longest runs: ~10^4 steps
+    "max_steps": (10_000_000, "optimiser steps"),
+    "epochs": (100_000, "epochs"),
+    "seeds": (1_000, "seeds"),  # the papers: 5 to 20 seeds
+    "sparsity": (100, "target sparsities"),  # a curve: about ten
+    "ig_steps": (64, "integrated-gradient step counts"),  # a stability study: a handful
+    "bootstrap": (100_000, "bootstrap resamples"),  # a 95% interval: 1,000 to 10,000
+    "jobs": (1_024, "worker processes"),
+    "samples": (100_000_000, "rows"),
+}
+
+
+def check_count(setting: str, count: int, given: Any = None, listed: bool = False) -> int:
+    """``count`` (its value, or with ``listed`` how many values it lists) within ``COUNT_BOUNDS[setting]``, or
+    refuse naming the bound; ``given`` is what the message shows of the value (default: the count)."""
+    bound, what = COUNT_BOUNDS[setting]
+    if count > bound:
+        problem = (f"{given}: {count:,} {what}, more than" if given is not None else
+                   f": {count:,} {what} given, more than" if listed else f" {count:,} is more than")
+        problem = problem if problem.startswith(":") else " " + problem.lstrip()
+        raise SubnetlabError(f"{setting}{problem} the bound of {bound:,} {what} (no real study needs more; a "
+                             "typo?)", setting=setting)
+    return count
+
+
+def check_whole_numbers(setting: str, values: Any, *, least: int = 0, distinct: bool = True,
+                        bounded: bool = True) -> list[int]:
+    """``values`` (one integer or a list of them) as a list: each a whole number of at least ``least`` (not a
+    bool, NaN or text), none twice where ``distinct``, no more than ``COUNT_BOUNDS[setting]`` of them."""
+    items = [values] if isinstance(values, int) and not isinstance(values, bool) else values
+    if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple, range)):
+        raise SubnetlabError(f"{setting} {values!r}: expected a whole number or a list of them", setting=setting)
+    items = list(items)
+    if not items:
+        raise SubnetlabError(f"{setting}: an empty list; give at least one", setting=setting)
+    if bounded and setting in COUNT_BOUNDS:
+        check_count(setting, len(items), listed=True)
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise SubnetlabError(f"{setting} {item!r}: expected a whole number", setting=setting)
+        if item < least:
+            raise SubnetlabError(f"{setting} {item}: must be at least {least}", setting=setting)
+    repeated = sorted({v for v in items if items.count(v) > 1})
+    if distinct and repeated:
+        raise SubnetlabError(f"{setting} {', '.join(map(str, repeated))} given twice: each once", setting=setting)
+    return items
+
+
+def check_distinct_names(setting: str, values: Any) -> list[str]:
+    """A list of names (controls, conditions ...): each non-empty text, none twice."""
+    items = [values] if isinstance(values, str) else values
+    if not isinstance(items, (list, tuple)):
+        raise SubnetlabError(f"{setting} {values!r}: expected a list of names", setting=setting)
+    items = list(items)
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise SubnetlabError(f"{setting} {item!r}: an empty name (or not text); give a name", setting=setting)
+    repeated = sorted({v for v in items if items.count(v) > 1})
+    if repeated:
+        raise SubnetlabError(f"{setting} {', '.join(repeated)} given twice: each once", setting=setting)
+    return items
+
+
 # -- typed settings ----------------------------------------------------------------------------
 # Settings typed on a command line (``KEY=VALUE``) or read from a JSON config arrive as text or
 # as whatever YAML / JSON made of them; ``typed`` reads them as the type their field declares,

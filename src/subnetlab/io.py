@@ -251,10 +251,22 @@ def parse_json(text: str, where: str) -> Any:
                              "more levels than Python's parser reads)") from None
 
 
-def read_json(path: str | os.PathLike) -> Any:
+def check_input_file(path: str | os.PathLike, setting: str | None = None) -> Path:
+    """``path`` is a regular file (or a symlink to one): a named pipe, a device or a socket would block a reader
+    for ever or never end, so it is refused, as a missing file is, before it is opened."""
     p = Path(path)
+    if not p.exists():
+        raise SubnetlabError(f"{p}: no such file", setting=setting)
+    if not p.is_file() and not p.is_dir():
+        raise SubnetlabError(f"{p}: not a regular file (a named pipe, device or socket); give a file",
+                             setting=setting)
     if not p.is_file():
-        raise SubnetlabError(f"{p}: no such file")
+        raise SubnetlabError(f"{p}: no such file (a directory)", setting=setting)
+    return p
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    p = check_input_file(path)
     try:
         return parse_json(p.read_text(encoding="utf-8"), str(p))
     except UnicodeDecodeError as e:
@@ -262,9 +274,7 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def read_yaml(path: str | os.PathLike) -> Any:
-    p = Path(path)
-    if not p.is_file():
-        raise SubnetlabError(f"{p}: no such file")
+    p = check_input_file(path)
     try:
         return yaml.safe_load(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
@@ -296,9 +306,7 @@ def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta
 
 
 def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    p = Path(path)
-    if not p.is_file():
-        raise SubnetlabError(f"{p}: no such file")
+    p = check_input_file(path)
     try:
         return load_file(str(p))
     except (SafetensorError, OSError, ValueError) as e:
@@ -309,6 +317,7 @@ def load_tensor_metadata(path: str | os.PathLike) -> dict[str, str]:
     """The string metadata of a ``.safetensors`` file (empty when it has none)."""
     from safetensors import safe_open
 
+    check_input_file(path)
     try:
         with safe_open(str(path), "pt") as f:
             return dict(f.metadata() or {})

@@ -51,25 +51,67 @@ def run_entries(out: str | Path) -> list[Path]:
     return [p for p in out.iterdir() if p.name != LOCK_FILE] if out.is_dir() else []
 
 
-def check_writable(out: str | Path) -> Path:
+def check_writable(out: str | Path, setting: str = "out") -> Path:
     """Refuse an output directory that is a file, lies under a file, or could not be created or written.
 
     Looks only: nothing is created. Run before any model is loaded or job started.
     """
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
-        raise SubnetlabError(f"{out} exists and is not a directory; choose a directory for the results", setting="out")
-    existing = out
+        raise SubnetlabError(f"{out} exists and is not a directory; choose a directory for the results", setting=setting)
+    _check_creatable(out, setting, "directory")
+    return out
+
+
+def _check_creatable(path: Path, setting: str, kind: str, folder: Path | None = None) -> None:
+    """``path`` could be created and written: its ``folder`` (itself, for a directory) is a directory, or absent
+    under a writable one."""
+    folder = path if folder is None else folder
+    existing = folder
     while not existing.exists():
         if existing.parent == existing:
             break
         existing = existing.parent
     if not existing.is_dir():
-        raise SubnetlabError(f"{out} cannot be created: {existing} is a file", setting="out")
+        raise SubnetlabError(f"{path} cannot be created: {existing} is a file", setting=setting)
     if not os.access(existing, os.W_OK | os.X_OK):
-        what = "is not writable" if existing == out else f"cannot be created: {existing} is not writable"
-        raise SubnetlabError(f"{out} {what} (read-only or another user's); choose another directory", setting="out")
-    return out
+        what = "is not writable" if existing == path else f"cannot be created: {existing} is not writable"
+        raise SubnetlabError(f"{path} {what} (read-only or another user's); choose another {kind}", setting=setting)
+
+
+def check_output_file(path: str | Path, setting: str) -> Path:
+    """Refuse an output file that is a directory, lies under a file, or could not be created or replaced.
+
+    Looks only: nothing is created. A command checks each of its side outputs this way before any work."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise SubnetlabError(f"{path} is a directory; name a file", setting=setting)
+    if path.exists() and not path.is_file():
+        raise SubnetlabError(f"{path} exists and is not a regular file; name a file", setting=setting)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise SubnetlabError(f"{path} is not writable (read-only or another user's); choose another file",
+                             setting=setting)
+    _check_creatable(path, setting, "file", path.parent)
+    return path
+
+
+def check_distinct_outputs(outputs: Mapping[str, str | Path | None], out: str | Path | None = None,
+                           run_files: tuple[str, ...] = ()) -> None:
+    """No two of a command's outputs (setting -> path; None: not asked for) are the same file, and none is one of
+    ``run_files``, the files the command writes itself in its output directory ``out``."""
+    seen: dict[Path, str] = {}
+    reserved = {} if out is None else {Path(out).expanduser().resolve() / name: name for name in run_files}
+    for setting, path in outputs.items():
+        if path is None:
+            continue
+        resolved = Path(path).expanduser().resolve()
+        if resolved in seen:
+            raise SubnetlabError(f"{path}: {setting} and {seen[resolved]} name the same path; give each its own",
+                                 setting=setting)
+        if resolved in reserved:
+            raise SubnetlabError(f"{path}: the run writes its own {reserved[resolved]} there; choose another file",
+                                 setting=setting)
+        seen[resolved] = setting
 
 
 def _lock_holder(path: Path) -> str:
@@ -341,7 +383,7 @@ def natural_order(path: Path) -> list[tuple[int, int | str]]:
     return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", Path(path).as_posix()) if part]
 
 
-__all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "absolute_input", "absolute_inputs", "check_config", "check_writable", "claim",
+__all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "absolute_input", "absolute_inputs", "check_config", "check_distinct_outputs", "check_output_file", "check_writable", "claim",
            "natural_order",
            "differing_keys", "finished_metrics", "is_finished", "lock", "plain", "resolve_run_path", "run_entries",
            "record_runtime", "run_relative", "same_config"]

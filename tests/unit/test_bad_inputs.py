@@ -10,6 +10,7 @@ still not exist (the check and the lock of ``--out`` leave nothing behind either
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -144,6 +145,14 @@ def files(tmp_path_factory) -> dict[str, str]:
     _circuit_files(root, paths)
     _mib_task_files(root, paths)
     _inconsistent_models(root, paths)
+    (root / "a-dir.json").mkdir()  # issue 53, class 3: a directory where an output file belongs
+    (root / "a-dir.json" / "kept.txt").write_text("an earlier result\n")
+    paths["dirjson"] = str(root / "a-dir.json")
+    (root / "tables" / "t.csv").mkdir(parents=True)  # results' STEM.csv taken by a directory
+    paths["tables"] = str(root / "tables")
+    for name in ("pipe.csv", "pipe.safetensors", "pipe.json"):  # class 4: named pipes, which block a reader
+        os.mkfifo(root / name)
+        paths[name.replace(".", "-")] = str(root / name)
     return paths
 
 
@@ -463,7 +472,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("reproduce-out-file", ["reproduce", "lottery", "--out", "{afile}"], "exists and is not a directory"),
     ("export-out-file", ["export", "--model", "{bert}", "--subnetwork", "{sub}", "--out", "{afile}"],
      "exists and is not a directory"),
-    ("results-out-under-file", ["results", "{full}", "--out", "{afile}/table"], "a-file exists and is not a directory"),
+    ("results-out-under-file", ["results", "{full}", "--out", "{afile}/table"],
+     "--out: {afile}/table.csv cannot be created: {afile} is a file"),
     # damaged or missing models
     ("inspect-corrupt-weights", ["inspect", "--model", "{corrupt}"], "cannot load the model weights"),
     ("inspect-config-without-weights", ["inspect", "--model", "{noweights}"], "cannot load the model weights"),
@@ -1109,6 +1119,89 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-eval-circuit-json-nested-deep", [*CIRCUIT_EVAL[:-2], "--circuit", "{deep}", "--task", "circuit:ioi",
                                                "--task-option", "n_train=4", "--task-option", "n_eval=2"],
      "deep.json"),
+    # issue 53, class 3: every side output checked before any work, and no two outputs the same file
+    ("circuit-eval-mib-export-under-a-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export",
+                                              "{afile}/graph.json"], "--mib-export: {afile}/graph.json cannot be "
+                                                                     "created: {afile} is a file"),
+    ("circuit-eval-mib-export-a-directory", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export", "{dirjson}"],
+     "--mib-export: {dirjson} is a directory; name a file"),
+    ("circuit-eval-mib-export-the-runs-own-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-export",
+                                                   "{out}/metrics.json"], "the run writes its own metrics.json there"),
+    ("circuit-eval-mib-submission-a-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission", "{afile}"],
+     "--mib-submission: {afile} exists and is not a directory"),
+    ("circuit-eval-mib-submission-under-a-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission",
+                                                  "{afile}/sub"], "{afile}/sub cannot be created: {afile} is a file"),
+    ("circuit-eval-mib-submission-bad-folder", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission",
+                                                "{mib-sub-bad}"], "edges['input->m0'].in_graph: expected true or false"),
+    ("circuit-eval-mib-submission-misnamed-folder", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission",
+                                                     "{mib-sub}"], "a folder name is <task>_<model>"),
+    ("circuit-eval-mib-export-is-the-submission-file", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib-submission",
+                                                        "{out}-sub", "--mib-export", "{out}-sub/ioi_lm/importances.json"],
+     "mib_submission and mib_export name the same path"),
+    ("view-tracer-json-is-the-page", ["view", "{view-small}", "--out", "{out}", "--tracer-json", "{out}"],
+     "--tracer-json: {out}: tracer_json and out name the same path"),
+    ("view-tracer-json-is-a-run", ["view", "{view-small}", "--tracer-json", "{view-small}"], "name the same path"),
+    ("view-tracer-json-under-a-file", ["view", "{view-small}", "--tracer-json", "{afile}/tracer.json"],
+     "--tracer-json: {afile}/tracer.json cannot be created: {afile} is a file"),
+    ("view-tracer-json-a-directory", ["view", "{view-small}", "--tracer-json", "{dirjson}"],
+     "--tracer-json: {dirjson} is a directory; name a file"),
+    ("view-out-under-a-file", ["view", "{view-small}", "--out", "{afile}/page.html"],
+     "--out: {afile}/page.html cannot be created: {afile} is a file"),
+    ("results-out-a-directory", ["results", "{full}", "--out", "{tables}/t"], "--out: {tables}/t.csv is a directory"),
+    ("prune-offload-folder-under-a-file", [*PRUNE, "--device-map", "auto", "--offload-folder", "{afile}/offload"],
+     "--offload-folder: {afile}/offload cannot be created: {afile} is a file"),
+    ("prune-offload-folder-is-out", [*PRUNE, "--device-map", "auto", "--offload-folder", "{out}"],
+     "offload_folder and out name the same path"),
+    ("circuit-offload-folder-is-out", [*CIRCUIT, "--sparsity", "0.9", "--device-map", "auto", "--offload-folder",
+                                       "{out}"], "offload_folder and out name the same path"),
+    # issue 53, class 4: counts past a bound no real study meets (errors.COUNT_BOUNDS), named; named pipes as inputs
+    ("prune-total-steps-past-the-bound", [*PRUNE, "--set", "total_steps=1000000000000"],
+     "total_steps 1,000,000,000,000 is more than the bound of 10,000,000 optimiser steps"),
+    ("circuit-total-steps-past-the-bound", [*CIRCUIT, "--sparsity", "0.9", "--set", "total_steps=1000000000000"],
+     "total_steps 1,000,000,000,000 is more than the bound of 10,000,000 optimiser steps"),
+    ("finetune-max-steps-past-the-bound", [*FINETUNE[:-2], "--max-steps", "1000000000000"],
+     "--max-steps 1,000,000,000,000 is more than the bound of 10,000,000 optimiser steps"),
+    ("prune-seeds-past-the-bound", [*PRUNE[:-4], "--seeds", "0-1000000", "--preset", "demo"],
+     "--seeds '0-1000000': 1,000,001 seeds, more than the bound of 1,000 seeds"),
+    ("prune-seeds-range-of-a-trillion", [*PRUNE[:-4], "--seeds", "0-999999999999", "--preset", "demo"],
+     "1,000,000,000,000 seeds, more than the bound of 1,000 seeds"),
+    ("circuit-seeds-past-the-bound", [*CIRCUIT, "--sparsity", "0.9", "--seeds", "0-1000000"],
+     "--seeds '0-1000000': 1,000,001 seeds, more than the bound of 1,000 seeds"),
+    ("prune-500-sparsities", [*PRUNE[:-6], "--sparsity", ",".join(f"{i / 1000:g}" for i in range(1, 501)), "--seeds", "0", "--preset", "demo"],
+     "--sparsity: 500 target sparsities given, more than the bound of 100 target sparsities"),
+    ("circuit-500-sparsities", [*CIRCUIT, "--sparsity", ",".join(f"{i / 1000:g}" for i in range(1, 501))],
+     "--sparsity: 500 target sparsities given, more than the bound of 100 target sparsities"),
+    ("circuit-300-ig-step-counts", [*EAP_IG, "--ig-steps", ",".join(str(i) for i in range(1, 301))],
+     "--ig-steps: 300 integrated-gradient step counts given, more than the bound of 64"),
+    ("circuit-eval-bootstrap-past-the-bound", [*MIB_EVAL, "--scores", "{two-embeddings}", "--mib", "--bootstrap",
+                                               "1000000000"],
+     "--bootstrap 1,000,000,000 is more than the bound of 100,000 bootstrap resamples"),
+    ("finetune-data-a-named-pipe", [*FINETUNE[:3], "--task", "file:{pipe-csv}", "--max-steps", "2"],
+     "pipe.csv: not a regular file (a named pipe, device or socket)"),
+    ("circuit-eval-scores-a-named-pipe", [*MIB_EVAL, "--scores", "{pipe-safetensors}"],
+     "--scores: {pipe-safetensors}: not a regular file"),
+    ("evaluate-subnetwork-a-named-pipe", [*EVALUATE, "--subnetwork", "{pipe-safetensors}"], "not a regular file"),
+    ("view-a-named-pipe", ["view", "{pipe-json}"], "pipe.json: not a regular file"),
+    # issue 53, class 6: a list option given a value twice, or an empty one
+    ("prune-control-twice", [*PRUNE, "--control", "random-weights", "--control", "random-weights"],
+     "--control random-weights given twice: each once"),
+    ("prune-control-empty", [*PRUNE, "--control", ""], "--control '': an empty name"),
+    ("prune-control-empty-in-a-list", [*PRUNE, "--control", "random-weights,"], "--control '': an empty name"),
+    ("circuit-control-twice", [*CIRCUIT, "--sparsity", "0.9", "--control", "shuffled-labels,shuffled-labels"],
+     "--control shuffled-labels given twice"),
+    ("discover-control-empty", [*DISCOVER, "--control", ""], "--control '': an empty name"),
+    ("lottery-prune-control-twice", ["lottery-prune", "--model", "{bert}", *NLI, "--method", "magnitude", "--control",
+                                     "random-weights", "--control", "random-weights"], "given twice"),
+    ("transfer-condition-twice", [*TRANSFER, "--condition", "scratch,scratch"], "--condition scratch given twice"),
+    ("transfer-condition-empty", [*TRANSFER, "--condition", "scratch,"], "--condition '': an empty name"),
+    ("prune-seeds-twice", [*PRUNE[:-4], "--seeds", "0,0", "--preset", "demo"], "--seeds '0,0': a value given twice"),
+    ("prune-sparsity-twice", [*PRUNE[:-6], "--sparsity", "0.5,0.5", "--seeds", "0", "--preset", "demo"],
+     "--sparsity 0.5 given twice"),
+    ("evaluate-split-twice", [*EVALUATE, "--split", "id", "--split", "id"], "id given twice"),
+    ("circuit-eval-circuit-twice", [*MIB_EVAL, "--circuit", "{edges-partial}", "--circuit", "{edges-partial}"],
+     "given twice"),
+    ("lottery-stability-subnetwork-twice", ["lottery-stability", "--subnetwork", "{sub}", "--subnetwork", "{sub}"],
+     "--subnetwork"),
     ("lottery-retrain-edge-circuit", ["lottery-retrain", "--model", "{lm}", "--task", "circuit:ioi", "--task-option",
                                       "n_train=4", "--task-option", "n_eval=2", "--subnetwork", "{edges-partial}"],
      "a subnetwork of kind 'edges'"),
@@ -1145,6 +1238,7 @@ def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files
     assert done.value.code == 2, err
     assert "Traceback" not in err
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    fragment = re.sub(r"\{([\w-]+)\}", lambda m: {**files, "out": out}.get(m.group(1), m.group(0)), fragment)
     assert fragment in lines[0], lines[0]
     assert {p: _listing(p) for p in before} == before, "the command wrote under --out"
 
@@ -1270,3 +1364,79 @@ def test_retraining_a_gpt2_without_a_pad_token_pads_with_its_end_of_text_token(f
               "--max-steps", "2", "--batch-size", "4", "--no-save-model", "--out", str(out)])
     assert done.value.code in (0, None), capsys.readouterr().err
     assert (out / "metrics.json").is_file()
+
+
+# --- issue 53, class 5: the Python API checks its arguments at the call (runs.job_config.check_call and the runs
+# layer's checks the command runs too), raising SubnetlabError before anything is written
+NAN = float("nan")
+API_CASES: list[tuple[str, str, tuple[str, ...], dict, str]] = [
+    # (name, function, positional arguments (fixture names; "{out}" the output), keywords, fragment)
+    ("circuit-seeds-negative", "circuit", ("lm", "circuit:ioi"), {"sparsity": 0.9, "seeds": -1},
+     "seeds -1: must be at least 0"),
+    ("prune-seeds-negative", "prune", ("bert", "nli-synthetic"), {"seeds": -3}, "seeds -3: must be at least 0"),
+    ("prune-seeds-repeated", "prune", ("bert", "nli-synthetic"), {"seeds": [1, 1]}, "seeds 1 given twice"),
+    ("prune-seeds-past-the-bound", "prune", ("bert", "nli-synthetic"), {"seeds": range(2000)},
+     "2,000 seeds given, more than the bound of 1,000 seeds"),
+    ("prune-seeds-text", "prune", ("bert", "nli-synthetic"), {"seeds": "0"}, "seeds '0': expected a whole number"),
+    ("prune-jobs-zero", "prune", ("bert", "nli-synthetic"), {"jobs": 0}, "jobs 0 must be an integer of at least 1"),
+    ("circuit-jobs-zero", "circuit", ("lm", "circuit:ioi"), {"sparsity": 0.9, "jobs": 0},
+     "jobs 0 must be an integer of at least 1"),
+    ("discover-samples-zero", "discover", ("gpt2", "arith:ab"), {"samples": 0},
+     "samples 0 must be an integer of at least 1"),
+    ("discover-no-model", "discover", ("missing-model", "arith:ab"), {}, "no such model directory"),
+    ("transfer-no-model", "transfer_subnetwork", ("missing-model", "arith:ab"), {"conditions": ["scratch"]},
+     "no such model directory"),
+    ("prune-model-none", "prune", (None, "nli-synthetic"), {}, "model None: expected a path"),
+    ("prune-task-int", "prune", ("bert", 3), {}, "task 3: expected text"),
+    ("circuit-out-none", "circuit", ("lm", "circuit:ioi", None), {"sparsity": 0.9}, "out None: expected a path"),
+    ("prune-sparsity-nan", "prune", ("bert", "nli-synthetic"), {"sparsity": NAN}, "sparsity nan: expected a number"),
+    ("prune-sparsity-text", "prune", ("bert", "nli-synthetic"), {"sparsity": "0.5"}, "sparsity '0.5': expected"),
+    ("prune-500-sparsities", "prune", ("bert", "nli-synthetic"), {"sparsity": [i / 1000 for i in range(1, 501)]},
+     "500 target sparsities given, more than the bound of 100"),
+    ("circuit-ig-steps-text", "circuit", ("lm", "circuit:ioi"), {"method": "eap-ig", "ig_steps": "5"},
+     "ig_steps '5': a step count is a whole number"),
+    ("circuit-total-steps-past-the-bound", "circuit", ("lm", "circuit:ioi"), {"sparsity": 0.9,
+                                                                              "total_steps": 10 ** 12},
+     "total_steps 1,000,000,000,000 is more than the bound"),
+    ("circuit-eval-batch-size-nan", "circuit_eval", ("lm", "circuit:ioi"), {"scores": "x", "batch_size": NAN},
+     "batch_size nan must be an integer of at least 1"),
+    ("circuit-eval-bootstrap-past-the-bound", "circuit_eval", ("lm", "circuit:ioi"),
+     {"scores": "{two-embeddings}", "definition": "mib", "bootstrap": 10 ** 9}, "bootstrap 1,000,000,000 is more"),
+    ("transfer-seeds-text", "transfer_subnetwork", ("gpt2", "arith:ab"), {"conditions": ["scratch"], "seeds": "0"},
+     "seeds '0': expected a whole number"),
+    ("transfer-sizes-negative", "transfer_subnetwork", ("gpt2", "arith:ab"), {"conditions": ["scratch"],
+                                                                              "sizes": [-1]}, "sizes -1: must be"),
+    ("transfer-conditions-repeated", "transfer_subnetwork", ("gpt2", "arith:ab"),
+     {"conditions": ["scratch", "scratch"]}, "conditions scratch given twice"),
+    ("prune-task-options-list", "prune", ("bert", "nli-synthetic"), {"task_options": [1]},
+     "task_options [1]: expected a mapping"),
+    ("circuit-device-int", "circuit", ("lm", "circuit:ioi"), {"sparsity": 0.9, "device": 0}, "device 0: expected text"),
+]
+
+
+def _api_value(value, files: dict[str, str], out: str):
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+        return out if value == "{out}" else files[value[1:-1]]
+    if isinstance(value, str) and value in files:
+        return files[value]
+    if value == "missing-model":
+        return str(Path(files["afile"]).parent / "no-such-model")
+    return value
+
+
+@pytest.mark.parametrize("name, function, args, kwargs, fragment", API_CASES, ids=[c[0] for c in API_CASES])
+def test_the_api_refuses_a_bad_argument_at_the_call(name, function, args, kwargs, fragment, files, tmp_path,
+                                                     monkeypatch) -> None:
+    import subnetlab as sl
+    from subnetlab.errors import SubnetlabError
+
+    monkeypatch.setattr("subnetlab.executor.run._has_gpu", lambda: False)
+    torch.set_num_threads(1)
+    out = str(tmp_path / "out")
+    values = [_api_value(a, files, out) for a in args]
+    if len(values) == 2:
+        values.append(out)
+    with pytest.raises(SubnetlabError) as refused:
+        getattr(sl, function)(*values, **{k: _api_value(v, files, out) for k, v in kwargs.items()})
+    assert fragment in str(refused.value), str(refused.value)
+    assert list(tmp_path.iterdir()) == [], "the call wrote before refusing"

@@ -86,8 +86,12 @@ def test_circuit_answers_move_across_pairs_with_their_wrong_answers():
 
 
 def test_controls_are_named_once_and_unknown_ones_refused():
-    assert check_controls(["shuffled-labels", "random-weights", "shuffled-labels"]) == ("shuffled-labels",
-                                                                                       "random-weights")
+    """In the order given; a control named twice or an empty name is refused (issue 53), not silently dropped."""
+    assert check_controls(["shuffled-labels", "random-weights"]) == ("shuffled-labels", "random-weights")
+    with pytest.raises(SubnetlabError, match="control shuffled-labels given twice: each once"):
+        check_controls(["shuffled-labels", "random-weights", "shuffled-labels"])
+    with pytest.raises(SubnetlabError, match="control '': an empty name"):
+        check_controls([""])
     with pytest.raises(SubnetlabError, match="expected one of random-weights, shuffled-labels"):
         check_controls(["random"])
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_count
 from subnetlab.models.adapters import head_name, mlp_name
 from subnetlab.subnetwork import Subnetwork
 
@@ -170,6 +170,7 @@ def check_resamples(resamples: int, setting: str = "bootstrap") -> None:
     """A bootstrap needs at least one resample (a whole number)."""
     if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
         raise SubnetlabError(f"bootstrap resamples {resamples!r}: a whole number of at least 1", setting=setting)
+    check_count("bootstrap", resamples)
 
 
 def resample_indices(count: int, resamples: int, seed: int) -> Tensor:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_distinct_names
 from subnetlab.models.adapters import get_adapter
 from subnetlab.models.loading import LoadedModel
 from subnetlab.tasks.base import Task
@@ -36,9 +36,9 @@ CONTROLS_DIR = "controls"  # a sweep's controls: DIR/controls/<control>/<the rea
 
 
 def check_controls(names: Sequence[str]) -> tuple[str, ...]:
-    """The controls named, each once, in the order given; an unknown one is refused."""
+    """The controls named, in the order given; an unknown, empty or repeated one is refused."""
     out: list[str] = []
-    for name in names:
+    for name in check_distinct_names("control", list(names)):
         if name not in CONTROLS:
             raise SubnetlabError(f"control {name!r}: expected one of {', '.join(CONTROLS)}", setting="control")
         if name not in out:

@@ -166,6 +166,10 @@ class DeviceMap:
         folder = None if offload_folder in (None, "") else str(Path(offload_folder).expanduser())
         if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
             raise SubnetlabError(f"offload_folder {folder}: exists and is not a directory", setting="offload_folder")
+        if folder is not None:  # a side output: creatable and writable, checked before any work
+            from subnetlab.run_directory import check_writable
+
+            check_writable(folder, setting="offload_folder")
         return cls(parsed, memory, folder)
 
     @classmethod

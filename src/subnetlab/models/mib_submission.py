@@ -87,6 +87,27 @@ def _folder(folder: Path, mib_names: bool) -> dict[str, Any]:
             "files": [p.name for _, p in sized], "kept": [c for c, _ in sized], "edges": edges}
 
 
+def check_target(root: str | Path, task: str, model: str, suffix: str = ".json") -> Path:
+    """Before any work: ``write(root, task, model, ...)`` could write its file and ``check(root, mib_names=False)``
+    would then pass (``root`` creatable, its other folders well formed, nothing else in the one to be written);
+    returns the file ``write`` would write."""
+    from subnetlab.run_directory import check_output_file, check_writable
+
+    base = check_writable(root, setting="mib_submission")
+    target = base / folder_name(task, model)
+    path = check_output_file(target / f"{IMPORTANCES}{suffix}", setting="mib_submission")
+    if base.is_dir():
+        for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if folder != target:
+                _folder(folder, mib_names=False)
+    if target.is_dir():
+        others = sorted(p.name for p in target.iterdir() if p.is_file() and p.suffix in SUFFIXES and p != path)
+        if others:
+            raise SubnetlabError(f"{target}: already holds {', '.join(others)}; MIB takes one importance file per "
+                                 "folder (move them, or choose another submission folder)", setting="mib_submission")
+    return path
+
+
 def check(root: str | Path, mib_names: bool = True) -> list[dict[str, Any]]:
     """Check a submission folder; one summary per ``<task>_<model>`` folder, or a ``SubnetlabError`` naming the
     folder, file and field at fault."""
@@ -106,4 +127,4 @@ def check(root: str | Path, mib_names: bool = True) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["CAPS", "IMPORTANCES", "MIB_MODELS", "MIB_TASKS", "check", "folder_name", "write"]
+__all__ = ["CAPS", "IMPORTANCES", "MIB_MODELS", "MIB_TASKS", "check", "check_target", "folder_name", "write"]

@@ -24,9 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_count
 from subnetlab.methods.attribution.scores import MAX_IG_STEPS
 from subnetlab.runs.attribution import SCORES_FILE, AttributionJobConfig
+from subnetlab.runs.job_config import check_seeds, check_targets
 
 DEFAULT_TARGET = 0.95  # the circuits compared when no target sparsity is given: the top 5% of the edges
 
@@ -36,6 +37,7 @@ def check_step_counts(steps: Sequence[int]) -> list[int]:
     counts = list(steps)
     if not counts:
         raise SubnetlabError("ig_steps: give at least one step count", setting="ig_steps")
+    check_count("ig_steps", len(counts), listed=True)
     for k in counts:
         if isinstance(k, bool) or not isinstance(k, int):
             raise SubnetlabError(f"ig_steps {k!r}: a step count is a whole number", setting="ig_steps")
@@ -53,6 +55,11 @@ def check_sweep_targets(method: str, steps: Sequence[int], seeds: Sequence[int] 
                         targets: Sequence[float] | None) -> bool:
     """Whether the run is a sweep (several step counts, or seeds); target sparsities are refused without one: they
     only pick the circuits a sweep compares."""
+    check_step_counts(steps)
+    if seeds is not None:
+        check_seeds(seeds)
+    if targets is not None:
+        check_targets(targets)
     sweep = len(steps) > 1 or seeds is not None
     if targets is not None and not sweep:
         raise SubnetlabError(f"sparsity: under {method} it sets the circuits compared across step counts or seeds; "
@@ -68,8 +75,8 @@ def sweep_jobs(base: AttributionJobConfig, steps: Sequence[int], seeds: Sequence
                ) -> list[tuple[str, AttributionJobConfig]]:
     """One checked job per (step count, seed); ``seeds`` None scores the same pairs in every run."""
     counts = check_step_counts(steps)
-    if seeds is not None and len(set(seeds)) != len(list(seeds)):
-        raise SubnetlabError("seeds: each seed once", setting="seeds")
+    if seeds is not None:
+        check_seeds(seeds)
     jobs = [replace(base, ig_steps=k, sample_seed=s) for k in counts for s in (list(seeds) if seeds is not None
                                                                                else [None])]
     return [(run_name(job.ig_steps, job.sample_seed), job) for job in jobs]  # eap and exact: one step, whatever given

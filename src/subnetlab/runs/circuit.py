@@ -50,9 +50,9 @@ from subnetlab.methods.model_fit import position_limit
 from subnetlab.models.circuit import Circuit
 from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
-from subnetlab.run_directory import absolute_inputs
+from subnetlab.run_directory import absolute_inputs, check_distinct_outputs
 from subnetlab.runs.health import judge
-from subnetlab.runs.job_config import require_positive
+from subnetlab.runs.job_config import check_seeds, check_targets, require_positive
 from subnetlab.models.device_map import DeviceMap, refuse_offloaded
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
 from subnetlab.runtime import resolve_device, resolve_dtype
@@ -268,12 +268,14 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     from subnetlab.runs.controls import control_jobs
     from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
 
+    targets, seeds = check_targets(targets), check_seeds(seeds)  # types, ranges and bounds: before anything else
     resolve_device(device)
     earlier = earlier_runs(model)
     options = held_out_options(model, task, dict(task_options or {}))  # your own pairs: the fine-tuning's split
     base = {"model": model, "task": task, "task_options": options, "device": device}
     if device_map is not None:
         base["device_map"] = device_map.to_dict()
+        check_distinct_outputs({"out": out, "offload_folder": device_map.offload_folder})
     jobs = circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides,
                          eval_split=split, eval_limit=limit, init_from=init_from)  # builds (so checks) every config
     first = CircuitJobConfig.from_dict(jobs[0].config)

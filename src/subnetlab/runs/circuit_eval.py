@@ -43,8 +43,8 @@ import torch
 from torch import Tensor
 
 from subnetlab.analysis.faithfulness import CIRCUIT_SIZES
-from subnetlab.errors import SubnetlabError
-from subnetlab.io import write_json
+from subnetlab.errors import SubnetlabError, check_distinct_names
+from subnetlab.io import check_input_file, write_json
 from subnetlab.run_directory import check_config
 from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import JobConfig, require_positive
@@ -99,11 +99,12 @@ class CircuitEvalJobConfig(JobConfig):
             raise SubnetlabError(f"{self.mib_export}: an EAP-IG graph file ends in .json or .pt", setting="mib_export")
         if self.mib_submission is not None and self.scores is None:
             raise SubnetlabError("a MIB submission folder takes edge scores; give a scores file", setting="mib_submission")
+        if self.circuits:
+            check_distinct_names("circuits", [str(Path(c).expanduser().resolve()) for c in self.circuits])
         if (self.scores is None) == (not self.circuits):
             raise SubnetlabError("give either a scores file or circuit files (one of the two)", setting="scores")
         for path in ([self.scores] if self.scores else []) + list(self.circuits):
-            if not Path(path).is_file():
-                raise SubnetlabError(f"{path}: no such file", setting="scores" if path == self.scores else "circuits")
+            check_input_file(path, setting="scores" if path == self.scores else "circuits")  # a named pipe too
         if self.metric not in METRICS + TASK_METRICS:
             raise SubnetlabError(f"metric {self.metric!r}: choose one of {', '.join(METRICS + TASK_METRICS)}",
                                  setting="metric")
@@ -314,6 +315,24 @@ def _write_mib_files(job: CircuitEvalJobConfig, circuit: Any, model: Any) -> dic
     return written
 
 
+RUN_FILES = ("config.json", "faithfulness.json", "faithfulness.png", "metrics.json")
+
+
+def check_side_outputs(job: CircuitEvalJobConfig, out: Path) -> None:
+    """The EAP-IG file and the MIB submission folder asked for: writable, valid and distinct from the run's own
+    files, checked before any work (a refusal after the evaluation would leave ``out`` written)."""
+    from subnetlab.models import mib_submission
+    from subnetlab.run_directory import check_distinct_outputs, check_output_file
+
+    submission = None
+    if job.mib_export is not None:
+        check_output_file(job.mib_export, "mib_export")
+    if job.mib_submission is not None:
+        task = job.task.name.removeprefix("circuit:").replace(":", "-")
+        submission = mib_submission.check_target(job.mib_submission, task, Path(job.model).name)
+    check_distinct_outputs({"mib_export": job.mib_export, "mib_submission": submission, "out": out}, out, RUN_FILES)
+
+
 # ------------------------------------------------------------------------------------ the run
 def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
                      figure: Callable[[dict[str, Any], Path], Any] | None = None) -> dict[str, Any]:
@@ -330,6 +349,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     from subnetlab.runtime import describe_runtime, resolve_device, runtime_record
     from subnetlab.tasks.circuits.pairs import CircuitTask
 
+    check_side_outputs(job, Path(out))
     device = resolve_device(job.device)
     stage(describe_runtime(device))
     earlier = earlier_runs(job.model)  # the fine-tuning run that made the model, where subnetlab made it

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_distinct_names
 from subnetlab.io import write_json
 from subnetlab.runs.job_config import JobConfig, require_positive, unrecorded
 from subnetlab.runs.splits import held_out_task, save_splits
@@ -47,6 +47,8 @@ class EvaluateJobConfig(JobConfig):
 
         if not self.splits:
             object.__setattr__(self, "splits", None)
+        else:
+            check_distinct_names("splits", list(self.splits))  # a split twice, or '': refused
         if self.model.startswith(ARITH_PREFIX):
             raise SubnetlabError(f"model {self.model}: evaluate a trained model directory, not a fresh "
                                  f"{ARITH_PREFIX} model", setting="model")
@@ -61,6 +63,9 @@ class EvaluateJobConfig(JobConfig):
         for name in ("subnetwork", "means"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
+                if Path(path).exists() and not Path(path).is_dir():  # a named pipe would block its reader
+                    raise SubnetlabError(f"{name} {path}: not a regular file (a named pipe, device or socket)",
+                                         setting=name)
                 raise SubnetlabError(f"{name} {path}: no such file", setting=name)
 
 

@@ -26,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar, get_type_hints
 
-from subnetlab.errors import SubnetlabError, check_typed
+import math
+
+from subnetlab.errors import SubnetlabError, check_count, check_typed, check_whole_numbers
 from subnetlab.run_directory import absolute_inputs
 
 C = TypeVar("C", bound="JobConfig")
@@ -101,4 +103,83 @@ def require_positive(owner: str, name: str, value: Any, allow_none: bool = False
         raise SubnetlabError(f"{problem} must be an integer of at least 1", setting=name)
 
 
-__all__ = ["JobConfig", "optional", "require_positive", "unrecorded"]
+def check_seeds(seeds: Any, setting: str = "seeds") -> list[int]:
+    """A sweep's seeds (one or a list): whole numbers of at least 0, each once, no more than the bound
+    (``errors.COUNT_BOUNDS``); the one check of the command line's seeds and the Python API's."""
+    return check_whole_numbers(setting, seeds, least=0)
+
+
+def check_targets(targets: Any, setting: str = "sparsity") -> list[float]:
+    """A sweep's target sparsities (one or a list): numbers strictly between 0 and 1, no more than the bound."""
+    items = [targets] if isinstance(targets, (int, float)) and not isinstance(targets, bool) else targets
+    if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)):
+        raise SubnetlabError(f"{setting} {targets!r}: expected a number in (0, 1) or a list of them", setting=setting)
+    if not items:
+        raise SubnetlabError(f"{setting}: give at least one target", setting=setting)
+    check_count(setting, len(items), listed=True)
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
+                or not 0.0 < item < 1.0:
+            raise SubnetlabError(f"{setting} {item!r}: expected a number strictly between 0 and 1", setting=setting)
+    return [float(t) for t in items]
+
+
+def check_jobs(jobs: Any, setting: str = "jobs") -> int | None:
+    """Worker processes of a sweep: None (in this process) or a whole number of at least 1, within the bound."""
+    if jobs is None:
+        return None
+    require_positive("sweep", setting, jobs)
+    check_count("jobs", jobs)
+    return jobs
+
+
+def _text(setting: str, value: Any, paths: bool = False, optional: bool = False) -> None:
+    import os
+
+    if value is None and optional:
+        return
+    kinds = (str, os.PathLike) if paths else (str,)
+    if not isinstance(value, kinds) or not str(os.fspath(value) if paths else value).strip():
+        what = "a path (text)" if paths else "text"
+        raise SubnetlabError(f"{setting} {value!r}: expected {what}{' or None' if optional else ''}, not empty",
+                             setting=setting)
+
+
+def check_call(**arguments: Any) -> None:
+    """The arguments every entry point shares, checked at the call with the command line's checks, before anything
+    is read or written: ``model``, ``out`` (paths), ``task``, ``device`` (text), ``preset`` (text or None),
+    ``task_options`` (a mapping or None), ``jobs`` (``check_jobs``), ``controls`` (names, each once), ``seeds``
+    (``check_seeds``) and ``samples`` (a whole number of at least 1, or None). Each refusal names the argument."""
+    from collections.abc import Mapping as AnyMapping
+
+    from subnetlab.errors import check_distinct_names
+
+    for name, value in arguments.items():
+        if name in ("model", "out", "subnetwork", "scores", "init_from"):
+            _text(name, value, paths=True, optional=name in ("subnetwork", "scores", "init_from"))
+        elif name in ("task", "device"):
+            _text(name, value)
+        elif name in ("preset", "method", "split", "metric", "ablation", "warm_start"):
+            _text(name, value, optional=True)
+        elif name == "task_options":
+            if value is not None and not isinstance(value, AnyMapping):
+                raise SubnetlabError(f"task_options {value!r}: expected a mapping of option: value, or None",
+                                     setting=name)
+        elif name == "jobs":
+            check_jobs(value)
+        elif name == "controls":
+            if isinstance(value, str):
+                raise SubnetlabError(f"controls {value!r}: expected a list of control names", setting="control")
+            check_distinct_names("control", list(value)) if value else None
+        elif name == "seeds":
+            if value is not None:
+                check_seeds(value)
+        elif name in ("samples", "limit", "batch_size"):
+            require_positive("argument", name, value, allow_none=name != "batch_size")
+            if name == "samples" and value is not None:
+                check_count("samples", value)
+        else:
+            raise TypeError(f"check_call: no check for argument {name!r}")  # a caller's mistake, not a user's
+
+
+__all__ = ["JobConfig", "check_call", "check_jobs", "check_seeds", "check_targets", "optional", "require_positive", "unrecorded"]

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.run_directory import check_distinct_outputs
 from subnetlab.executor import Job, SweepReport
 from subnetlab.runs.health import Health, read_health
 from subnetlab.methods.controls import RANDOM_WEIGHTS, SHUFFLED_LABELS, check_shufflable
 from subnetlab.runs.controls import control_jobs
+from subnetlab.runs.job_config import check_seeds, check_targets
 from subnetlab.runs.prune import PRUNE_JOB, level_name, prune_sweep
 from subnetlab.models.device_map import DeviceMap
 from subnetlab.runs.prune_setup import (PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model,
@@ -40,6 +42,7 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
     (``runs.controls``); nothing is written. ``device_map`` spreads the model over devices (``models.device_map``)."""
     from subnetlab.runtime import resolve_device
 
+    targets, seeds = check_targets(targets), check_seeds(seeds)  # types, ranges and bounds: before anything else
     resolve_device(device)  # an unknown or absent device is refused before anything loads
     if schedule not in SCHEDULES:
         raise SubnetlabError(f"schedule {schedule!r}: expected linear or staircase", setting="schedule")
@@ -48,6 +51,7 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
             "splits": None if splits is None else list(splits), "device": device}
     if device_map is not None:
         base["device_map"] = device_map.to_dict()
+        check_distinct_outputs({"out": out, "offload_folder": device_map.offload_folder})
         if RANDOM_WEIGHTS in controls:
             raise SubnetlabError("the random-weights control builds a fresh copy of the whole model on one device, "
                                  "which a device map exists to avoid", setting="control")

@@ -88,6 +88,18 @@ def load_lm(path: str, task_name: str, task_options: dict[str, Any],
     return loaded, task
 
 
+def check_lm_task(path: str, task_name: str, task_options: dict[str, Any], what: str,
+                  subnetwork: str | None = None) -> Task:
+    """Before any job of a discovery or transfer sweep: the model loads (a missing one is refused), the task is a
+    language-model task and fits it (``load_lm``); the built task. The command and ``sl.discover`` /
+    ``sl.transfer_subnetwork`` run this one check."""
+    _, task = load_lm(path, task_name, task_options, subnetwork)
+    if task.kind != "lm":
+        raise SubnetlabError(f"task {task_name}: {what} runs on language-model tasks (e.g. arith:ab, or your own data "
+                             "with an answer column)", setting="task")
+    return task
+
+
 def _quiet_hub() -> None:
     """Worker processes print one line per stage, not the weight-loading bars of every job."""
     from transformers.utils import logging as hf_logging
@@ -420,5 +432,5 @@ def _train_all(prepared: list[dict], settings: TrainSettings, stack: int) -> lis
     return results
 
 
-__all__ = ["check_transfer_input", "degenerate_passed_over", "discover_job", "discovery_health", "lm_task_options",
+__all__ = ["check_lm_task", "check_transfer_input", "degenerate_passed_over", "discover_job", "discovery_health", "lm_task_options",
            "load_lm", "own_data", "select_best", "subnetwork_health", "sweep_health", "task_options_for", "transfer_job"]

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_distinct_names
 from subnetlab.tasks.base import Task
 
 
@@ -81,7 +81,7 @@ def task_from_config(config: Mapping[str, Any]) -> Task:
 
 def eval_splits(task: Task, requested: Sequence[str] | None) -> list[str]:
     """The evaluation splits to score (None: all of them); an unknown name fails naming the known ones."""
-    names = list(task.eval_splits) if not requested else list(requested)
+    names = list(task.eval_splits) if not requested else check_distinct_names("splits", list(requested))
     for name in names:
         if name == "train" or name not in task.eval_splits:
             known = ", ".join(task.eval_splits) or "none"

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from subnetlab.io import check_input_file
 from subnetlab.errors import SubnetlabError
 from subnetlab.progress import stage_once
 from subnetlab.tasks.base import Example, Task
@@ -80,6 +81,8 @@ def _read(path: Path) -> Any:
     datasets.disable_progress_bars()
     if not path.exists():
         raise SubnetlabError(f"{path}: no such data file", setting="task")
+    if not path.is_dir():
+        check_input_file(path, setting="task")  # a named pipe would block the reader for ever
     if path.is_file() and path.stat().st_size == 0:
         raise SubnetlabError(f"{path}: empty file (no header, no rows)", setting="task")
     builder = None

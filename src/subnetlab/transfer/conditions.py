@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_distinct_names
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,7 @@ def check_conditions(
     known = ", ".join(table)
     if not names:
         raise SubnetlabError(f"{setting}: no condition given; choose from {known}", setting=setting)
+    check_distinct_names(setting, names)  # '' or a condition twice: refused, not run twice
     for name in names:
         if name not in table:
             raise SubnetlabError(f"{setting} {name!r}: unknown condition; choose from {known}", setting=setting)

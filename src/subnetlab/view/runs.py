@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import load_tensor_metadata, load_tensors, read_json
+from subnetlab.io import load_tensor_metadata, load_tensors, read_json, check_input_file
 from subnetlab.models.circuit import Circuit, top_k_mask
 from subnetlab.run_directory import natural_order
 
@@ -72,6 +72,8 @@ def read_runs(path: Path) -> list[ViewRun]:
     path = Path(path)
     if not path.exists():
         raise SubnetlabError(f"{path}: no such file or directory", setting="runs")
+    if not path.is_dir():
+        check_input_file(path, setting="runs")  # a named pipe would block the reader
     if path.is_file():
         if path.suffix == ".json":
             return [_graph_run(path, path.name)]

@@ -19,7 +19,7 @@ def parse_controls(values: Sequence[str]) -> tuple[str, ...]:
     """``--control a --control b`` or ``--control a,b``: each control once, an unknown one refused."""
     from subnetlab.methods.controls import check_controls
 
-    return check_controls([v.strip() for value in values for v in value.split(",") if v.strip()])
+    return check_controls([v.strip() for value in values for v in value.split(",")])  # '' and a,a refused
 
 
 def report_sweep(out: Path, results: Sequence[Any], command: str, *, controls: Sequence[str], measure: Callable,

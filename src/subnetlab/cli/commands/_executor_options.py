@@ -80,6 +80,10 @@ def executor_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from subnetlab.errors import check_count
+
+        if isinstance(kwargs.get("jobs"), int) and kwargs["jobs"] > 0:  # ExecutorOptions refuses 0 and below
+            check_count("jobs", kwargs["jobs"])  # within the bound of the API's check_jobs (errors.COUNT_BOUNDS)
         options = ExecutorOptions(**{name: kwargs.pop(name) for name in _OPTIONS if name in kwargs})
         return command(*args, executor=options, **kwargs)
 

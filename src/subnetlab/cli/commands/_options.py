@@ -29,8 +29,14 @@ PRUNE_PRESET_HELP = ("paper (Appendix B: 9,300 steps x 4 batches of 32 per run; 
 
 
 def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
-    """Parse ``0-11``, ``0,3,5`` or ``0-2,7`` into a sorted list of distinct ints."""
+    """Parse ``0-11``, ``0,3,5`` or ``0-2,7`` into a sorted list of distinct ints (no more than the setting's
+    bound, ``errors.COUNT_BOUNDS``, counted before a range is expanded)."""
+    from subnetlab.errors import COUNT_BOUNDS, check_count
+
+    setting = name.lstrip("-").replace("-", "_")
+    bound = COUNT_BOUNDS.get(setting, (None, ""))[0]
     values: set[int] = set()
+    count = 0  # values named, ranges counted by their length
     for part in text.split(","):
         part = part.strip()
         try:
@@ -38,16 +44,23 @@ def parse_int_list(text: str, name: str = "--seeds") -> list[int]:
                 lo, hi = (int(x) for x in part.split("-", 1))
                 if lo < 0 or hi < lo:
                     raise ValueError
-                values.update(range(lo, hi + 1))
+                count += hi - lo + 1
+                if bound is None or count <= bound:
+                    values.update(range(lo, hi + 1))
             else:
                 value = int(part)
                 if value < 0:
                     raise ValueError
+                count += 1
                 values.add(value)
         except ValueError:
             raise SubnetlabError(f"{name}: malformed value {text!r} (expected e.g. 0-11 or 0,3,5)") from None
+    if bound is not None:
+        check_count(setting, count, repr(text))
     if not values:
         raise SubnetlabError(f"{name}: empty list")
+    if count != len(values):
+        raise SubnetlabError(f"{name} {text!r}: a value given twice; give each once")
     return sorted(values)
 
 
@@ -64,7 +77,10 @@ def parse_sparsities(values: list[str]) -> list[float]:
             out.append(parse_fraction(value, "--sparsity"))
     if not out:
         raise SubnetlabError("--sparsity: give at least one target, e.g. --sparsity 0.5")
-    return sorted(dict.fromkeys(out))
+    repeated = sorted({v for v in out if out.count(v) > 1})
+    if repeated:
+        raise SubnetlabError(f"--sparsity {', '.join(f'{v:g}' for v in repeated)} given twice: each target once")
+    return sorted(out)
 
 
 def parse_key_values(pairs: list[str], option: str) -> dict[str, object]:
@@ -301,8 +317,13 @@ def guard_out(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
         out = kwargs.get("out")
         if out is None:
             return callback(*args, **kwargs)
-        if name in OUT_IS_FILE_STEM:
-            check_writable(Path(out).expanduser().parent)
+        if name in OUT_IS_FILE_STEM:  # the page's file itself; results checks its STEM.csv and STEM.parquet
+            from subnetlab.run_directory import check_output_file
+
+            if name == "view" and not Path(out).is_dir():
+                check_output_file(out, "out")
+            elif name != "results":
+                check_writable(Path(out).expanduser().parent)
             return callback(*args, **kwargs)
         check_writable(out)
         if name in OUT_WITHOUT_LOCK:

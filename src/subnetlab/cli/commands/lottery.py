@@ -188,6 +188,9 @@ def lottery_stability(
     from subnetlab.experiments.lottery.figures import survival_plot
     from subnetlab.subnetwork import Subnetwork
 
+    from subnetlab.errors import check_distinct_names
+
+    check_distinct_names("subnetwork", [str(p.expanduser().resolve()) for p in subnetwork])  # one file per seed
     subs = [Subnetwork.load(p) for p in subnetwork]
     summary = stability_summary(subs)
     write_json(out / "stability.json", {"files": [str(p) for p in subnetwork], **summary})

@@ -99,7 +99,13 @@ def register(app: typer.Typer) -> None:
         value, position, metric_path, health, then each run's raw config.* and metrics.* columns."""
         from subnetlab.executor.results import results_table, write_results
 
+        from subnetlab.run_directory import check_output_file
+
+        stem = out if out is not None else directory / "results"
+        bare = stem.with_suffix("") if stem.suffix in (".csv", ".parquet") else stem  # as write_results reads it
+        for suffix in (".csv", ".parquet"):  # both files checked before the runs are read
+            check_output_file(bare.with_name(bare.name + suffix), "out")
         frame = results_table(directory)
-        written = write_results(frame, out if out is not None else directory / "results")
+        written = write_results(frame, stem)
         print_summary(frame, written)
         print_stability(frame)

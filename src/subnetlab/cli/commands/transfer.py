@@ -26,7 +26,7 @@ def parse_conditions(text: str) -> list[str]:
     """``subnetwork,scratch``: transfer conditions (``subnetlab.transfer.CONDITIONS``), comma-separated."""
     from subnetlab.transfer import check_conditions
 
-    return [c.name for c in check_conditions(c.strip() for c in text.split(",") if c.strip())]
+    return [c.name for c in check_conditions(c.strip() for c in text.split(","))]
 
 
 def transfer(

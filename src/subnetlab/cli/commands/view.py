@@ -25,8 +25,14 @@ def view(
     from subnetlab.view.runs import read_all, read_stability
     from subnetlab.view.tracer import tracer_graph
 
+    from subnetlab.run_directory import check_distinct_outputs, check_output_file
+
     if out.is_dir():
         raise SubnetlabError(f"{out} is a directory; --out names the page's file (e.g. circuit.html)", setting="out")
+    check_output_file(out, "out")  # every output checked before any work, and no two the same file
+    if tracer_json is not None:
+        check_output_file(tracer_json, "tracer_json")
+    check_distinct_outputs({"out": out, "tracer_json": tracer_json, **{f"run {p}": p for p in runs}})
     groups = read_all(runs)
     first = groups[0][0]
     if tracer_json is not None and first.circuit is None:

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from subnetlab.errors import SubnetlabError, check_field_types
+from subnetlab.errors import SubnetlabError, check_count, check_field_types
 from subnetlab.tasks.spec import parse_eval_data  # the one parser of [SPLIT:]FORMAT=FILE
 
 # Heuristic Core, Appendix A: bert-base-cased on MNLI, 5 epochs, batch 32, lr 2e-5,
@@ -129,6 +129,9 @@ def validate(cfg: FinetuneConfig) -> None:
     need(cfg.batch_size >= 1, "batch_size", f"{cfg.batch_size} must be at least 1")
     need(cfg.epochs > 0, "epochs", f"{cfg.epochs} must be positive")
     need(cfg.max_steps is None or cfg.max_steps >= 1, "max_steps", f"{cfg.max_steps} must be at least 1")
+    if cfg.max_steps is not None:
+        check_count("max_steps", cfg.max_steps)
+    check_count("epochs", math.ceil(cfg.epochs), f"{cfg.epochs:g}")
     need(cfg.warmup_steps >= 0, "warmup_steps", f"{cfg.warmup_steps} must be >= 0")
     need(0.0 <= cfg.warmup_ratio < 1.0, "warmup_ratio", f"{cfg.warmup_ratio} must be in [0, 1)")
     need(not (cfg.warmup_steps and cfg.warmup_ratio), "warmup_steps",

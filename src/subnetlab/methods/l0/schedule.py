@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_count
 
 
 def paper_steps(sparsity: float) -> tuple[int, int]:
@@ -44,6 +44,7 @@ class LinearSchedule:
             raise SubnetlabError(
                 f"schedule needs 0 <= warmup_steps ({self.warmup_steps}) <= total_steps ({self.total_steps}), total >= 1"
             )
+        check_count("total_steps", self.total_steps)
 
     def target(self, step: int) -> float:
         if step >= self.warmup_steps:
@@ -74,6 +75,7 @@ class StaircaseSchedule:
         first = self.ramp_steps if self.first_ramp_steps is None else self.first_ramp_steps
         if self.ramp_steps < 0 or first < 0 or self.hold_steps < 1:
             raise SubnetlabError(f"staircase needs ramp_steps >= 0 and hold_steps >= 1, got {self.ramp_steps}, {self.hold_steps}")
+        check_count("total_steps", self.total_steps)
 
     @property
     def sparsity(self) -> float:

@@ -242,10 +242,15 @@ def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any, fl
     return peak, counted
 
 
+MAX_PROBES = 12  # micro-batch sizes the search measures at most (each one runs the method's step on fake tensors)
+
+
 def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, memory: int) -> int:
-    """The largest micro-batch whose peak fits ``memory`` (0 when not even one example fits): a line through the
-    peaks at ``micro`` and ``2 micro`` names a candidate, which is checked with the one above it; where the line is
-    off, bisection between the largest size seen to fit and the smallest seen not to."""
+    """The largest micro-batch whose peak fits ``memory`` (0 when not even one example fits), in at most
+    ``MAX_PROBES`` measurements. A candidate solves the line through the sizes measured (the largest seen to fit
+    and the smallest seen not to; beyond them, the two largest, and at most 16 times the largest
+    that fits) and is checked with the one above it; between two sizes, line and halving take turns, so a curved peak narrows the range too. Where the budget ends first,
+    the answer is the largest size measured to fit: it holds (a bound, never an extrapolation)."""
     known = {micro: peak}
 
     def fits(m: int) -> bool:
@@ -254,22 +259,27 @@ def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, me
         return known[m] <= memory
 
     fits(min(2 * micro, MAX_MICRO_BATCH))
-    slope = max(1.0, (known[2 * micro] - peak) / micro)
-    guess = min(MAX_MICRO_BATCH - 1, max(1, int((memory - (peak - slope * micro)) // slope)))
-    for m in (guess, guess + 1):
-        fits(m)
+    halve = False
     while True:
         lo = max((m for m, v in known.items() if v <= memory), default=0)
         hi = min((m for m, v in known.items() if v > memory), default=None)
-        if hi is None and lo >= MAX_MICRO_BATCH:
+        if (hi is None and lo >= MAX_MICRO_BATCH) or (hi is not None and hi - lo <= 1) or len(known) >= MAX_PROBES:
             return lo
-        if hi is None:  # everything tried fits: the line was pessimistic; double until one does not
-            fits(min(2 * lo, MAX_MICRO_BATCH))
-            continue
-        if hi - lo <= 1:
-            return lo
-        fits((lo + hi) // 2)
+        if hi is None:  # beyond every size measured: extrapolate from the two largest
+            a, b = sorted(known)[-2:]
+            slope = max(1.0, (known[b] - known[a]) / (b - a))
+            guess = min(MAX_MICRO_BATCH, 16 * max(lo, 1), max(lo + 1, int(lo + (memory - known[lo]) // slope)))
+        elif halve:
+            guess = (lo + hi) // 2
+        elif lo == 0:  # not even the smallest measured fits: the line through it and nothing
+            guess = max(1, min(hi - 1, int(hi * memory / max(1, known[hi]))))
+        else:
+            t = (memory - known[lo]) / max(1, known[hi] - known[lo])
+            guess = min(hi - 1, max(lo + 1, int(lo + t * (hi - lo))))
+        halve = hi is not None and not halve
+        if fits(guess) and guess + 1 < (MAX_MICRO_BATCH + 1 if hi is None else hi) and len(known) < MAX_PROBES:
+            fits(guess + 1)
 
 
-__all__ = ["H100_BF16_DENSE", "MAX_MICRO_BATCH", "Plan", "check_length", "count_steps", "default_sizes",
+__all__ = ["H100_BF16_DENSE", "MAX_MICRO_BATCH", "MAX_PROBES", "Plan", "check_length", "count_steps", "default_sizes",
            "largest_micro_batch", "measure_step", "plan_run", "run_step", "steps_of"]
