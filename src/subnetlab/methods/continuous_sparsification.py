@@ -28,10 +28,10 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError, check_field_types
-from subnetlab.methods.decided import count_undecided
-from subnetlab.optim import make_optimizer
 from subnetlab.intervene import mask_weights
+from subnetlab.methods.decided import count_undecided
 from subnetlab.models.adapters import Adapter
+from subnetlab.optim import make_optimizer
 from subnetlab.progress import stage, track
 
 T = TypeVar("T")

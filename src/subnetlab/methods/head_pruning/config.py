@@ -70,8 +70,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from subnetlab.errors import SubnetlabError, check_field_types
-from subnetlab.methods.l0.settings import DictSettings, check_grad_norm
 from subnetlab.methods.l0.schedule import LinearSchedule, StaircaseSchedule, paper_steps
+from subnetlab.methods.l0.settings import DictSettings, check_grad_norm
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": ("linear", "staircase"),
