@@ -1,6 +1,6 @@
 """``subnetlab results DIR``: every number every run under DIR measured, as one long table (CSV + Parquet).
 
-Its columns are ``executor.results.LONG_COLUMNS`` (documented there and in the README), then each run's raw
+Its columns are ``executor.results.LONG_COLUMNS`` (documented there and in docs/results.md), then each run's raw
 ``config.*`` and ``metrics.*`` columns."""
 
 from __future__ import annotations
