@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= runs/demo
 
-.PHONY: demo test install clean gpu-check docs
+.PHONY: demo test install clean gpu-check docs lint wheel-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,17 @@ gpu-check:
 docs: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[docs]"
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
+
+# ruff (lint) over the code and mypy over the core packages ([tool.ruff], [tool.mypy] in pyproject.toml)
+lint: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[lint]"
+	$(BIN)/ruff check src tests benchmarks scripts docs/hooks
+	$(BIN)/mypy
+
+# build the wheel, install it into a fresh venv (torch 2.13.0 first), run `subnetlab --help` and `subnetlab models`
+wheel-check: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[lint]"
+	PYTHON=$(BIN)/python scripts/wheel-check.sh
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

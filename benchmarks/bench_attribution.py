@@ -47,7 +47,6 @@ import time
 
 import torch
 
-
 METHOD_ROWS = {"eap": "subnetlab EAP", "eap-ig": "subnetlab EAP-IG k={k}",
                "eap-ig-activations": "subnetlab EAP-IG-activations k={k}",
                "clean-corrupted": "subnetlab clean-corrupted", "exact": "subnetlab exact patching"}

@@ -231,8 +231,12 @@ def train_model(cache: Path, train_steps: int):
     """The tiny GPT-2 on the induction task, trained once and kept under ``cache``; its circuit task's pairs."""
     from transformers import AutoModelForCausalLM
 
-    from subnetlab.experiments.circuits.training import ModelShape, TrainSettings, build_induction_model, \
-        train_induction_model
+    from subnetlab.experiments.circuits.training import (
+        ModelShape,
+        TrainSettings,
+        build_induction_model,
+        train_induction_model,
+    )
     from subnetlab.tasks.induction import InductionConfig, induction_tokenizer, make_induction_task
 
     task = InductionConfig(vocab_size=32, length=32, min_span=8, max_span=12, max_gap=6)

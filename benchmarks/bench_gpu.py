@@ -281,7 +281,7 @@ def part_heads(a: argparse.Namespace, device: torch.device, results: Results) ->
             "projected_min": cfg.total_steps * t["prune"] / 60,
             "note": f"{a.bert_layers}x{a.bert_heads} h{a.bert_hidden}, {micro}x{acc} x len {length}; paper: "
                     f"~{PAPER_MINUTES_A5000} min per run on an A5000 (other hardware)"})
-        del pruner, model, adapter, means
+        pruner = model = adapter = means = None  # free them; the closures above hold them (a del leaves them unbound)
         free()
 
 
@@ -330,7 +330,7 @@ def part_edges(a: argparse.Namespace, device: torch.device, results: Results) ->
     for name, seconds in t.items():
         results.add("edges", {"kind": name, "ms": 1000 * seconds, "ratio_to_plain": seconds / t["plain"],
                               "shape": shape})
-    del edge, model, adapter
+    edge = model = adapter = None  # free them, as in part_heads
     free()
 
 

@@ -121,10 +121,8 @@ def reference_scores(args: argparse.Namespace, family: str = "llama") -> None:
     from transformers import Gemma2Config, LlamaConfig
 
     from subnetlab.analysis.circuit_evaluation import edge_evaluator
-    from subnetlab.models import mib_graph
-
     from subnetlab.methods.attribution.scores import attribute
-    from subnetlab.models import build_model, get_adapter
+    from subnetlab.models import build_model, get_adapter, mib_graph
     from subnetlab.models.graph import Graph
     from subnetlab.tasks import get_task
     from tests.unit.circuit_helpers import llama_style_tokenizer

@@ -22,8 +22,8 @@ import torch
 
 from subnetlab.intervene import collect_means
 from subnetlab.methods.head_pruning.config import PruneConfig
-from subnetlab.methods.l0.data import PruningData
 from subnetlab.methods.head_pruning.train import Pruner
+from subnetlab.methods.l0.data import PruningData
 from subnetlab.models import load_model
 
 

@@ -38,8 +38,7 @@ from pathlib import Path
 
 from subnetlab.analysis.effective_size import comes_back, data_accuracy, effective_size, id_ood_accuracy
 from subnetlab.cli import main as cli
-from subnetlab.cli.commands._options import parse_int_list
-from subnetlab.cli.commands._options import parse_key_values
+from subnetlab.cli.commands._options import parse_int_list, parse_key_values
 from subnetlab.executor import run_jobs
 from subnetlab.experiments.heuristic_core.effective_size import SearchSettings, search_steps, search_sweep
 from subnetlab.io import read_json

@@ -8,6 +8,7 @@ evaluation / test rows are training rows of the same task or of an earlier step'
 """
 from subnetlab.tasks.registry import get_task
 
+
 def key(task, split):
     names = task.split_labels(split)
     return [(e.text_a, e.text_b, names[e.label]) for e in task.examples(split)]

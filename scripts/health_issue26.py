@@ -16,8 +16,15 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel,
-                          LlamaConfig, LlamaForCausalLM)
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 
 from subnetlab.models import resolve
 

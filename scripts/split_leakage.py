@@ -9,8 +9,10 @@ what is counted is what the commands used, whatever code chose it; a row's promp
 per task built and split, how many rows were fine-tuning training rows and how many were training rows
 of any earlier step.
 """
-import json, sys
+import json
+import sys
 from pathlib import Path
+
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -18,7 +20,8 @@ from subnetlab.cli import main
 from subnetlab.models import load_model
 from subnetlab.tasks import base
 
-root = Path(sys.argv[1]); root.mkdir(parents=True, exist_ok=True)
+root = Path(sys.argv[1])
+root.mkdir(parents=True, exist_ok=True)
 W = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 tok = load_model("minilm").tokenizer
 torch.manual_seed(0)

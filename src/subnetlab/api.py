@@ -34,10 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from subnetlab.errors import SubnetlabError
+from subnetlab.errors import SubnetlabError, check_distinct_names, check_whole_numbers
 from subnetlab.executor import Job, SweepReport, run_jobs
 from subnetlab.run_directory import lock
-from subnetlab.errors import check_distinct_names, check_whole_numbers
 from subnetlab.runs.health import Health, HealthWarning, report_health
 from subnetlab.runs.job_config import check_call, check_seeds
 
@@ -134,13 +133,18 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     run's metrics with ``"subnetwork"`` (its file), ``"sweep"`` (every lambda's metrics) and ``"controls"`` (the
     chosen masks compared with the controls' as ``out/controls/metrics.json`` holds it; empty without).
     """
-    from subnetlab.methods.controls import CONTROLS_DIR, SHUFFLED_LABELS, check_controls, check_shufflable
-    from subnetlab.runs.controls import control_jobs, discovery_measure, selected_comparison
     from subnetlab.errors import preset_values
     from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS
+    from subnetlab.methods.controls import CONTROLS_DIR, SHUFFLED_LABELS, check_controls, check_shufflable
     from subnetlab.run_directory import absolute_input
-    from subnetlab.runs.transfer import (DiscoverJobConfig, check_lm_task, lm_task_options, select_best,
-                                         task_options_for)
+    from subnetlab.runs.controls import control_jobs, discovery_measure, selected_comparison
+    from subnetlab.runs.transfer import (
+        DiscoverJobConfig,
+        check_lm_task,
+        lm_task_options,
+        select_best,
+        task_options_for,
+    )
 
     check_call(model=model, task=task, out=out, jobs=jobs, controls=controls, task_options=task_options,
                device=device, preset=preset, samples=samples)  # at the call, before anything is read or written
@@ -258,11 +262,19 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     (attribution), each run's health and the problems as warning lines (module doc), each run's metrics, and
     the files written (``graph``, ``circuits``, ``figures``; or ``scores``, ``node_scores``, ``graph``).
     """
-    from subnetlab.runs.attribution import SCORES_FILE
-    from subnetlab.runs.circuit import (CIRCUIT_FIGURE, GRAPH_FILE, SUBNETWORK_FILE, WARM_START_DIR, CircuitJobConfig,
-                                        check_warm_start, plan_circuit, write_sweep_graph)
     from subnetlab.methods.controls import check_controls
     from subnetlab.models.device_map import DeviceMap
+    from subnetlab.runs.attribution import SCORES_FILE
+    from subnetlab.runs.circuit import (
+        CIRCUIT_FIGURE,
+        GRAPH_FILE,
+        SUBNETWORK_FILE,
+        WARM_START_DIR,
+        CircuitJobConfig,
+        check_warm_start,
+        plan_circuit,
+        write_sweep_graph,
+    )
     from subnetlab.runs.circuit_methods import check_method, refuse_unused
     from subnetlab.runs.controls import circuit_masks, circuit_measure, write_comparison
     from subnetlab.runs.health import read_health
@@ -328,8 +340,12 @@ def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int
     """One attribution run, or with several step counts or seeds one per (steps, seed) and the stability of their
     circuits at each target ``sparsity`` (``runs.attribution_sweep``; returned under ``"stability"``)."""
     from subnetlab.runs.attribution import NODE_SCORES_FILE, SCORES_FILE, AttributionJobConfig, attribution_run
-    from subnetlab.runs.attribution_sweep import (DEFAULT_TARGET, attribution_sweep, check_step_counts,
-                                                  check_sweep_targets)
+    from subnetlab.runs.attribution_sweep import (
+        DEFAULT_TARGET,
+        attribution_sweep,
+        check_step_counts,
+        check_sweep_targets,
+    )
     from subnetlab.tasks.spec import TaskSpec
 
     steps = check_step_counts(list(ig_steps) if isinstance(ig_steps, (list, tuple, range)) else [ig_steps])

@@ -25,15 +25,17 @@ import re
 import shutil
 import signal
 import sys
-from fnmatch import fnmatch
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from safetensors import SafetensorError  # the error type only: safetensors.torch (and torch) load when tensors are read or written
+from safetensors import (
+    SafetensorError,  # the error type only: safetensors.torch (and torch) load when tensors are read or written
+)
 
 from subnetlab.errors import SubnetlabError
 

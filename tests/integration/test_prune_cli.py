@@ -15,9 +15,9 @@ import torch
 from transformers import AutoTokenizer
 
 from subnetlab.cli import main
-from subnetlab.runs.pruned_runs import find_pruned_runs
 from subnetlab.io import load_tensors, read_json
 from subnetlab.models import build_model, get_adapter, load_model, resolve
+from subnetlab.runs.pruned_runs import find_pruned_runs
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import REPO, tiny_config
 

@@ -1,5 +1,7 @@
-"""Every ```python block of the README runs as written, in order, in one namespace (later blocks use the names
-earlier ones define), in a fresh directory.
+"""Every ```python block of the README and of the tour pages that hold the Python API's examples (``PAGES``) runs as
+written, in order, in a fresh directory: the README's in its own namespace, the pages' in one namespace (later
+blocks use the names earlier ones define: docs/export.md's block exports the Python tour's ``m``, ``sub`` and
+``means``).
 
 Conventions in a block's first comment lines:
 
@@ -23,7 +25,10 @@ import torch
 
 from subnetlab.cli import main
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+# each group runs in one namespace, in its own directory: the README alone, then the pages in the site's order
+PAGES = ((README,), (ROOT / "docs" / "python-api.md", ROOT / "docs" / "export.md", ROOT / "docs" / "circuits.md"))
 pytestmark = pytest.mark.integration
 
 
@@ -69,7 +74,7 @@ def _arithmetic_gpt2(out: Path) -> None:
     loaded.tokenizer.save_pretrained(out)
 
 
-STAND_INS = {"runs/ft": _bert_classifier, "runs/lm": _arithmetic_gpt2}  # a finetune's --out -> its DIR/model
+STAND_INS = {"runs/py/ft": _bert_classifier, "runs/py/lm": _arithmetic_gpt2}  # a finetune's --out -> its DIR/model
 
 
 def _run_before(command: str) -> None:
@@ -84,25 +89,33 @@ def _run_before(command: str) -> None:
     assert done.value.code in (0, None), command
 
 
-def test_the_readme_has_python_blocks_and_the_conventions_parse():
-    blocks = readme_blocks(README.read_text())
-    assert len(blocks) >= 6
+def page_blocks() -> list[list[tuple[str, int, str]]]:
+    """Per group of ``PAGES``: (page name, block index, block) for every ```python block, in order."""
+    return [[(page.relative_to(ROOT).as_posix(), i, block) for page in group
+             for i, block in enumerate(readme_blocks(page.read_text()))] for group in PAGES]
+
+
+def test_the_pages_have_python_blocks_and_the_conventions_parse():
+    groups = page_blocks()
+    assert len(groups[0]) >= 1 and sum(len(g) for g in groups) >= 6
     assert block_commands("# after: subnetlab a\n#        subnetlab b\nx = 1\n", "after") == ["subnetlab a", "subnetlab b"]
     assert block_commands("x = 1\n# after: no\n", "after") == []
 
 
-def test_every_python_block_of_the_readme_runs_as_written(tmp_path, monkeypatch):
+def test_every_python_block_of_the_readme_and_the_tour_pages_runs_as_written(tmp_path, monkeypatch):
     torch.set_num_threads(1)
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__readme__"}
-    ran, skipped = 0, []
-    for i, block in enumerate(readme_blocks(README.read_text())):
-        missing = [p for p in block_commands(block, "needs") if importlib.util.find_spec(p) is None]
-        if missing:
-            skipped.append((i, missing))
-            continue
-        for command in block_commands(block, "after"):
-            _run_before(command)
-        exec(compile(block, f"README.md block {i}", "exec"), namespace)  # noqa: S102  (the README's own text)
-        ran += 1
-    assert ran >= 4, (ran, skipped)
+    ran, skipped = [], []
+    for g, group in enumerate(page_blocks()):
+        (tmp_path / f"group-{g}").mkdir()
+        monkeypatch.chdir(tmp_path / f"group-{g}")
+        namespace: dict = {"__name__": "__readme__"}
+        for name, i, block in group:
+            missing = [p for p in block_commands(block, "needs") if importlib.util.find_spec(p) is None]
+            if missing:
+                skipped.append((name, i, missing))
+                continue
+            for command in block_commands(block, "after"):
+                _run_before(command)
+            exec(compile(block, f"{name} block {i}", "exec"), namespace)  # noqa: S102  (the page's own text)
+            ran.append((name, i))
+    assert ("README.md", 0) in ran and len(ran) >= 4, (ran, skipped)

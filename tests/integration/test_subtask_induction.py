@@ -9,7 +9,6 @@ import torch
 
 from subnetlab.cli import main
 
-
 pytestmark = pytest.mark.integration
 
 TINY = {  # the demo preset shrunk to seconds: numbers 0..19, a few rows, 2 epochs everywhere

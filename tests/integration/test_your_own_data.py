@@ -18,8 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from transformers import (BertConfig, BertForSequenceClassification, GPT2Config, GPT2ForSequenceClassification,
-                          LlamaConfig, LlamaForCausalLM)
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    GPT2Config,
+    GPT2ForSequenceClassification,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 
 from subnetlab.models import load_model
 

@@ -6,7 +6,15 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from subnetlab.analysis.ablation import AVERAGE_ROW, NONE_ROW, AblationRow, AblationTable, ablation_table, head_gates, parse_heads
+from subnetlab.analysis.ablation import (
+    AVERAGE_ROW,
+    NONE_ROW,
+    AblationRow,
+    AblationTable,
+    ablation_table,
+    head_gates,
+    parse_heads,
+)
 from subnetlab.analysis.scores import score_columns, short_name
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, collect_means

@@ -8,7 +8,13 @@ import torch
 from subnetlab.analysis.attention_norms import normed_attention, transformed_inputs
 from subnetlab.analysis.attention_stats import TokenLayout
 from subnetlab.analysis.attention_types import (
-    HeadTypes, Thresholds, classify_map, head_types, map_features, row_normalize, vertical_keys,
+    HeadTypes,
+    Thresholds,
+    classify_map,
+    head_types,
+    map_features,
+    row_normalize,
+    vertical_keys,
 )
 from subnetlab.models import build_model
 from tests.conftest import tiny_config
@@ -104,8 +110,8 @@ class _Tokenizer:
     """A whitespace tokenizer with word ids and offsets, as ``layout_from_tokenizer`` needs."""
 
     def __init__(self):
-        from transformers import BertTokenizerFast
         from tokenizers import Tokenizer, models, pre_tokenizers, processors
+        from transformers import BertTokenizerFast
 
         vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "cat", "sat", "a", "dog", "ran", "."])}
         tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))

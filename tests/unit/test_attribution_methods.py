@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from subnetlab.intervene.edges import WriterValues, apply_edges, capture_writers
+from subnetlab.intervene.edges import capture_writers
 from subnetlab.methods.attribution import attribute, attribute_batch
 from subnetlab.methods.attribution.exact import exact_batch
 from subnetlab.models import build_model

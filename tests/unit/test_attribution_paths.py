@@ -12,7 +12,8 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import count_hooks
-from subnetlab.methods.attribution import attribute_batch, scores as scores_module
+from subnetlab.methods.attribution import attribute_batch
+from subnetlab.methods.attribution import scores as scores_module
 from subnetlab.models.graph import Graph
 from tests.conftest import tiny_inputs, tiny_model
 from tests.unit.test_families import _model

@@ -7,7 +7,6 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks import get_task, parse_operation
@@ -114,8 +113,9 @@ def test_circuit_metrics_against_hand_computation():
 
 
 def test_a_circuit_task_is_an_lm_task_for_node_level_methods(one_thread):
-    from subnetlab.models import build_model
     from transformers import GPT2Config
+
+    from subnetlab.models import build_model
 
     tok = gpt2_style_tokenizer()
     task = get_task("circuit:ioi", n_train=6, n_eval=4).bind(tok)

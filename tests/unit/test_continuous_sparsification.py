@@ -22,7 +22,6 @@ from subnetlab.transfer.data import LMSplit
 from subnetlab.transfer.train import accuracy, last_logits, loss_on
 from tests.conftest import tiny_model
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -12,8 +12,14 @@ import torch
 
 from subnetlab.analysis.stability import bootstrap_interval, mask_stability, score_over_circuits
 from subnetlab.errors import SubnetlabError
-from subnetlab.methods.controls import (apply_control, check_controls, control_verdict, permutation, reinitialised,
-                                        shuffle_labels)
+from subnetlab.methods.controls import (
+    apply_control,
+    check_controls,
+    control_verdict,
+    permutation,
+    reinitialised,
+    shuffle_labels,
+)
 from subnetlab.tasks.base import Example, Task
 from subnetlab.tasks.registry import get_task
 from tests.conftest import tiny_model

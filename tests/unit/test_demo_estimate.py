@@ -10,8 +10,15 @@ import pytest
 
 from subnetlab.experiments.circuits.reproduce import PRESETS as CIRCUITS
 from subnetlab.experiments.demo import estimate
-from subnetlab.experiments.demo.estimate import (Plan, Stage, circuits_stages, heuristic_core_stages, lottery_stages,
-                                                 minutes, subtask_induction_stages)
+from subnetlab.experiments.demo.estimate import (
+    Plan,
+    Stage,
+    circuits_stages,
+    heuristic_core_stages,
+    lottery_stages,
+    minutes,
+    subtask_induction_stages,
+)
 from subnetlab.experiments.heuristic_core.reproduce import PRESETS as HC
 from subnetlab.experiments.heuristic_core.reproduce import plan as hc_plan
 from subnetlab.experiments.lottery.reproduce import PRESETS as LOTTERY

@@ -532,7 +532,8 @@ def _heterogeneous(shares: dict[str, tuple[float, float]]):
 
 
 def test_lottery_rows_claim_no_more_than_the_numbers(tmp_path, monkeypatch):
-    from subnetlab.experiments.lottery import findings as lot, report
+    from subnetlab.experiments.lottery import findings as lot
+    from subnetlab.experiments.lottery import report
 
     monkeypatch.setattr(report, "super_survivor_correlations", lambda r, counting: {"raw": 0.015, "normed": -0.1})
     monkeypatch.setattr(report, "pattern_shares", _heterogeneous({"raw": (0.40, 0.354), "normed": (0.30, 0.46)}))

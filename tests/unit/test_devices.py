@@ -15,8 +15,8 @@ import torch
 from subnetlab.intervene import apply_gates, collect_means
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification
 from subnetlab.methods.head_pruning.config import PruneConfig
-from subnetlab.methods.l0.data import PruningData
 from subnetlab.methods.head_pruning.train import prune
+from subnetlab.methods.l0.data import PruningData
 from subnetlab.models import get_adapter
 from subnetlab.transfer import LMSplit, TrainSettings, accuracy, build_transfer_model, last_logits, train_model
 from subnetlab.transfer.train import loss_on
@@ -118,9 +118,9 @@ def tiny_checkpoint(tmp_path_factory):
 def test_a_prune_job_runs_on_the_device_it_names(device, tiny_checkpoint, tmp_path):
     """`prune --device` reaches the job: the job on ``device`` keeps the same subnetwork as on the CPU (the gate
     noise comes from a CPU generator) and scores it alike; the device is recorded but is not the run's identity."""
+    from subnetlab.methods.head_pruning.config import preset_config
     from subnetlab.runs.prune import prune_job
     from subnetlab.runs.prune_setup import PruneJobConfig
-    from subnetlab.methods.head_pruning.config import preset_config
 
     prune = preset_config("demo", 0.5, seed=0, warmup_steps=8, total_steps=12, train_limit=32, means_examples=32,
                           eval_limit=16, batch_size=8, checkpoint_every=4).to_dict()

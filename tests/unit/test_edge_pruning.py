@@ -9,9 +9,9 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import count_hooks
+from subnetlab.intervene.edges import apply_edges, capture_writers
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig, preset_config
 from subnetlab.methods.edge_pruning.data import paired_data
-from subnetlab.intervene.edges import apply_edges, capture_writers
 from subnetlab.methods.edge_pruning.select import select_top_edges
 from subnetlab.methods.edge_pruning.train import prune_edges
 from subnetlab.methods.l0.distribution import HardConcreteGates, HardConcreteMask
@@ -135,8 +135,8 @@ def test_pruned_circuits_against_an_exhaustive_search(one_thread):
 def test_connected_selection_spends_no_edge_on_a_dead_end():
     """Top-k keeps a0.h0->m0 although m0 reaches nothing kept; the connected selection takes the next edge that
     reaches the logits instead (and then the edges into the component it connects)."""
-    from subnetlab.models.adapters import FAMILIES
     from subnetlab.methods.edge_pruning.select import select_connected_edges
+    from subnetlab.models.adapters import FAMILIES
 
     graph = Graph.for_family(FAMILIES["gpt2"], 1, 1, embedding_nodes=1)
     scores = torch.zeros(graph.num_edges)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.intervene import apply_gates, capture_activations, collect_means, count_hooks
+from subnetlab.intervene import apply_gates, capture_activations, count_hooks
 from subnetlab.intervene.edges import apply_edges, capture_writers, writer_means
 from subnetlab.models.graph import Graph
 from tests.conftest import output_of, tiny_inputs, tiny_model

@@ -41,7 +41,7 @@ class Reference:
         return x + sum((b for b in bias[:seen] if b is not None), torch.zeros(()))
 
     def __enter__(self) -> "Reference":
-        a, model = self.m.adapter, self.m.model
+        a = self.m.adapter
         H, d = a.num_heads, a.head_dim
         hook = self.handles.append
         record = lambda mod, args, out: self.outputs.append(out)  # noqa: E731

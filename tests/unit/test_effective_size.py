@@ -166,7 +166,8 @@ def test_one_sided_faithfulness_and_per_seed_sizes() -> None:
     0.2: (0.85, 0.87) mean 0.86 -> two-sided unfaithful (better by 6 points), one-sided faithful;
     0.4: (0.79, 0.70) mean 0.745 -> unfaithful either way; seed 0 alone is faithful (0.79);
     0.6: (0.60, 0.60) -> unfaithful."""
-    from subnetlab.analysis.effective_size import effective_size as es, per_seed_effective_size
+    from subnetlab.analysis.effective_size import effective_size as es
+    from subnetlab.analysis.effective_size import per_seed_effective_size
 
     accs = {0.2: [0.85, 0.87], 0.4: [0.79, 0.70], 0.6: [0.60, 0.60]}
     assert es(accs, 0.80, 0.03, sides="two").sparsity == 0.0  # nothing within 3 points either side

@@ -15,9 +15,9 @@ from subnetlab.analysis.effective_size import level_grid
 from subnetlab.errors import SubnetlabError
 from subnetlab.experiments.heuristic_core.effective_size import SearchSettings, _stage_means, search_sweep
 from subnetlab.io import load_tensors, read_json, save_tensors, write_json
+from subnetlab.methods.head_pruning.train import Pruner
 from subnetlab.methods.l0.checkpoint import load_checkpoint
 from subnetlab.methods.l0.objective import full_model_table
-from subnetlab.methods.head_pruning.train import Pruner
 from subnetlab.models import resolve
 from subnetlab.runs import prune_search
 from subnetlab.runs.prune import prune_job, prune_sweep

@@ -15,8 +15,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._executor_options import executor_options
+from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions, Job, run_jobs
 from subnetlab.executor.processes import GpuSlots
 from subnetlab.io import read_json, write_json

@@ -7,7 +7,6 @@ for sizes; the original model for an export with every gate open.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from torch import nn

@@ -7,8 +7,14 @@ import math
 import pytest
 import torch
 
-from subnetlab.analysis.faithfulness import (CIRCUIT_SIZES, circuit_faithfulness, circuit_size, curve_from_masks,
-                                             curve_from_scores, top_k)
+from subnetlab.analysis.faithfulness import (
+    CIRCUIT_SIZES,
+    circuit_faithfulness,
+    circuit_size,
+    curve_from_masks,
+    curve_from_scores,
+    top_k,
+)
 from subnetlab.errors import SubnetlabError
 
 N = 1000  # items of the toy curves: every size is a whole number of items

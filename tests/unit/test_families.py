@@ -15,11 +15,11 @@ import torch
 from transformers import Gemma2Config, GPTNeoXConfig, Olmo2Config
 
 from subnetlab.cli import main
-from subnetlab.export import slice_subnetwork
 from subnetlab.errors import SubnetlabError
+from subnetlab.export import slice_subnetwork
 from subnetlab.intervene import apply_gates, capture_activations, collect_means, count_hooks
 from subnetlab.intervene.edges import apply_edges, capture_writers, check_edge_family, writer_means
-from subnetlab.models import FAMILIES, build_model, get_adapter
+from subnetlab.models import FAMILIES, build_model
 from subnetlab.models.graph import Graph
 from subnetlab.subnetwork import Subnetwork
 from tests.conftest import VOCAB, output_of, tiny_inputs
@@ -191,7 +191,7 @@ def test_parallel_graph_counts_match_an_enumeration_and_eap_ig(layers, heads):
     graph = Graph.for_family(spec, layers, heads, embedding_nodes=1, parallel_attn_mlp=True)
     within = {f"a{l}.h{h}->m{l}" for l in range(layers) for h in range(heads)}
     assert not within & set(graph.edge_names)
-    assert f"a0.h0->m1" in graph.edge_names and "m0->a1.h0<q>" in graph.edge_names
+    assert "a0.h0->m1" in graph.edge_names and "m0->a1.h0<q>" in graph.edge_names
     assert Graph.from_dict(graph.to_dict()) == graph
     assert Graph.from_dict(Graph.for_family(spec, layers, heads, embedding_nodes=1).to_dict()).parallel_attn_mlp is False
 

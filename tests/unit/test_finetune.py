@@ -10,10 +10,10 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.runs.finetune import finetune
-from subnetlab.optim import lr_factor
 from subnetlab.methods.finetune.config import resolve_config
 from subnetlab.models import load_model, resolve
+from subnetlab.optim import lr_factor
+from subnetlab.runs.finetune import finetune
 
 
 def arith_config(**kw):

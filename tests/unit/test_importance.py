@@ -8,7 +8,12 @@ import torch
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates
 from subnetlab.methods.lottery.importance import (
-    classification_loss, gate_sensitivity, get_criterion, grad_x_activation, importance, normalize_layerwise,
+    classification_loss,
+    gate_sensitivity,
+    get_criterion,
+    grad_x_activation,
+    importance,
+    normalize_layerwise,
 )
 from subnetlab.methods.lottery.importance_pruning import importance_prune, least_important
 from tests.conftest import tiny_inputs, tiny_model

@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from subnetlab.analysis.stability import (
-    jaccard, pairwise_jaccard, pearson, stability_summary, super_survivors, survival_frequency,
+    jaccard,
+    pairwise_jaccard,
+    pearson,
+    stability_summary,
+    super_survivors,
+    survival_frequency,
 )
 from subnetlab.errors import SubnetlabError
 from subnetlab.subnetwork import Subnetwork

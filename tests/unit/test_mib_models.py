@@ -240,8 +240,7 @@ def test_default_gpt2_scores_feed_circuit_eval_mib_without_rescoring(tmp_path, c
     embeddings were joined."""
     from transformers import GPT2Config
 
-    from subnetlab.models import build_model
-    from subnetlab.models import mib_submission
+    from subnetlab.models import build_model, mib_submission
     from tests.unit.circuit_helpers import gpt2_style_tokenizer
 
     tok = gpt2_style_tokenizer()

@@ -9,8 +9,16 @@ import pytest
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks import get_task
-from tests.unit.mib_helpers import (ROWS, arithmetic_rows, ioi_rows, mcqa_rows, mib_pair, mib_tokenizer, save_folder,
-                                    save_jsonl)
+from tests.unit.mib_helpers import (
+    ROWS,
+    arithmetic_rows,
+    ioi_rows,
+    mcqa_rows,
+    mib_pair,
+    mib_tokenizer,
+    save_folder,
+    save_jsonl,
+)
 
 TASKS = sorted(ROWS)
 

@@ -20,8 +20,8 @@ from transformers.pytorch_utils import Conv1D  # noqa: E402
 
 from subnetlab.intervene import mask_weights  # noqa: E402
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification  # noqa: E402
-from tests.conftest import tiny_config  # noqa: E402
 from subnetlab.models import build_model  # noqa: E402
+from tests.conftest import tiny_config  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

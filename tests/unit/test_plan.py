@@ -10,8 +10,17 @@ import pytest
 import torch
 from transformers import BertConfig, GPT2Config, LlamaConfig
 
-from subnetlab.runs.plan import (PlanSettings, count_steps, fake_model, largest_micro_batch, parse_memory, plan_run,
-                                 plan_table, read_model_config, run_step)
+from subnetlab.runs.plan import (
+    PlanSettings,
+    count_steps,
+    fake_model,
+    largest_micro_batch,
+    parse_memory,
+    plan_run,
+    plan_table,
+    read_model_config,
+    run_step,
+)
 from subnetlab.runs.plan.layers import default_samples, fitted_peak, quadratic_at, with_layers
 from subnetlab.runs.plan.memory import measured_peak, storage_bytes
 

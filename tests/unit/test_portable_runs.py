@@ -17,7 +17,7 @@ from subnetlab.cli import main
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json
 from subnetlab.models import resolve
-from subnetlab.run_directory import (absolute_inputs, check_config, resolve_run_path, run_relative, same_config)
+from subnetlab.run_directory import absolute_inputs, check_config, resolve_run_path, run_relative, same_config
 from subnetlab.tasks import NLI3
 
 

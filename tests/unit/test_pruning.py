@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from subnetlab.intervene import collect_means
-from subnetlab.methods.l0.checkpoint import load_checkpoint
 from subnetlab.methods.head_pruning.config import PruneConfig
+from subnetlab.methods.head_pruning.train import prune
+from subnetlab.methods.l0.checkpoint import load_checkpoint
 from subnetlab.methods.l0.data import PruningData
 from subnetlab.methods.l0.objective import NonFiniteLoss
-from subnetlab.methods.head_pruning.train import prune
 from tests.conftest import VOCAB, tiny_model
 
 N, T = 256, 8

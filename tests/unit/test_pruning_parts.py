@@ -7,13 +7,13 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import apply_gates, collect_means
-from subnetlab.methods.l0.distribution import HardConcreteGates
 from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
+from subnetlab.methods.head_pruning.select import select_threshold, select_topk
 from subnetlab.methods.l0.data import DataOrder, PruningData
+from subnetlab.methods.l0.distribution import HardConcreteGates
 from subnetlab.methods.l0.objective import FullModelOutputs, Lagrangian, kl_full_to_pruned
 from subnetlab.methods.l0.schedule import LinearSchedule, StaircaseSchedule, paper_steps, parse_levels
 from subnetlab.optim import lr_factor
-from subnetlab.methods.head_pruning.select import select_threshold, select_topk
 from tests.conftest import tiny_inputs, tiny_model
 
 

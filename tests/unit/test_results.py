@@ -120,24 +120,24 @@ def test_long_table_has_canonical_columns_whatever_command_wrote_the_run(tmp_pat
     assert table[(table.run_dir == "ft") & (table.metric == "steps")]["split"].isna().all()
 
 
-def test_the_readme_pandas_snippet_runs(sweep: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    """The README's snippet, exactly as written there, on a sweep in ``runs/prune``."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+def test_the_docs_pandas_snippet_runs(sweep: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """docs/results.md's snippet, exactly as written there, on a sweep in ``runs/cli/prune`` (where it reads)."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     [snippet] = [b for b in blocks if "read_parquet" in b]
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
     for run in sorted(sweep.rglob("metrics.json")):  # a prune-like sweep: seeds x sparsities
         seed, sparsity = run.parent.parent.name[4:], run.parent.name[2:]
-        target = tmp_path / "runs" / "prune" / f"sparsity-{sparsity}" / f"seed-{seed}"
+        target = tmp_path / "runs" / "cli" / "prune" / f"sparsity-{sparsity}" / f"seed-{seed}"
         make_run(target, {"model": "m", "task": "nli-synthetic", "prune": {"seed": int(seed), "sparsity": float(sparsity)}},
                  {"target_sparsity": float(sparsity), "seed": int(seed),
                   "eval": {"id": {"accuracy": 0.8 - float(sparsity) / 10}, "hans": {"accuracy": 0.5}}})
     with pytest.raises(SystemExit) as done:
-        main(["results", "runs/prune"])
+        main(["results", "runs/cli/prune"])
     assert done.value.code == 0
     capsys.readouterr()
-    exec(compile(snippet, "README.md", "exec"), {})
+    exec(compile(snippet, "docs/results.md", "exec"), {})
     out = capsys.readouterr().out
     assert "hans" in out and "mean" in out and "0.75" in out  # id at sparsity 0.5: 0.8 - 0.05
 

@@ -19,7 +19,6 @@ from subnetlab.transfer import (
 )
 from tests.conftest import tiny_model
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -10,7 +10,6 @@ from subnetlab.subnetwork import Subnetwork
 from subnetlab.transfer import complement_matched, kept_counts, random_matched, random_released
 from tests.conftest import tiny_model
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

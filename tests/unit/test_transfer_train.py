@@ -24,7 +24,6 @@ from subnetlab.transfer import (
 from subnetlab.transfer.stacked import functional_parts, train_stacked
 from tests.conftest import tiny_config
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from subnetlab.cli import main
-from subnetlab.view.page import page_data, render
+from subnetlab.view.page import page_data
 from subnetlab.view.runs import read_all, read_runs
 from subnetlab.view.tracer import tracer_graph
 from tests.unit.view_helpers import GRAPH, KEPT, circuit_run, prune_run

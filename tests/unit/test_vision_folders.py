@@ -8,9 +8,9 @@ import torch
 from PIL import Image
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.tasks.images.imageset import ImageSet, iter_batches
 from subnetlab.tasks.images.folder import cue_conflict_folder, save_image_folder, scan_image_folder
 from subnetlab.tasks.images.imagenet16 import CATEGORIES, INDICES, imagenet16_folders, imagenet_to_16
+from subnetlab.tasks.images.imageset import ImageSet, iter_batches
 
 
 def _png(path, colour, size=(12, 8)):

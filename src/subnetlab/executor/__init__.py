@@ -20,8 +20,8 @@ multi-job commands fill it in from their options).
 
 from subnetlab.executor.job import CONFIG_FILE, METRICS_FILE, Job, execute, resolve_function
 from subnetlab.executor.options import ExecutorOptions
-from subnetlab.executor.report import SWEEP_FILE, JobResult, SweepReport
 from subnetlab.executor.processes import worker_cpu_seconds
+from subnetlab.executor.report import SWEEP_FILE, JobResult, SweepReport
 from subnetlab.executor.run import BACKENDS, run_jobs
 
 __all__ = [

@@ -27,7 +27,6 @@ from subnetlab.io import read_json, write_json
 from subnetlab.run_directory import CONFIG_FILE, METRICS_FILE, check_config, remove_temporaries
 from subnetlab.runtime import seed_globals, torch_threads
 
-
 JobFunction = Callable[[dict, Path], dict]
 
 _IMPORT_STRING = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

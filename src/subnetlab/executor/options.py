@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+
 from subnetlab.executor.job import Job
 from subnetlab.executor.report import SweepReport
 from subnetlab.executor.run import check_options, run_jobs

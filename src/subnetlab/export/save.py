@@ -75,8 +75,17 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.export.slicing import Plan, apply_plan
-from subnetlab.io import (WRITE_ERRORS, default_mode, load_tensors, read_json, save_tensors, seal_directory, write_failed,
-                          write_json, write_text)
+from subnetlab.io import (
+    WRITE_ERRORS,
+    default_mode,
+    load_tensors,
+    read_json,
+    save_tensors,
+    seal_directory,
+    write_failed,
+    write_json,
+    write_text,
+)
 from subnetlab.models.adapters import FAMILIES
 
 PRUNING_FILE = "subnetlab_pruning.json"

@@ -28,10 +28,10 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError, check_field_types
-from subnetlab.methods.decided import count_undecided
-from subnetlab.optim import make_optimizer
 from subnetlab.intervene import mask_weights
+from subnetlab.methods.decided import count_undecided
 from subnetlab.models.adapters import Adapter
+from subnetlab.optim import make_optimizer
 from subnetlab.progress import stage, track
 
 T = TypeVar("T")
@@ -44,7 +44,7 @@ SELECTION_RULES = ("sparsest", "best-accuracy", "lambda")  # which run of a lamb
 # appendix A and B.1 (batch 500 and 50,000 subtask rows are not in the paper's text; they come with the issue's
 # preset). ``quick``: your own small model on a CPU (docs/your-own-model.md): the paper's 50 epochs over batches of 16
 # (an arithmetic subtask of 2,000 rows), one lambda, and lr 1e-2: a mask logit starts at -0.1 and a small data set
-# gives a few steps per epoch, too few at 1e-3 for any logit to cross 0 (on the README's tutorial Llama, 20 epochs at
+# gives a few steps per epoch, too few at 1e-3 for any logit to cross 0 (on docs/your-own-model.md's 2-layer Llama, 20 epochs at
 # 1e-3 kept nothing; 50 at 1e-2 kept 20.6% of the weights at full accuracy, healthy, in 25 s).
 DISCOVERY_PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(epochs=50, lr=1e-3, batch_size=500, samples=50_000, lambdas=PAPER_LAMBDAS),

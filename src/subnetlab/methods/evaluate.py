@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.runtime import model_device
 from subnetlab.progress import track
+from subnetlab.runtime import model_device
 from subnetlab.tasks.base import Task
 
 

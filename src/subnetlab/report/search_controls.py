@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 
-
 def _mean_sd(values: Any, scale: float, digits: int) -> str:
     got = [float(v) * scale for v in values or [] if v is not None]
     if not got:

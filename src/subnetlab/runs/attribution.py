@@ -90,12 +90,12 @@ class AttributionJobConfig(JobConfig):
 
 def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     """Score every edge and node of the model for ``job`` and write DIR (module doc); returns metrics.json."""
+    from subnetlab.intervene.edges import check_edge_family
     from subnetlab.methods.attribution import attribute
+    from subnetlab.methods.model_fit import position_limit
     from subnetlab.models import load_model
     from subnetlab.models.circuit import Circuit
     from subnetlab.models.graph import Graph
-    from subnetlab.intervene.edges import check_edge_family
-    from subnetlab.methods.model_fit import position_limit
     from subnetlab.progress import stage
     from subnetlab.run_directory import check_config
     from subnetlab.runtime import describe_runtime, resolve_device, runtime_record

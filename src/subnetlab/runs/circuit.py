@@ -48,12 +48,12 @@ from subnetlab.methods.edge_pruning.data import circuit_data
 from subnetlab.methods.edge_pruning.train import prune_edges
 from subnetlab.methods.model_fit import position_limit
 from subnetlab.models.circuit import Circuit
+from subnetlab.models.device_map import DeviceMap, refuse_offloaded
 from subnetlab.models.graph import Graph
 from subnetlab.progress import stage
 from subnetlab.run_directory import absolute_inputs, check_distinct_outputs
 from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import check_seeds, check_targets, require_positive
-from subnetlab.models.device_map import DeviceMap, refuse_offloaded
 from subnetlab.runs.prune_setup import ModelAndTask, load_pruning_model, task_tokenizer
 from subnetlab.runtime import resolve_device, resolve_dtype
 from subnetlab.subnetwork import Subnetwork

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
 from torch import Tensor
 
 from subnetlab.analysis.faithfulness import CIRCUIT_SIZES

@@ -31,11 +31,9 @@ import torch
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import append_jsonl, atomic_directory, read_json, write_json, write_text
 from subnetlab.methods.evaluate import evaluate
-from subnetlab.methods.model_fit import check_lengths_fit
 from subnetlab.methods.finetune.config import FinetuneConfig, check_warmup, total_steps
 from subnetlab.methods.finetune.fresh import fresh_model_warning
 from subnetlab.methods.finetune.model import model_for_task
-from subnetlab.methods.finetune.step import BatchOrder, train_step, training_optimizer
 from subnetlab.methods.finetune.state import (
     checkpoint_dirs,
     clean_temporaries,
@@ -44,6 +42,8 @@ from subnetlab.methods.finetune.state import (
     save_checkpoint,
     tokenizer_state,
 )
+from subnetlab.methods.finetune.step import BatchOrder, train_step, training_optimizer
+from subnetlab.methods.model_fit import check_lengths_fit
 from subnetlab.optim import lr_scheduler
 from subnetlab.progress import duration, stage, track, warning
 from subnetlab.run_directory import absolute_inputs, differing_keys, run_entries, same_config

@@ -22,11 +22,10 @@ built task's options, where it ran).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar, get_type_hints
-
-import math
 
 from subnetlab.errors import SubnetlabError, check_count, check_typed, check_whole_numbers
 from subnetlab.run_directory import absolute_inputs

@@ -36,23 +36,23 @@ import torch.nn.functional as F
 from subnetlab.errors import SubnetlabError, preset_values
 from subnetlab.intervene import apply_gates, mask_weights
 from subnetlab.io import atomic_directory, read_json, save_tensors, write_json
+from subnetlab.methods.controls import apply_control, check_controls
 from subnetlab.methods.evaluate import evaluate, label_permutation
 from subnetlab.methods.finetune.config import FinetuneConfig
 from subnetlab.methods.finetune.model import model_for_task
 from subnetlab.methods.finetune.state import OPTIMIZER_FILE, checkpoint_dirs
-from subnetlab.runs.finetune import finetune_task, finetune
-from subnetlab.runs.splits import save_splits
-from subnetlab.methods.lottery.retrain import refuse_unpinnable, train_masked
+from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
 from subnetlab.methods.lottery.importance import get_criterion
 from subnetlab.methods.lottery.importance_pruning import importance_prune
-from subnetlab.methods.lottery.controls import FILLS, SCOPES, controls
-from subnetlab.methods.controls import apply_control, check_controls
 from subnetlab.methods.lottery.magnitude import magnitude_prune
+from subnetlab.methods.lottery.retrain import refuse_unpinnable, train_masked
 from subnetlab.models.loading import quiet_transformers, refuse_exported
 from subnetlab.progress import stage
-from subnetlab.runs.health import judge
 from subnetlab.run_directory import record_runtime
+from subnetlab.runs.finetune import finetune, finetune_task
+from subnetlab.runs.health import judge
 from subnetlab.runs.job_config import JobConfig, optional
+from subnetlab.runs.splits import save_splits
 from subnetlab.runtime import DTYPE_NAMES, autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task

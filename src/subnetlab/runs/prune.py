@@ -49,7 +49,14 @@ from subnetlab.methods.head_pruning.train import prune
 from subnetlab.progress import stage
 from subnetlab.run_directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.health import Health, judge
-from subnetlab.runs.prune_setup import FullModelJobConfig, ModelAndTask, PruneJobConfig, PruningSetup, load_pruning_model, task_tokenizer
+from subnetlab.runs.prune_setup import (
+    FullModelJobConfig,
+    ModelAndTask,
+    PruneJobConfig,
+    PruningSetup,
+    load_pruning_model,
+    task_tokenizer,
+)
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.spec import eval_splits
 

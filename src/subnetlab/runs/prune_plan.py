@@ -16,16 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.run_directory import check_distinct_outputs
 from subnetlab.executor import Job, SweepReport
-from subnetlab.runs.health import Health, read_health
 from subnetlab.methods.controls import RANDOM_WEIGHTS, SHUFFLED_LABELS, check_shufflable
+from subnetlab.models.device_map import DeviceMap
+from subnetlab.run_directory import check_distinct_outputs
 from subnetlab.runs.controls import control_jobs
+from subnetlab.runs.health import Health, read_health
 from subnetlab.runs.job_config import check_seeds, check_targets
 from subnetlab.runs.prune import PRUNE_JOB, level_name, prune_sweep
-from subnetlab.models.device_map import DeviceMap
-from subnetlab.runs.prune_setup import (PruneJobConfig, check_checkpoint, check_sweep_inputs, load_pruning_model,
-                                        task_tokenizer)
+from subnetlab.runs.prune_setup import (
+    PruneJobConfig,
+    check_checkpoint,
+    check_sweep_inputs,
+    load_pruning_model,
+    task_tokenizer,
+)
 from subnetlab.runs.prune_summary import summarize
 from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options
 from subnetlab.tasks.spec import eval_splits, task_from_config

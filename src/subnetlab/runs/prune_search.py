@@ -47,17 +47,17 @@ from subnetlab.analysis.effective_size import StopRule, id_ood_accuracy
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.io import load_tensors, read_json, save_tensors, write_json
-from subnetlab.models.circuit_files import GATES_FORMAT
 from subnetlab.methods.head_pruning.config import PruneConfig, preset_config
-from subnetlab.methods.l0.objective import full_model_table
 from subnetlab.methods.head_pruning.select import GateSelection
 from subnetlab.methods.head_pruning.train import gate_tensors, prune
+from subnetlab.methods.l0.objective import full_model_table
+from subnetlab.models.circuit_files import GATES_FORMAT
 from subnetlab.progress import stage
 from subnetlab.run_directory import absolute_inputs, resolve_run_path, run_relative
 from subnetlab.runs.job_config import JobConfig
 from subnetlab.runs.prune import level_name, write_selections
-from subnetlab.runs.prune_summary import health_counts
 from subnetlab.runs.prune_setup import ModelAndTask, PruneJobConfig, PruningSetup
+from subnetlab.runs.prune_summary import health_counts
 
 SEARCH_JOB = "subnetlab.runs.prune_search:search_job"
 GATES = "gates.safetensors"  # a level's log-alphas, per seed: where a later checkpoint's warm gates come from

@@ -29,9 +29,9 @@ from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
 from subnetlab.models.device_map import DeviceMap
 from subnetlab.models.loading import refuse_exported, refuse_pickled_weights
-from subnetlab.tasks.base import Task
 from subnetlab.runs.job_config import JobConfig, require_positive
 from subnetlab.runtime import resolve_device
+from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec, eval_splits
 
 

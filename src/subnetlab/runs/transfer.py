@@ -18,20 +18,27 @@ from typing import Any, ClassVar
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.runtime import (DTYPE_NAMES, autocast, describe_runtime, resolve_device, resolve_dtype, runtime_record,
-                               torch_threads)
 from subnetlab.intervene import mask_weights
 from subnetlab.io import read_json
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification, kept_percentages
 from subnetlab.methods.controls import apply_control, check_controls
+from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.models import load_model
 from subnetlab.models.loading import LoadedModel
-from subnetlab.methods.model_fit import check_model_fits_task
 from subnetlab.progress import stage
 from subnetlab.run_directory import record_runtime
 from subnetlab.runs.health import Health, judge, read_health
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.runs.splits import check_held_out, earlier_runs, held_out_options, save_splits
+from subnetlab.runtime import (
+    DTYPE_NAMES,
+    autocast,
+    describe_runtime,
+    resolve_device,
+    resolve_dtype,
+    runtime_record,
+    torch_threads,
+)
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec

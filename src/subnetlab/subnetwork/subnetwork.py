@@ -12,14 +12,13 @@ parameters' shapes, so a mask cannot silently land on the wrong model.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
-
-import hashlib
-import json
 
 import torch
 from safetensors import safe_open

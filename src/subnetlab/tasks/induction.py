@@ -172,7 +172,6 @@ def induction_pairs(cfg: InductionConfig, n: int, seed: int) -> InductionPairs:
     batch = repeated_sequences(cfg, n, g, end_aligned=True)
     T = cfg.length
     clean, answer = batch.input_ids[:, : T - 1], batch.input_ids[:, T - 1]
-    k = batch.span.unsqueeze(1)
     pos = torch.arange(T - 1).unsqueeze(0)
     first = (pos >= batch.start.unsqueeze(1)) & (pos < (batch.start + batch.span).unsqueeze(1))  # the first span
     # fresh tokens: a permutation of the vocabulary with the row's own tokens moved to the end

@@ -52,16 +52,16 @@ from subnetlab.tasks.circuits.arithmetic import make_arithmetic_pairs_task
 from subnetlab.tasks.circuits.greater_than import make_greater_than_task
 from subnetlab.tasks.circuits.ioi import make_ioi_task
 from subnetlab.tasks.circuits.mib import MIB_TASKS
-from subnetlab.tasks.induction import make_induction_task
 from subnetlab.tasks.data_location import SHARED_DATA, find_data_root
 from subnetlab.tasks.glue.task import GLUE_TASKS
+from subnetlab.tasks.hub import is_hub_spec, load_hub
+from subnetlab.tasks.induction import make_induction_task
+from subnetlab.tasks.nli.files import load_hans, load_mnli
 from subnetlab.tasks.nli.hans_generator import generate_hans_style
 from subnetlab.tasks.nli.hans_vocab import DEFAULT_VOCABULARY
-from subnetlab.tasks.hub import is_hub_spec, load_hub
-from subnetlab.tasks.nli.files import load_hans, load_mnli
 from subnetlab.tasks.nli.paraphrase_files import load_paraphrase
-from subnetlab.tasks.sampling import seeded
 from subnetlab.tasks.nli.synthetic import generate_synthetic_nli
+from subnetlab.tasks.sampling import seeded
 
 PathLike = str | os.PathLike
 

@@ -36,8 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from subnetlab.io import check_input_file
 from subnetlab.errors import SubnetlabError
+from subnetlab.io import check_input_file
 from subnetlab.progress import stage_once
 from subnetlab.tasks.base import Example, Task
 from subnetlab.tasks.splits import SplitManifest, content_hash

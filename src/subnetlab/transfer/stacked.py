@@ -28,12 +28,13 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.utils import parametrize
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.intervene import MaskedWeight
 from subnetlab.optim import make_optimizer
 from subnetlab.progress import track
-from subnetlab.intervene import MaskedWeight
 from subnetlab.transfer.build import TransferModel, fresh_copy
 from subnetlab.transfer.data import LMSplit
 from subnetlab.transfer.train import TrainResult, TrainSettings, correct, sequence_loss_on
+
 
 def functional_parts(tm: TransferModel) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, tuple[Tensor, Tensor]]]:
     """``(trainable, fixed, masked)`` tensors of one model, keyed by the plain parameter name."""

@@ -33,7 +33,6 @@ from subnetlab.optim import make_optimizer
 from subnetlab.progress import track
 from subnetlab.transfer.data import LMSplit
 
-
 LOSSES = ("last-token", "sequence")  # TrainSettings.loss
 ACCURACIES = ("answers", "vocabulary")  # TrainSettings.accuracy
 TIES = ("earliest", "latest")  # TrainSettings.ties

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import load_tensor_metadata, load_tensors, read_json, check_input_file
+from subnetlab.io import check_input_file, load_tensor_metadata, load_tensors, read_json
 from subnetlab.models.circuit import Circuit, top_k_mask
 from subnetlab.run_directory import natural_order
 

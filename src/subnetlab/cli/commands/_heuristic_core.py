@@ -12,8 +12,7 @@ def task_from_flags(task: str, data: Optional[str], eval_data: list[str], task_o
     """The task named by ``--task``, ``--data``, ``--eval-data``, ``--task-option`` and the data flags
     (``--text-column`` ...: ``_options.DATA_FLAGS``); your own data with the split of the run that fine-tuned
     ``model`` (its training rows are refused as evaluation rows: ``runs.splits``)."""
-    from subnetlab.cli.commands._options import with_data_options
-    from subnetlab.cli.commands._options import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options, with_data_options
     from subnetlab.runs.splits import held_out_task
     from subnetlab.tasks.spec import TaskSpec
 

@@ -37,11 +37,11 @@ def ablate(
     """Accuracy in-domain and per OOD subcase with no head, each listed head, the non-listed heads
     (on average), the top-3 heads and all listed heads mean-ablated; says whether the joint drop is
     super-additive over exactly the jointly ablated heads."""
-    from subnetlab.cli.commands._heuristic_core import task_from_flags, parse_non_listed, parse_subcases
+    from subnetlab.cli.commands._heuristic_core import parse_non_listed, parse_subcases, task_from_flags
+    from subnetlab.errors import SubnetlabError
     from subnetlab.experiments.heuristic_core.steps import ablation_step, default_subcases, parse_joint, resolve_heads
     from subnetlab.methods.head_pruning.ablation import mean_activations
     from subnetlab.methods.l0.data import PruningData
-    from subnetlab.errors import SubnetlabError
     from subnetlab.runs.prune_setup import load_pruning_model
     from subnetlab.runtime import resolve_device
 

@@ -26,13 +26,12 @@ def attention(
 ) -> None:
     """Per head: share of attention to the same word in the other sentence, the previous and next
     token, [CLS]/[SEP] and itself; the dominant pattern; attention-map PNGs for the selected heads."""
+    from subnetlab.cli.commands._options import DATA_FLAGS, with_data_options
     from subnetlab.errors import SubnetlabError
     from subnetlab.experiments.heuristic_core.steps import attention_step, resolve_heads
     from subnetlab.models import load_model
-    from subnetlab.cli.commands._options import DATA_FLAGS, with_data_options
-    from subnetlab.tasks.registry import get_task, load_file
-
     from subnetlab.runtime import resolve_device
+    from subnetlab.tasks.registry import get_task, load_file
 
     if examples < 1:
         raise SubnetlabError(f"--examples {examples} must be at least 1")

@@ -22,14 +22,20 @@ from typing import Optional
 
 import typer
 
-from subnetlab.cli.commands._executor_options import PARAMETERS as EXECUTOR_PARAMETERS
 from subnetlab.cli.commands._controls import CONTROL_HELP
+from subnetlab.cli.commands._executor_options import PARAMETERS as EXECUTOR_PARAMETERS
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import (DEVICE_HELP, data_flag_options, device_map_option, given_options,
-                                             max_memory_option, offload_folder_option, with_data_options)
+from subnetlab.cli.commands._options import (
+    DEVICE_HELP,
+    data_flag_options,
+    device_map_option,
+    given_options,
+    max_memory_option,
+    offload_folder_option,
+    with_data_options,
+)
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
-from subnetlab.runs.circuit_methods import ATTRIBUTION_METHODS as ATTRIBUTION
 from subnetlab.runs.circuit_methods import CIRCUIT_METHODS as METHODS
 from subnetlab.runs.circuit_methods import joined, readers
 
@@ -136,11 +142,11 @@ def circuit(
 
     from subnetlab.cli.commands._controls import parse_controls, report_sweep
     from subnetlab.cli.commands._health import report_health
-    from subnetlab.runs.controls import circuit_masks, circuit_measure
     from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
-    from subnetlab.progress import stage
     from subnetlab.models.device_map import DeviceMap
+    from subnetlab.progress import stage
     from subnetlab.runs.circuit import CircuitJobConfig, check_warm_start, plan_circuit, write_sweep_graph
+    from subnetlab.runs.controls import circuit_masks, circuit_measure
     from subnetlab.runs.health import read_health
     from subnetlab.runtime import describe_runtime, resolve_device
 
@@ -148,9 +154,7 @@ def circuit(
         raise SubnetlabError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     refuse_unused_options(method)
     if method != "edge-pruning":
-        from subnetlab.cli.commands._circuit_attribution import attribution_command
-
-        from subnetlab.cli.commands._circuit_attribution import parse_step_counts
+        from subnetlab.cli.commands._circuit_attribution import attribution_command, parse_step_counts
         from subnetlab.cli.commands._options import given_options
 
         given = given_options()

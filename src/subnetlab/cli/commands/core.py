@@ -17,7 +17,6 @@ def core(
     Spearman's rho and the expected overlap of random subnetworks."""
     from subnetlab.experiments.heuristic_core.steps import core_step
     from subnetlab.report.markdown import num
-
     from subnetlab.run_directory import absolute_input
 
     metrics = core_step([Path(absolute_input(r)) for r in (*runs, *(more or []))], out)  # the same from any directory

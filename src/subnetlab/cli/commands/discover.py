@@ -7,10 +7,10 @@ from typing import Optional
 
 import typer
 
-from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
+from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions, Job
 
 DISCOVER_PRESET_HELP = ("paper (Zhang et al. 2024: 50 epochs, batch 500, 50,000 arithmetic rows, lambdas 1e-7, 5e-7, "
@@ -81,21 +81,16 @@ def discover(
 
     A degenerate lambda (its mask keeps no weight, or every one) is never selected while another is not;
     health problems are warning lines (subnetlab --strict discover ... exits 2 instead)."""
-    from subnetlab.cli.commands._options import parse_task_options
+    from subnetlab.cli.commands._controls import parse_controls
+    from subnetlab.cli.commands._options import parse_task_options, with_data_options
+    from subnetlab.errors import preset_values
     from subnetlab.io import write_json
-    from subnetlab.run_directory import claim
-    from subnetlab.methods.continuous_sparsification import ContinuousSparsification, LambdaChoice
-    from subnetlab.cli.commands._options import with_data_options
+    from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS, ContinuousSparsification, LambdaChoice
     from subnetlab.progress import stage
-    from subnetlab.run_directory import record_runtime
+    from subnetlab.run_directory import claim, record_runtime
     from subnetlab.runs.splits import save_splits
     from subnetlab.runs.transfer import lm_task_options, load_lm, select_best, task_options_for
     from subnetlab.runtime import describe_runtime, dtype_name, resolve_device, resolve_dtype, runtime_record
-
-    from subnetlab.errors import preset_values
-    from subnetlab.methods.continuous_sparsification import DISCOVERY_PRESETS
-
-    from subnetlab.cli.commands._controls import parse_controls
 
     controls = parse_controls(control)
     settings = preset_values(DISCOVERY_PRESETS, preset, dict(epochs=epochs, lr=lr, batch_size=batch_size,

@@ -45,11 +45,17 @@ def effective_size(
     model's accuracy, mean over seeds; the Figure 6 plot; the heads before OOD accuracy rises.
     --early-stop and --warm-start search the levels instead of pruning them all (far fewer steps)."""
     from subnetlab.analysis.effective_size import ON_CHOICES
-    from subnetlab.cli.commands._heuristic_core import task_from_flags, parse_subcases
+    from subnetlab.cli.commands._heuristic_core import parse_subcases, task_from_flags
     from subnetlab.cli.commands._options import parse_key_values, parse_task_options
     from subnetlab.errors import SubnetlabError
     from subnetlab.experiments.heuristic_core.effective_size import (
-        SearchSettings, analyse_sweep, check_sweep, find_checkpoints, search_sweep, sweep_jobs)
+        SearchSettings,
+        analyse_sweep,
+        check_sweep,
+        find_checkpoints,
+        search_sweep,
+        sweep_jobs,
+    )
     from subnetlab.experiments.heuristic_core.steps import default_subcases, effective_size_outputs
     from subnetlab.io import read_json
     from subnetlab.methods.l0.schedule import parse_levels

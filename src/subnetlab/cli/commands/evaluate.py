@@ -7,8 +7,13 @@ from typing import Any, Optional
 
 import typer
 
-from subnetlab.cli.commands._options import (DEVICE_HELP, check_max_length_option, data_flag_options, dtype_option,
-                                             with_data_options)
+from subnetlab.cli.commands._options import (
+    DEVICE_HELP,
+    check_max_length_option,
+    data_flag_options,
+    dtype_option,
+    with_data_options,
+)
 
 
 def _table(split: str, score: dict[str, Any]) -> Any:

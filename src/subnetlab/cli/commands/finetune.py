@@ -7,8 +7,13 @@ from typing import Optional
 
 import typer
 
-from subnetlab.cli.commands._options import (check_max_length_option, data_flag_options, dtype_option,
-                                             parse_task_options, with_data_options)
+from subnetlab.cli.commands._options import (
+    check_max_length_option,
+    data_flag_options,
+    dtype_option,
+    parse_task_options,
+    with_data_options,
+)
 
 
 def finetune(
@@ -45,8 +50,8 @@ def finetune(
 ) -> None:
     """Fine-tune MODEL on TASK: AdamW, checkpoints every --save-every steps, evaluation
     (in-domain and every out-of-domain subcase) every --eval-every steps into DIR/metrics.jsonl."""
-    from subnetlab.runs.finetune import finetune as run
     from subnetlab.methods.finetune.config import resolve_config
+    from subnetlab.runs.finetune import finetune as run
 
     cfg = resolve_config(
         preset, model=model, task=task,

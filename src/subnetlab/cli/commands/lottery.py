@@ -20,7 +20,6 @@ import typer
 from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._options import DEVICE_HELP, check_max_length_option, data_flag_options, dtype_option
 
-
 LOTTERY_PRUNE_JOB = "subnetlab.runs.lottery:prune_job"
 
 
@@ -77,14 +76,11 @@ def lottery_prune(
     from subnetlab.cli.commands._controls import parse_controls
 
     controls = parse_controls(control)
-    from subnetlab.cli.commands._options import with_data_options
-    from subnetlab.cli.commands._options import parse_task_options
-    from subnetlab.runs.lottery import prune_config
+    from subnetlab.cli.commands._options import parse_task_options, with_data_options
+    from subnetlab.errors import preset_values
+    from subnetlab.runs.lottery import LOTTERY_PRUNE_PRESETS, prune_config
     from subnetlab.runs.splits import held_out_options, held_out_task
     from subnetlab.tasks.spec import TaskSpec
-
-    from subnetlab.errors import preset_values
-    from subnetlab.runs.lottery import LOTTERY_PRUNE_PRESETS
 
     preset_values(LOTTERY_PRUNE_PRESETS, preset, {})  # an unknown preset: refused before the task is read
 
@@ -154,8 +150,7 @@ def lottery_retrain(
     data_flags: dict = None,
 ) -> None:
     """Fine-tune the pre-trained model with a subnetwork's pruned parts held at zero; evaluate it."""
-    from subnetlab.cli.commands._options import with_data_options
-    from subnetlab.cli.commands._options import parse_task_options
+    from subnetlab.cli.commands._options import parse_task_options, with_data_options
     from subnetlab.methods.finetune.config import resolve_config
     from subnetlab.runs.lottery import check_retrain_subnetwork
 
@@ -184,11 +179,10 @@ def lottery_stability(
 ) -> None:
     """Overlap of the kept heads across seeds, super-survivors, and a layers x heads survival heatmap."""
     from subnetlab.analysis.stability import stability_summary
-    from subnetlab.io import write_json
-    from subnetlab.experiments.lottery.figures import survival_plot
-    from subnetlab.subnetwork import Subnetwork
-
     from subnetlab.errors import check_distinct_names
+    from subnetlab.experiments.lottery.figures import survival_plot
+    from subnetlab.io import write_json
+    from subnetlab.subnetwork import Subnetwork
 
     check_distinct_names("subnetwork", [str(p.expanduser().resolve()) for p in subnetwork])  # one file per seed
     subs = [Subnetwork.load(p) for p in subnetwork]
@@ -216,16 +210,14 @@ def lottery_patterns(
     data_flags: dict = None,
 ) -> None:
     """Kovaleva pattern type of every head, from raw and from normed (Kobayashi) attention."""
-    from subnetlab.analysis.attention_types import TYPES, HeadTypes
+    from subnetlab.analysis.attention_types import COUNTINGS, TYPES, HeadTypes
     from subnetlab.cli.commands._options import parse_task_options
+    from subnetlab.errors import SubnetlabError
+    from subnetlab.experiments.lottery.figures import pattern_types_plot
     from subnetlab.experiments.lottery.jobs import pattern_types, sentence_pairs
     from subnetlab.io import write_json
-    from subnetlab.experiments.lottery.figures import pattern_types_plot
     from subnetlab.subnetwork import Subnetwork
     from subnetlab.tasks.spec import TaskSpec
-
-    from subnetlab.analysis.attention_types import COUNTINGS
-    from subnetlab.errors import SubnetlabError
 
     if counting not in COUNTINGS:
         raise SubnetlabError(f"--counting {counting!r}: choose one of {', '.join(COUNTINGS)}")

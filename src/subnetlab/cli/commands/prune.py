@@ -17,12 +17,19 @@ from typing import Optional
 
 import typer
 
-from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._controls import CONTROL_HELP
 from subnetlab.cli.commands._executor_options import executor_options
-from subnetlab.cli.commands._options import (PRUNE_PRESET_HELP, data_flag_options, device_map_option,
-                                             max_memory_option, offload_folder_option, parse_key_values,
-                                             parse_sparsities, with_data_options)
+from subnetlab.cli.commands._options import (
+    PRUNE_PRESET_HELP,
+    data_flag_options,
+    device_map_option,
+    max_memory_option,
+    offload_folder_option,
+    parse_key_values,
+    parse_sparsities,
+    with_data_options,
+)
+from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
 
 
@@ -57,16 +64,16 @@ def prune(
 
     Each run's health (off target, undecided gates, unconverged) is in its metrics.json and printed as
     warning lines; subnetlab --strict prune ... exits 2 instead."""
-    from subnetlab.cli.commands._health import report_health
     from subnetlab.cli.commands._controls import parse_controls, report_sweep
+    from subnetlab.cli.commands._health import report_health
     from subnetlab.cli.commands._options import parse_int_list
     from subnetlab.io import write_json
     from subnetlab.methods.l0.schedule import parse_levels
     from subnetlab.models.device_map import DeviceMap
     from subnetlab.progress import stage
+    from subnetlab.runs.controls import subnetwork_measure
     from subnetlab.runs.prune_plan import plan_prune, sweep_healths, sweep_summary
     from subnetlab.runs.prune_summary import format_summary
-    from subnetlab.runs.controls import subnetwork_measure
     from subnetlab.runtime import describe_runtime, resolve_device
 
     runs_on = resolve_device(device)  # an unknown or absent device is refused before anything loads

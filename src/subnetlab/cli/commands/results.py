@@ -1,6 +1,6 @@
 """``subnetlab results DIR``: every number every run under DIR measured, as one long table (CSV + Parquet).
 
-Its columns are ``executor.results.LONG_COLUMNS`` (documented there and in the README), then each run's raw
+Its columns are ``executor.results.LONG_COLUMNS`` (documented there and in docs/results.md), then each run's raw
 ``config.*`` and ``metrics.*`` columns."""
 
 from __future__ import annotations
@@ -98,7 +98,6 @@ def register(app: typer.Typer) -> None:
         row per number measured, with the columns run_dir, command, model, task, seed, sparsity, split, metric,
         value, position, metric_path, health, then each run's raw config.* and metrics.* columns."""
         from subnetlab.executor.results import results_table, write_results
-
         from subnetlab.run_directory import check_output_file
 
         stem = out if out is not None else directory / "results"

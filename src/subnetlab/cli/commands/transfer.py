@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from subnetlab.errors import SubnetlabError
 from subnetlab.cli.commands._executor_options import executor_options
 from subnetlab.cli.commands._options import DEVICE_HELP, data_flag_options, dtype_option
+from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions, Job
 
 PAPER_SIZES = [0, 10, 16, 25, 40, 64, 100, 160, 250, 400, 640, 1000, 1600, 2500, 4000, 6400, 10000]
@@ -72,18 +72,16 @@ def transfer(
 
     An empty subnetwork is refused (only the empty-mask condition may use one); the subnetwork's other health
     problems are warning lines (subnetlab --strict transfer ... refuses them before any training)."""
-    from subnetlab.cli.commands._options import parse_task_options
-    from subnetlab.cli.commands._options import parse_int_list
-    from subnetlab.io import write_json
+    from subnetlab.cli.commands._options import parse_int_list, parse_task_options, with_data_options
     from subnetlab.experiments.subtask_induction.figures import figure3
     from subnetlab.experiments.subtask_induction.report import summarise, summary_table
-    from subnetlab.subnetwork import Subnetwork
-    from subnetlab.transfer import CONDITIONS, TrainSettings, check_reinit
-    from subnetlab.cli.commands._options import with_data_options
+    from subnetlab.io import write_json
     from subnetlab.progress import stage
     from subnetlab.runs.splits import save_splits
     from subnetlab.runs.transfer import TransferJobConfig, lm_task_options, load_lm, own_data, task_options_for
     from subnetlab.runtime import describe_runtime, dtype_name, resolve_device, resolve_dtype
+    from subnetlab.subnetwork import Subnetwork
+    from subnetlab.transfer import CONDITIONS, TrainSettings, check_reinit
 
     conditions = parse_conditions(condition)
     if own_data(task) and disambiguation is not None:

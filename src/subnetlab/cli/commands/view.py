@@ -21,11 +21,10 @@ def view(
     a node for its edges, health warnings, two runs side by side, seeds as frequencies, head/MLP subnetworks."""
     from subnetlab.errors import SubnetlabError
     from subnetlab.io import write_json, write_text
+    from subnetlab.run_directory import check_distinct_outputs, check_output_file
     from subnetlab.view.page import page_data, render
     from subnetlab.view.runs import read_all, read_stability
     from subnetlab.view.tracer import tracer_graph
-
-    from subnetlab.run_directory import check_distinct_outputs, check_output_file
 
     if out.is_dir():
         raise SubnetlabError(f"{out} is a directory; --out names the page's file (e.g. circuit.html)", setting="out")

@@ -60,8 +60,8 @@ def node_pruning_curve(model, tokenizer, task, settings: CircuitsSettings, empty
     from subnetlab.analysis.faithfulness import curve_from_scores
     from subnetlab.methods.head_pruning.ablation import mean_activations
     from subnetlab.methods.head_pruning.config import preset_config
-    from subnetlab.methods.l0.data import PruningData
     from subnetlab.methods.head_pruning.train import prune
+    from subnetlab.methods.l0.data import PruningData
     from subnetlab.models.adapters import get_adapter
 
     np_settings = settings.node_pruning

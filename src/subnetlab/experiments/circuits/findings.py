@@ -28,13 +28,13 @@ from pathlib import Path
 
 from subnetlab.experiments.demo.verdicts import (
     NOT_MEASURABLE,
-    SEARCH_CONTROLS,
-    beats_controls,
-    control_scores,
     NOT_SHOWN,
+    SEARCH_CONTROLS,
     SHOWN,
     Finding,
     Missing,
+    beats_controls,
+    control_scores,
     get,
     missing,
     read_json_or_missing,

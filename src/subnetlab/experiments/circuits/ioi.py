@@ -25,10 +25,9 @@ import torch.nn.functional as F
 
 from subnetlab import optim
 from subnetlab.experiments.circuits.settings import CircuitsSettings
+from subnetlab.experiments.circuits.training import ModelShape, build_model_from, config_for, load_trained_model
 from subnetlab.io import atomic_directory, read_json, write_json
 from subnetlab.progress import stage
-
-from subnetlab.experiments.circuits.training import ModelShape, build_model_from, config_for, load_trained_model
 
 
 def _split(task, tokenizer, split: str) -> dict[str, torch.Tensor]:

@@ -13,7 +13,6 @@ from subnetlab.report.markdown import num, table
 from subnetlab.report.search_controls import controls_table
 from subnetlab.report.stability import stability_tables
 
-
 _FAMILY = {"gpt2": "GPT-2 with learned absolute positions", "llama": "Llama-style decoder with rotary positions"}
 
 

@@ -27,10 +27,6 @@ from typing import Any
 import torch
 
 from subnetlab.experiments.circuits.settings import CircuitsSettings
-from subnetlab.io import atomic_directory, read_json, write_json
-from subnetlab.progress import stage
-from subnetlab.tasks.induction import InductionConfig, induction_tokenizer, repeated_sequences
-
 from subnetlab.experiments.circuits.training import (
     ModelShape,
     TrainSettings,
@@ -40,6 +36,9 @@ from subnetlab.experiments.circuits.training import (
     train_induction_model,
     training_record,
 )
+from subnetlab.io import atomic_directory, read_json, write_json
+from subnetlab.progress import stage
+from subnetlab.tasks.induction import InductionConfig, induction_tokenizer, repeated_sequences
 
 
 # the settings' task, model, training and circuit task (a mapping is read as ``CircuitsSettings``)

@@ -18,7 +18,8 @@ import torch
 from subnetlab import progress
 from subnetlab.analysis.attention_types import head_types
 from subnetlab.analysis.circuit_evaluation import edge_evaluator
-from subnetlab.experiments.circuits import steps as circuits_steps, training as circuits_training
+from subnetlab.experiments.circuits import steps as circuits_steps
+from subnetlab.experiments.circuits import training as circuits_training
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification
 from subnetlab.methods.edge_pruning.config import preset_config as edge_config
 from subnetlab.methods.edge_pruning.data import circuit_data

@@ -13,8 +13,7 @@ import importlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from subnetlab.experiments.demo.verdicts import (NOT_MEASURABLE, NOT_SHOWN, SEARCH_CONTROLS, SHOWN, SHOWN_WEAKLY,
-                                                 Finding)
+from subnetlab.experiments.demo.verdicts import NOT_MEASURABLE, NOT_SHOWN, SEARCH_CONTROLS, SHOWN, SHOWN_WEAKLY, Finding
 from subnetlab.io import write_json, write_text
 
 MODULES = {

@@ -79,7 +79,8 @@ def run_demo(
     ``get_reproduction``, ``calibrate``, ``cpu_clock`` (CPU seconds used so far: this process's and its sweep
     workers') and ``launch`` default to the real ones (tests pass fakes).
     """
-    from subnetlab.experiments import get_reproduction as real_get, settings_for
+    from subnetlab.experiments import get_reproduction as real_get
+    from subnetlab.experiments import settings_for
     from subnetlab.experiments.demo.findings import print_table, write_findings
 
     get = get_reproduction or real_get

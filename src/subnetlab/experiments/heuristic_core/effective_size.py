@@ -49,14 +49,14 @@ from typing import Any
 
 from subnetlab.analysis.core import core_heads, expected_random_intersection
 from subnetlab.analysis.effective_size import (
+    AGGREGATES,
     StopRule,
     compare_heads,
     data_accuracy,
-    AGGREGATES,
     effective_size,
     generalization_onset,
-    per_seed_effective_size,
     id_ood_accuracy,
+    per_seed_effective_size,
     warm_start_index,
 )
 from subnetlab.errors import SubnetlabError

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from subnetlab.analysis.effective_size import size_bound
-from subnetlab.experiments.heuristic_core.effective_size import NOT_RUN
 from subnetlab.experiments.demo.verdicts import (
     MIN_SEEDS,
     NOT_MEASURABLE,
@@ -55,6 +54,7 @@ from subnetlab.experiments.demo.verdicts import (
     section_link,
     trend,
 )
+from subnetlab.experiments.heuristic_core.effective_size import NOT_RUN
 from subnetlab.runs.health import MAX_UNDECIDED_SHARE
 
 PAPER = "Heuristic Core"

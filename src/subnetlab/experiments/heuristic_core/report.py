@@ -14,11 +14,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from subnetlab.io import write_json
 from subnetlab.experiments.heuristic_core import sections
 from subnetlab.experiments.heuristic_core.effective_size import NOT_RUN
 from subnetlab.experiments.heuristic_core.plots import seed_accuracy_plot
 from subnetlab.experiments.heuristic_core.settings import HeuristicCoreSettings
+from subnetlab.io import write_json
 from subnetlab.report.markdown import MarkdownReport, moves, pct, points
 from subnetlab.report.plots import curves
 from subnetlab.runs.health import MAX_UNDECIDED_SHARE

@@ -18,7 +18,6 @@ from subnetlab.analysis.effective_size import size_bound
 from subnetlab.analysis.scores import short_name
 from subnetlab.report.markdown import MarkdownReport, delta_pct, num, pct
 
-
 CONTROL_WORDS = {"zero": "set to zero", "resample": "taken from another example of the batch"}
 
 def core_section(doc: MarkdownReport, core: Mapping[str, Any], heatmap: str | os.PathLike,

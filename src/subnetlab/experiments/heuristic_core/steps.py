@@ -13,21 +13,26 @@ from pathlib import Path
 from typing import Any
 
 from subnetlab.analysis.ablation import ablation_table, parse_heads
-from subnetlab.analysis.attention_stats import attention_statistics, layout_from_tokenizer, attention_maps, pattern_masks
+from subnetlab.analysis.attention_stats import (
+    attention_maps,
+    attention_statistics,
+    layout_from_tokenizer,
+    pattern_masks,
+)
 from subnetlab.analysis.core import analyse_core
 from subnetlab.analysis.effective_size import size_bound
 from subnetlab.analysis.scores import PAPER_SUBCASES, score_columns
 from subnetlab.errors import SubnetlabError
-from subnetlab.runs.pruned_runs import two_groups
-from subnetlab.runs.prune_summary import health_counts
+from subnetlab.experiments.heuristic_core import sections
+from subnetlab.experiments.heuristic_core.plots import effective_size_plot, frequency_heatmap_plot, frequency_maps_plot
 from subnetlab.io import read_json, write_json
 from subnetlab.models.adapters import head_name
 from subnetlab.progress import stage
-from subnetlab.experiments.heuristic_core import sections
-from subnetlab.experiments.heuristic_core.plots import effective_size_plot, frequency_heatmap_plot, frequency_maps_plot
 from subnetlab.report.markdown import MarkdownReport
-from subnetlab.run_directory import finished_metrics
 from subnetlab.report.plots import attention_map
+from subnetlab.run_directory import finished_metrics
+from subnetlab.runs.prune_summary import health_counts
+from subnetlab.runs.pruned_runs import two_groups
 from subnetlab.tasks.base import Task
 
 

@@ -22,9 +22,7 @@ from typing import Any
 from subnetlab.analysis.scores import score_columns
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import run_jobs
-from subnetlab.experiments.heuristic_core import data
-from subnetlab.experiments.heuristic_core import steps
-from subnetlab.experiments.heuristic_core.settings import HeuristicCoreSettings
+from subnetlab.experiments.heuristic_core import data, steps
 from subnetlab.experiments.heuristic_core.effective_size import (
     SearchSettings,
     analyse_sweep,
@@ -32,6 +30,7 @@ from subnetlab.experiments.heuristic_core.effective_size import (
     search_sweep,
     sweep_jobs,
 )
+from subnetlab.experiments.heuristic_core.settings import HeuristicCoreSettings
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.head_pruning.config import PruneConfig
 from subnetlab.progress import stage
@@ -72,8 +71,8 @@ def _curve_data(study: dict, out: Path) -> list[str]:
 
 
 def _finetune(study: dict, settings: HeuristicCoreSettings, eval_data: list[str], out: Path) -> dict:
-    from subnetlab.runs.finetune import finetune
     from subnetlab.methods.finetune.config import resolve_config
+    from subnetlab.runs.finetune import finetune
 
     cfg = resolve_config(settings.finetune_preset, model=settings.model, task=study["task"],
                          task_options=study.get("task_options") or {}, eval_data=eval_data,

@@ -53,8 +53,8 @@ def pattern_types(model_path: str, pairs: list[tuple[str, str | None]], max_leng
     import torch
 
     from subnetlab.analysis.attention_types import check_types_defined, head_types
-    from subnetlab.runtime import resolve_device
     from subnetlab.models import load_model
+    from subnetlab.runtime import resolve_device
 
     loaded = load_model(model_path, head="base", attn_implementation="eager")
     check_types_defined(loaded.model)

@@ -26,7 +26,6 @@ ImageNet materialised once as PNG folders under ``out/data``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -34,9 +33,9 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.experiments.shape_bias.settings import GENERATED, ShapeBiasSettings
 from subnetlab.io import write_text
 from subnetlab.progress import stage
-from subnetlab.tasks.images.imageset import ImageSet, ImageSource
 from subnetlab.tasks.images.folder import ImageFolderSet, cue_conflict_folder, save_image_folder, scan_image_folder
 from subnetlab.tasks.images.imagenet16 import CATEGORIES, imagenet16_folders
+from subnetlab.tasks.images.imageset import ImageSet, ImageSource
 from subnetlab.tasks.images.meanpool import Segmenter, mean_pool_images, skimage_segmenter
 from subnetlab.tasks.images.shapes import ShapeTextureConfig, generate_splits
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from torch import nn
 
+from subnetlab.experiments.shape_bias.training import TrainConfig, freeze_all_but, train_classifier
 from subnetlab.io import load_tensors, read_json, save_tensors, write_json
 from subnetlab.models.vision import (
     build_vision_model,
@@ -33,8 +34,6 @@ from subnetlab.models.vision import (
 )
 from subnetlab.progress import stage
 from subnetlab.tasks.images.imageset import ImageSource
-
-from subnetlab.experiments.shape_bias.training import TrainConfig, freeze_all_but, train_classifier
 
 
 def normalisation(fs: dict[str, Any]) -> tuple[list[float], list[float]]:

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from subnetlab.experiments.shape_bias.figures import FAMILY_NAMES, LABELS, example_images, training_curves
 from subnetlab.experiments.shape_bias.settings import ShapeBiasSettings
 from subnetlab.io import write_text
-from subnetlab.experiments.shape_bias.figures import FAMILY_NAMES, LABELS, example_images, training_curves
 from subnetlab.tasks.images.imageset import ImageSource
 
 PAPER_TABLE1 = {  # Zhang, Lepori, Pavlick 2024, Table 1 (original, pooled, cue acc, cue robustness), for reference

@@ -131,14 +131,15 @@ def run(settings: ShapeBiasSettings | Mapping[str, Any], out: Path) -> Path:
 
 
 def _run(settings: ShapeBiasSettings, out: Path) -> Path:
-    import torch
-    from subnetlab.experiments.shape_bias.data import prepare_data
-    from subnetlab.experiments.shape_bias.models import base_model
-    from subnetlab.experiments.shape_bias.steps import discover, run_condition
-    from subnetlab.experiments.shape_bias.report import write_report
-
     import resource
     import time
+
+    import torch
+
+    from subnetlab.experiments.shape_bias.data import prepare_data
+    from subnetlab.experiments.shape_bias.models import base_model
+    from subnetlab.experiments.shape_bias.report import write_report
+    from subnetlab.experiments.shape_bias.steps import discover, run_condition
 
     _check_inputs(settings)
     start_wall = time.perf_counter()

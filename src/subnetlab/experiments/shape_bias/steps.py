@@ -43,6 +43,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from subnetlab.analysis.shape_bias import evaluate_shape_bias, predict
+from subnetlab.experiments.shape_bias.models import copy_model, normalisation, train_config
+from subnetlab.experiments.shape_bias.training import freeze_all_but, train_classifier
 from subnetlab.intervene import mask_weights
 from subnetlab.io import read_json, write_json
 from subnetlab.methods.continuous_sparsification import ContinuousSparsification, DiscoveryResult, sweep
@@ -52,9 +54,6 @@ from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.images.imageset import ImageSource, concat, iter_batches, normalize
 from subnetlab.transfer import build_transfer_model, random_matched
 from subnetlab.transfer.conditions import SHAPE_BIAS_CONDITIONS
-
-from subnetlab.experiments.shape_bias.models import copy_model, normalisation, train_config
-from subnetlab.experiments.shape_bias.training import freeze_all_but, train_classifier
 
 CONDITIONS = tuple(SHAPE_BIAS_CONDITIONS)  # subtask-induction, random-matched, scratch, data-mixture, linear-ft
 CURVE_SPLITS = ("original", "mean-pooled")

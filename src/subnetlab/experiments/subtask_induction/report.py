@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from subnetlab.experiments.subtask_induction.figures import accuracy_grid, figure3
+from subnetlab.experiments.subtask_induction.settings import SubtaskInductionSettings
 from subnetlab.io import write_json
 from subnetlab.report.markdown import MarkdownReport, pct
 from subnetlab.report.search_controls import controls_table
-from subnetlab.experiments.subtask_induction.figures import accuracy_grid, figure3
-from subnetlab.experiments.subtask_induction.settings import SubtaskInductionSettings
 
 PAPER_TABLE3 = {2: 7.68, 4: 7.00, 6: 4.70, 8: 3.55, 10: 3.56, 12: 3.20}  # % of masked parameters kept
 PAPER_SCRATCH_MEAN = 0.506

@@ -186,8 +186,8 @@ def schedule(settings: SubtaskInductionSettings | Mapping[str, Any], size: int) 
 
 def _base(settings: SubtaskInductionSettings, layers: int, out: Path) -> Path:
     """Train (or reuse) the base model on ``base_op``; returns its model directory."""
-    from subnetlab.runs.finetune import finetune
     from subnetlab.methods.finetune.config import resolve_config
+    from subnetlab.runs.finetune import finetune
 
     run = out / f"L{layers}" / "base"
     cfg = resolve_config(

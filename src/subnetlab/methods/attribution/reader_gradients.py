@@ -38,8 +38,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from subnetlab.intervene.edges import (EdgeMasks, UngroupedAttention, embedding_scale, kv_repeats, projection_groups,
-                                       repeat_heads)
+from subnetlab.intervene.edges import (
+    EdgeMasks,
+    UngroupedAttention,
+    embedding_scale,
+    kv_repeats,
+    projection_groups,
+    repeat_heads,
+)
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 

@@ -14,7 +14,6 @@ gradient is largest), and no edge starts further from the boundary than a cold s
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from subnetlab.errors import SubnetlabError

@@ -31,7 +31,6 @@ from subnetlab.runtime import model_device
 from subnetlab.tasks.circuits.pairs import corrupted_inputs
 
 
-
 class CircuitLoss:
     """``loss(keep [edges] bool) -> float``, lower is better (module docstring); counts its ``evaluations``.
 

@@ -32,12 +32,21 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.checkpoint import checkpointed_blocks
 from subnetlab.intervene.edges import EdgeMasks, WriterValues, apply_edges, capture_writers, writer_means
 from subnetlab.methods.edge_pruning.config import EdgePruneConfig
-from subnetlab.tasks.circuits.pairs import corrupted_inputs
 from subnetlab.methods.edge_pruning.repair import CircuitLoss
-from subnetlab.methods.edge_pruning.select import (EdgeSelection, Repair, greedy_repair, select_connected_edges,
-                                                   select_top_edges)
-from subnetlab.methods.edge_pruning.tensors import (node_tensors, padding_size, per_tensor_edges, per_tensor_nodes,
-                                                    tensor_sums)
+from subnetlab.methods.edge_pruning.select import (
+    EdgeSelection,
+    Repair,
+    greedy_repair,
+    select_connected_edges,
+    select_top_edges,
+)
+from subnetlab.methods.edge_pruning.tensors import (
+    node_tensors,
+    padding_size,
+    per_tensor_edges,
+    per_tensor_nodes,
+    tensor_sums,
+)
 from subnetlab.methods.l0.data import PruningData, to_device
 from subnetlab.methods.l0.distribution import HardConcreteMask
 from subnetlab.methods.l0.objective import Lagrangian
@@ -47,6 +56,7 @@ from subnetlab.models.adapters import Adapter
 from subnetlab.models.circuit import Circuit, edges_kept, threshold_choice
 from subnetlab.models.graph import Graph
 from subnetlab.runtime import model_device
+from subnetlab.tasks.circuits.pairs import corrupted_inputs
 
 
 @dataclass

@@ -24,10 +24,10 @@ from subnetlab.intervene import ComponentValues, collect_means
 from subnetlab.intervene.gates import ComponentGates
 from subnetlab.intervene.resample import rolled_values
 from subnetlab.methods.l0.data import PruningData, to_device
-from subnetlab.runtime import model_device
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.digest import weights_digest
 from subnetlab.progress import stage
+from subnetlab.runtime import model_device
 
 
 def means_key(adapter: Adapter, model: nn.Module, data: PruningData, examples: int) -> str:

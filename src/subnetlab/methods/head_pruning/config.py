@@ -46,7 +46,7 @@ with probability 0.97.
 ``quick`` is for a user's own small model on a CPU (docs/your-own-model.md):
 the demo's sizes (batch 16, length 64, at most 2,000 training rows, gates from
 log alpha 2), ``warmup = 100 + 2 * sp`` and ``total = warmup + 400`` steps (600
-at 50%, 640 at 70%; well under a minute per run on one thread for the README's
+at 50%, 640 at 70%; well under a minute per run on one thread for docs/your-own-model.md's
 2-layer tutorial models), log-alpha learning rate 0.3 and the Lagrangian on the
 sampled gates' sparsity (``sparsity_estimate="sample"``, the authors'). Why
 those: on a small model that solves its task with room to spare, the KL barely
@@ -70,8 +70,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from subnetlab.errors import SubnetlabError, check_field_types
-from subnetlab.methods.l0.settings import DictSettings, check_grad_norm
 from subnetlab.methods.l0.schedule import LinearSchedule, StaircaseSchedule, paper_steps
+from subnetlab.methods.l0.settings import DictSettings, check_grad_norm
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": ("linear", "staircase"),

@@ -41,13 +41,13 @@ from torch import nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene import ComponentValues, apply_gates
 from subnetlab.intervene.gates import ComponentGates
-from subnetlab.methods.l0.distribution import HardConcreteGates
 from subnetlab.methods.head_pruning.ablation import resample_values
 from subnetlab.methods.head_pruning.config import PruneConfig
+from subnetlab.methods.head_pruning.select import GateSelection, select_threshold, select_topk
 from subnetlab.methods.l0.data import PruningData
+from subnetlab.methods.l0.distribution import HardConcreteGates
 from subnetlab.methods.l0.objective import Lagrangian
 from subnetlab.methods.l0.trainer import MaskTrainer, StepCallback, train
-from subnetlab.methods.head_pruning.select import GateSelection, select_threshold, select_topk
 from subnetlab.models.adapters import Adapter
 from subnetlab.runtime import model_device
 

@@ -32,7 +32,6 @@ import math
 from collections.abc import Sequence
 
 import torch
-
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError

@@ -24,11 +24,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.io import load_tensors, save_tensors
 from subnetlab.intervene.gates import ComponentGates
-from subnetlab.models.digest import weights_digest
+from subnetlab.io import load_tensors, save_tensors
 from subnetlab.methods.l0.data import PruningData, to_device
 from subnetlab.models.adapters import Adapter
+from subnetlab.models.digest import weights_digest
 from subnetlab.runtime import model_device
 
 

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.methods.l0.checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
 from subnetlab.methods.l0.data import DataOrder, PruningData, to_device
-from subnetlab.methods.l0.settings import OPTIMIZERS, MaskSettings
 from subnetlab.methods.l0.objective import FullModelOutputs, NonFiniteLoss, check_finite, kl_full_to_pruned
+from subnetlab.methods.l0.settings import OPTIMIZERS, MaskSettings
 from subnetlab.optim import lr_factor, make_optimizer
 from subnetlab.progress import stage, track
 from subnetlab.runtime import model_device

@@ -43,9 +43,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
-from subnetlab.runtime import model_device
 from subnetlab.intervene import apply_gates
 from subnetlab.models.adapters import Adapter
+from subnetlab.runtime import model_device
 
 LossFn = Callable[[nn.Module, dict], Tensor]  # per-example losses [B]
 

@@ -38,7 +38,6 @@ from subnetlab.progress import track
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.base import Task
 
-
 PINNABLE_KINDS = ("structured", "weights")
 
 

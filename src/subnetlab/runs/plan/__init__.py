@@ -6,8 +6,16 @@ model planned from a few layer counts; ``report``: the table; one module per com
 and circuit; ``discover``, ``transfer``, ``finetune``, ``lottery``).
 """
 
-from subnetlab.runs.plan.core import (H100_BF16_DENSE, Plan, count_steps, default_sizes, largest_micro_batch,
-                                      measure_step, plan_run, run_step)
+from subnetlab.runs.plan.core import (
+                                      H100_BF16_DENSE,
+                                      Plan,
+                                      count_steps,
+                                      default_sizes,
+                                      largest_micro_batch,
+                                      measure_step,
+                                      plan_run,
+                                      run_step,
+)
 from subnetlab.runs.plan.fake import PACKAGED_CONFIGS, fake_data, fake_model, read_model_config
 from subnetlab.runs.plan.report import format_bytes, parse_memory, plan_table, verdict
 from subnetlab.runs.plan.settings import DTYPES, METHODS, PlanSettings

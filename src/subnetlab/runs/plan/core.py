@@ -191,8 +191,8 @@ def default_sizes(method: str, preset: str | None) -> tuple[int, int]:
     from subnetlab.runs.plan.discover import ARITHMETIC_PROMPT, preset_of
     from subnetlab.runs.plan.finetune import finetune_config
     from subnetlab.runs.plan.lottery import lottery_sizes
-    from subnetlab.runs.plan.transfer import transfer_preset
     from subnetlab.runs.plan.settings import DEFAULT_PRESETS
+    from subnetlab.runs.plan.transfer import transfer_preset
 
     preset = preset or DEFAULT_PRESETS.get(method, "paper")
     if method == "discover":

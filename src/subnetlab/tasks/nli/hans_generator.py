@@ -23,8 +23,8 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.base import NLI2, Example
-from subnetlab.tasks.nli.hans_vocab import DEFAULT_VOCABULARY, Vocabulary
 from subnetlab.tasks.nli.hans_trees import T, Tree, constituents, leaves, render
+from subnetlab.tasks.nli.hans_vocab import DEFAULT_VOCABULARY, Vocabulary
 from subnetlab.tasks.sampling import Sampler
 
 __all__ = ["SUBCASES", "GeneratedPair", "generate_hans_style", "sample_pair", "T", "Tree", "constituents", "leaves", "render"]

@@ -14,7 +14,15 @@ import os
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.tasks.base import PARAPHRASE, Example
-from subnetlab.tasks.files import TsvTable, first_fields, is_jsonl, label_index, read_jsonl, require_examples, require_text
+from subnetlab.tasks.files import (
+    TsvTable,
+    first_fields,
+    is_jsonl,
+    label_index,
+    read_jsonl,
+    require_examples,
+    require_text,
+)
 
 _ALIASES = {
     "not_paraphrase": "not_duplicate",
