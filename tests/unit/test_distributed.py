@@ -21,12 +21,17 @@ REPO = Path(__file__).resolve().parents[2]
 TASK40 = ["--task", "circuit:ioi", "--task-option", "n_train=40", "--task-option", "n_eval=6"]
 
 
-def torchrun(args: list[str], ranks: int = 2, timeout: float = 240) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc-per-node RANKS tests/unit/torchrun_commands.py ARGS`` on the CPU."""
+def _torchrun_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "OMP_NUM_THREADS": "1",
            "CUDA_VISIBLE_DEVICES": "", "SUBNETLAB_DIST_TIMEOUT_MINUTES": "2"}
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
+    return env
+
+
+def torchrun(args: list[str], ranks: int = 2, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node RANKS tests/unit/torchrun_commands.py ARGS`` on the CPU."""
+    env = _torchrun_env()
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                            str(ranks), str(REPO / "tests" / "unit" / "torchrun_commands.py"), *args],
                           env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
@@ -123,3 +128,25 @@ def test_a_bad_timeout_is_refused(monkeypatch):
         monkeypatch.setenv(TIMEOUT_VARIABLE, bad)
         with pytest.raises(SubnetlabError, match=TIMEOUT_VARIABLE):
             timeout_minutes()
+
+
+def test_edge_pruning_masks_on_two_gloo_ranks_are_one_process(tmp_path, one_thread):
+    """12 steps of 2 micro-batches of 7 pairs (slices of 4 and 3): the log-alphas, the multipliers and the KLs of
+    2 ranks (the gradients all-reduced) are the single process's to 1e-5 (float32 masks); rank 0 alone wrote the
+    checkpoint, at the last step."""
+    from subnetlab.methods.l0.checkpoint import load_checkpoint
+    from tests.unit.torchrun_edge_pruning import STEPS, train_masks
+
+    train_masks(tmp_path / "one.safetensors", tmp_path / "one")
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(REPO / "tests" / "unit" / "torchrun_edge_pruning.py"), str(tmp_path / "two.safetensors"),
+         str(tmp_path / "two")], env=_torchrun_env(), capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = load_tensors(tmp_path / "one.safetensors"), load_tensors(tmp_path / "two.safetensors")
+    start = torch.full_like(one["edges"], 3.0)  # the demo preset's init_log_alpha (plus a little noise)
+    assert float((one["edges"] - start).abs().max()) > 0.05  # the masks moved
+    for key in ("edges", "nodes", "kl", "lambdas"):
+        assert torch.allclose(one[key], two[key], rtol=0, atol=1e-5), (key, (one[key] - two[key]).abs().max())
+    assert torch.equal(one["selection"], two["selection"])
+    assert load_checkpoint(tmp_path / "two").step == STEPS
