@@ -80,29 +80,11 @@ def test_world_shares_and_single_process():
 
 @pytest.fixture
 def launched_env(monkeypatch):
-    """The environment torchrun gives rank 0 of 2 (no group is joined: the refusals come first)."""
+    """The environment torchrun gives rank 0 of 2 (no group is joined: the refusals come first; the refusals of
+    every command are rows of tests/unit/test_bad_inputs.py)."""
     for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                         "MASTER_PORT": "1"}.items():
         monkeypatch.setenv(name, value)
-
-
-@pytest.mark.parametrize("extra, needle", [
-    (["--method", "edge-pruning", "--sparsity", "0.9"], "--method edge-pruning"),
-    (["--method", "edge-pruning", "--device-map", "auto"], "--device-map"),
-    (["--method", "eap", "--seeds", "0,1", "--limit", "2"], "--ig-steps / --seeds"),
-    (["--method", "eap", "--device", "cuda:1"], "--device cuda:1"),
-])
-def test_what_does_not_split_is_refused_under_torchrun(tiny, tmp_path, capsys, launched_env, extra,  # noqa: F811
-                                                       needle):
-    from subnetlab.cli import main
-
-    out = tmp_path / "x"
-    with pytest.raises(SystemExit) as e:
-        main(["circuit", "--model", str(tiny[0] / "model"), *TASK40, *extra, "--out", str(out)])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
-    assert needle in err and "torchrun" in err, err
-    assert not out.exists()
 
 
 def test_a_one_process_command_is_refused_under_torchrun(tmp_path, capsys, launched_env, monkeypatch):

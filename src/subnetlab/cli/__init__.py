@@ -149,7 +149,7 @@ def _launched(argv: list[str] | None):
     """Under ``torchrun`` (``WORLD_SIZE`` above 1): refuse a command that runs in one process, keep the ranks
     above 0 quiet (rank 0 reports; errors are still printed) and leave the process group at the end (the
     command joins it when it first asks for its share, ``subnetlab.distributed.world``, after its checks)."""
-    from subnetlab.distributed import launched, launched_rank, launched_size, leaving
+    from subnetlab.distributed import launched, launched_rank, launched_size, leaving, timeout_minutes
 
     name = _command_name(argv)
     if not launched() or name is None or "--help" in (sys.argv[1:] if argv is None else argv):
@@ -159,6 +159,7 @@ def _launched(argv: list[str] | None):
         raise SubnetlabError(f"{name}: runs in one process; under torchrun (WORLD_SIZE={launched_size()}) only "
                              f"{', '.join(DISTRIBUTED_COMMANDS)} splits its work across the processes; start it "
                              "without torchrun")
+    timeout_minutes()  # a malformed timeout is refused before the command runs
     from subnetlab.progress import quiet
 
     with leaving():
