@@ -1243,6 +1243,29 @@ def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files
     assert {p: _listing(p) for p in before} == before, "the command wrote under --out"
 
 
+# Under torchrun: rank 0's environment (no process group is joined: every refusal comes before any rank waits)
+LAUNCHED = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+LAUNCHED_CASES: list[tuple[str, list[str], str, dict[str, str]]] = [
+    ("torchrun-prune", PRUNE, "prune: runs in one process; under torchrun", {}),
+    ("torchrun-edge-pruning", [*CIRCUIT, "--sparsity", "0.9"], "--method edge-pruning: under torchrun", {}),
+    ("torchrun-device-map", [*CIRCUIT, "--device-map", "auto"], "--device-map: under torchrun", {}),
+    ("torchrun-attribution-sweep", [*EAP, "--seeds", "0,1", "--limit", "2"], "--ig-steps / --seeds: under torchrun",
+     {}),
+    ("torchrun-cuda-index", [*EAP, "--device", "cuda:1"], "--device cuda:1: under torchrun", {}),
+    ("torchrun-timeout", EAP, "SUBNETLAB_DIST_TIMEOUT_MINUTES='soon'", {"SUBNETLAB_DIST_TIMEOUT_MINUTES": "soon"}),
+    ("torchrun-world-size", EAP, "WORLD_SIZE='two'", {"WORLD_SIZE": "two"}),
+    ("torchrun-no-master", EAP, "MASTER_ADDR, MASTER_PORT not set", {"MASTER_ADDR": "", "MASTER_PORT": ""}),
+]
+
+
+@pytest.mark.parametrize("name, args, fragment, env", LAUNCHED_CASES, ids=[c[0] for c in LAUNCHED_CASES])
+def test_bad_input_under_torchrun_is_one_error_line(name, args, fragment, env, files, tmp_path, capsys,
+                                                    monkeypatch) -> None:
+    for key, value in {**LAUNCHED, **env}.items():
+        monkeypatch.setenv(key, value)
+    test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files, tmp_path, capsys, monkeypatch)
+
+
 def test_pickled_weights_are_refused_without_being_unpickled(files, tmp_path, capsys) -> None:
     """Neither the refusal nor loading a directory that holds both formats runs the pickle's command."""
     from subnetlab.models import load_model

@@ -7,7 +7,9 @@ exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -121,6 +123,53 @@ def _global_options_first(argv: list[str] | None) -> list[str]:
     return [a for a in args if a in GLOBAL_FLAGS] + [a for a in args if a not in GLOBAL_FLAGS]
 
 
+# Commands that run across the processes a launcher starts (``subnetlab.distributed``); the others refuse to.
+DISTRIBUTED_COMMANDS = ("circuit",)
+
+
+def _command_name(argv: list[str] | None) -> str | None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def _rank_prefix() -> str:
+    """``rank 1 of 2: `` in front of an error of a launched run's rank above 0 (rank 0's lines are the run's)."""
+    from subnetlab.distributed import launched, launched_rank, launched_size
+
+    try:
+        if launched() and launched_rank() > 0:
+            return f"rank {launched_rank()} of {launched_size()}: "
+    except SubnetlabError:  # a malformed WORLD_SIZE is the error being printed
+        pass
+    return ""
+
+
+@contextlib.contextmanager
+def _launched(argv: list[str] | None):
+    """Under ``torchrun`` (``WORLD_SIZE`` above 1): refuse a command that runs in one process, keep the ranks
+    above 0 quiet (rank 0 reports; errors are still printed) and leave the process group at the end (the
+    command joins it when it first asks for its share, ``subnetlab.distributed.world``, after its checks)."""
+    from subnetlab.distributed import launched, launched_rank, launched_size, leaving, timeout_minutes
+
+    name = _command_name(argv)
+    if not launched() or name is None or "--help" in (sys.argv[1:] if argv is None else argv):
+        yield
+        return
+    if name not in DISTRIBUTED_COMMANDS:
+        raise SubnetlabError(f"{name}: runs in one process; under torchrun (WORLD_SIZE={launched_size()}) only "
+                             f"{', '.join(DISTRIBUTED_COMMANDS)} splits its work across the processes; start it "
+                             "without torchrun")
+    timeout_minutes()  # a malformed timeout is refused before the command runs
+    from subnetlab.progress import quiet
+
+    with leaving():
+        if launched_rank() == 0:
+            yield
+            return
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull), quiet():
+            yield
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, mapping every input error to ``error: ...`` + exit 2.
 
@@ -131,9 +180,10 @@ def main(argv: list[str] | None = None) -> None:
 
     _quiet_libraries()
     try:
-        code = app(args=_global_options_first(argv), standalone_mode=False, prog_name="subnetlab")
+        with _launched(argv):
+            code = app(args=_global_options_first(argv), standalone_mode=False, prog_name="subnetlab")
     except SubnetlabError as e:
-        print(f"error: {error_message(e, _flags_of(argv))}", file=sys.stderr)
+        print(f"error: {_rank_prefix()}{error_message(e, _flags_of(argv))}", file=sys.stderr)
         sys.exit(2)
     except click_errors.NoArgsIsHelpError as e:
         print(e.format_message() if hasattr(e, "format_message") else e, file=sys.stderr)

@@ -19,6 +19,10 @@ zero gradient at the clean run, so EAP gives zero there and EAP-IG does not).
 Scores are in the model's precision (float64 for a float64 model). ``exact``
 patches each edge in its own forward rows (no gradients): a ground truth for
 graphs of up to a few thousand edges.
+
+Launched as several processes (``torchrun``; ``subnetlab.distributed``), each rank scores its share of the
+pairs and the sums are added across the ranks before the division by the pair count, so the scores file is the
+one a single process writes; rank 0 alone writes DIR.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ class AttributionJobConfig(JobConfig):
 
 def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     """Score every edge and node of the model for ``job`` and write DIR (module doc); returns metrics.json."""
+    from subnetlab.distributed import world
     from subnetlab.intervene.edges import check_edge_family
     from subnetlab.methods.attribution import attribute
     from subnetlab.methods.model_fit import position_limit
@@ -133,9 +138,12 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     if (out / "metrics.json").is_file():  # this run, finished: a rerun of a sweep goes on from here
         stage(f"{out}: finished, its scores reused")
         return read_json(out / "metrics.json")
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", config)
+    here = world()  # across processes (joined here, after the checks): each rank scores its share, rank 0 writes
+    if here.is_writer:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "config.json", config)
     stage(f"{job.method} scores of {graph.num_edges} edges on {pairs} pairs of {job.split} (metric {job.metric}"
+          f"{f', split over {here.size} processes' if here.size > 1 else ''}"
           f"{f', {job.ig_steps} steps' if job.method in IG_METHODS else ''}"
           f"{f', {graph.num_edges} forward rows per pair' if job.method == 'exact' else ''})")
 
@@ -150,6 +158,9 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
                        position_chunk=job.position_chunk)
     seconds = time.perf_counter() - start
     nodes = result.node_scores()
+    if not here.is_writer:  # the same scores as rank 0's (summed over the ranks); rank 0 writes them
+        return {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
+                "edges": graph.num_edges, "seconds": round(seconds, 3), "top_edges": []}
     circuit = Circuit(graph, result.edges, score_sign="absolute")
     meta = {"format": FORMAT, "method": job.method, "steps": str(result.steps), "metric": job.metric,
             "pairs": str(result.pairs), "graph": graph.family, "edges": str(graph.num_edges)}

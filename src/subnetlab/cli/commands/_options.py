@@ -326,12 +326,19 @@ def guard_out(name: str, callback: Callable[..., Any]) -> Callable[..., Any]:
                 check_writable(Path(out).expanduser().parent)
             return callback(*args, **kwargs)
         check_writable(out)
-        if name in OUT_WITHOUT_LOCK:
+        if name in OUT_WITHOUT_LOCK or not writes_here():
             return callback(*args, **kwargs)
         with lock(out):
             return callback(*args, **kwargs)
 
     return guarded
+
+
+def writes_here() -> bool:
+    """False on the ranks above 0 of a launched run (torchrun): rank 0 alone holds ``--out``'s lock and writes."""
+    from subnetlab.distributed import launched, launched_rank
+
+    return not launched() or launched_rank() == 0
 
 
 def setting_flags(command: Any) -> dict[str, str]:

@@ -36,6 +36,7 @@ from subnetlab.cli.commands._options import (
 )
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
+from subnetlab.runs.circuit_methods import ATTRIBUTION_METHODS as ATTRIBUTION
 from subnetlab.runs.circuit_methods import CIRCUIT_METHODS as METHODS
 from subnetlab.runs.circuit_methods import joined, readers
 
@@ -63,6 +64,37 @@ def refuse_unused_options(method: str) -> None:
     else:
         whose = "; ".join(f"{', '.join(group)} used only by {joined(users)}" for users, group in unused.items())
     raise SubnetlabError(f"{flags}: not used by --method {method} ({whose})")
+
+
+def parse_step_counts_text(text: str) -> list[str]:
+    return [part for part in str(text).split(",") if part.strip()]
+
+
+def refuse_across_processes(method: str, *, device: str, device_map: Optional[str], executor: ExecutorOptions | None,
+                            sweep: bool) -> None:
+    """Under torchrun (``subnetlab.distributed``): one error line for what does not split across processes.
+
+    Supported: one attribution run (each rank scores its share of the pairs). Refused: attribution sweeps, a
+    device map (one model over several devices of one process), a named CUDA device (each rank takes the GPU
+    of its local rank), and edge-pruning for now."""
+    from subnetlab.distributed import launched, launched_size
+
+    if not launched():
+        return
+    where = f"under torchrun ({launched_size()} processes)"
+    if device_map is not None:
+        raise SubnetlabError(f"--device-map: {where} each rank holds the whole model; a device map spreads one "
+                             "model over the devices of one process: run it without torchrun")
+    if device.strip().lower().startswith("cuda:"):
+        raise SubnetlabError(f"--device {device}: {where} each rank takes the GPU of its local rank; give "
+                             "--device cuda (or auto)")
+    if method == "edge-pruning":
+        raise SubnetlabError(f"--method edge-pruning: {where} only the attribution methods ("
+                             f"{', '.join(ATTRIBUTION)}) split their pairs across the processes; run edge-pruning "
+                             "without torchrun")
+    if sweep:
+        raise SubnetlabError(f"--ig-steps / --seeds: {where} one scoring run splits its pairs across the processes; "
+                             "a sweep over step counts or seeds runs without torchrun (or one torchrun per run)")
 
 
 def circuit(
@@ -153,9 +185,10 @@ def circuit(
     if method not in METHODS:
         raise SubnetlabError(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     refuse_unused_options(method)
+    refuse_across_processes(method, device=device, device_map=device_map, executor=executor,
+                            sweep=len(parse_step_counts_text(ig_steps)) > 1 or "seeds" in given_options())
     if method != "edge-pruning":
         from subnetlab.cli.commands._circuit_attribution import attribution_command, parse_step_counts
-        from subnetlab.cli.commands._options import given_options
 
         given = given_options()
         return attribution_command(model=model, task=task, out=out, method=method,

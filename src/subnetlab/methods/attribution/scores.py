@@ -340,20 +340,31 @@ def attribute(model: nn.Module, adapter: Adapter, graph: Graph, batches: Iterabl
               position_chunk: int | None = None) -> AttributionScores:
     """Mean edge scores over the pairs of ``batches`` (circuit-task pair batches: ``input_ids``,
     ``corrupted_input_ids``, ``attention_mask`` and what ``metric(logits, batch, clean_logits)`` reads).
-    ``position_chunk``: ``attribute_batch``'s."""
+    ``position_chunk``: ``attribute_batch``'s.
+
+    Across processes (``subnetlab.distributed``: every rank calls this with the same ``batches``), rank ``r`` of
+    ``n`` scores batches ``r, r + n, ...``; the float64 sums and the pair counts are summed over the ranks before
+    the one division, so every rank returns the single process's mean (to float64 rounding of the sum)."""
+    from subnetlab.distributed import world
     from subnetlab.tasks.circuits.pairs import clean_inputs, corrupted_inputs
 
     check_method(method, steps)
     check_position_chunk(position_chunk)
     device = next(model.parameters()).device
+    here = world()
     total, pairs = torch.zeros(graph.num_edges, dtype=torch.float64), 0
-    for batch in batches:
+    for index, batch in enumerate(batches):
+        if index % here.size != here.rank:  # another rank's batch
+            continue
         batch = {k: v.to(device) for k, v in batch.items()}
         part = attribute_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
                                lambda logits, full, b=batch: metric(logits, b, full), method=method, steps=steps,
                                position_chunk=position_chunk)
         total += part.double().cpu()
         pairs += int(batch["input_ids"].shape[0])
+    if here.size > 1:  # one collective: the sums and, last, the pair count
+        summed = here.all_reduce_sum(torch.cat([total, torch.tensor([float(pairs)], dtype=torch.float64)]))
+        total, pairs = summed[:-1], int(round(float(summed[-1])))
     if pairs == 0:
         raise SubnetlabError("attribution needs at least one prompt pair")
     return AttributionScores(graph, (total / pairs).to(score_dtype(model)), method,

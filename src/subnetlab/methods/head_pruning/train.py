@@ -121,6 +121,12 @@ class Pruner(MaskTrainer):
 
     def prepare(self, batch: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> None:
         if self.config.ablation == "resample":
+            from subnetlab.distributed import world
+
+            if world().size > 1:  # every rank would draw other rows from its slice, and its generator drift
+                raise SubnetlabError("ablation resample: across processes each rank would resample from its own "
+                                     "slice of the batch; use mean or zero ablation, or one process",
+                                     setting="ablation")
             self.ctl.ablation = resample_values(self.model, self.adapter, self.ctl, inputs, self.resample_gen)
 
     def penalty(self, step: int, target: float) -> torch.Tensor:

@@ -12,6 +12,13 @@ resampled or corrupted writer values), adds its sparsity terms (``penalty``) and
 ``train`` drives a trainer: restore from ``run_dir`` -> warm start (a fresh run only) -> steps with
 checkpoints and the non-finite check. Data order is a function of the step (``DataOrder``) and every draw comes
 from a generator kept in the checkpoint, so on the CPU a resumed run is bit-identical to an uninterrupted one.
+
+Across processes (``subnetlab.distributed``, data parallel): every rank holds the masks and multipliers and takes
+a contiguous slice of every batch (``World.share``); its KL is weighted by the slice's share of the batch and the
+penalty divided by the world size, so the sum of the ranks' gradients, all-reduced in one collective before
+clipping, is the global batch's gradient; every rank then takes the same step (the same mask sample too: the
+same generators). The global batch, the schedule and the seeds do not depend on the world size, so N ranks train
+the masks one process trains (to rounding); rank 0 alone writes the checkpoints.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from subnetlab.distributed import world
 from subnetlab.errors import SubnetlabError
 from subnetlab.methods.l0.checkpoint import CHECKPOINT, TrainingState, load_checkpoint, save_checkpoint
 from subnetlab.methods.l0.data import DataOrder, PruningData, to_device
@@ -173,21 +181,36 @@ class MaskTrainer:
         clipped = self.clipped_parameters()
         for p in clipped:
             p.grad = None
+        here = world()
+        if here.size > cfg.batch_size:
+            raise SubnetlabError(f"batch_size {cfg.batch_size} across {here.size} processes: each process takes a "
+                                 "slice of every batch, so the batch needs at least one example per process",
+                                 setting="batch_size")
         kl_sum = penalty_sum = 0.0
         for micro in range(cfg.accumulation):
             indices = self.order.indices(step * cfg.accumulation + micro)
+            if here.size > 1:  # this rank's slice of the global batch
+                indices = [indices[i] for i in here.share(len(indices))]
             batch = to_device(self.data.batch_at(indices), self.device)
             inputs = self.data.model_inputs(batch)
             self.prepare(batch, inputs)
             log_p_full = self.teacher.log_probs(indices, batch)
-            outputs = self.model(**inputs)  # draws one mask sample
+            outputs = self.model(**inputs)  # draws one mask sample (the same on every rank: the same generator)
             kl = kl_full_to_pruned(log_p_full, self.data.task_logits(outputs, batch))
             penalty = self.penalty(step, target)
-            loss = (kl + penalty) / cfg.accumulation
-            check_finite(loss, step + 1)  # steps are counted from 1, as in checkpoints
+            if here.size == 1:
+                loss = (kl + penalty) / cfg.accumulation
+                check_finite(loss, step + 1)  # steps are counted from 1, as in checkpoints
+            else:  # the ranks' gradients are summed: the KL weighted by the slice's share, the penalty split evenly
+                share = len(indices) / cfg.batch_size
+                kl = kl * share
+                loss = (kl + penalty / here.size) / cfg.accumulation
             loss.backward()
             kl_sum += float(kl.detach())
             penalty_sum += float(penalty.detach())
+        if here.size > 1:
+            check_finite(torch.tensor(penalty_sum), step + 1, "penalty")  # the same on every rank
+            kl_sum = self.reduce_gradients(clipped, kl_sum, step)
         if cfg.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(clipped, cfg.max_grad_norm, foreach=False)
         self.optimizer.step()
@@ -196,6 +219,23 @@ class MaskTrainer:
         if done % max(1, self.total // 100) == 0 or done == self.total:
             self.history.append(self.record(done, target, factor, kl_mean, penalty_mean))
         return kl_mean, penalty_mean
+
+    def reduce_gradients(self, parameters: list[Tensor], kl_sum: float, step: int) -> float:
+        """Across processes: sum the ranks' gradients of ``parameters`` (each rank's weighted by its slice, so the
+        sum is the global batch's gradient) and their KLs, in one all-reduce; return the global batch's KL sum.
+        A loss that is not finite on any rank stops every rank at the same step."""
+        here = world()
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
+        flat = torch.cat([g.detach().reshape(-1).double().cpu() for g in grads] + [torch.tensor([kl_sum],
+                                                                                                dtype=torch.float64)])
+        here.all_reduce_sum(flat)
+        check_finite(flat[-1:], step + 1, "loss (summed over the ranks)")
+        offset = 0
+        for p, g in zip(parameters, grads):
+            n = g.numel()
+            p.grad = flat[offset:offset + n].view_as(g).to(device=g.device, dtype=g.dtype)
+            offset += n
+        return float(flat[-1])
 
     # -- checkpoints ----------------------------------------------------------------------------------
     def save(self, run_dir: Path, step: int) -> None:
@@ -237,6 +277,7 @@ def train(trainer: MaskTrainer, run_dir: Path | None = None, *, stop_at: int | N
         stage(f"resuming {trainer.name} at step {start} of {trainer.total}")
     end = trainer.total if stop_at is None else min(int(stop_at), trainer.total)
     every = trainer.config.checkpoint_every
+    writer = world().is_writer  # across processes rank 0 alone writes checkpoints (every rank holds the same masks)
     began = time.perf_counter()
     with contextlib.nullcontext() if start >= end else trainer:
         for step in track(range(start, end), total=max(0, end - start), description=trainer.name):
@@ -249,7 +290,7 @@ def train(trainer: MaskTrainer, run_dir: Path | None = None, *, stop_at: int | N
             done = step + 1
             if after_step is not None:
                 after_step(done)
-            if run_dir is not None and (done % every == 0 or done in (trainer.total, end)):
+            if run_dir is not None and (done % every == 0 or done in (trainer.total, end)) and writer:
                 trainer.save(run_dir, done)
             if on_step is not None:
                 on_step(done)

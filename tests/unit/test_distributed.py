@@ -1,0 +1,134 @@
+"""Across processes on torch.distributed (``subnetlab.distributed``), gloo on the CPU, two ranks started by
+``torchrun``: the attribution scores file equals one process's; rank 0 alone writes; what does not split across
+processes is refused with one ``error:`` line before any rank waits for another."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from subnetlab.io import load_tensors
+from tests.unit.test_circuit_eval_cli import _run, tiny  # noqa: F401 (the fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+# 40 training pairs in batches of 16: three batches, rank 0 scores batches 0 and 2 (32 pairs), rank 1 batch 1
+TASK40 = ["--task", "circuit:ioi", "--task-option", "n_train=40", "--task-option", "n_eval=6"]
+
+
+def _torchrun_env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "OMP_NUM_THREADS": "1",
+           "CUDA_VISIBLE_DEVICES": "", "SUBNETLAB_DIST_TIMEOUT_MINUTES": "2"}
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return env
+
+
+def torchrun(args: list[str], ranks: int = 2, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node RANKS tests/unit/torchrun_commands.py ARGS`` on the CPU."""
+    env = _torchrun_env()
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(ranks), str(REPO / "tests" / "unit" / "torchrun_commands.py"), *args],
+                          env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def test_attribution_on_two_gloo_ranks_is_one_process(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """eap and exact: the scores file of 2 ranks (each its batches, the sums all-reduced, one division by the 40
+    pairs) equals the single process's to 1e-6 (float32 scores; the float64 sums differ only in their order)."""
+    root = tiny[0]
+    methods = ("eap", "exact")
+    commands: list[str] = []
+    for method in methods:
+        base = ["circuit", "--model", str(root / "model"), *TASK40, "--method", method, "--device", "cpu"]
+        _run([*base, "--out", str(tmp_path / f"one-{method}")], capsys)
+        commands += [*base, "--out", str(tmp_path / f"two-{method}"), "::"]
+    result = torchrun(commands)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("written: ") == len(methods), result.stdout  # rank 0 reports, rank 1 is quiet
+    for method in methods:
+        one, two = tmp_path / f"one-{method}", tmp_path / f"two-{method}"
+        assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
+        a, b = load_tensors(one / "scores.safetensors"), load_tensors(two / "scores.safetensors")
+        assert a.keys() == b.keys() and a["edges"].dtype == torch.float32
+        assert float(a["edges"].abs().max()) > 1e-2  # scores that mean something
+        for key in a:
+            assert torch.allclose(a[key], b[key], rtol=0, atol=1e-6), (method, key, (a[key] - b[key]).abs().max())
+        metrics = json.loads((two / "metrics.json").read_text())
+        assert metrics["pairs"] == 40 and metrics["top_edges"]
+        assert json.loads((two / "config.json").read_text()) == json.loads((one / "config.json").read_text())
+        assert not (two / ".subnetlab.lock").exists()
+
+
+def test_world_shares_and_single_process():
+    from subnetlab.distributed import World, world
+
+    for n in (0, 1, 5, 16, 17):
+        for size in (1, 2, 3):
+            parts = [World(r, size).share(n) for r in range(size)]
+            assert [i for part in parts for i in part] == list(range(n))
+            assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    here = world()
+    assert (here.rank, here.size, here.is_writer) == (0, 1, True)
+    t = torch.tensor([1.5, -2.0])
+    assert here.all_reduce_sum(t) is t and t.tolist() == [1.5, -2.0]
+
+
+@pytest.fixture
+def launched_env(monkeypatch):
+    """The environment torchrun gives rank 0 of 2 (no group is joined: the refusals come first; the refusals of
+    every command are rows of tests/unit/test_bad_inputs.py)."""
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_a_one_process_command_is_refused_under_torchrun(tmp_path, capsys, launched_env, monkeypatch):
+    from subnetlab.cli import main
+
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(SystemExit) as e:
+        main(["prune", "--model", "minilm", "--task", "nli:synthetic", "--out", str(tmp_path / "p")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: rank 1 of 2: prune: runs in one process"), err
+    assert err.count("\n") == 1 and not (tmp_path / "p").exists()
+
+
+def test_a_bad_timeout_is_refused(monkeypatch):
+    from subnetlab.distributed import DEFAULT_TIMEOUT_MINUTES, TIMEOUT_VARIABLE, timeout_minutes
+    from subnetlab.errors import SubnetlabError
+
+    monkeypatch.delenv(TIMEOUT_VARIABLE, raising=False)
+    assert timeout_minutes() == DEFAULT_TIMEOUT_MINUTES
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "0.5")
+    assert timeout_minutes() == 0.5
+    for bad in ("0", "-3", "soon"):
+        monkeypatch.setenv(TIMEOUT_VARIABLE, bad)
+        with pytest.raises(SubnetlabError, match=TIMEOUT_VARIABLE):
+            timeout_minutes()
+
+
+def test_edge_pruning_masks_on_two_gloo_ranks_are_one_process(tmp_path, one_thread):
+    """12 steps of 2 micro-batches of 7 pairs (slices of 4 and 3): the log-alphas, the multipliers and the KLs of
+    2 ranks (the gradients all-reduced) are the single process's to 1e-5 (float32 masks); rank 0 alone wrote the
+    checkpoint, at the last step."""
+    from subnetlab.methods.l0.checkpoint import load_checkpoint
+    from tests.unit.torchrun_edge_pruning import STEPS, train_masks
+
+    train_masks(tmp_path / "one.safetensors", tmp_path / "one")
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(REPO / "tests" / "unit" / "torchrun_edge_pruning.py"), str(tmp_path / "two.safetensors"),
+         str(tmp_path / "two")], env=_torchrun_env(), capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = load_tensors(tmp_path / "one.safetensors"), load_tensors(tmp_path / "two.safetensors")
+    start = torch.full_like(one["edges"], 3.0)  # the demo preset's init_log_alpha (plus a little noise)
+    assert float((one["edges"] - start).abs().max()) > 0.05  # the masks moved
+    for key in ("edges", "nodes", "kl", "lambdas"):
+        assert torch.allclose(one[key], two[key], rtol=0, atol=1e-5), (key, (one[key] - two[key]).abs().max())
+    assert torch.equal(one["selection"], two["selection"])
+    assert load_checkpoint(tmp_path / "two").step == STEPS
