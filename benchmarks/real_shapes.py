@@ -185,7 +185,7 @@ class Context:
     model: Any
     adapter: Any
     graph: Any  # the model's graph, as ``subnetlab circuit`` scores it
-    mib_graph: Any  # one embedding node, as MIB's files and evaluation have it
+    mib_graph: Any  # one embedding node and a key/value reader per query head, as MIB's files and evaluation have it
     data: Any  # PruningData of max(batch, 64) pairs: the trainers' (their full-model outputs and evaluation batch)
     batch: dict[str, Any]  # the first ``batch`` pairs, on the device
     device: Any
@@ -230,7 +230,7 @@ def context(shape: str, args: Any) -> Context:
     data = random_pairs(max(args.batch, 64), args.length, vocab)
     batch = {k: v.to(device) for k, v in data.batch_at(list(range(args.batch))).items()}
     work = Path(tempfile.mkdtemp(prefix=f"real-shapes-{shape}-"))
-    return Context(shape, model, adapter, Graph.from_adapter(adapter), Graph.from_adapter(adapter, 1), data, batch,
+    return Context(shape, model, adapter, Graph.from_adapter(adapter), Graph.from_adapter(adapter, 1, ungrouped_kv=True), data, batch,
                    device, args, work)
 
 
