@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "subnetlab.api": ("prune", "discover", "transfer_subnetwork", "circuit", "circuit_eval"),  # a command's runs in one call
+    "subnetlab.api_results": ("PruneResult", "DiscoverResult", "TransferResult", "CircuitResult", "CircuitEvalResult"),
     "subnetlab.runs.health": ("HealthWarning",),  # what the one-call functions warn with
     "subnetlab.intervene": ("ComponentValues", "apply_gates", "capture_activations", "collect_means", "mask_weights"),
     "subnetlab.models": ("build_model", "get_adapter", "load_model"),

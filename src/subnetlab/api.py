@@ -5,11 +5,12 @@
 A notebook user gets the command's runs without the command line: each function builds the same typed
 job configs as the command, runs them through the executor (in this process by default; ``jobs=N``
 for N worker processes) into ``out`` (a rerun skips finished runs and resumes killed ones, as the
-command's does) and returns what the command prints, as values, with the paths of what it wrote::
+command's does) and returns what the command prints, as a typed result (``subnetlab.api_results``: fields
+documented, each also a read-only mapping with ``to_dict()``), with the paths of what it wrote::
 
     import subnetlab as sl
     result = sl.prune("runs/ft/model", "nli-synthetic", "runs/prune", sparsity=0.5, seeds=[0], preset="demo")
-    sub = sl.Subnetwork.load(result["subnetworks"][0])
+    sub = result.load_subnetworks()[0]  # result.subnetworks: the files; result.summary: what the command prints
 
 Settings are the commands' options under their library names; a failed run raises ``SubnetlabError``.
 
@@ -18,7 +19,7 @@ file is refused with the command's message (naming the setting, not the flag) be
 that would evaluate on the training rows of the run that fine-tuned ``model`` is refused; and every health
 problem the command prints as ``warning: LINE`` is issued as a ``HealthWarning`` (``warnings.warn``, category
 ``subnetlab.HealthWarning``, the same LINE; a notebook shows it under the cell) and returned in
-``result["warnings"]``, with each run's health in ``result["health"]``. ``strict=True`` (the command's strict
+``result.warnings``, with each run's health in ``result.health``. ``strict=True`` (the command's strict
 mode) refuses the first problem instead, once the results are written::
 
     import warnings
@@ -34,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from subnetlab.api_results import CircuitEvalResult, CircuitResult, DiscoverResult, PruneResult, TransferResult
 from subnetlab.errors import SubnetlabError, check_distinct_names, check_whole_numbers
 from subnetlab.executor import Job, SweepReport, run_jobs
 from subnetlab.run_directory import lock
@@ -73,7 +75,7 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
           task_options: Mapping[str, Any] | None = None, eval_data: Sequence[str] = (),
           splits: Sequence[str] | None = None, device: str = "auto", jobs: int | None = None, strict: bool = False,
           controls: Sequence[str] = (), device_map: Any = None, max_memory: Any = None,
-          offload_folder: str | Path | None = None, **settings: Any) -> dict[str, Any]:
+          offload_folder: str | Path | None = None, **settings: Any) -> PruneResult:
     """Prune ``model``'s heads and MLPs on ``task`` to each ``sparsity`` with each seed (``subnetlab prune``).
 
     ``device_map`` (``"auto"``, ``{module: device}`` or a JSON file; ``max_memory`` and ``offload_folder`` as
@@ -112,14 +114,14 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
     health, lines = _health(sweep_healths(report), strict)
     runs = {job.name: job.metrics for job in report.jobs}
     subnetworks = [job.out_dir / SUBNETWORK_FILE for job in sweep if (job.out_dir / SUBNETWORK_FILE).is_file()]
-    return {"out": out, "summary": summary, "health": health, "warnings": lines, "runs": runs,
-            "subnetworks": subnetworks, "controls": comparison}
+    return PruneResult(out=out, summary=summary, health=health, warnings=lines, runs=runs, subnetworks=subnetworks,
+                       controls=comparison)
 
 
 def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float] | None = None, seed: int = 0,
              task_options: Mapping[str, Any] | None = None, selection: Any = None, device: str = "auto",
              jobs: int | None = None, preset: str | None = None, samples: int | None = None,
-             controls: Sequence[str] = (), **cs: Any) -> dict[str, Any]:
+             controls: Sequence[str] = (), **cs: Any) -> DiscoverResult:
     """Find a weight mask for ``task`` in a causal LM with continuous sparsification, one run per lambda
     (``subnetlab discover``).
 
@@ -174,14 +176,14 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     comparison = selected_comparison(out / CONTROLS_DIR, report.jobs, "discover", controls=controls,
                                      select=lambda runs: select_best(runs, selection), measure=discovery_measure,
                                      score_name="test_accuracy") if controls else {}
-    return {**select_best(metrics, selection), "sweep": metrics, "controls": comparison}
+    return DiscoverResult(out=out, chosen=select_best(metrics, selection), sweep=metrics, controls=comparison)
 
 
 def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: str | Path | None = None,
              conditions: Sequence[str] = ("subnetwork",), sizes: Sequence[int] | None = None,
              seeds: int | Sequence[int] = 0, task_options: Mapping[str, Any] | None = None, reinit: str = "all",
              freeze: bool = True, device: str = "auto", jobs: int | None = None, preset: str | None = None,
-             **train: Any) -> dict[str, Any]:
+             **train: Any) -> TransferResult:
     """Transfer ``subnetwork`` from ``model`` into fresh models and train them on ``task``, for every condition,
     number of disambiguation rows (``sizes``: arithmetic tasks only, default 0, 100 and 1000) and seed
     (``subnetlab transfer``).
@@ -234,7 +236,7 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
                 sweep.append(Job("subnetlab.runs.transfer:transfer_job", config, out / condition / f"n{size}_s{seed}"))
     report = _run(sweep, out, jobs, "transfer")
     runs = [run for job in report.jobs for run in job.metrics["runs"]]
-    return {"out": out, "summary": summarise(runs), "runs": runs}
+    return TransferResult(out=out, summary=summarise(runs), runs=runs)
 
 
 def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruning",
@@ -244,7 +246,7 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             ig_steps: int | Sequence[int] | None = None, metric: str | None = None, init_from: str | Path | None = None,
             device: str = "auto", jobs: int | None = None, strict: bool = False, controls: Sequence[str] = (),
             warm_start: str | None = None, device_map: Any = None, max_memory: Any = None,
-            offload_folder: str | Path | None = None, **settings: Any) -> dict[str, Any]:
+            offload_folder: str | Path | None = None, **settings: Any) -> CircuitResult:
     """Edge-level circuits of ``model`` on a circuit ``task`` (``subnetlab circuit``): Edge Pruning at each target
     ``sparsity`` (fraction of edges removed) and seed (defaults: seed 0, the ``paper`` preset, measured on the
     ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs).
@@ -329,14 +331,14 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     health, lines = _health([(name, read_health(m)) for name, m in runs.items()], strict)
     paths = {"graph": out / GRAPH_FILE, "circuits": [job.out_dir / SUBNETWORK_FILE for job in sweep],
              "figures": [job.out_dir / CIRCUIT_FIGURE for job in sweep]}
-    return {"out": out, "summary": summary, "health": health, "warnings": lines, "runs": runs, "paths": paths,
-            "controls": comparison}
+    return CircuitResult(out=out, summary=summary, health=health, warnings=lines, runs=runs, paths=paths,
+                         controls=comparison)
 
 
 def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int | Sequence[int], metric: str,
                  task_options: Mapping[str, Any] | None, embedding_nodes: int | None, limit: int | None,
                  device: str, seeds: list[int] | None = None,
-                 sparsity: float | Sequence[float] | None = None) -> dict[str, Any]:
+                 sparsity: float | Sequence[float] | None = None) -> CircuitResult:
     """One attribution run, or with several step counts or seeds one per (steps, seed) and the stability of their
     circuits at each target ``sparsity`` (``runs.attribution_sweep``; returned under ``"stability"``)."""
     from subnetlab.runs.attribution import NODE_SCORES_FILE, SCORES_FILE, AttributionJobConfig, attribution_run
@@ -356,12 +358,12 @@ def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int
     if check_sweep_targets(method, steps, seeds, targets):
         with lock(out):
             result = attribution_sweep(job, out, steps=steps, seeds=seeds, targets=targets or [DEFAULT_TARGET])
-        return {"out": out, "summary": {k: v for k, v in result.items() if k != "runs"}, "health": {}, "warnings": [],
-                "runs": result["runs"], "stability": result["targets"], "paths": {"metrics": out / "metrics.json"}}
+        return CircuitResult(out=out, summary={k: v for k, v in result.items() if k != "runs"}, health={}, warnings=[],
+                             runs=result["runs"], stability=result["targets"], paths={"metrics": out / "metrics.json"})
     with lock(out):
         metrics = attribution_run(job, out)
     paths = {"scores": out / SCORES_FILE, "node_scores": out / NODE_SCORES_FILE, "graph": out / "graph.json"}
-    return {"out": out, "summary": metrics, "health": {}, "warnings": [], "runs": {str(out): metrics}, "paths": paths}
+    return CircuitResult(out=out, summary=metrics, health={}, warnings=[], runs={str(out): metrics}, paths=paths)
 
 
 def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path | None = None,
@@ -369,7 +371,7 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
                  ablation: str = "corrupted", sizes: Sequence[float] | None = None, batch_size: int = 32,
                  limit: int | None = None, task_options: Mapping[str, Any] | None = None, device: str = "auto",
                  strict: bool = False, definition: str = "subnetlab", bootstrap: int | None = None,
-                 bootstrap_seed: int = 0) -> dict[str, Any]:
+                 bootstrap_seed: int = 0) -> CircuitEvalResult:
     """The faithfulness curve (MIB's CPR and CMD) of edge or node ``scores``, or of ``circuits``, on a circuit
     ``task`` (``subnetlab circuit-eval``). ``sizes`` are fractions of the items (the command's percentages / 100;
     default MIB's ten).
@@ -404,9 +406,9 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
     from subnetlab.io import read_json
 
     areas = describe_areas(result["cpr"], result["cmd"], result.get("span"), result["level"]) if "cpr" in result else None
-    return {"out": out, "summary": read_json(out / "metrics.json"), "areas": areas, "health": health,
-            "warnings": lines, "result": result,
-            "paths": {"faithfulness": out / "faithfulness.json", "metrics": out / "metrics.json"}}
+    return CircuitEvalResult(out=out, summary=read_json(out / "metrics.json"), areas=areas, health=health,
+                             warnings=lines, result=result,
+                             paths={"faithfulness": out / "faithfulness.json", "metrics": out / "metrics.json"})
 
 
 __all__ = ["HealthWarning", "circuit", "circuit_eval", "discover", "prune", "transfer_subnetwork"]

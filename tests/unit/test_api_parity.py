@@ -255,3 +255,30 @@ def test_a_warm_start_from_the_api_is_the_commands(ctx, tmp_path, one_thread):
                                              cold["paths"]["circuits"][0])]
     assert all(torch.equal(circuits[0][k], circuits[1][k]) for k in circuits[0])
     assert any(not torch.equal(circuits[0][k], circuits[2][k]) for k in circuits[0])
+
+
+def test_the_results_are_typed_and_read_what_the_runs_wrote(ctx, tmp_path, one_thread):
+    """``sl.circuit`` returns a ``CircuitResult``: its fields are the mapping's values, and ``circuits()`` reads
+    each run's circuit from the files the run wrote (an edge-pruning run's kept edges, EAP's scores)."""
+    from subnetlab.api_results import CircuitResult
+    from subnetlab.io import load_tensors
+
+    small = {"total_steps": 4, "warmup_steps": 2, "batch_size": 4}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sl.HealthWarning)
+        pruned = sl.circuit(str(ctx["lm"]), "circuit:ioi", tmp_path / "ep", sparsity=0.9, preset="demo",
+                            task_options=IOI, device="cpu", **small)
+        scored = sl.circuit(str(ctx["lm"]), "circuit:ioi", tmp_path / "eap", method="eap", task_options=IOI,
+                            device="cpu")
+    for result in (pruned, scored):
+        assert isinstance(result, CircuitResult) and isinstance(result, sl.CircuitResult)
+        assert dict(result) == result.to_dict() and result["summary"] is result.summary
+        assert set(result) >= {"out", "summary", "health", "warnings", "runs", "paths"}
+    [(run, kept)] = pruned.circuits().items()
+    assert Path(run) == pruned.paths["circuits"][0].parent
+    on_file = json.loads((Path(run) / "graph.json").read_text())
+    assert kept.in_graph.tolist() == [bool(e["in_graph"]) for e in on_file["edges"]]
+    [eap] = scored.circuits().values()
+    written = load_tensors(scored.paths["scores"])
+    [key] = [k for k in written if written[k].numel() == eap.graph.num_edges]
+    torch.testing.assert_close(eap.scores.double(), written[key].double(), rtol=0, atol=1e-6)

@@ -61,6 +61,9 @@ def test_prune_is_the_command_in_one_call(classifier, tmp_path, one_thread):
     assert _tensors(path) == _tensors(tmp_path / "cli" / "sparsity-0.50" / "seed-0" / "subnetwork.safetensors")
     assert len(result["runs"]) == 2 and result["runs"]["full-model"]["eval"]
     assert "0.50" in str(result["summary"]) and sl.Subnetwork.load(path).kind == "structured"
+    assert result.subnetworks == [path] and result.summary is result["summary"]
+    [loaded] = result.load_subnetworks()
+    assert loaded.kind == "structured" and loaded.kept_names() == sl.Subnetwork.load(path).kept_names()
 
 
 def test_discover_then_transfer_in_one_call_each(lm, tmp_path, one_thread):
@@ -68,13 +71,15 @@ def test_discover_then_transfer_in_one_call_each(lm, tmp_path, one_thread):
                         epochs=1, lr=0.01, batch_size=20, include=["attention"], keep="last",
                         init=0.05)  # one epoch from the default -0.1 keeps nothing, and transfer refuses an empty mask
     assert [m["l0_lambda"] for m in found["sweep"]] == [1e-7, 1e-8] and found["l0_lambda"] in (1e-7, 1e-8)
+    assert found.l0_lambda == found.chosen["l0_lambda"] and found.subnetwork == Path(found["subnetwork"])
+    assert found.sweep is found["sweep"] and found.out == tmp_path / "discover"
     model = sl.load_model(str(lm), head="causal-lm")
     sub = sl.Subnetwork.load(found["subnetwork"], model.adapter)  # found on this model: it fits
     assert sub.kind == "weights"
     moved = sl.transfer_subnetwork(str(lm), "arith:ab", tmp_path / "transfer", subnetwork=found["subnetwork"],
                                    conditions=["subnetwork", "scratch"], sizes=[0], seeds=[0], task_options=ARITH,
                                    epochs=1, batch_size=20)
-    assert sorted(r["condition"] for r in moved["runs"]) == ["scratch", "subnetwork"]
+    assert sorted(r["condition"] for r in moved["runs"]) == ["scratch", "subnetwork"] and moved.runs is moved["runs"]
     assert set(moved["summary"]) == {"scratch", "subnetwork"}
     assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in moved["runs"])
 

@@ -119,7 +119,7 @@ def check_targets(targets: Any, setting: str = "sparsity") -> list[float]:
     for item in items:
         if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
                 or not 0.0 < item < 1.0:
-            raise SubnetlabError(f"{setting} {item!r}: expected a number strictly between 0 and 1", setting=setting)
+            raise SubnetlabError(f"{setting}: {item!r} is outside (0, 1)", setting=setting)
     return [float(t) for t in items]
 
 
