@@ -235,6 +235,33 @@ def test_circuit_runs_have_their_command_and_split(tmp_path: Path) -> None:
     assert by_path[("faith", "items")] is None
     assert table[(table.run_dir == ep) & (table.metric_path == "faithfulness.kl")]["metric"].tolist() == [
         "faithfulness.kl"]
+    assert table[table.metric_path == "top_edges[0].score"]["position"].tolist() == ["a0.h1->logits"]
+
+
+def test_the_printed_summary_is_one_row_per_run_with_its_headline_numbers(tmp_path: Path, capsys) -> None:
+    """``run_summary``: each run once, its identity and the numbers nearest the top of its metrics.json (the
+    measured sparsity beside the target, under its own name); the command prints it, not the first raw rows."""
+    from subnetlab.executor.results import run_summary
+
+    make_run(tmp_path / "ep" / "s-0", {"model": "m", "task": "circuit:ioi", "edge_prune": {"sparsity": 0.9, "seed": 0},
+                                       "eval_split": "eval"},
+             {"target_sparsity": 0.9, "seed": 0, "kept_edges": 11, "sparsity": 0.91,
+              "eval": {"split": "eval", "logit_diff": 1.5}, "faithfulness": {"logit_diff": 0.55},
+              "final": {"eval": {"accuracy": 0.1}}})
+    make_run(tmp_path / "prune" / "s-1", {"prune": {"sparsity": 0.5, "seed": 1}},
+             {"eval": {"accuracy": 0.75}, "final": {"eval": {"accuracy": 0.7}}, "health": {"problems": []}})
+    summary = run_summary(results_table(tmp_path)).set_index("run_dir")
+    assert list(summary.index) == ["ep/s-0", "prune/s-1"]
+    assert summary.loc["ep/s-0", "kept_edges"] == 11 and summary.loc["ep/s-0", "measured_sparsity"] == 0.91
+    assert summary.loc["ep/s-0", "sparsity"] == 0.9 and summary.loc["ep/s-0", "eval.faithfulness.logit_diff"] == 0.55
+    assert summary.loc["ep/s-0", "eval.accuracy"] == 0.1  # its only accuracy, however deep
+    assert summary.loc["prune/s-1", "eval.accuracy"] == 0.75  # eval.accuracy before final.eval.accuracy
+    assert summary.loc["prune/s-1", "health"] == "ok" and pd.isna(summary.loc["prune/s-1", "kept_edges"])
+    with pytest.raises(SystemExit) as done:
+        main(["results", str(tmp_path), "--out", str(tmp_path / "t")])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "2 runs" in out and "one row per run" in out and out.count("prune/s-1") == 1 and "0.75" in out
 
 
 def test_runs_come_in_natural_order(tmp_path: Path) -> None:

@@ -20,6 +20,10 @@ the canonical columns ``LONG_COLUMNS`` whatever command wrote the run, then that
   ``metrics.json`` (``final.eval.accuracy``, ``runs[0].test_accuracy``);
 - ``health``: ``ok`` or the problems the run's health check found (empty for runs without one).
 
+A record in a list that names itself (``{"edge": "a0.h1->logits", "score": 0.25}``: attribution's top edges)
+gives its numbers that name as their ``position``. ``run_summary(frame)`` is one row per run: its command,
+seed, sparsity and health, and its ``HEADLINE`` numbers (``eval.accuracy``, ``faithfulness``, ...).
+
 The split is found the same way for every command: a dict holding an ``accuracy`` is one split's scores
 (its key is the split: ``eval.hans.accuracy``, ``final.test.accuracy``), a dict naming its ``split`` is that
 split's scores (a circuit's ``eval``: ``{"split": "eval", "logit_diff": ...}``), a number named
@@ -127,6 +131,10 @@ LONG_COLUMNS = ["run_dir", "command", "model", "task", "seed", "sparsity", "spli
 SPLIT_PREFIX = re.compile(r"^(eval|test|train|validation|dev)_(.+)$")
 TRACES = {"history", "curve"}  # per-step records: raw columns only
 EVALUATED = {"faithfulness", "cpr", "cmd", "areas", "top_edges"}  # measured on the run's split (config's)
+RECORD_NAMES = ("edge", "node", "name")  # a record's own name (attribution's top edges): its numbers' position
+# the numbers `subnetlab results` shows per run, in this order, where a run has them
+HEADLINE = ("accuracy", "faithfulness", "cpr", "cmd", "kl", "logit_diff", "kept_edges", "kept_percent",
+            "sparsity", "l0_lambda")
 
 
 def _is_number(value: Any) -> bool:
@@ -228,7 +236,9 @@ def _measurements(data: Any, path: str = "", split: str | None = None, metric: s
                     if _is_number(item.get("seed")):
                         rows += _measurements(item, f"{where}[{i}]", split, "", {**context, "seed": item["seed"]})
                     else:
-                        rows += _measurements(item, f"{where}[{i}]", split, name, context)
+                        named = next((item[k] for k in RECORD_NAMES if isinstance(item.get(k), str)), None)
+                        rows += [{**r, "position": r["position"] or named}  # an edge's score says which edge
+                                 for r in _measurements(item, f"{where}[{i}]", split, name, context)]
             else:
                 match = SPLIT_PREFIX.match(key) if split is None and not metric else None
                 row_split, row_metric = (match.group(1), match.group(2)) if match else (split, name)
@@ -299,3 +309,25 @@ def write_results(frame: pd.DataFrame, stem: str | os.PathLike) -> tuple[Path, P
     with atomic_path(parquet_path) as tmp:
         frame.to_parquet(tmp, index=False, engine="pyarrow")
     return csv_path, parquet_path
+
+
+def run_summary(frame: pd.DataFrame, max_numbers: int = 6) -> pd.DataFrame:
+    """One row per run of the long table: ``run_dir``, ``command``, ``seed``, ``sparsity``, ``health``, then up to
+    ``max_numbers`` of the ``HEADLINE`` numbers (``split.metric`` columns, those most runs have), each the run's
+    entry nearest the top of its metrics.json (``eval.accuracy`` before ``final.eval.accuracy``)."""
+    keys = ["run_dir", "command", "seed", "sparsity", "health"]
+    runs = frame[keys].drop_duplicates("run_dir").set_index("run_dir")
+    head = frame["metric"].astype(str).str.split(".").str[0]  # faithfulness.logit_diff: a faithfulness
+    chosen = frame[head.isin(HEADLINE) & frame["position"].isna()].copy()
+    chosen["column"] = [f"{s}.{m}" if isinstance(s, str) and s else f"measured_{m}" if m in keys else str(m)
+                        for s, m in zip(chosen["split"], chosen["metric"])]  # the target sparsity is `sparsity`
+    chosen["depth"] = chosen["metric_path"].astype(str).str.count(r"[.\[]")
+    chosen = chosen.sort_values("depth", kind="stable").drop_duplicates(["run_dir", "column"])
+    order = {m: i for i, m in enumerate(HEADLINE)}
+    counts = chosen.groupby("column")["run_dir"].nunique()
+    metric_of = chosen.drop_duplicates("column").set_index("column")["metric"].astype(str).str.split(".").str[0]
+    columns = sorted(counts.index, key=lambda c: (-counts[c], order[metric_of[c]], c))[:max_numbers]
+    columns = sorted(columns, key=lambda c: (order[metric_of[c]], c))
+    wide = chosen[chosen["column"].isin(columns)].pivot(index="run_dir", columns="column", values="value")
+    table = runs.join(wide.reindex(columns=columns), how="left")
+    return table.reset_index()

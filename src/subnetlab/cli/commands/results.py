@@ -13,45 +13,43 @@ import typer
 if TYPE_CHECKING:  # pandas loads only when the command runs, not for every `subnetlab` call
     import pandas as pd
 
-MAX_ROWS = 15
-MAX_COLUMNS = 7
-
-
-def _summary_columns(frame: pd.DataFrame) -> list[str]:
-    """The canonical columns worth a glance: those that vary across rows, always the split, metric and value."""
-    from subnetlab.executor.results import LONG_COLUMNS
-
-    shown = [c for c in LONG_COLUMNS if c in ("run_dir", "split", "metric", "value")
-             or (c not in ("metric_path", "position") and frame[c].astype(str).nunique() > 1)]
-    return shown[:MAX_COLUMNS]
+MAX_RUNS = 40
 
 
 def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return "" if value != value else f"{value:.4g}"
-    return "" if value is None else str(value)
+    import pandas as pd
+
+    if value is None or (not isinstance(value, str) and bool(pd.isna(value))):  # NaN, pandas' NA
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def print_summary(frame: pd.DataFrame, written: tuple[Path, Path]) -> None:
+    """One row per run (``executor.results.run_summary``): what it is and its headline numbers; every number
+    is in the files written."""
     from rich.console import Console
     from rich.table import Table
 
-    columns = _summary_columns(frame)
-    rows = [[_cell(row[c]) for c in columns] for _, row in frame.head(MAX_ROWS).iterrows()]
+    from subnetlab.executor.results import run_summary
+
+    summary = run_summary(frame) if len(frame) else frame
+    columns = [c for c in summary.columns if c == "run_dir" or summary[c].notna().any()]
+    rows = [[_cell(row[c]) for c in columns] for _, row in summary.head(MAX_RUNS).iterrows()]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     console = Console()
     if not console.is_terminal:  # piped or logged: as wide as the table, never wrapped mid-name
         console = Console(width=max(80, sum(w + 3 for w in widths) + 1))
     runs = frame["run_dir"].nunique()
-    table = Table(title=f"{runs} runs, {len(frame)} measurements, {frame.shape[1]} columns", title_justify="left")
+    table = Table(title=f"{runs} runs, {len(frame)} measurements, {frame.shape[1]} columns (one row per run)",
+                  title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*row)
     console.print(table)
-    if len(frame) > MAX_ROWS:
-        console.print(f"... and {len(frame) - MAX_ROWS} more rows")
-    console.print(f"wrote {written[0]} and {written[1]}", soft_wrap=True)  # paths whole, however long
+    if runs > MAX_RUNS:
+        console.print(f"... and {runs - MAX_RUNS} more runs")
+    console.print(f"wrote every measurement to {written[0]} and {written[1]}", soft_wrap=True)  # paths whole
 
 
 STABILITY = ("mean_jaccard", "min_jaccard", "mean_jaccard_across_steps", "mean_jaccard_across_seeds", "kept_in_every",
