@@ -96,6 +96,29 @@ def test_round_trip_through_metrics() -> None:
     assert h.read_health({"eval": {}}) is None
 
 
+@pytest.mark.parametrize(("accuracy", "n", "at_chance"), [
+    (0.425, 40, True),   # 3 labels: z = (0.425 - 1/3) / sqrt(2/9 / 40) = 1.23 (the demo's never-trained model)
+    (0.47, 40, True),    # z = 1.83
+    (0.49, 40, False),   # z = 2.10
+    (0.40, 400, False),  # z = 2.83: the same accuracy over more rows is above chance
+])
+def test_at_chance_is_within_two_binomial_standard_errors_of_uniform_guessing(accuracy, n, at_chance) -> None:
+    z = (accuracy - 1 / 3) / (1 / 3 * 2 / 3 / n) ** 0.5
+    scores = {"hans": {"accuracy": 1.0, "n": 8, "labels": {"non-entailment": 1.0}},  # one label: no chance level
+              "id": {"accuracy": accuracy, "n": n, "labels": {"e": 0.0, "n": 0.0, "c": 1.0}}}
+    chance = h.chance_level(scores)
+    assert chance is not None and chance["split"] == "id" and chance["labels"] == 3
+    assert chance["z"] == pytest.approx(z) and chance["chance"] == pytest.approx(1 / 3)
+    got = h.judge(chance=chance)
+    assert ("at-chance" in got.problems) == at_chance
+    assert h.read_health({"health": got.to_dict()}) == got
+
+
+def test_no_chance_level_without_labelled_splits() -> None:
+    assert h.chance_level({"eval": {"accuracy": 0.01, "n": 100}}) is None  # a language-model task
+    assert h.chance_level({}) is None and h.judge(chance=None).ok
+
+
 def test_select_best_passes_over_a_degenerate_lambda() -> None:
     from subnetlab.methods.continuous_sparsification import LambdaChoice
     from subnetlab.runs.transfer import degenerate_passed_over, select_best

@@ -74,8 +74,13 @@ def test_prune_with_too_few_steps_is_flagged_and_warned(files, tmp_path, capsys)
     assert abs(health["expected_sparsity"] - 0.5) > TARGET_TOLERANCE and "off-target" in health["problems"]
     assert health["gates"] == 6 and health["kept"] == 3  # 2 x 2 heads + 2 MLPs, half kept
     warnings = _lines(err, "warning: ")
-    assert warnings[0].startswith("warning: sparsity-0.50/seed-0: off target: expected sparsity")
-    assert len(warnings) == len(health["problems"])
+    full = json.loads((tmp_path / "p" / "full-model" / "metrics.json").read_text())
+    assert full["health"]["problems"] == ["at-chance"]  # 3 of 4 rows right with 2 labels: 1 standard error above 0.5
+    assert full["health"]["chance"] == {"split": "eval", "accuracy": 0.75, "n": 4, "labels": 2, "chance": 0.5,
+                                        "z": pytest.approx(1.0)}
+    assert warnings[0].startswith("warning: full-model: at chance: the full model's accuracy on eval is 0.750 over 4")
+    assert warnings[1].startswith("warning: sparsity-0.50/seed-0: off target: expected sparsity")
+    assert len(warnings) == 1 + len(health["problems"])
     assert "health: off-target in 1 of 1 seed(s)" in out  # the summary printed
     summary = json.loads((tmp_path / "p" / "summary.json").read_text())
     assert summary["0.50"]["health"]["problems"]["off-target"] == 1
@@ -83,7 +88,7 @@ def test_prune_with_too_few_steps_is_flagged_and_warned(files, tmp_path, capsys)
     code, out, err = _cli(capsys, "--strict", *_prune(files, tmp_path / "p"))  # the finished run, judged strictly
     errors = [line for line in err.splitlines() if line.strip() and not line.startswith("[subnetlab]")]
     assert code == 2 and len(errors) == 1, err
-    assert errors[0].startswith("error: --strict: sparsity-0.50/seed-0: off target: expected sparsity")
+    assert errors[0].startswith("error: --strict: full-model: at chance") and "more problem(s)" in errors[0]
 
 
 def _discover(files, out, *more) -> list:

@@ -23,6 +23,9 @@ over training); ``judge`` turns them into a ``Health`` with a flag per problem:
   over the pairs (its effect size below ``MIN_BASELINE_EFFECT``), or the empty
   circuit scores beyond the full model in the metric's direction, every ``f``
   is noise or upside down (a CPR above 1, f values below 0), whatever the circuit.
+* **at chance** (pruning's full model): the unpruned model's accuracy on its first labelled split is within
+  ``MAX_CHANCE_Z`` binomial standard errors of guessing one of its labels uniformly: a subnetwork of a model
+  that never learned the task says nothing about how the task is computed.
 
 A number a method does not have is ``None`` and its check is skipped (a
 magnitude-pruned subnetwork has no gates; a continuous-sparsification run no
@@ -66,7 +69,11 @@ OBJECTIVE_FLOOR = 1e-3
 # untrained GPT-2 has a gap of 0.001 in logit difference).
 MIN_BASELINE_EFFECT = 0.2
 
-PROBLEMS = ("degenerate", "undecided", "off-target", "unconverged", "degenerate-baseline")
+# The full model's accuracy less chance (1 / labels), in binomial standard errors at chance, below this: "at
+# chance" (two standard errors: a model at chance passes one time in forty; 40 rows of 3 labels: below 0.48).
+MAX_CHANCE_Z = 2.0
+
+PROBLEMS = ("degenerate", "undecided", "off-target", "unconverged", "degenerate-baseline", "at-chance")
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ class Health:
     problems: tuple[str, ...] = ()
     baseline: Mapping[str, Any] | None = None  # a circuit's m(full) and m(empty) (``analysis.faithfulness.baseline``)
     undecided_advice: str | None = None  # what to raise when gates stay undecided, in the run's own settings
+    chance: Mapping[str, Any] | None = None  # a full model's accuracy against chance (``chance_level``)
 
     @property
     def ok(self) -> bool:
@@ -119,6 +127,12 @@ class Health:
                        f"{CONVERGENCE_STRETCH:.0%} of training (more than {MAX_FINAL_FALL:.0%}); train longer")
         if "degenerate-baseline" in self.problems and self.baseline is not None:
             out.append(baseline_message(self.baseline))
+        if "at-chance" in self.problems and self.chance is not None:
+            c = self.chance
+            out.append(f"at chance: the full model's accuracy on {c['split']} is {c['accuracy']:.3f} over {c['n']} rows, "
+                       f"within {MAX_CHANCE_Z:g} standard errors of guessing one of its {c['labels']} labels "
+                       f"({c['chance']:.3f}); a subnetwork of a model that never learned the task says nothing about "
+                       "how it is computed (is the model fine-tuned on this task?)")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,23 +142,25 @@ class Health:
                 "target_sparsity": self.target_sparsity, "objective_fall": self.objective_fall,
                 "problems": list(self.problems), "messages": self.messages(), "thresholds": thresholds(),
                 **({"baseline": dict(self.baseline)} if self.baseline is not None else {}),
-                **({"undecided_advice": self.undecided_advice} if self.undecided_advice else {})}
+                **({"undecided_advice": self.undecided_advice} if self.undecided_advice else {}),
+                **({"chance": dict(self.chance)} if self.chance is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Health:
         """Read a ``health`` entry back (the problems as written: a report shows what the run was judged)."""
         fields = ("kept", "maskable", "undecided", "gates", "expected_sparsity", "target_sparsity", "objective_fall")
-        baseline = data.get("baseline")
+        baseline, chance = data.get("baseline"), data.get("chance")
         return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()),
                    baseline=baseline if isinstance(baseline, Mapping) else None,
-                   undecided_advice=data.get("undecided_advice"))
+                   undecided_advice=data.get("undecided_advice"),
+                   chance=chance if isinstance(chance, Mapping) else None)
 
 
 def thresholds() -> dict[str, Any]:
     return {"undecided_bounds": list(UNDECIDED), "max_undecided_share": MAX_UNDECIDED_SHARE,
             "target_tolerance": TARGET_TOLERANCE, "convergence_stretch": CONVERGENCE_STRETCH,
             "max_final_fall": MAX_FINAL_FALL, "objective_floor": OBJECTIVE_FLOOR,
-            "min_baseline_effect": MIN_BASELINE_EFFECT}
+            "min_baseline_effect": MIN_BASELINE_EFFECT, "max_chance_z": MAX_CHANCE_Z}
 
 
 def final_fall(objective: Sequence[float]) -> float | None:
@@ -167,10 +183,11 @@ def final_fall(objective: Sequence[float]) -> float | None:
 def judge(*, kept: int | None = None, maskable: int | None = None, undecided: int | None = None,
           gates: int | None = None, expected_sparsity: float | None = None, target_sparsity: float | None = None,
           objective: Sequence[float] | None = None, baseline: Mapping[str, Any] | None = None,
-          undecided_advice: str | None = None) -> Health:
+          undecided_advice: str | None = None, chance: Mapping[str, Any] | None = None) -> Health:
     """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers);
     ``baseline``: a circuit's full-model and empty-circuit metric (``analysis.faithfulness.baseline``);
-    ``undecided_advice``: the settings to raise, with their values, named in the undecided message."""
+    ``undecided_advice``: the settings to raise, with their values, named in the undecided message;
+    ``chance``: a full model's accuracy against chance (``chance_level``)."""
     fall = final_fall(objective) if objective is not None else None
     problems = []
     if kept is not None and maskable:
@@ -186,8 +203,28 @@ def judge(*, kept: int | None = None, maskable: int | None = None, undecided: in
         problems.append("unconverged")
     if baseline is not None and baseline_degenerate(baseline):
         problems.append("degenerate-baseline")
+    if chance is not None and chance["z"] < MAX_CHANCE_Z:
+        problems.append("at-chance")
     return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems),
-                  None if baseline is None else dict(baseline), undecided_advice)
+                  None if baseline is None else dict(baseline), undecided_advice,
+                  None if chance is None else dict(chance))
+
+
+def chance_level(scores: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A full model's accuracy against chance on the first split of ``scores`` (``methods.evaluate``'s
+    ``{split: {"accuracy", "n", "labels": {label: accuracy}}}``) with two labels or more: ``{split, accuracy, n,
+    labels, chance (1 / labels), z}``, z the accuracy's distance above chance in binomial standard errors at
+    chance. ``None`` where no split has labels (a language-model task: its chance is not 1 / anything)."""
+    for split, entry in scores.items():
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("labels"), Mapping):
+            continue
+        labels, n, accuracy = len(entry["labels"]), entry.get("n"), entry.get("accuracy")
+        if labels < 2 or not isinstance(n, int) or n < 1 or not isinstance(accuracy, (int, float)):
+            continue
+        chance = 1.0 / labels
+        z = (float(accuracy) - chance) / math.sqrt(chance * (1 - chance) / n)
+        return {"split": str(split), "accuracy": float(accuracy), "n": n, "labels": labels, "chance": chance, "z": z}
+    return None
 
 
 def baseline_degenerate(baseline: Mapping[str, Any]) -> bool:
@@ -251,6 +288,6 @@ def read_health(metrics: Mapping[str, Any]) -> Health | None:
 
 
 __all__ = ["CONVERGENCE_STRETCH", "Health", "HealthWarning", "MAX_FINAL_FALL", "MAX_UNDECIDED_SHARE",
-           "MIN_BASELINE_EFFECT", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR", "PROBLEMS", "TARGET_TOLERANCE", "UNDECIDED",
-           "baseline_degenerate", "baseline_message", "final_fall", "health_problems", "judge", "read_health",
+           "MAX_CHANCE_Z", "MIN_BASELINE_EFFECT", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR", "PROBLEMS", "TARGET_TOLERANCE", "UNDECIDED",
+           "baseline_degenerate", "baseline_message", "chance_level", "final_fall", "health_problems", "judge", "read_health",
            "refuse_or_warn", "report_health", "thresholds"]

@@ -48,7 +48,7 @@ from subnetlab.methods.head_pruning.select import GateSelection
 from subnetlab.methods.head_pruning.train import prune
 from subnetlab.progress import stage
 from subnetlab.run_directory import absolute_inputs, resolve_run_path, run_relative
-from subnetlab.runs.health import Health, judge
+from subnetlab.runs.health import Health, chance_level, judge
 from subnetlab.runs.prune_setup import (
     FullModelJobConfig,
     ModelAndTask,
@@ -195,7 +195,7 @@ def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     stage("evaluating the full model")
     scores = evaluate(loaded.model, tokenizer, task, splits, batch_size=settings.batch_size,
                       max_length=settings.max_length, limit=settings.limit)
-    return {"eval": scores}
+    return {"eval": scores, "health": judge(chance=chance_level(scores)).to_dict()}  # at chance: nothing to prune
 
 
 Overrides = Mapping[str, Any] | Callable[[float], Mapping[str, Any]]

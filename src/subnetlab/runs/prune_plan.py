@@ -74,10 +74,14 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
 
 
 def sweep_healths(report: SweepReport) -> list[tuple[str, Health | None]]:
-    """``(run, health)`` of every pruning run, and of every staircase level (``staircase/seed-0 level 0.05``)."""
+    """``(run, health)`` of every pruning run, of every staircase level (``staircase/seed-0 level 0.05``), and of
+    the full model (at chance or not)."""
     out: list[tuple[str, Health | None]] = []
     for job in report.jobs:
-        if not job.metrics or job.name == "full-model":
+        if not job.metrics:
+            continue
+        if job.name == "full-model":
+            out.append((job.name, read_health(job.metrics)))
             continue
         for level, entry in (job.metrics.get("levels") or {}).items():
             if isinstance(entry.get("health"), dict):
