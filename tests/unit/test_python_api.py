@@ -66,6 +66,31 @@ def test_prune_is_the_command_in_one_call(classifier, tmp_path, one_thread):
     assert loaded.kind == "structured" and loaded.kept_names() == sl.Subnetwork.load(path).kept_names()
 
 
+def test_prune_in_bfloat16_loads_prunes_and_evaluates_the_model_in_it(classifier, tmp_path, one_thread):
+    """``dtype="bfloat16"`` (``prune --dtype``): every job's weights were bfloat16 while it ran, the full model's
+    accuracy is the bfloat16 model's, evaluated here by hand; float32 runs leave the setting out of config.json."""
+    import json
+
+    from subnetlab.methods.evaluate import evaluate
+    from subnetlab.tasks import get_task
+
+    result = sl.prune(str(classifier), "nli-synthetic", tmp_path / "bf16", sparsity=0.5, seeds=[0], preset="demo",
+                      task_options=NLI, dtype="bfloat16", **SMALL)
+    run = result.runs["sparsity-0.50/seed-0"]
+    assert run["weights_dtype"] == "bfloat16" and result.runs["full-model"]["weights_dtype"] == "bfloat16"
+    config = json.loads((tmp_path / "bf16" / "sparsity-0.50" / "seed-0" / "config.json").read_text())
+    assert config["prune"]["dtype"] == "bfloat16"
+    model = sl.load_model(str(classifier), head="classification", dtype=torch.bfloat16)
+    task = get_task("nli-synthetic", **NLI)
+    by_hand = evaluate(model.model, model.tokenizer, task, ["id"], batch_size=SMALL["eval_batch_size"],
+                       max_length=SMALL["max_length"], limit=None)
+    assert result.runs["full-model"]["eval"]["id"] == by_hand["id"]
+    plain = sl.prune(str(classifier), "nli-synthetic", tmp_path / "f32", sparsity=0.5, seeds=[0], preset="demo",
+                     task_options=NLI, **{**SMALL, "total_steps": 2})
+    assert plain.runs["sparsity-0.50/seed-0"]["weights_dtype"] == "float32"
+    assert "dtype" not in json.loads((tmp_path / "f32" / "sparsity-0.50" / "seed-0" / "config.json").read_text())["prune"]
+
+
 def test_discover_then_transfer_in_one_call_each(lm, tmp_path, one_thread):
     found = sl.discover(str(lm), "arith:ab", tmp_path / "discover", lambdas=[1e-7, 1e-8], task_options=ARITH,
                         epochs=1, lr=0.01, batch_size=20, include=["attention"], keep="last",

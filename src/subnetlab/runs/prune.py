@@ -57,6 +57,7 @@ from subnetlab.runs.prune_setup import (
     load_pruning_model,
     task_tokenizer,
 )
+from subnetlab.runtime import dtype_name
 from subnetlab.subnetwork import Subnetwork
 from subnetlab.tasks.spec import eval_splits
 
@@ -167,7 +168,8 @@ def prune_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     write_json(out_dir / "history.json", result.history)
     final = result.history[-1] if result.history else {}
     training = {"schedule": cfg.schedule, "steps": cfg.make_schedule().total_steps, "resumed_from": result.resumed_from,
-                "train_seconds": round(result.seconds, 3), "final": final}
+                "train_seconds": round(result.seconds, 3), "final": final,
+                "weights_dtype": dtype_name(next(setup.loaded.model.parameters()).dtype)}  # as they were, not as asked
     if cfg.schedule == "staircase":
         for level in cfg.levels or (cfg.sparsity,):  # levels finished before a kill were skipped by the replay
             if level_name(level) not in levels:
@@ -189,13 +191,14 @@ def full_model_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     job = FullModelJobConfig.from_dict(config)
     task = job.task_spec.build()
     splits = eval_splits(task, job.splits)
-    loaded = job.place(load_pruning_model(job.model, task, job.placement))
+    loaded = job.place(load_pruning_model(job.model, task, job.placement, job.dtype or "float32"))
     tokenizer = task_tokenizer(loaded, task)
     settings = job.eval_settings  # the same batch size, length and limit as the runs'
     stage("evaluating the full model")
     scores = evaluate(loaded.model, tokenizer, task, splits, batch_size=settings.batch_size,
                       max_length=settings.max_length, limit=settings.limit)
-    return {"eval": scores, "health": judge(chance=chance_level(scores)).to_dict()}  # at chance: nothing to prune
+    return {"eval": scores, "weights_dtype": dtype_name(next(loaded.model.parameters()).dtype),
+            "health": judge(chance=chance_level(scores)).to_dict()}  # at chance: nothing to prune
 
 
 Overrides = Mapping[str, Any] | Callable[[float], Mapping[str, Any]]
@@ -248,5 +251,6 @@ def full_model_eval_job(base: Mapping[str, Any], out_dir: Path, settings: PruneC
     settings: the same accuracy)."""
     common = ModelAndTask.from_dict(absolute_inputs(base))
     full = FullModelJobConfig(**common.to_dict(), eval={"batch_size": settings.eval_batch_size,
-                                                        "max_length": settings.max_length, "limit": settings.eval_limit})
+                                                        "max_length": settings.max_length, "limit": settings.eval_limit},
+                              dtype=None if settings.dtype == "float32" else settings.dtype)
     return Job(FULL_MODEL_JOB, full.to_dict(), out_dir, name=name)

@@ -66,7 +66,12 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
     eval_splits(built, base["splits"])
     jobs = prune_sweep(base, out, targets=list(targets), seeds=list(seeds), preset=preset, schedule=schedule,
                        levels=tuple(levels), overrides=dict(overrides or {}))  # builds (so checks) every job's config
-    check_sweep_inputs(model, built, [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")])
+    runs = [PruneJobConfig.from_dict(j.config) for j in jobs if j.fn.endswith(":prune_job")]
+    check_sweep_inputs(model, built, runs)
+    if runs:
+        from subnetlab.runtime import resolve_dtype
+
+        resolve_dtype(runs[0].settings.dtype, resolve_device(device))  # float16 on the CPU: refused before the load
     loaded = load_pruning_model(model, built, device_map)  # tokenizer, vocabulary, model kind, head and map fit
     if SHUFFLED_LABELS in controls:
         check_shufflable(built.bind(task_tokenizer(loaded, built)))

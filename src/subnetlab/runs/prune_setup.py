@@ -29,8 +29,8 @@ from subnetlab.methods.model_fit import check_lengths_fit, check_model_fits_task
 from subnetlab.models import LoadedModel, load_model
 from subnetlab.models.device_map import DeviceMap
 from subnetlab.models.loading import refuse_exported, refuse_pickled_weights
-from subnetlab.runs.job_config import JobConfig, require_positive
-from subnetlab.runtime import resolve_device
+from subnetlab.runs.job_config import JobConfig, optional, require_positive
+from subnetlab.runtime import DTYPE_NAMES, resolve_device
 from subnetlab.tasks.base import Task
 from subnetlab.tasks.spec import TaskSpec, eval_splits
 
@@ -122,10 +122,13 @@ class FullModelJobConfig(ModelAndTask):
     """``full_model_job``'s config: model and task, and the evaluation settings of the runs."""
 
     eval: dict[str, Any] = field(default_factory=dict)
+    dtype: str | None = optional()  # the runs' weight dtype (None: float32), so the "model" column is their model
 
     def __post_init__(self) -> None:
         super().__post_init__()
         EvalSettings(**self.eval)
+        if self.dtype not in (None, *DTYPE_NAMES):
+            raise SubnetlabError(f"dtype {self.dtype!r}: expected one of {', '.join(DTYPE_NAMES)}", setting="dtype")
 
     @property
     def eval_settings(self) -> EvalSettings:
@@ -239,13 +242,17 @@ def task_tokenizer(loaded: LoadedModel, task: Task) -> Any:
     return task.tokenizer if task.tokenizer is not None else loaded.tokenizer
 
 
-def load_pruning_model(name: str, task: Task, device_map: DeviceMap | None = None) -> LoadedModel:
-    """Load a fine-tuned checkpoint with the head the task needs (placed by ``device_map`` if given); refuse what
-    cannot be pruned."""
+def load_pruning_model(name: str, task: Task, device_map: DeviceMap | None = None,
+                       dtype: str = "float32") -> LoadedModel:
+    """Load a fine-tuned checkpoint with the head the task needs (placed by ``device_map`` if given; its weights
+    in ``dtype``); refuse what cannot be pruned."""
+    import torch
+
     head = "causal-lm" if task.kind == "lm" else "classification"
     refuse_exported(name, "gating heads and MLPs")
     try:
-        loaded = load_model(name, head=head, device_map=device_map)
+        loaded = load_model(name, head=head, device_map=device_map,
+                            **({} if dtype == "float32" else {"dtype": getattr(torch, dtype)}))
     except SubnetlabError:
         raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
@@ -278,7 +285,7 @@ class PruningSetup:
         splits = eval_splits(task, job.splits)
         if not task.train and not task.tokenizer_dependent:
             raise SubnetlabError(f"task {task.name} has no training examples to prune on (pass train data)")
-        loaded = job.place(load_pruning_model(job.model, task, job.placement))  # gates, data, teacher and means
+        loaded = job.place(load_pruning_model(job.model, task, job.placement, prune.dtype))  # gates, data, teacher
         # follow the model's device
         tokenizer = task_tokenizer(loaded, task)
         task.bind(tokenizer)

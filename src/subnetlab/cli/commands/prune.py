@@ -57,6 +57,8 @@ def prune(
     device_map: Optional[str] = device_map_option(),
     max_memory: Optional[str] = max_memory_option(),
     offload_folder: Optional[Path] = offload_folder_option(),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="The frozen weights' dtype, float32 (default), bfloat16 "
+                                        "or float16 (CUDA); the model loads in it; gates and the KL stay float32."),
     control: list[str] = typer.Option([], "--control", help=CONTROL_HELP),
     executor: ExecutorOptions = None,
 ) -> None:
@@ -89,6 +91,8 @@ def prune(
         overrides["ablation"] = ablation
     if selection is not None:
         overrides["selection"] = selection
+    if dtype is not None:
+        overrides["dtype"] = dtype
     level_list = parse_levels(levels) if schedule == "staircase" else ()
     split_list = [s.strip() for s in splits.split(",") if s.strip()] if splits else None
     task_options = with_data_options(task, parse_key_values(task_option, "--task-option"), **data_flags)

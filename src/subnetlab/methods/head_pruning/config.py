@@ -72,6 +72,7 @@ from typing import Any, ClassVar
 from subnetlab.errors import SubnetlabError, check_field_types
 from subnetlab.methods.l0.schedule import LinearSchedule, StaircaseSchedule, paper_steps
 from subnetlab.methods.l0.settings import DictSettings, check_grad_norm
+from subnetlab.runtime import DTYPE_NAMES
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": ("linear", "staircase"),
@@ -81,6 +82,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "teacher": ("cache", "online"),
     "lr_decay": ("linear", "constant"),
     "optimizer": ("adam", "adamw"),
+    "dtype": DTYPE_NAMES,
 }
 
 
@@ -121,6 +123,8 @@ class PruneConfig(DictSettings):
     means_examples: int = 100_000
     eval_limit: int | None = None
     eval_batch_size: int = 64
+    # the frozen weights' dtype (the model is loaded in it); gates, lambdas and the KL stay float32
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         check_field_types(self, "pruning setting")  # batch_size=abc: named, before any comparison
@@ -151,6 +155,12 @@ class PruneConfig(DictSettings):
     @property
     def effective_batch(self) -> int:
         return self.batch_size * self.accumulation
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if out["dtype"] == "float32":
+            del out["dtype"]  # the default: a run written before the setting existed is the same run (it resumes)
+        return out
 
 
 def demo_steps(sparsity: float) -> tuple[int, int]:
