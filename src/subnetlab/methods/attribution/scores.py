@@ -187,6 +187,13 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
                         chunk_of(position_chunk, tokens))
 
 
+def body(model: nn.Module) -> nn.Module:
+    """The model without its LM head (``base_model``: GPT-2's ``transformer``, Llama's ``model``), for a forward
+    whose node outputs are read and whose logits are not: the head is a vocabulary-wide matmul per token."""
+    base = getattr(model, "base_model", None)
+    return base if isinstance(base, nn.Module) else model
+
+
 AUTO_CHUNK = 512  # tokens per chunk when a batch holds more (GPT-2 small: D of a chunk is 243 MB, not 474 KB a token)
 
 
@@ -227,7 +234,7 @@ def _plain_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[s
     with _frozen_parameters(model), ReaderGradients(adapter, graph, scores, chunk) as readers, blocks:
         with torch.no_grad():
             with _node_hooks(adapter, recorder("corrupted")):
-                model(**corrupted)
+                body(model)(**corrupted)  # its nodes' outputs only: the LM head's logits go unread
             if not one_pass:
                 with _node_hooks(adapter, recorder("clean")):
                     clean_logits = model(**clean).logits.detach()
