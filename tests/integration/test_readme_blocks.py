@@ -9,6 +9,7 @@ Conventions in a block's first comment lines:
   the block. The test runs them through ``subnetlab.cli.main``, except the fine-tuning runs, whose trained models
   are stood in for by tiny models of the same family saved where the command writes them (``STAND_INS``:
   fine-tuning MiniLM takes an hour on a CPU; the block only needs a model directory of that kind there).
+* ``TINY``: the tour's calls run with fewer steps and rows than the page says (each substitution must match).
 * ``# needs: PACKAGE``: the block uses an optional tool (TransformerLens, nnsight); skipped where it is not
   installed, and its hub model (``gpt2``) must be reachable.
 """
@@ -76,6 +77,31 @@ def _arithmetic_gpt2(out: Path) -> None:
 
 STAND_INS = {"runs/py/ft": _bert_classifier, "runs/py/lm": _arithmetic_gpt2}  # a finetune's --out -> its DIR/model
 
+ARITH = '{"n_train": 1000, "n_eval": 16, "n_test": 16}'
+NLI = '{"n_train": 64, "n_eval": 16, "hans_per_subcase": 1}'
+# page text -> what this test runs instead: the tour's own calls at a tiny scale (its quick presets take 12 minutes
+# here); each must occur in its page, so a changed call fails here until this table follows it
+TINY = {
+    'sparsity=[0.5, 0.7], seeds=[0, 1], preset="quick")':
+        f'sparsity=[0.5, 0.7], seeds=[0, 1], preset="quick", task_options={NLI}, total_steps=3, warmup_steps=2, '
+        'eval_limit=16, means_examples=16, train_limit=32)',
+    '"runs/py/discover", preset="quick")': f'"runs/py/discover", preset="quick", epochs=1, task_options={ARITH})',
+    'sizes=[0, 100], seeds=[0, 1], preset="quick")':
+        f'sizes=[0, 100], seeds=[0, 1], preset="quick", epochs=1, task_options={ARITH})',
+    '"runs/py/circuits", sparsity=0.95, preset="quick")':
+        f'"runs/py/circuits", sparsity=0.95, preset="quick", task_options={ARITH}, total_steps=4, warmup_steps=2, '
+        'batch_size=4)',
+    'circuits=c.paths["circuits"])': f'circuits=c.paths["circuits"], task_options={ARITH})',
+}
+
+
+def tiny(block: str, used: set[str]) -> str:
+    for text, instead in TINY.items():
+        if text in block:
+            block = block.replace(text, instead)
+            used.add(text)
+    return block
+
 
 def _run_before(command: str) -> None:
     args = shlex.split(command)
@@ -104,7 +130,7 @@ def test_the_pages_have_python_blocks_and_the_conventions_parse():
 
 def test_every_python_block_of_the_readme_and_the_tour_pages_runs_as_written(tmp_path, monkeypatch):
     torch.set_num_threads(1)
-    ran, skipped = [], []
+    ran, skipped, used = [], [], set()
     for g, group in enumerate(page_blocks()):
         (tmp_path / f"group-{g}").mkdir()
         monkeypatch.chdir(tmp_path / f"group-{g}")
@@ -116,6 +142,7 @@ def test_every_python_block_of_the_readme_and_the_tour_pages_runs_as_written(tmp
                 continue
             for command in block_commands(block, "after"):
                 _run_before(command)
-            exec(compile(block, f"{name} block {i}", "exec"), namespace)  # noqa: S102  (the page's own text)
+            exec(compile(tiny(block, used), f"{name} block {i}", "exec"), namespace)  # noqa: S102  (the page's text)
             ran.append((name, i))
     assert ("README.md", 0) in ran and len(ran) >= 4, (ran, skipped)
+    assert used == set(TINY), f"no longer in the pages: {set(TINY) - used}"

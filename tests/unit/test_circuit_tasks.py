@@ -97,6 +97,20 @@ def test_arithmetic_pairs_reuse_the_arithmetic_task_held_out_rows():
         assert int(pair.wrong) == int(op(torch.tensor(a2), torch.tensor(b2), 7)) != int(pair.answer)
 
 
+def test_a_product_no_operand_can_change_is_left_out_not_refused():
+    """``ab`` mod 7 with both operands multiples of 7 is 0 whatever either becomes (only 0 mod 7 numbers come out of
+    a change of one): such prompts have no pair; every other prompt keeps its pair, in order."""
+    options = dict(n_train=50, n_eval=300, n_test=300, max_number=50, modulus=7, seed=1)
+    task = get_task("circuit:arith:ab", **options)
+    task.bind(task.tokenizer)
+    arith = get_task("arith:ab", **options)
+    for split, source in (("train", "eval"), ("eval", "test")):
+        prompts = [e.text_a for e in arith.eval_splits[source]]
+        stuck = [p for p in prompts if all(int(t) % 7 == 0 for t in p.split()[:2])]
+        assert stuck, "the draw holds a prompt with both operands 0 mod 7 (1 in 49 of them)"
+        assert [p.clean for p in task.pairs(split)] == [p for p in prompts if p not in stuck]
+
+
 def test_circuit_metrics_against_hand_computation():
     logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
     full = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(1))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from subnetlab.cli import main
+from subnetlab.errors import SubnetlabError
 from subnetlab.runs.prune_summary import flatten_scores, format_summary, summarize
 
 TASK = ["--task", "nli-synthetic", "--task-option", "n_train=20", "--task-option", "n_eval=10",
@@ -82,4 +83,5 @@ def test_sparsity_lists() -> None:
     from subnetlab.cli.commands._options import parse_sparsities
 
     assert parse_sparsities(["0.7", "0.5"]) == [0.5, 0.7]  # --sparsity 0.7 0.5 (the second as an argument)
-    assert parse_sparsities(["0.5,0.7", "0.5"]) == [0.5, 0.7]
+    with pytest.raises(SubnetlabError, match="--sparsity 0.5 given twice: each target once"):
+        parse_sparsities(["0.5,0.7", "0.5"])  # a target twice is refused, not merged (issue 53, class 6)

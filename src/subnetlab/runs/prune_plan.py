@@ -47,7 +47,9 @@ def plan_prune(model: str, task: str, out: Path, *, targets: Sequence[float], se
     (``runs.controls``); nothing is written. ``device_map`` spreads the model over devices (``models.device_map``)."""
     from subnetlab.runtime import resolve_device
 
-    targets, seeds = check_targets(targets), check_seeds(seeds)  # types, ranges and bounds: before anything else
+    if schedule != "staircase" or len(targets):  # a staircase climbs its levels; a target is optional there
+        targets = check_targets(targets)  # types, ranges and bounds: before anything else
+    seeds = check_seeds(seeds)
     resolve_device(device)  # an unknown or absent device is refused before anything loads
     if schedule not in SCHEDULES:
         raise SubnetlabError(f"schedule {schedule!r}: expected linear or staircase", setting="schedule")

@@ -204,7 +204,8 @@ class TransferJobConfig(JobConfig):
         for run in self.runs:
             if not isinstance(run, dict) or not {"condition", "size", "seed"} <= set(run):
                 raise SubnetlabError(f"transfer run {run!r}: expected condition, size and seed", setting="runs")
-        check_conditions([run["condition"] for run in self.runs], has_subnetwork=self.subnetwork is not None)
+        check_conditions(list(dict.fromkeys(run["condition"] for run in self.runs)),  # a stack's runs share one
+                         has_subnetwork=self.subnetwork is not None)
 
     @cached_property
     def settings(self) -> TrainSettings:

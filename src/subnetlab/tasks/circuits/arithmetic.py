@@ -5,7 +5,8 @@ The clean prompt is an arithmetic prompt ``a b <sep>`` whose answer is
 ``operand="a"`` for the other) to a number drawn with the task's seed that
 changes the answer (the other operand where this one cannot: ``a^2+ab`` with
 ``a = 0 mod 7`` ignores ``b``; the pair's ``group`` says which), and the wrong
-answer is the corrupted prompt's own answer.
+answer is the corrupted prompt's own answer. A prompt no operand change can alter (``ab`` with both operands
+``0 mod 7``) has no pair and is left out, so a split may hold a few pairs fewer than its prompts.
 Both prompts are three tokens of the arithmetic tokenizer, so every pair fits.
 
 The pairs come from the arithmetic task built with the same options as the
@@ -45,7 +46,9 @@ def make_arithmetic_pairs_task(op: str, *, n_train: int = 200_000, n_eval: int =
     def answer(a: int, b: int) -> int:
         return int(compute(torch.tensor([a]), torch.tensor([b]), modulus)[0])
 
-    def pair(example: Example, split: str, i: int) -> CircuitPair:
+    def pair(example: Example, split: str, i: int) -> CircuitPair | None:
+        """A corrupted prompt whose answer differs; None where no operand changes it (a*b with both operands 0 mod
+        7: one prompt in 49), a prompt left out rather than the task refused."""
         a, b = (int(t) for t in example.text_a.split()[:2])
         right = answer(a, b)
         for which in (operand, "b" if operand == "a" else "a"):  # a^2+ab with a = 0 mod 7 ignores b
@@ -56,10 +59,16 @@ def make_arithmetic_pairs_task(op: str, *, n_train: int = 200_000, n_eval: int =
                 if wrong != right:
                     return CircuitPair(example.text_a, f"{a2} {b2} {SEP}", f" {right}", f" {wrong}",
                                        where=f"{name} {split} pair {i}", group=f"corrupted {which}")
-        raise SubnetlabError(f"task {name}: no other operand changes the answer of {a} {b} ({op} mod {modulus} "
-                             "looks constant)", setting="task")
+        return None
 
-    pairs = {"train": [pair(ex, "train", i) for i, ex in enumerate(arith.eval_splits["eval"])],
-             "eval": [pair(ex, "eval", i) for i, ex in enumerate(arith.eval_splits["test"])]}
+    def pairs_of(split: str, examples: list[Example]) -> list[CircuitPair]:
+        found = [pair(ex, split, i) for i, ex in enumerate(examples)]
+        kept = [p for p in found if p is not None]
+        if examples and not kept:
+            raise SubnetlabError(f"task {name}: no other operand changes the answer of any {split} prompt ({op} mod "
+                                 f"{modulus} looks constant)", setting="task")
+        return kept
+
+    pairs = {"train": pairs_of("train", arith.eval_splits["eval"]), "eval": pairs_of("eval", arith.eval_splits["test"])}
     options = dict(arith.options, operand=operand)
     return CircuitTask(name, lambda tokenizer: pairs, ("train", "eval"), options=options, tokenizer=arith.tokenizer)
