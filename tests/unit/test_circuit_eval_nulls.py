@@ -253,3 +253,67 @@ def test_every_number_names_its_ablation_and_ablations_side_by_side(tiny, tmp_pa
     assert both["ablations"]["worst_cpr"] == {"ablation": worst, "cpr": side[worst]["cpr"]}
     assert "ablation corrupted, selection topn" in printed and "ablation zero: CPR" in printed
     assert "measured under ablation corrupted" in printed and "absolute ranking" in printed
+
+
+def test_mib_random_circuits_are_pruned_as_mib_prunes_and_say_their_size(tiny, tmp_path, capsys):
+    from subnetlab.models.graph import Graph
+
+    root, _, adapter, *_ = tiny
+    one = Graph.from_adapter(adapter, embedding_nodes=1)
+    scores = torch.randn(one.num_edges, generator=torch.Generator().manual_seed(1))
+    one.save(tmp_path / "one.json", scores=scores.tolist())
+    printed = _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--scores", str(tmp_path / "one.json"),
+                    "--mib", "--random-circuits", "3", "--out", str(tmp_path / "mib")], capsys)[1]
+    result = json.loads((tmp_path / "mib" / "faithfulness.json").read_text())
+    null = result["random_circuits"]
+    assert [s["count"] for s in null["sizes"]] == result["counts"]
+    assert all(s["realised"]["max"] <= s["count"] for s in null["sizes"])
+    assert not null["exact_sizes"] and "pruning" in null["rule"]  # some random edges do not connect: dropped
+    for name in ("signed", "absolute"):
+        assert [s["method"][name] for s in null["sizes"]] == result[name]["faithfulness"]["logit_diff"]
+        assert null["method_areas"][name]["cpr"] == result[name]["area_under"]
+    _check_p_values(null)
+    assert "(signed ranking) vs the random mean curve's CPR" in printed and "items signed: f" in printed
+
+
+def test_mean_ablation_averages_the_clean_prompts_measured_on(tiny, tmp_path, capsys):
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator
+    from subnetlab.analysis.faithfulness import curve_from_scores
+    from subnetlab.intervene.edges import writer_means
+    from subnetlab.tasks import get_task
+    from subnetlab.tasks.circuits.pairs import clean_inputs
+
+    root, model, adapter, tok, graph, scores = tiny
+    _run(_eval(root, tmp_path / "mean", "--sizes", "10,50,100", "--ablation", "mean", "--limit", "5"), capsys)
+    written = json.loads((tmp_path / "mean" / "metrics.json").read_text())
+    task = get_task("circuit:ioi", n_train=2, n_eval=8).bind(tok)
+    means = writer_means(model, adapter, [clean_inputs(b) for b in task.pair_batches(tok, "eval", 2, 5)])
+    evaluate = edge_evaluator(model, adapter, graph, task, tok, "eval", limit=5, ablation=means)
+    expected = curve_from_scores(scores, evaluate, sizes=(0.1, 0.5, 1.0), empty=evaluate.corrupted_run)
+    assert written["ablation"] == "mean" and written["cpr"] == pytest.approx(expected.cpr, abs=1e-6)
+    corrupted = edge_evaluator(model, adapter, graph, task, tok, "eval", limit=5)
+    other = curve_from_scores(scores, corrupted, sizes=(0.1, 0.5, 1.0), empty=corrupted.corrupted_run)
+    assert abs(other.cpr - expected.cpr) > 1e-3  # the mean is not the corrupted run
+
+
+def test_pruned_circuit_files_get_pruned_random_circuits(tiny, tmp_path, capsys):
+    """Circuit files whose circuits are all pruned to what connects (models.circuit's pruned()) get random circuits
+    drawn at their size, then pruned by the same rule, with the realised sizes said."""
+    from subnetlab.models.circuit import Circuit
+
+    root, _, _, _, graph, scores = tiny
+    ranked = Circuit(graph, scores)
+    paths = []
+    for k in (10, 40):
+        circuit = ranked.greedy(k).pruned()
+        path = tmp_path / f"c{k}.json"
+        graph.save(path, in_graph=circuit.kept().tolist())
+        paths += ["--circuit", str(path)]
+    _run(["circuit-eval", "--model", str(root / "model"), *TASK, *paths, "--random-circuits", "4",
+          "--out", str(tmp_path / "files")], capsys)
+    result = json.loads((tmp_path / "files" / "faithfulness.json").read_text())
+    null = result["random_circuits"]
+    assert "pruned" in null["rule"]
+    assert [s["count"] for s in null["sizes"]] == result["counts"]
+    assert all(s["realised"]["max"] <= s["count"] for s in null["sizes"])
+    _check_p_values(null)
