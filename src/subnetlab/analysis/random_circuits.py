@@ -80,10 +80,15 @@ def null_comparison(null: Sequence[float], observed: float | None, higher_is_bet
     out: dict[str, Any] = {"mean": statistics.fmean(values),
                            "std": statistics.stdev(values) if len(values) > 1 else None,
                            "min": min(values), "max": max(values), "method": observed}
-    defined = observed is not None and math.isfinite(observed)
-    out["percentile"] = percentile(values, observed) if defined else None
-    out["p_value"] = p_value(values, observed, higher_is_better) if defined else None
+    out["percentile"] = out["p_value"] = None
+    if observed is not None and math.isfinite(observed):
+        out["percentile"] = percentile(values, observed)
+        out["p_value"] = p_value(values, observed, higher_is_better)
     return out
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def random_circuit_null(evaluate: Callable[[Tensor], Mapping[str, float]], items: int, counts: Sequence[int],
@@ -126,8 +131,7 @@ def random_circuit_null(evaluate: Callable[[Tensor], Mapping[str, float]], items
                                                                "max": max(kept)}}
         if fractions is not None:
             entry["fraction"] = float(fractions[j])
-        stats = {name: null_comparison(column, None if values[j] is None else float(values[j]))
-                 for name, values in method.items()}
+        stats = {name: null_comparison(column, _number(values[j])) for name, values in method.items()}
         first = next(iter(stats.values()))
         entry.update({k2: first[k2] for k2 in ("mean", "std", "min", "max")})
         entry.update({"method": {n: s["method"] for n, s in stats.items()},

@@ -257,14 +257,17 @@ def _figure(result: dict[str, Any], out: Path) -> None:
     if "fractions" not in result:
         return
     metric = result["metric"]
+    null = result.get("random_circuits")
+    random = {} if null is None else {
+        f"random circuits (mean of {null['draws']}, {result['ablation']})": [s["mean"] for s in null["sizes"]]}
     if result.get("definition") == "mib":
         curves([100 * x for x in result["fractions"]],
                {"signed ranking (CPR)": result["signed"]["faithfulness"][metric],
-                "absolute ranking (CMD)": result["absolute"]["faithfulness"][metric]},
+                "absolute ranking (CMD)": result["absolute"]["faithfulness"][metric], **random},
                out / "faithfulness.png", xlabel=f"circuit size (% of {result['items']} edges, MIB)",
                ylabel="faithfulness", title=f"MIB: CPR {result['cpr_printed']}, CMD {result['cmd_printed']}")
         return
-    curves([100 * x for x in result["fractions"]], {f"f({metric})": result["faithfulness"][metric]},
+    curves([100 * x for x in result["fractions"]], {f"f({metric})": result["faithfulness"][metric], **random},
            out / "faithfulness.png", xlabel=f"circuit size (% of {result['items']} {result['level']})",
            ylabel="faithfulness", title=_areas(result))
 
