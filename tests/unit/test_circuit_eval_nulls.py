@@ -244,7 +244,8 @@ def test_every_number_names_its_ablation_and_ablations_side_by_side(tiny, tmp_pa
     _run(_eval(root, tmp_path / "zero", "--sizes", "10,50,100", "--ablation", "zero"), capsys)
     both = json.loads((tmp_path / "both" / "metrics.json").read_text())
     zero = json.loads((tmp_path / "zero" / "metrics.json").read_text())
-    assert (both["ablation"], both["selection"], both["ranking"]) == ("corrupted", "topn", "absolute")
+    assert (both["ablation"], both["positions"], both["selection"], both["ranking"]) == (
+        "corrupted", "all", "topn", "absolute")
     assert zero["ablation"] == "zero"
     side = both["ablations"]["by_ablation"]
     assert side["zero"]["cpr"] == zero["cpr"] and side["zero"]["cmd"] == zero["cmd"]  # as its own run
@@ -317,3 +318,19 @@ def test_pruned_circuit_files_get_pruned_random_circuits(tiny, tmp_path, capsys)
     assert [s["count"] for s in null["sizes"]] == result["counts"]
     assert all(s["realised"]["max"] <= s["count"] for s in null["sizes"])
     _check_p_values(null)
+
+
+def test_the_api_measures_the_nulls_as_the_command_does(tiny, tmp_path, capsys):
+    import subnetlab as sl
+
+    root, *_ = tiny
+    _run(_eval(root, tmp_path / "cli", "--sizes", "10,100", "--random-circuits", "3", "--random-seed", "2",
+               "--permute-pairs", "--permute-seed", "1", "--ablations", "zero"), capsys)
+    got = sl.circuit_eval(str(root / "model"), "circuit:ioi", tmp_path / "api", scores=root / "graph.json",
+                          task_options={"n_train": 2, "n_eval": 8}, sizes=[0.1, 1.0], random_circuits=3,
+                          random_seed=2, permute_pairs=True, permute_seed=1, ablations=["zero"])
+    cli = json.loads((tmp_path / "cli" / "metrics.json").read_text())
+    for key in ("random_circuits", "permuted_pairs", "ablations", "ablation", "selection", "ranking", "cpr"):
+        assert got["summary"][key] == cli[key], key
+    assert got["result"]["random_circuits"]["sizes"][0]["values"] == json.loads(
+        (tmp_path / "cli" / "faithfulness.json").read_text())["random_circuits"]["sizes"][0]["values"]

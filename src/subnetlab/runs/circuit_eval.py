@@ -436,6 +436,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         result["mib_graph"] = JOINED_NOTE
     if mib_circuit is not None:
         result["mib_files"] = _write_mib_files(job, mib_circuit, loaded.model)
+    result["positions"] = "all"  # a removed item delivers its replacement at every token position
     result["selection"] = job.selection if job.scores is not None else "as in the circuit files"
     result["ranking"] = ("signed for CPR, absolute for CMD (MIB)" if job.definition == "mib" else
                          ("absolute" if absolute else "signed") if job.scores is not None else None)
@@ -470,7 +471,7 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     summary = {k: result[k] for k in ("definition", "level", "metric", "items", "pairs") if k in result}
     summary.update({k: result[k] for k in ("cpr", "cmd", "cpr_printed", "cmd_printed", "span", "kept", "bootstrap")
                     if k in result})
-    summary.update({k: result[k] for k in ("ablation", "selection", "ranking")})
+    summary.update({k: result[k] for k in ("ablation", "positions", "selection", "ranking")})
     summary["health"] = health
     if "areas" in result:
         summary["areas"] = result["areas"]

@@ -67,7 +67,8 @@ def _measured_under(result: dict[str, Any]) -> str:
     ranking = f", {result['ranking']} ranking" if result.get("ranking") and result.get("definition") != "mib" else ""
     mib = f", {result['ranking']}" if result.get("definition") == "mib" else ""
     return (f"measured under ablation {result['ablation']} (removed items deliver "
-            f"{_ABLATION_WORDS.get(result['ablation'], result['ablation'])}); selection {result['selection']}"
+            f"{_ABLATION_WORDS.get(result['ablation'], result['ablation'])} at every position); selection "
+            f"{result['selection']}"
             f"{ranking}{mib}; {result['pairs']} pairs of {result['split']}")
 
 
