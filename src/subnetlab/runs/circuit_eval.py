@@ -15,7 +15,9 @@ What it reads (the level, edges or nodes, follows from the file):
   files (heads and MLPs). One circuit
   gets its faithfulness; several get a curve over their own sizes.
 
-Removed items are patched from the corrupted prompt of each pair (or zeroed).
+Removed items are patched from the corrupted prompt of each pair, replaced by
+their mean over the clean prompts measured on, or zeroed (``ablation``; every
+result names it, with the positions, the selection and the ranking).
 Node curves are normalised by the model on the corrupted prompts, MIB's
 ``m(empty)`` at every level, so node and edge runs compare on one scale
 (``analysis.circuit_evaluation``). The run writes ``config.json`` first (once
@@ -24,6 +26,14 @@ kept items, every metric's values and ``f``, CPR / CMD of each, the span of
 sizes they cover, ``analysis.faithfulness.span``), the caller's figure, and
 ``metrics.json`` last, with ``health`` (``runs.health``: a degenerate
 baseline, the full model and the empty circuit too close to normalise by).
+
+The nulls, each beside the circuit's own figures (``analysis.random_circuits``):
+``random_circuits`` random circuits of each size drawn by the method's own
+selection rule (``random_null``: percentile, empirical p-value, the random mean
+curve's CPR / CMD); ``permute_pairs``: the same circuits with clean and
+corrupted prompts re-paired at random within each token length
+(``CircuitTask.repairing``); ``ablations``: the same circuits under each
+ablation, side by side (``headline``, ``ablation_range``).
 
 On your own prompt pairs, the pairs measured on are never the training rows of
 the run that fine-tuned the model (``runs.splits``): its split settings are
