@@ -371,17 +371,28 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
                  ablation: str = "corrupted", sizes: Sequence[float] | None = None, batch_size: int = 32,
                  limit: int | None = None, task_options: Mapping[str, Any] | None = None, device: str = "auto",
                  strict: bool = False, definition: str = "subnetlab", bootstrap: int | None = None,
-                 bootstrap_seed: int = 0) -> CircuitEvalResult:
+                 bootstrap_seed: int = 0, selection: str = "topn", random_circuits: int = 0, random_seed: int = 0,
+                 permute_pairs: bool = False, permute_seed: int = 0,
+                 ablations: Sequence[str] = ()) -> CircuitEvalResult:
     """The faithfulness curve (MIB's CPR and CMD) of edge or node ``scores``, or of ``circuits``, on a circuit
     ``task`` (``subnetlab circuit-eval``). ``sizes`` are fractions of the items (the command's percentages / 100;
     default MIB's ten).
 
-    Returns ``{"out", "summary", "areas", "health", "warnings", "result", "paths"}``: metrics.json's content;
+    Returns a ``CircuitEvalResult`` (``out``, ``summary``, ``areas``, ``health``, ``warnings``, ``result``,
+    ``paths``): metrics.json's content;
     CPR and CMD as the command prints them (labelled with their span when the circuits cover part of the size
     range); the health (a degenerate baseline is a ``HealthWarning``, refused under ``strict``); the whole curve
     (faithfulness.json); and the files written. ``definition="mib"``: CPR and CMD as MIB's circuit track computes
     them (its fixed sizes), with ``bootstrap`` resamples a 95% percentile interval of both over the pairs
     (``result["bootstrap"]``, seeded by ``bootstrap_seed``).
+
+    The nulls (``runs.circuit_eval``): ``random_circuits=N`` measures N random circuits of each size, drawn by the
+    method's own ``selection`` rule (seeded by ``random_seed``) and gives, per size, their mean and spread, the
+    circuit's percentile and empirical p-value, and the random mean curve's CPR / CMD
+    (``result["random_circuits"]``); ``permute_pairs=True`` measures again with the clean and corrupted prompts
+    re-paired at random (``result["permuted_pairs"]``, seeded by ``permute_seed``); ``ablations`` (of corrupted,
+    mean, zero) measures the same circuits under each, side by side (``result["ablations"]``). Every figure is
+    labelled with its ``ablation``, ``selection`` and ``ranking``.
     """
     from subnetlab.analysis.faithfulness import CIRCUIT_SIZES, describe_areas
     from subnetlab.runs.circuit_eval import CircuitEvalJobConfig, circuit_eval_run
@@ -396,7 +407,10 @@ def circuit_eval(model: str, task: str, out: str | Path, *, scores: str | Path |
                                split=split, metric=metric, ablation=ablation,
                                sizes=CIRCUIT_SIZES if sizes is None else tuple(float(s) for s in sizes),
                                batch_size=batch_size, limit=limit, device=device, definition=definition,
-                               bootstrap=bootstrap, bootstrap_seed=bootstrap_seed)
+                               bootstrap=bootstrap, bootstrap_seed=bootstrap_seed, selection=selection,
+                               random_circuits=random_circuits, random_seed=random_seed, permute_pairs=permute_pairs,
+                               permute_seed=permute_seed,
+                               ablations=(ablations,) if isinstance(ablations, str) else tuple(ablations))
     if definition == "mib" and sizes is not None:
         raise SubnetlabError("sizes: MIB's sizes are fixed (0.1 % ... 100 %); leave sizes out with MIB's definition",
                              setting="sizes")

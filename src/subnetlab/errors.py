@@ -45,6 +45,7 @@ COUNT_BOUNDS: dict[str, tuple[int, str]] = {
     "sparsity": (100, "target sparsities"),  # a curve: about ten
     "ig_steps": (64, "integrated-gradient step counts"),  # a stability study: a handful
     "bootstrap": (100_000, "bootstrap resamples"),  # a 95% interval: 1,000 to 10,000
+    "random_circuits": (10_000, "random circuits"),  # a null at p < 0.01 needs 99; CD-T draws 100 to 1,000
     "jobs": (1_024, "worker processes"),
     "samples": (100_000_000, "rows"),
 }

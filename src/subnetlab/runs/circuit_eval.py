@@ -15,7 +15,9 @@ What it reads (the level, edges or nodes, follows from the file):
   files (heads and MLPs). One circuit
   gets its faithfulness; several get a curve over their own sizes.
 
-Removed items are patched from the corrupted prompt of each pair (or zeroed).
+Removed items are patched from the corrupted prompt of each pair, replaced by
+their mean over the clean prompts measured on, or zeroed (``ablation``; every
+result names it, with the positions, the selection and the ranking).
 Node curves are normalised by the model on the corrupted prompts, MIB's
 ``m(empty)`` at every level, so node and edge runs compare on one scale
 (``analysis.circuit_evaluation``). The run writes ``config.json`` first (once
@@ -24,6 +26,14 @@ kept items, every metric's values and ``f``, CPR / CMD of each, the span of
 sizes they cover, ``analysis.faithfulness.span``), the caller's figure, and
 ``metrics.json`` last, with ``health`` (``runs.health``: a degenerate
 baseline, the full model and the empty circuit too close to normalise by).
+
+The nulls, each beside the circuit's own figures (``analysis.random_circuits``):
+``random_circuits`` random circuits of each size drawn by the method's own
+selection rule (``random_null``: percentile, empirical p-value, the random mean
+curve's CPR / CMD); ``permute_pairs``: the same circuits with clean and
+corrupted prompts re-paired at random within each token length
+(``CircuitTask.repairing``); ``ablations``: the same circuits under each
+ablation, side by side (``headline``, ``ablation_range``).
 
 On your own prompt pairs, the pairs measured on are never the training rows of
 the run that fine-tuned the model (``runs.splits``): its split settings are
@@ -51,7 +61,7 @@ from subnetlab.runs.splits import check_held_out, earlier_runs, inherit_split_se
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
 from subnetlab.tasks.spec import TaskSpec
 
-ABLATIONS = ("corrupted", "zero")
+ABLATIONS = ("corrupted", "mean", "zero")  # mean: each writer's mean output over the clean prompts measured on
 SELECTIONS = ("topn", "greedy")  # how a curve's circuits are taken from scores (``models.circuit.Circuit``)
 
 
@@ -77,10 +87,30 @@ class CircuitEvalJobConfig(JobConfig):
     selection: str = "topn"
     bootstrap: int | None = None  # MIB: resamples of a percentile interval of CPR and CMD over the pairs
     bootstrap_seed: int = 0
+    random_circuits: int = 0  # random circuits of each size, drawn by the method's selection rule (0: none)
+    random_seed: int = 0
+    permute_pairs: bool = False  # also measure with clean and corrupted prompts re-paired at random
+    permute_seed: int = 0
+    ablations: tuple[str, ...] = ()  # also measure under each of these ablations, side by side
 
     def __post_init__(self) -> None:
         from subnetlab.analysis.mib_faithfulness import DEFINITIONS
+        from subnetlab.analysis.random_circuits import check_draws
         from subnetlab.analysis.stability import check_resamples
+
+        check_draws(self.random_circuits)
+        for name in ("random_seed", "permute_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SubnetlabError(f"{name} {value!r}: a seed is a whole number of at least 0", setting=name)
+        if not isinstance(self.permute_pairs, bool):
+            raise SubnetlabError(f"permute_pairs {self.permute_pairs!r}: true or false", setting="permute_pairs")
+        if self.ablations:
+            check_distinct_names("ablations", self.ablations)
+            for name in self.ablations:
+                if name not in ABLATIONS:
+                    raise SubnetlabError(f"ablations: {name!r} is not one of {', '.join(ABLATIONS)}",
+                                         setting="ablations")
 
         if self.bootstrap is not None:
             check_resamples(self.bootstrap)
@@ -339,8 +369,6 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
 
     ``figure(result, out)`` draws what the caller wants drawn, before ``metrics.json`` marks the run done.
     """
-    from subnetlab.analysis.circuit_evaluation import edge_evaluator, node_evaluator
-    from subnetlab.analysis.faithfulness import circuit_faithfulness, curve_from_masks, curve_from_scores
     from subnetlab.intervene.edges import check_edge_family
     from subnetlab.methods.model_fit import position_limit
     from subnetlab.models import load_model
@@ -397,37 +425,20 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
     model = loaded.model.to(device).eval()
     stage(f"{level} circuits on {len(task.examples(job.split))} pairs of {job.split}"
           f"{f' (first {job.limit})' if job.limit else ''}: metric {job.metric}, ablation {job.ablation}")
-    if level == "edges":
-        evaluate = edge_evaluator(model, loaded.adapter, graph, task, tokenizer, job.split, batch_size=job.batch_size,
-                                  limit=job.limit, ablation=job.ablation)  # type: ignore[arg-type]
-    else:
-        evaluate = node_evaluator(model, loaded.adapter, task, tokenizer, job.split, batch_size=job.batch_size,
-                                  limit=job.limit, ablation=job.ablation)  # type: ignore[arg-type]
-    empty = evaluate.corrupted_run
-    baseline = evaluate.baseline(job.metric)
-    if job.definition == "mib":
-        from subnetlab.analysis.mib_faithfulness import mib_curves
+    inputs_of = _Inputs(job, level, graph, scores if job.scores is not None else None,
+                        absolute if job.scores is not None else True, [] if job.scores is not None else read,
+                        mib_circuit)
 
-        result = mib_curves(graph, mib_circuit.scores, evaluate, metric=job.metric, bootstrap=job.bootstrap,
-                            seed=job.bootstrap_seed)
+    def evaluator(ablation: str) -> Any:
+        return _evaluator(job, ablation, level, graph, model, loaded.adapter, task, tokenizer)
+
+    evaluate = evaluator(job.ablation)
+    baseline = evaluate.baseline(job.metric)
+    result = _measure(inputs_of, evaluate)
+    if job.definition == "mib":
         result["score_orientation"] = ("as in the file" if mib_orientation(job.scores, absolute) > 0 else
                                        "negated: subnetlab's attribution scores are the metric's change when an edge "
                                        "is patched, MIB's the loss's (minus the logit difference)")
-    elif job.scores is not None:
-        select = None
-        if job.selection == "greedy":
-            from subnetlab.models.circuit import Circuit
-
-            ranked = Circuit(graph, scores, score_sign="absolute" if absolute else "signed")
-            select = lambda k: ranked.greedy(k).kept()  # noqa: E731
-        result = curve_from_scores(scores, evaluate, metric=job.metric, sizes=job.sizes, absolute=absolute,
-                                   empty=empty, select=select).to_dict()
-    elif len(read) > 1:
-        result = curve_from_masks([keep for _, keep, _ in read], evaluate, metric=job.metric, empty=empty).to_dict()
-    else:
-        keep = read[0][1]
-        f = circuit_faithfulness(keep, evaluate, empty)
-        result = {"metric": job.metric, "items": keep.numel(), "kept": int(keep.sum()), "faithfulness": f}
     health = judge(baseline=baseline).to_dict()
     result = {"definition": "subnetlab", "level": level, "ablation": job.ablation, "split": job.split,
               "pairs": evaluate.count, **result, "health": health}
@@ -435,22 +446,220 @@ def circuit_eval_run(job: CircuitEvalJobConfig, out: Path,
         result["mib_graph"] = JOINED_NOTE
     if mib_circuit is not None:
         result["mib_files"] = _write_mib_files(job, mib_circuit, loaded.model)
-    if job.scores is not None:
-        result["selection"] = job.selection
+    result["positions"] = "all"  # a removed item delivers its replacement at every token position
+    result["selection"] = job.selection if job.scores is not None else "as in the circuit files"
+    result["ranking"] = ("signed for CPR, absolute for CMD (MIB)" if job.definition == "mib" else
+                         ("absolute" if absolute else "signed") if job.scores is not None else None)
+    if job.random_circuits:
+        stage(f"{job.random_circuits} random circuits of each size (seed {job.random_seed})")
+        result["random_circuits"] = random_null(inputs_of, evaluate, result)
+    if job.ablations:
+        side: dict[str, Any] = {}
+        for name in job.ablations:
+            stage(f"the same circuits under {name} ablation")
+            side[name] = headline(result if name == job.ablation else _measure(inputs_of, evaluator(name)), job.metric)
+        result["ablations"] = {"by_ablation": side, **ablation_range(side)}
+    if job.permute_pairs:
+        order = task.repairing(job.split, job.permute_seed, job.limit)
+        task.permute_corrupted(job.split, order)
+        stage(f"permuted pairs (seed {job.permute_seed}): {sum(i != j for i, j in enumerate(order))} pairs re-paired")
+        permuted = evaluator(job.ablation)
+        base = permuted.baseline(job.metric)
+        measured: dict[str, Any]
+        try:
+            measured = headline(_measure(inputs_of, permuted), job.metric)
+        except SubnetlabError as e:  # the re-paired full model and empty circuit agree: f undefined, said so
+            measured = {"undefined": str(e)}
+        result["permuted_pairs"] = {"seed": job.permute_seed, "pairs": permuted.count,
+                                    "moved": sum(i != j for i, j in enumerate(order[:permuted.count])),
+                                    "rule": "each pair takes the corrupted prompt of another pair of its token length "
+                                            "(a random cycle through each length)",
+                                    **measured, "health": judge(baseline=base).to_dict()}
     write_json(out / "faithfulness.json", result)
     if figure is not None:
         figure(result, out)
     summary = {k: result[k] for k in ("definition", "level", "metric", "items", "pairs") if k in result}
     summary.update({k: result[k] for k in ("cpr", "cmd", "cpr_printed", "cmd_printed", "span", "kept", "bootstrap")
                     if k in result})
+    summary.update({k: result[k] for k in ("ablation", "positions", "selection", "ranking")})
     summary["health"] = health
     if "areas" in result:
         summary["areas"] = result["areas"]
     elif result["definition"] == "subnetlab":
         summary["faithfulness"] = result["faithfulness"]
+    if "random_circuits" in result:
+        summary["random_circuits"] = {k: v for k, v in result["random_circuits"].items() if k != "sizes"}
+        summary["random_circuits"]["sizes"] = [{k: v for k, v in size.items() if k != "values"}
+                                               for size in result["random_circuits"]["sizes"]]
+    for key in ("ablations", "permuted_pairs"):
+        if key in result:
+            summary[key] = result[key]
     write_json(out / "metrics.json", summary)
     return result
 
 
-__all__ = ["JOINED_NOTE", "CircuitEvalJobConfig", "check_mib_files", "circuit_eval_run", "mib_orientation",
-           "recorded_shape", "read_circuit", "read_scores"]
+# ------------------------------------------------------------------ measuring, and the nulls
+@dataclass(frozen=True)
+class _Inputs:
+    """What a measurement of the job's circuits needs besides its evaluator."""
+
+    job: CircuitEvalJobConfig
+    level: str
+    graph: Any
+    scores: Tensor | None
+    absolute: bool
+    read: list[tuple[str, Tensor, Any]]
+    mib_circuit: Any
+
+
+def _evaluator(job: CircuitEvalJobConfig, ablation: str, level: str, graph: Any, model: Any, adapter: Any,
+               task: Any, tokenizer: Any) -> Any:
+    """The evaluator of ``job``'s pairs under ``ablation``; ``mean``: every writer's (or head's and MLP's) mean
+    output over the clean prompts of the pairs measured on (non-padding tokens, all positions pooled)."""
+    from subnetlab.analysis.circuit_evaluation import edge_evaluator, node_evaluator
+
+    values: Any = ablation
+    if ablation == "mean":
+        from subnetlab.intervene.activations import collect_means
+        from subnetlab.intervene.edges import writer_means
+        from subnetlab.tasks.circuits.pairs import clean_inputs
+
+        device = next(model.parameters()).device
+        batches = [{k: v.to(device) for k, v in clean_inputs(b).items()}
+                   for b in task.pair_batches(tokenizer, job.split, job.batch_size, job.limit)]
+        values = writer_means(model, adapter, batches) if level == "edges" else collect_means(model, adapter, batches)
+    if level == "edges":
+        return edge_evaluator(model, adapter, graph, task, tokenizer, job.split, batch_size=job.batch_size,
+                              limit=job.limit, ablation=values)
+    return node_evaluator(model, adapter, task, tokenizer, job.split, batch_size=job.batch_size, limit=job.limit,
+                          ablation=values)
+
+
+def _measure(inputs: _Inputs, evaluate: Any) -> dict[str, Any]:
+    """The job's curve (or one circuit's faithfulness) measured by ``evaluate``: what ``faithfulness.json`` holds
+    of it."""
+    from subnetlab.analysis.faithfulness import circuit_faithfulness, curve_from_masks, curve_from_scores
+
+    job, graph = inputs.job, inputs.graph
+    empty = evaluate.corrupted_run
+    if job.definition == "mib":
+        from subnetlab.analysis.mib_faithfulness import mib_curves
+
+        return mib_curves(graph, inputs.mib_circuit.scores, evaluate, metric=job.metric, bootstrap=job.bootstrap,
+                          seed=job.bootstrap_seed)
+    if inputs.scores is not None:
+        select = None
+        if job.selection == "greedy":
+            from subnetlab.models.circuit import Circuit
+
+            ranked = Circuit(graph, inputs.scores, score_sign="absolute" if inputs.absolute else "signed")
+            select = lambda k: ranked.greedy(k).kept()  # noqa: E731
+        return curve_from_scores(inputs.scores, evaluate, metric=job.metric, sizes=job.sizes,
+                                 absolute=inputs.absolute, empty=empty, select=select).to_dict()
+    if len(inputs.read) > 1:
+        return curve_from_masks([keep for _, keep, _ in inputs.read], evaluate, metric=job.metric,
+                                empty=empty).to_dict()
+    keep = inputs.read[0][1]
+    f = circuit_faithfulness(keep, evaluate, empty)
+    return {"metric": job.metric, "items": keep.numel(), "kept": int(keep.sum()), "faithfulness": f}
+
+
+def headline(result: dict[str, Any], metric: str) -> dict[str, Any]:
+    """The headline numbers of one measurement: CPR and CMD (MIB's: signed / absolute rankings) and ``f`` of
+    ``metric`` at each size, or one circuit's ``f``."""
+    if result.get("definition") == "mib":
+        return {"cpr": result["cpr"], "cmd": result["cmd"], "counts": result["counts"],
+                "faithfulness": {"signed": result["signed"]["faithfulness"][metric],
+                                 "absolute": result["absolute"]["faithfulness"][metric]}}
+    if "fractions" in result:
+        return {"cpr": result["cpr"], "cmd": result["cmd"], "counts": result["counts"],
+                "faithfulness": result["faithfulness"][metric]}
+    return {"kept": result["kept"], "faithfulness": result["faithfulness"][metric]}
+
+
+def ablation_range(side: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The worst of each headline number over the ablations (lowest CPR or f, highest CMD) and where."""
+    if all("cpr" in v for v in side.values()):
+        low = min(side, key=lambda a: side[a]["cpr"])
+        high = max(side, key=lambda a: side[a]["cmd"])
+        return {"worst_cpr": {"ablation": low, "cpr": side[low]["cpr"]},
+                "worst_cmd": {"ablation": high, "cmd": side[high]["cmd"]}}
+    defined = {a: v["faithfulness"] for a, v in side.items() if v["faithfulness"] is not None}
+    if not defined:
+        return {}
+    low = min(defined, key=lambda a: defined[a])
+    return {"worst_faithfulness": {"ablation": low, "faithfulness": defined[low]}}
+
+
+def random_null(inputs: _Inputs, evaluate: Any, result: dict[str, Any]) -> dict[str, Any]:
+    """``job.random_circuits`` random circuits at each of the method's sizes, drawn by the method's selection rule
+    (``analysis.random_circuits``), against the method's ``f`` and areas in ``result``."""
+    import torch
+
+    from subnetlab.analysis.faithfulness import area
+    from subnetlab.analysis.random_circuits import random_circuit_null
+    from subnetlab.models.circuit import Circuit, top_k_mask
+
+    job, graph, metric = inputs.job, inputs.graph, inputs.job.metric
+
+    def subnetlab_areas(x: Any, f: Any) -> tuple[float, float]:
+        return area(x, f), area(x, [abs(1.0 - v) for v in f])
+
+    fractions = result.get("fractions")
+    if job.definition == "mib":
+        from subnetlab.analysis.mib_faithfulness import areas, top_n
+
+        items, counts = graph.num_edges, result["counts"]
+        select = lambda s, k: top_n(graph, s, k, absolute=False)  # noqa: E731
+        rule = "MIB's top-n of random scores, then its pruning: what no longer connects is dropped (realised sizes)"
+        method = {name: result[name]["faithfulness"][metric] for name in ("signed", "absolute")}
+        full, empty = result["full"][metric], result["empty"][metric]
+
+        def mib_areas(x: Any, f: Any) -> tuple[float, float]:
+            a = areas(x, f)
+            return a["area_under"], a["area_from_1"]
+
+        area_of = mib_areas
+        method_areas = {name: (result[name]["area_under"], result[name]["area_from_1"])
+                        for name in ("signed", "absolute")}
+    else:
+        if inputs.scores is not None:
+            items = inputs.scores.numel()
+            if job.selection == "greedy":
+                select = lambda s, k: Circuit(graph, s, score_sign="signed").greedy(k).kept()  # noqa: E731
+                rule = "EAP-IG's greedy selection from the logits on random scores (connected, exact sizes)"
+            else:
+                select = lambda s, k: top_k_mask(s, k)  # noqa: E731
+                rule = "the top k of random scores: a uniform random set of k items"
+        else:
+            keeps = [keep.reshape(-1).bool() for _, keep, _ in inputs.read]
+            items = keeps[0].numel()
+            pruned = inputs.level == "edges" and all(
+                torch.equal(Circuit(graph, None, k).pruned().kept(), k) for k in keeps)
+            if pruned:  # the files' circuits are all pruned to what connects: the random ones are too
+                select = lambda s, k: Circuit(graph, None, top_k_mask(s, k)).pruned().kept()  # noqa: E731
+                rule = ("a uniform random set of k edges, then pruned to what connects (models.circuit's rule, "
+                        "which the files' circuits satisfy; realised sizes)")
+            else:
+                select = lambda s, k: top_k_mask(s, k)  # noqa: E731
+                rule = "a uniform random set of k items"
+        if "fractions" in result:
+            counts = result["counts"]
+            method = {"circuit": result["faithfulness"][metric]}
+            full, empty = result["full"][metric], result["empty"][metric]
+            method_areas = {"circuit": (result["cpr"], result["cmd"])}
+        else:
+            counts = [result["kept"]]
+            method = {"circuit": [result["faithfulness"][metric]]}
+            full = float(evaluate(torch.ones(items, dtype=torch.bool))[metric])
+            empty = evaluate.corrupted_run[metric]
+            method_areas = None
+        area_of = subnetlab_areas
+    null = random_circuit_null(evaluate, items, counts, select, draws=job.random_circuits, seed=job.random_seed,
+                               metric=metric, full=full, empty=empty, method=method, fractions=fractions,
+                               areas=area_of, method_areas=method_areas)
+    return {"rule": rule, "ablation": job.ablation, **null}
+
+
+__all__ = ["ABLATIONS", "JOINED_NOTE", "CircuitEvalJobConfig", "ablation_range", "check_mib_files", "circuit_eval_run",
+           "headline", "mib_orientation", "random_null", "recorded_shape", "read_circuit", "read_scores"]

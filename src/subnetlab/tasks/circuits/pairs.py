@@ -202,6 +202,43 @@ class CircuitTask(Task):
         examples = self.examples(split)
         self.replace_examples(split, [replace(e, label=examples[j].label) for e, j in zip(examples, order)])
 
+    def permute_corrupted(self, split: str, order: Sequence[int]) -> None:
+        """Pair ``i`` of ``split`` takes the corrupted prompt (text and tokens) of pair ``order[i]``; the clean
+        prompts and answers stay (permuted pairs: the corruption no longer isolates the task's variable). Pairs of
+        unequal lengths are refused (patching is position by position)."""
+        self._require_bound()
+        pairs, tokens = self.pairs(split), self._tokens[split]
+        if sorted(order) != list(range(len(pairs))):
+            raise SubnetlabError(f"task {self.name}: not a permutation of the {len(pairs)} pairs of {split!r}")
+        for i, j in enumerate(order):
+            if len(tokens[i].clean) != len(tokens[j].corrupted):
+                raise SubnetlabError(f"task {self.name}: pair {i} ({len(tokens[i].clean)} tokens) cannot take the "
+                                     f"corrupted prompt of pair {j} ({len(tokens[j].corrupted)} tokens)")
+        self._pairs[split] = [replace(p, corrupted=pairs[j].corrupted) for p, j in zip(pairs, order)]
+        self._tokens[split] = [replace(t, corrupted=tokens[j].corrupted) for t, j in zip(tokens, order)]
+
+    def repairing(self, split: str, seed: int, limit: int | None = None) -> list[int]:
+        """A random re-pairing of the first ``limit`` pairs of ``split`` (all when None) for ``permute_corrupted``:
+        within each group of prompts of one token length, a random cycle through the group (seeded ``seed``), so
+        every pair with a same-length partner takes another pair's corrupted prompt; a pair alone in its length,
+        and every pair past ``limit``, keeps its own."""
+        self._require_bound()
+        tokens = self._tokens[split]
+        n = len(tokens) if limit is None else min(limit, len(tokens))
+        groups: dict[int, list[int]] = {}
+        for i in range(n):
+            groups.setdefault(len(tokens[i].clean), []).append(i)
+        g = torch.Generator().manual_seed(int(seed))
+        order = list(range(len(tokens)))
+        for length in sorted(groups):
+            members = groups[length]
+            if len(members) < 2:
+                continue
+            cycle = [members[k] for k in torch.randperm(len(members), generator=g).tolist()]
+            for a, b in zip(cycle, cycle[1:] + cycle[:1]):
+                order[a] = b
+        return order
+
     def _require_bound(self) -> None:
         if self._bound_to is None:
             raise SubnetlabError(f"task {self.name}: its prompt pairs depend on the tokenizer; bind it to one first")
