@@ -663,6 +663,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("prune-head-of-another-size", ["prune", "--model", "{bert}", "--task", "file:{twocsv}", "--sparsity", "0.5",
                                     "--seeds", "0", "--preset", "demo", "--set", "batch_size=4"],
      "has a classification head with 3 outputs, but task file:two.csv has 2 labels (a, b)"),
+    ("prune-steps-below-the-presets-warm-up", [*PRUNE[:-2], "--preset", "paper", "--set", "total_steps=150"],
+     "total_steps 150 is shorter than the warm-up, warmup_steps 9000: the target is reached at the warm-up's end, "
+     "so lower warmup_steps to at most 150 too"),
     ("prune-float16-on-cpu", [*PRUNE, "--device", "cpu", "--dtype", "float16"],
      "--dtype float16: half-precision forward passes run on CUDA or Apple mps only"),
     ("prune-dtype-unknown", [*PRUNE, "--dtype", "fp8"], "--dtype 'fp8': expected one of float32, bfloat16, float16"),

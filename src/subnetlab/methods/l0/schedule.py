@@ -40,10 +40,15 @@ class LinearSchedule:
 
     def __post_init__(self) -> None:
         _check_fraction(self.sparsity, "target sparsity")
-        if self.warmup_steps < 0 or self.total_steps < 1 or self.warmup_steps > self.total_steps:
-            raise SubnetlabError(
-                f"schedule needs 0 <= warmup_steps ({self.warmup_steps}) <= total_steps ({self.total_steps}), total >= 1"
-            )
+        if self.total_steps < 1:
+            raise SubnetlabError(f"total_steps {self.total_steps} must be at least 1", setting="total_steps")
+        if self.warmup_steps < 0:
+            raise SubnetlabError(f"warmup_steps {self.warmup_steps} must not be negative", setting="warmup_steps")
+        if self.warmup_steps > self.total_steps:  # a preset's warm-up with a shorter run given: name the other one
+            raise SubnetlabError(f"total_steps {self.total_steps} is shorter than the warm-up, warmup_steps "
+                                 f"{self.warmup_steps}: the target is reached at the warm-up's end, so lower "
+                                 f"warmup_steps to at most {self.total_steps} too (or give more total_steps)",
+                                 setting="total_steps")
         check_count("total_steps", self.total_steps)
 
     def target(self, step: int) -> float:
