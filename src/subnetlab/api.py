@@ -84,7 +84,8 @@ def prune(model: str, task: str, out: str | Path, *, sparsity: float | Sequence[
 
     ``settings`` override the preset's pruning settings (``total_steps=500``, ``ablation="zero"``, ...);
     ``controls`` (``"random-weights"``, ``"shuffled-labels"``: ``methods.controls``) run the same search beside
-    it. Returns ``{"out", "summary", "health", "warnings", "runs", "subnetworks", "controls"}``: the summary
+    it. Returns a ``PruneResult`` (``out``, ``summary``, ``health``, ``warnings``, ``runs``, ``subnetworks``,
+    ``controls``): the summary
     across seeds that the command prints (with each sparsity's health counts), each run's health and the problems
     as warning lines (module doc), each run's metrics, the chosen subnetwork of each run, and the comparison with
     the controls (``runs.controls``; empty without).
@@ -131,8 +132,9 @@ def discover(model: str, task: str, out: str | Path, *, lambdas: Sequence[float]
     defaults. ``cs`` are ``ContinuousSparsification`` settings (``epochs``, ``lr``, ``batch_size``, ``include``, ...);
     ``selection`` a ``methods.continuous_sparsification.LambdaChoice`` (default: the sparsest subnetwork within
     a point of the best evaluation accuracy). ``controls`` (``"random-weights"``, ``"shuffled-labels"``:
-    ``methods.controls``) run the same sweep beside it, each control's lambda chosen alike. Returns the chosen
-    run's metrics with ``"subnetwork"`` (its file), ``"sweep"`` (every lambda's metrics) and ``"controls"`` (the
+    ``methods.controls``) run the same sweep beside it, each control's lambda chosen alike. Returns a
+    ``DiscoverResult``: the chosen run's metrics (``chosen``; ``subnetwork``, its file), ``sweep`` (every lambda's
+    metrics) and ``controls`` (the
     chosen masks compared with the controls' as ``out/controls/metrics.json`` holds it; empty without).
     """
     from subnetlab.errors import preset_values
@@ -190,8 +192,8 @@ def transfer_subnetwork(model: str, task: str, out: str | Path, *, subnetwork: s
 
     ``train`` are ``transfer.TrainSettings`` fields (``epochs``, ``lr``, ``batch_size``, ...); ``preset``
     (``paper`` or ``quick``: ``transfer.train.TRANSFER_PRESETS``, as the command's preset) sets the epochs,
-    learning rate and batch size not given. Returns
-    ``{"out", "summary", "runs"}``: per condition and size the mean test accuracy over seeds (at each run's
+    learning rate and batch size not given. Returns a
+    ``TransferResult`` (``out``, ``summary``, ``runs``): per condition and size the mean test accuracy over seeds (at each run's
     best evaluation epoch), and every run's record.
     """
     from subnetlab.experiments.subtask_induction.report import summarise
@@ -259,8 +261,8 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
     is refused, as the command refuses its option. ``warm_start="eap"`` (or ``"eap-ig"``) scores the edges first
     into ``out/warm-start/`` and starts the log-alphas from them (``init_from`` given that file). ``device_map``
     (with ``max_memory``, ``offload_folder``) places the model's modules on devices as ``sl.prune``'s does, without
-    offloading (edge interventions read weights outside a module's call). Returns ``{"out", "summary", "health", "warnings", "runs",
-    "paths"}``: per run its kept edges, sparsity and faithfulness (edge pruning) or the scores' summary
+    offloading (edge interventions read weights outside a module's call). Returns a ``CircuitResult``
+    (``out``, ``summary``, ``health``, ``warnings``, ``runs``, ``paths``; ``circuits()`` reads them): per run its kept edges, sparsity and faithfulness (edge pruning) or the scores' summary
     (attribution), each run's health and the problems as warning lines (module doc), each run's metrics, and
     the files written (``graph``, ``circuits``, ``figures``; or ``scores``, ``node_scores``, ``graph``).
     """
