@@ -44,10 +44,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts docs/hooks
 	$(BIN)/mypy
 
-# build the wheel, install it into a fresh venv (torch 2.13.0 first), run `subnetlab --help` and `subnetlab models`
+# build the wheel, install it alone into a fresh venv that reads its dependencies from this one (pip check: its
+# requirements met), run `subnetlab --help`, `--version` and `models` there; FULL=1 installs torch and all into it
 wheel-check: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[lint]"
-	PYTHON=$(BIN)/python scripts/wheel-check.sh
+	PYTHON=$(BIN)/python FULL=$(FULL) scripts/wheel-check.sh
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
