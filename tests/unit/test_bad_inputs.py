@@ -1434,7 +1434,7 @@ API_CASES: list[tuple[str, str, tuple[str, ...], dict, str]] = [
     ("prune-model-none", "prune", (None, "nli-synthetic"), {}, "model None: expected a path"),
     ("prune-task-int", "prune", ("bert", 3), {}, "task 3: expected text"),
     ("circuit-out-none", "circuit", ("lm", "circuit:ioi", None), {"sparsity": 0.9}, "out None: expected a path"),
-    ("prune-sparsity-nan", "prune", ("bert", "nli-synthetic"), {"sparsity": NAN}, "sparsity nan: expected a number"),
+    ("prune-sparsity-nan", "prune", ("bert", "nli-synthetic"), {"sparsity": NAN}, "sparsity: nan is outside (0, 1)"),
     ("prune-sparsity-text", "prune", ("bert", "nli-synthetic"), {"sparsity": "0.5"}, "sparsity '0.5': expected"),
     ("prune-500-sparsities", "prune", ("bert", "nli-synthetic"), {"sparsity": [i / 1000 for i in range(1, 501)]},
      "500 target sparsities given, more than the bound of 100"),
