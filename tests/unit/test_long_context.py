@@ -52,7 +52,7 @@ def test_chunks_of_the_writer_differences_are_its_rows(one_thread):
     """``WriterDifferenceChunks.rows`` at every block's writer count and chunk equals ``writer_differences``."""
     m, graph, clean, corrupted, _ = _setup("gpt2", torch.float64)
     seen = {"clean": {}, "corrupted": {}}
-    from subnetlab.methods.attribution.scores import node_hooks  # the test reads the module's own hook
+    from subnetlab.methods.attribution.hooks import node_hooks  # the hook the methods record with
 
     with torch.no_grad():
         for run, inputs in (("clean", clean), ("corrupted", corrupted)):

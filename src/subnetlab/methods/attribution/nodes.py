@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from subnetlab.intervene.edges import WriterValues
-from subnetlab.methods.attribution.scores import (
+from subnetlab.methods.attribution.hooks import (
     NodeKey,
     frozen_parameters,
     mean_node_outputs,

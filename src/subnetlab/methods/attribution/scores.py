@@ -70,8 +70,8 @@ precision (at least float32).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -81,6 +81,14 @@ from torch import Tensor, nn
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.checkpoint import checkpointed_blocks, recomputing
 from subnetlab.intervene.edges import WriterValues, apply_edges, check_edge_family
+from subnetlab.methods.attribution.hooks import (
+    NodeHook,
+    NodeKey,
+    frozen_parameters,
+    mean_node_outputs,
+    node_hooks,
+    score_dtype,
+)
 from subnetlab.methods.attribution.names import IG_METHODS, MEAN_METHODS, METHODS, NODE_METHODS
 from subnetlab.methods.attribution.reader_gradients import ReaderGradients
 from subnetlab.models.adapters import Adapter
@@ -89,8 +97,6 @@ from subnetlab.models.graph import Graph
 Method = Literal["eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact", "nap", "nap-ig"]
 # metric(logits [B, T, V], batch, full_logits [B, T, V]) -> [B]
 Metric = Callable[[Tensor, dict[str, Tensor], Tensor], Tensor]
-NodeKey = tuple[str, int]  # ("embedding", i), ("heads", layer), ("mlp", layer)
-NodeHook = Callable[[NodeKey, Tensor], "Tensor | None"]
 
 
 @dataclass
@@ -134,78 +140,11 @@ def node_scores(graph: Graph, edges: Tensor) -> dict[str, Tensor]:
     return writer_grid(graph, per_writer.to(torch.promote_types(edges.dtype, torch.float32)))
 
 
-def mean_node_outputs(means: WriterValues, clean: dict[NodeKey, Tensor]) -> dict[NodeKey, Tensor]:
-    """The node outputs of mean ablation, shaped as the clean run's ``clean`` (``node_hooks``' keys): each
-    embedding's, heads' and MLP's mean output (``writer_means``, not per position) broadcast over its tokens."""
-    out: dict[NodeKey, Tensor] = {}
-    for key, x in clean.items():
-        kind, index = key
-        if kind == "embedding":
-            value = means.embeddings[index]
-        elif kind == "heads":
-            value = means.components.heads[index].reshape(-1)  # [H, d] -> the projection input's [H * d]
-        else:
-            value = means.components.mlps[index]
-        if value.dim() != 1 or value.shape[-1] != x.shape[-1]:
-            raise SubnetlabError(f"mean activations of {kind} {index} have shape {tuple(value.shape)}; the model's "
-                                 f"output there has width {x.shape[-1]} (means of one vector per writer, not per "
-                                 "position)", setting="ablation")
-        out[key] = value.to(x.device, x.dtype).expand_as(x)
-    return out
-
-
 def check_ablation(method: str, means: WriterValues | None) -> None:
     """Mean ablation only where the method defines it (``MEAN_METHODS``)."""
     if means is not None and method not in MEAN_METHODS:
         raise SubnetlabError(f"ablation mean: method {method} scores the change to the corrupted prompt; mean "
                              f"ablation is taken by {' and '.join(MEAN_METHODS)}", setting="ablation")
-
-
-@contextmanager
-def frozen_parameters(model: nn.Module) -> Iterator[None]:
-    """No parameter gradients during attribution (only activations' gradients are needed)."""
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    for p, _ in flags:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-
-
-@contextmanager
-def node_hooks(adapter: Adapter, hook: NodeHook | None) -> Iterator[None]:
-    """``hook(key, output)`` on every node's output, ahead of any other hook; a returned tensor replaces it.
-
-    Keys: ``("embedding", i)`` per embedding module, ``("heads", l)`` the input of layer ``l``'s attention output
-    projection (every head's output ``[batch, pos, heads * head_dim]``), ``("mlp", l)`` the MLP's output."""
-    if hook is None:
-        yield
-        return
-
-    def pre(key: NodeKey, args: tuple) -> tuple | None:
-        new = hook(key, args[0])
-        return None if new is None else (new, *args[1:])
-
-    handles = [m.register_forward_hook(lambda mod, a, out, i=i: hook(("embedding", i), out), prepend=True)
-               for i, m in enumerate(adapter.embedding_modules())]
-    for layer in range(adapter.num_layers):
-        handles += [
-            adapter.head_output_module(layer).register_forward_pre_hook(
-                lambda mod, args, layer=layer: pre(("heads", layer), args), prepend=True),
-            adapter.mlp_output_module(layer).register_forward_hook(
-                lambda mod, a, out, layer=layer: hook(("mlp", layer), out), prepend=True)]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def score_dtype(model: nn.Module) -> torch.dtype:
-    """The precision of scores: the model's, at least float32 (a float64 model gives float64 scores)."""
-    return torch.promote_types(next(model.parameters()).dtype, torch.float32)
 
 
 def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
