@@ -144,3 +144,24 @@ def test_node_attribution_and_mean_ablation_through_the_command(tiny, tmp_path, 
     assert torch.allclose(load_tensors(mean / "scores.safetensors")["edges"], by_lib.edges, atol=1e-6, rtol=1e-5)
     assert json.loads((mean / "config.json").read_text())["ablation"] == "mean"
     assert json.loads((mean / "metrics.json").read_text())["ablation"] == "mean"
+
+
+def test_a_node_sweep_over_seeds_compares_the_top_nodes(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """``--method nap --seeds`` over two draws of one pair: the stability is over heads and MLPs (L0.H0 ...), each
+    run's circuit the top nodes of its own scores file."""
+    from subnetlab.analysis.circuit_evaluation import node_vector
+    from subnetlab.models.circuit import edges_kept, top_k_mask
+
+    root, _, adapter, _ = tiny
+    out = tmp_path / "sweep"
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(out), "--method", "nap", "--seeds", "0,1",
+          "--limit", "1", "--sparsity", "0.5", "--device", "cpu"], capsys)
+    stab = json.loads((out / "metrics.json").read_text())["targets"]["0.500"]["stability"]
+    nodes = adapter.num_layers * (adapter.num_heads + 1)
+    masks = []
+    for seed in (0, 1):
+        saved = load_tensors(out / "steps-1" / f"seed-{seed}" / "scores.safetensors")
+        masks.append(top_k_mask(node_vector(saved["heads"], saved["mlps"]), edges_kept(0.5, nodes), absolute=True))
+    both, either = int((masks[0] & masks[1]).sum()), int((masks[0] | masks[1]).sum())
+    assert stab["pairwise_jaccard"][0][1] == pytest.approx(both / either)
+    assert stab["runs"] == ["steps-1/seed-0", "steps-1/seed-1"]
