@@ -180,3 +180,67 @@ def test_mean_ablation_is_refused_where_the_method_does_not_define_it(one_thread
         with pytest.raises(SubnetlabError, match="mean ablation is taken by eap and nap"):
             attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, method=method, means=means)
     assert count_hooks(m.model) == 0
+
+
+def _node_patching_by_hand(m, clean, corrupted, metric):
+    """Exact node patching: each head's slice of its projection input, and each MLP's output, set to the corrupted
+    run's in the clean forward (everything downstream recomputed), the metric's change; ``[L, H]`` and ``[L]``."""
+    a, H, d = m.adapter, m.adapter.num_heads, m.adapter.head_dim
+    saved = {}
+    handles = []
+    for layer in range(a.num_layers):
+        handles += [a.head_output_module(layer).register_forward_pre_hook(
+                        lambda _m, args, layer=layer: saved.__setitem__(("z", layer), args[0].detach().clone())),
+                    a.mlp_output_module(layer).register_forward_hook(
+                        lambda _m, _a, out, layer=layer: saved.__setitem__(("m", layer), out.detach().clone()))]
+    with torch.no_grad():
+        m.model(**corrupted)
+    for h in handles:
+        h.remove()
+    with torch.no_grad():
+        base = metric(m.model(**clean).logits, None).sum()
+
+    def patched(module, hook):
+        handle = hook(module)
+        try:
+            with torch.no_grad():
+                return float(metric(m.model(**clean).logits, None).sum() - base)
+        finally:
+            handle.remove()
+
+    heads = torch.zeros(a.num_layers, H, dtype=torch.float64)
+    mlps = torch.zeros(a.num_layers, dtype=torch.float64)
+    for layer in range(a.num_layers):
+        proj = a.head_output_module(layer)
+        for h in range(H):
+            def swap(_m, args, layer=layer, h=h):
+                z = args[0].clone()
+                z[..., h * d:(h + 1) * d] = saved[("z", layer)][..., h * d:(h + 1) * d]
+                return (z, *args[1:])
+            heads[layer, h] = patched(proj, lambda mod, f=swap: mod.register_forward_pre_hook(f))
+        mlps[layer] = patched(a.mlp_output_module(layer), lambda mod, layer=layer: mod.register_forward_hook(
+            lambda _m, _a, out: saved[("m", layer)]))
+    return heads, mlps
+
+
+def test_nap_approaches_exact_node_patching_as_the_corruption_shrinks(one_thread):
+    """corrupted = clean + eps * noise in the token embedding: NAP's relative error against patching each head
+    and MLP by hand falls with eps, first order (the error is second order in the change)."""
+    from tests.unit.test_attribution_methods import _shared_embedding_pairs
+
+    errors = []
+    for eps in (1e-1, 1e-2, 1e-3):
+        m, clean, corrupted = _shared_embedding_pairs(eps)
+        graph = Graph.from_adapter(m.adapter)
+
+        def metric(logits, _full):
+            return logits[:, -1, 5] - logits[:, -1, 9]
+
+        nap = writer_grid(graph, attribute_batch(m.model, m.adapter, graph, clean, corrupted, metric, method="nap"))
+        heads, mlps = _node_patching_by_hand(m, clean, corrupted, metric)
+        mine = torch.cat([nap["heads"].double().reshape(-1), nap["mlps"].double()])
+        exact = torch.cat([heads.reshape(-1), mlps])
+        errors.append(float((mine - exact).norm() / exact.norm()))
+    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+    assert errors[-1] < 1e-2, errors  # measured 0.34, 0.065, 0.0058
+    assert 3 < errors[-2] / errors[-1] < 30, errors  # first order in eps
