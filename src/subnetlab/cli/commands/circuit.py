@@ -170,7 +170,7 @@ def circuit(
     """Find edge-level circuits with Edge Pruning: hard-concrete masks over the edges of the model's computation
     graph, on the unmodified model; each circuit's faithfulness (MIB) and health go in its metrics.json, its
     figure (kept edges, Q/K/V readers marked) in circuit.png. Or score every edge by attribution patching
-    (--method eap / eap-ig). An option marked with methods (edge-pruning, eap-ig, eap / eap-ig; the Execution
+    (--method eap / eap-ig, --ablation mean under eap), or every node (--method nap / nap-ig). An option marked with methods (edge-pruning, eap-ig, eap / eap-ig; the Execution
     options are edge-pruning's) is refused under another method."""
     from rich.console import Console
     from rich.table import Table
