@@ -165,3 +165,22 @@ def test_a_node_sweep_over_seeds_compares_the_top_nodes(tiny, tmp_path, capsys, 
     both, either = int((masks[0] & masks[1]).sum()), int((masks[0] | masks[1]).sum())
     assert stab["pairwise_jaccard"][0][1] == pytest.approx(both / either)
     assert stab["runs"] == ["steps-1/seed-0", "steps-1/seed-1"]
+
+
+def test_sl_circuit_takes_the_node_methods_and_mean_ablation(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """``sl.circuit(method="nap")`` writes the command's files (no graph among its paths) and
+    ``sl.circuit(method="eap", ablation="mean")`` the command's scores."""
+    import subnetlab as sl
+
+    root = tiny[0]
+    options = {"n_train": 2, "n_eval": 6}
+    got = sl.circuit(str(root / "model"), "circuit:ioi", tmp_path / "nap", method="nap", task_options=options,
+                     device="cpu")
+    assert got["summary"]["level"] == "nodes" and "graph" not in got["paths"]
+    assert set(load_tensors(got["paths"]["scores"])) == {"heads", "mlps", "embeddings"}
+    api = sl.circuit(str(root / "model"), "circuit:ioi", tmp_path / "api", method="eap", ablation="mean",
+                     task_options=options, device="cpu")
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(tmp_path / "cli"), "--method", "eap",
+          "--ablation", "mean", "--device", "cpu"], capsys)
+    assert torch.equal(load_tensors(api["paths"]["scores"])["edges"],
+                       load_tensors(tmp_path / "cli" / "scores.safetensors")["edges"])
