@@ -837,8 +837,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("circuit-edge-pruning-refuses-ig-steps", [*CIRCUIT, "--sparsity", "0.9", "--ig-steps", "3"],
      "--ig-steps: not used by --method edge-pruning (used only by eap-ig, eap-ig-activations and nap-ig)"),
     ("circuit-edge-pruning-refuses-metric", [*CIRCUIT, "--sparsity", "0.9", "--metric", "logit_diff"],
-     "--metric: not used by --method edge-pruning (used only by eap, eap-ig, eap-ig-activations, clean-corrupted and "
-     "exact)"),
+     "--metric: not used by --method edge-pruning (used only by eap, eap-ig, eap-ig-activations, clean-corrupted, "
+     "exact, nap and nap-ig)"),
     ("circuit-edge-pruning-limit-counts-eval-pairs", [*CIRCUIT, "--sparsity", "0.9", "--limit", "0"],
      "--limit 0: the number of eval pairs each circuit is measured on (not the training pairs, which are all used)"),
     ("circuit-eap-limit-counts-train-pairs", [*EAP, "--limit", "0"],
