@@ -23,8 +23,10 @@ Where this differs from the reference: the reference takes an MLP node's gradien
 the MLP's gradient is its output's, as for every other node (the definition above, and the sum of its outgoing
 edges' EAP scores). The reference's ``nap-ig`` refuses mean ablation, and so does this one.
 
-Cost per batch: a corrupted forward (none under mean ablation), then one forward+backward (``nap``), or a clean
-forward and ``k`` forward+backwards (``nap-ig``). Scores are in the model's precision (at least float32).
+Cost per batch: a corrupted forward (none under mean ablation), then one forward+backward (``nap``: that pass
+records the clean outputs and logits itself, as EAP's does), or a clean forward and ``k`` forward+backwards
+(``nap-ig``). ``benchmarks/bench_attribution.py --methods eap,nap,nap-ig``: NAP about EAP's floor (a corrupted
+forward and a forward+backward), no reader blocks. Scores are in the model's precision (at least float32).
 """
 
 from __future__ import annotations
@@ -60,23 +62,25 @@ def node_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str
             seen[run][key] = out.detach()
         return record
 
+    one_pass = method == "nap"  # the gradient pass is the clean run: it records the clean outputs and logits itself
     with frozen_parameters(model):
         with torch.no_grad():
             if means is None:
                 with node_hooks(adapter, recorder("corrupted")):
                     model(**corrupted)
-            with node_hooks(adapter, recorder("clean")):
-                clean_logits = model(**clean).logits.detach()
-        if means is not None:
-            seen["corrupted"] = mean_node_outputs(means, seen["clean"])
-        diff = {key: (seen["corrupted"][key] - x).to(dtype) for key, x in seen["clean"].items()}
-        alphas = [1.0] if method == "nap" else [k / steps for k in range(1, steps + 1)]
+            if not one_pass:
+                with node_hooks(adapter, recorder("clean")):
+                    clean_logits = model(**clean).logits.detach()
+        alphas = [1.0] if one_pass else [k / steps for k in range(1, steps + 1)]
         total: dict[NodeKey, Tensor] = {}
+        diff: dict[NodeKey, Tensor] = {}
         for alpha in alphas:
             outputs: dict[NodeKey, Tensor] = {}
 
             def tap(key: NodeKey, out: Tensor, alpha: float = alpha) -> Tensor | None:
-                if key[0] == "embedding" and alpha != 1.0:
+                if one_pass:
+                    seen["clean"][key] = out.detach()
+                elif key[0] == "embedding":
                     x, x_corr = seen["clean"][key], seen["corrupted"][key]
                     out = (x_corr + alpha * (x - x_corr)).to(out.dtype)
                 if not out.requires_grad:  # the embeddings (frozen weights): the graph starts here
@@ -86,6 +90,12 @@ def node_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str
 
             with node_hooks(adapter, tap):
                 logits = model(**clean).logits
+            if one_pass:
+                clean_logits = logits.detach()
+            if not diff:  # the real runs' differences, once the clean outputs are recorded
+                if means is not None:
+                    seen["corrupted"] = mean_node_outputs(means, seen["clean"])
+                diff = {key: (seen["corrupted"][key] - x).to(dtype) for key, x in seen["clean"].items()}
             keys = list(outputs)
             grads = torch.autograd.grad(metric(logits, clean_logits).sum(), [outputs[k] for k in keys],
                                         allow_unused=True)
