@@ -25,8 +25,8 @@ edges' EAP scores). The reference's ``nap-ig`` refuses mean ablation, and so doe
 
 Cost per batch: a corrupted forward (none under mean ablation), then one forward+backward (``nap``: that pass
 records the clean outputs and logits itself, as EAP's does), or a clean forward and ``k`` forward+backwards
-(``nap-ig``). ``benchmarks/bench_attribution.py --methods eap,nap,nap-ig``: NAP about EAP's floor (a corrupted
-forward and a forward+backward), no reader blocks. Scores are in the model's precision (at least float32).
+(``nap-ig``). On ``benchmarks/bench_attribution.py``'s model NAP costs EAP's floor (a corrupted forward and a
+forward+backward): no reader blocks. Scores are in the model's precision (at least float32).
 """
 
 from __future__ import annotations
