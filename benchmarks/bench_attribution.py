@@ -49,7 +49,8 @@ import torch
 
 METHOD_ROWS = {"eap": "subnetlab EAP", "eap-ig": "subnetlab EAP-IG k={k}",
                "eap-ig-activations": "subnetlab EAP-IG-activations k={k}",
-               "clean-corrupted": "subnetlab clean-corrupted", "exact": "subnetlab exact patching"}
+               "clean-corrupted": "subnetlab clean-corrupted", "exact": "subnetlab exact patching",
+               "nap": "subnetlab NAP (node scores)", "nap-ig": "subnetlab NAP-IG k={k} (node scores)"}
 
 
 def main() -> None:
@@ -113,9 +114,9 @@ def main() -> None:
         "EAP floor (corrupted forward + forward+backward)": lambda: plain(True),
     }
     for method in methods:
-        steps = args.steps if method in ("eap-ig", "eap-ig-activations") else 1
+        steps = args.steps if method in ("eap-ig", "eap-ig-activations", "nap-ig") else 1
         name = METHOD_ROWS[method].format(k=steps)
-        for expand in (False, True) if args.expanded and method != "exact" else (False,):
+        for expand in (False, True) if args.expanded and method not in ("exact", "nap", "nap-ig") else (False,):
             runs[name + (" (expanded readers)" if expand else "")] = (
                 lambda method=method, steps=steps, expand=expand: attribute_batch(
                     model, adapter, graph, clean, corrupted, rows, method=method, steps=steps, expand_readers=expand))

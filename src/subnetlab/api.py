@@ -251,7 +251,9 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
             offload_folder: str | Path | None = None, **settings: Any) -> CircuitResult:
     """Edge-level circuits of ``model`` on a circuit ``task`` (``subnetlab circuit``): Edge Pruning at each target
     ``sparsity`` (fraction of edges removed) and seed (defaults: seed 0, the ``paper`` preset, measured on the
-    ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs).
+    ``eval`` pairs), or attribution scores of every edge (``method="eap"`` / ``"eap-ig"``, on the training pairs),
+    or of every node (``"nap"`` / ``"nap-ig"``: no ``graph`` in the paths). ``ablation="mean"`` under eap and nap:
+    each writer's mean output over the clean prompts in place of the corrupted one (MIB's "EAP (mean)").
 
     Attribution over several ``ig_steps`` (a list) or ``seeds`` (each scores a seeded draw of ``limit`` training
     pairs): one run per (steps, seed) and the stability of their top-``|score|`` circuits at each target
@@ -297,7 +299,7 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
         return _attribution(model, task, out, method, ig_steps=5 if ig_steps is None else ig_steps,
                             metric=metric or "logit_diff", task_options=task_options, embedding_nodes=embedding_nodes,
                             limit=limit, device=device, seeds=None if seeds is None else _seeds(seeds),
-                            sparsity=sparsity)
+                            sparsity=sparsity, ablation=ablation)
     if sparsity is None:
         raise SubnetlabError("sparsity: give at least one target", setting="sparsity")
     overrides = dict(settings)
@@ -340,7 +342,7 @@ def circuit(model: str, task: str, out: str | Path, *, method: str = "edge-pruni
 def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int | Sequence[int], metric: str,
                  task_options: Mapping[str, Any] | None, embedding_nodes: int | None, limit: int | None,
                  device: str, seeds: list[int] | None = None,
-                 sparsity: float | Sequence[float] | None = None) -> CircuitResult:
+                 sparsity: float | Sequence[float] | None = None, ablation: str | None = None) -> CircuitResult:
     """One attribution run, or with several step counts or seeds one per (steps, seed) and the stability of their
     circuits at each target ``sparsity`` (``runs.attribution_sweep``; returned under ``"stability"``)."""
     from subnetlab.runs.attribution import NODE_SCORES_FILE, SCORES_FILE, AttributionJobConfig, attribution_run
@@ -355,7 +357,7 @@ def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int
     steps = check_step_counts(list(ig_steps) if isinstance(ig_steps, (list, tuple, range)) else [ig_steps])
     job = AttributionJobConfig(model=model, task=TaskSpec(task, dict(task_options or {})), method=method,
                                ig_steps=steps[0], split="train", metric=metric, limit=limit,
-                               embedding_nodes=embedding_nodes, device=device)
+                               embedding_nodes=embedding_nodes, device=device, ablation=ablation)
     targets = None if sparsity is None else [sparsity] if isinstance(sparsity, (int, float)) else list(sparsity)
     if check_sweep_targets(method, steps, seeds, targets):
         with lock(out):
@@ -364,7 +366,8 @@ def _attribution(model: str, task: str, out: Path, method: str, *, ig_steps: int
                              runs=result["runs"], stability=result["targets"], paths={"metrics": out / "metrics.json"})
     with lock(out):
         metrics = attribution_run(job, out)
-    paths = {"scores": out / SCORES_FILE, "node_scores": out / NODE_SCORES_FILE, "graph": out / "graph.json"}
+    paths = {"scores": out / SCORES_FILE, "node_scores": out / NODE_SCORES_FILE,
+             **({} if metrics.get("level") == "nodes" else {"graph": out / "graph.json"})}
     return CircuitResult(out=out, summary=metrics, health={}, warnings=[], runs={str(out): metrics}, paths=paths)
 
 

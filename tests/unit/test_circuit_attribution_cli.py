@@ -100,3 +100,87 @@ def test_a_rerun_with_other_settings_is_refused_and_loses_nothing(tiny, tmp_path
         err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
         assert done.value.code == 2 and len(err) == 1 and differs in err[0], err
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_node_attribution_and_mean_ablation_through_the_command(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """``circuit --method nap`` writes node scores (no edges, no graph.json) that circuit-eval measures as a node
+    curve; ``--method eap --ablation mean`` writes the library's EAP with the clean prompts' writer means, and
+    records the ablation in config.json."""
+    from subnetlab.methods.attribution import attribute
+    from subnetlab.methods.attribution.scores import clean_means, writer_grid
+    from subnetlab.models.graph import Graph
+    from subnetlab.tasks.spec import TaskSpec
+
+    root, model, adapter, tok = tiny
+    task = TaskSpec("circuit:ioi", {"n_train": 2, "n_eval": 6}).build()
+    task.bind(tok)
+    graph = Graph.from_adapter(adapter)
+
+    def metric(logits, batch, full):
+        return task.metrics(logits, batch, full)["logit_diff"]
+
+    nap = tmp_path / "nap"
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(nap), "--method", "nap", "--device", "cpu"],
+         capsys)
+    saved = load_tensors(nap / "scores.safetensors")
+    assert "edges" not in saved and not (nap / "graph.json").exists()
+    mine = attribute(model, adapter, graph, task.pair_batches(tok, "train", 16), metric, method="nap")
+    expected = writer_grid(graph, mine.writers)
+    for key in ("heads", "mlps", "embeddings"):
+        assert torch.allclose(saved[key], expected[key], atol=1e-6, rtol=1e-5)
+    metrics = json.loads((nap / "metrics.json").read_text())
+    assert metrics["level"] == "nodes" and metrics["top_nodes"][0]["node"] in graph.writers
+    _run(["circuit-eval", "--model", str(root / "model"), *TASK, "--out", str(tmp_path / "ev"),
+          "--scores", str(nap / "scores.safetensors"), "--sizes", "10,50,100", "--device", "cpu"], capsys)
+    result = json.loads((tmp_path / "ev" / "faithfulness.json").read_text())
+    assert result["level"] == "nodes" and result["items"] == adapter.num_layers * (adapter.num_heads + 1)
+    assert result["faithfulness"]["logit_diff"][-1] == pytest.approx(1.0, abs=1e-5)
+
+    mean = tmp_path / "eap-mean"
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(mean), "--method", "eap", "--ablation", "mean",
+          "--device", "cpu"], capsys)
+    means = clean_means(model, adapter, task.pair_batches(tok, "train", 16))
+    by_lib = attribute(model, adapter, graph, task.pair_batches(tok, "train", 16), metric, method="eap", means=means)
+    assert torch.allclose(load_tensors(mean / "scores.safetensors")["edges"], by_lib.edges, atol=1e-6, rtol=1e-5)
+    assert json.loads((mean / "config.json").read_text())["ablation"] == "mean"
+    assert json.loads((mean / "metrics.json").read_text())["ablation"] == "mean"
+
+
+def test_a_node_sweep_over_seeds_compares_the_top_nodes(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """``--method nap --seeds`` over two draws of one pair: the stability is over heads and MLPs (L0.H0 ...), each
+    run's circuit the top nodes of its own scores file."""
+    from subnetlab.analysis.circuit_evaluation import node_vector
+    from subnetlab.models.circuit import edges_kept, top_k_mask
+
+    root, _, adapter, _ = tiny
+    out = tmp_path / "sweep"
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(out), "--method", "nap", "--seeds", "0,1",
+          "--limit", "1", "--sparsity", "0.5", "--device", "cpu"], capsys)
+    stab = json.loads((out / "metrics.json").read_text())["targets"]["0.500"]["stability"]
+    nodes = adapter.num_layers * (adapter.num_heads + 1)
+    masks = []
+    for seed in (0, 1):
+        saved = load_tensors(out / "steps-1" / f"seed-{seed}" / "scores.safetensors")
+        masks.append(top_k_mask(node_vector(saved["heads"], saved["mlps"]), edges_kept(0.5, nodes), absolute=True))
+    both, either = int((masks[0] & masks[1]).sum()), int((masks[0] | masks[1]).sum())
+    assert stab["pairwise_jaccard"][0][1] == pytest.approx(both / either)
+    assert stab["runs"] == ["steps-1/seed-0", "steps-1/seed-1"]
+
+
+def test_sl_circuit_takes_the_node_methods_and_mean_ablation(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """``sl.circuit(method="nap")`` writes the command's files (no graph among its paths) and
+    ``sl.circuit(method="eap", ablation="mean")`` the command's scores."""
+    import subnetlab as sl
+
+    root = tiny[0]
+    options = {"n_train": 2, "n_eval": 6}
+    got = sl.circuit(str(root / "model"), "circuit:ioi", tmp_path / "nap", method="nap", task_options=options,
+                     device="cpu")
+    assert got["summary"]["level"] == "nodes" and "graph" not in got["paths"]
+    assert set(load_tensors(got["paths"]["scores"])) == {"heads", "mlps", "embeddings"}
+    api = sl.circuit(str(root / "model"), "circuit:ioi", tmp_path / "api", method="eap", ablation="mean",
+                     task_options=options, device="cpu")
+    _run(["circuit", "--model", str(root / "model"), *TASK, "--out", str(tmp_path / "cli"), "--method", "eap",
+          "--ablation", "mean", "--device", "cpu"], capsys)
+    assert torch.equal(load_tensors(api["paths"]["scores"])["edges"],
+                       load_tensors(tmp_path / "cli" / "scores.safetensors")["edges"])

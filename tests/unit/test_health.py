@@ -60,6 +60,16 @@ def test_off_target_is_the_expected_sparsity_missing_the_target() -> None:
     assert h.judge(expected_sparsity=0.5 + h.TARGET_TOLERANCE + 1e-3, target_sparsity=0.5).problems == ("off-target",)
 
 
+def test_off_target_message_fits_the_selection() -> None:
+    """A top-k selection forces the target onto the gates; the threshold selection forces nothing (issue 50)."""
+    forced = h.judge(expected_sparsity=0.8, target_sparsity=0.95, selection="topk")
+    assert "forced the target" in forced.messages()[0]
+    kept = h.judge(expected_sparsity=0.8, target_sparsity=0.95, selection=h.THRESHOLD)
+    assert kept.problems == ("off-target",)
+    assert "forced" not in kept.messages()[0] and "forces no target" in kept.messages()[0]
+    assert h.read_health({"health": kept.to_dict()}) == kept  # the selection survives metrics.json
+
+
 def test_final_fall_closed_form() -> None:
     values = [10.0] * 16 + [4.0, 4.0, 2.0, 2.0]  # 20 values: the last 4 are the stretch; halves 4 and 2
     assert h.final_fall(values) == pytest.approx((4.0 - 2.0) / 4.0)

@@ -52,11 +52,11 @@ def test_chunks_of_the_writer_differences_are_its_rows(one_thread):
     """``WriterDifferenceChunks.rows`` at every block's writer count and chunk equals ``writer_differences``."""
     m, graph, clean, corrupted, _ = _setup("gpt2", torch.float64)
     seen = {"clean": {}, "corrupted": {}}
-    from subnetlab.methods.attribution.scores import _node_hooks  # the test reads the module's own hook
+    from subnetlab.methods.attribution.hooks import node_hooks  # the hook the methods record with
 
     with torch.no_grad():
         for run, inputs in (("clean", clean), ("corrupted", corrupted)):
-            with _node_hooks(m.adapter, lambda key, out, run=run: seen[run].__setitem__(key, out)):
+            with node_hooks(m.adapter, lambda key, out, run=run: seen[run].__setitem__(key, out)):
                 m.model(**inputs)
         whole = writer_differences(m.adapter, graph, seen["corrupted"], seen["clean"], torch.float64)
         pieces = WriterDifferenceChunks(m.adapter, graph, seen["corrupted"], seen["clean"], torch.float64)

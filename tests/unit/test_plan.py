@@ -34,8 +34,8 @@ CONFIGS = {
 CASES = [("gpt2", "head-pruning"), ("gpt2", "edge-pruning"), ("gpt2", "eap-ig"), ("llama", "head-pruning"),
          ("llama", "edge-pruning"), ("llama", "eap-ig"), ("bert", "head-pruning"), ("gpt2", "discover"),
          ("llama", "discover"), ("gpt2", "transfer"), ("llama", "transfer"), ("gpt2", "finetune"),
-         ("llama", "finetune"), ("bert", "finetune"), ("bert", "lottery-prune")]
-PRESETS = {"eap-ig": "paper", "discover": "quick", "transfer": "quick", "finetune": "quick",
+         ("llama", "finetune"), ("bert", "finetune"), ("bert", "lottery-prune"), ("gpt2", "nap-ig")]
+PRESETS = {"eap-ig": "paper", "nap-ig": "paper", "discover": "quick", "transfer": "quick", "finetune": "quick",
            "lottery-prune": "quick"}  # the others: "demo"
 
 
@@ -58,7 +58,7 @@ def real_peak(config, settings: PlanSettings) -> int:
 def test_the_predicted_peak_is_within_15_percent_of_the_measured_one(family, method) -> None:
     torch.set_num_threads(1)
     # micro-batches of 64, the full model's evaluation batch, so the training step (not that pass) sets the peak
-    settings = PlanSettings(method, batch=64 if method != "eap-ig" else 16, length=16, ig_steps=3,
+    settings = PlanSettings(method, batch=64 if method not in ("eap-ig", "nap-ig") else 16, length=16, ig_steps=3,
                             preset=PRESETS.get(method, "demo"))
     predicted = plan_run(CONFIGS[family], settings, family).peak_bytes
     measured = real_peak(CONFIGS[family], settings)

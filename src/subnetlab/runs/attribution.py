@@ -1,5 +1,5 @@
 """The attribution run of ``subnetlab circuit`` (methods eap, eap-ig, eap-ig-activations, clean-corrupted, exact):
-scores of every edge on a circuit task.
+scores of every edge on a circuit task; or (nap, nap-ig, ``NODE_METHODS``) of every node.
 
 Layout of DIR::
 
@@ -11,6 +11,12 @@ Layout of DIR::
       node_scores.safetensors  the node scores alone (circuit-eval measures node circuits from it)
       graph.json             the model's graph with each edge's score (a ``models.circuit.Circuit``)
       metrics.json           method, steps, pairs, seconds, the largest edges (written last: marks the run done)
+
+A node method (nap, nap-ig) writes no edge scores: ``scores.safetensors`` holds ``heads``, ``mlps`` and
+``embeddings`` (circuit-eval measures node circuits from it, as from ``node_scores.safetensors``), no
+``graph.json``, and its metrics.json lists the largest nodes. Mean ablation (``ablation="mean"``, eap and nap):
+the corrupted outputs are each writer's mean output over the clean prompts of the pairs scored (computed first,
+one forward per batch; every rank of a multi-process run computes the same means).
 
 Scores are the mean over the pairs of the chosen split of each edge's
 attribution (``methods.attribution``), for the task metric picked (default the
@@ -37,6 +43,7 @@ import torch
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json, save_tensors, write_json
+from subnetlab.methods.attribution.names import ABLATIONS, MEAN_METHODS, NODE_METHODS
 from subnetlab.methods.attribution.scores import IG_METHODS, METHODS, check_method, check_position_chunk
 from subnetlab.runs.job_config import JobConfig, optional, require_positive
 from subnetlab.tasks.circuits.metrics import METRICS, TASK_METRICS
@@ -72,10 +79,19 @@ class AttributionJobConfig(JobConfig):
     # tokens of a batch scored per chunk, blocks recomputed in the backward (``attribute_batch``); 0: never;
     # None (left out of config.json): chunks of ``AUTO_CHUNK`` tokens in batches of more
     position_chunk: int | None = optional()
+    # what the scored change replaces a writer's output with: None (left out of config.json) the corrupted prompt's
+    # output; "mean" its mean output over the clean prompts (eap, nap: MIB's "EAP (mean)")
+    ablation: str | None = optional()
 
     def __post_init__(self) -> None:
         check_method(self.method, self.ig_steps)
         check_position_chunk(self.position_chunk)
+        check_ablation(self.method, self.ablation)
+        if self.ablation == "corrupted":  # the default, recorded as the default is
+            object.__setattr__(self, "ablation", None)
+        if self.method in NODE_METHODS and self.position_chunk is not None:
+            raise SubnetlabError(f"position_chunk: not used by method {self.method} (a node method scores the whole "
+                                 "batch in one backward)", setting="position_chunk")
         if self.kv_readers not in (None, *KV_READERS):
             raise SubnetlabError(f"kv_readers {self.kv_readers!r}: choose query (one key and value reader per query "
                                  "head, EAP-IG's and MIB's graph) or kv (one per key/value head)", setting="kv_readers")
@@ -92,11 +108,24 @@ class AttributionJobConfig(JobConfig):
                          counts=f"the number of {self.split} pairs the edges are scored on")
 
 
+def check_ablation(method: str, ablation: str | None) -> None:
+    """``ablation`` one of ``ABLATIONS``, and mean ablation only under a method that takes it (``MEAN_METHODS``)."""
+    if ablation is None:
+        return
+    if ablation not in ABLATIONS:
+        takes = f"corrupted, or mean under {' and '.join(MEAN_METHODS)}" if method in MEAN_METHODS else "corrupted"
+        raise SubnetlabError(f"ablation {ablation!r}: method {method} takes {takes}", setting="ablation")
+    if ablation == "mean" and method not in MEAN_METHODS:
+        raise SubnetlabError(f"ablation mean: method {method} scores the change to the corrupted prompt; mean "
+                             f"ablation is taken by {' and '.join(MEAN_METHODS)}", setting="ablation")
+
+
 def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     """Score every edge and node of the model for ``job`` and write DIR (module doc); returns metrics.json."""
     from subnetlab.distributed import world
     from subnetlab.intervene.edges import check_edge_family
     from subnetlab.methods.attribution import attribute
+    from subnetlab.methods.attribution.scores import clean_means
     from subnetlab.methods.model_fit import position_limit
     from subnetlab.models import load_model
     from subnetlab.models.circuit import Circuit
@@ -142,7 +171,10 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
     if here.is_writer:
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "config.json", config)
-    stage(f"{job.method} scores of {graph.num_edges} edges on {pairs} pairs of {job.split} (metric {job.metric}"
+    nodes_only = job.method in NODE_METHODS
+    items = f"{len(graph.writers)} nodes" if nodes_only else f"{graph.num_edges} edges"
+    stage(f"{job.method} scores of {items} on {pairs} pairs of {job.split} (metric {job.metric}"
+          f"{', mean ablation' if job.ablation == 'mean' else ''}"
           f"{f', split over {here.size} processes' if here.size > 1 else ''}"
           f"{f', {job.ig_steps} steps' if job.method in IG_METHODS else ''}"
           f"{f', {graph.num_edges} forward rows per pair' if job.method == 'exact' else ''})")
@@ -153,22 +185,39 @@ def attribution_run(job: AttributionJobConfig, out: Path) -> dict[str, Any]:
         return task.metrics(logits, batch, full)[job.metric]
 
     start = time.perf_counter()
+    means = None
+    if job.ablation == "mean":
+        with torch.no_grad():
+            means = clean_means(model, loaded.adapter, scored_batches(task, tokenizer, job, pairs))
     result = attribute(model, loaded.adapter, graph, scored_batches(task, tokenizer, job, pairs), metric,
                        method=job.method, steps=job.ig_steps,  # type: ignore[arg-type]
-                       position_chunk=job.position_chunk)
+                       position_chunk=job.position_chunk, means=means)
     seconds = time.perf_counter() - start
     nodes = result.node_scores()
+    ablation = {} if job.ablation is None else {"ablation": job.ablation}
     if not here.is_writer:  # the same scores as rank 0's (summed over the ranks); rank 0 writes them
         return {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
-                "edges": graph.num_edges, "seconds": round(seconds, 3), "top_edges": []}
-    circuit = Circuit(graph, result.edges, score_sign="absolute")
+                "edges": graph.num_edges, "seconds": round(seconds, 3), "top_edges": [], **ablation}
     meta = {"format": FORMAT, "method": job.method, "steps": str(result.steps), "metric": job.metric,
-            "pairs": str(result.pairs), "graph": graph.family, "edges": str(graph.num_edges)}
-    save_tensors(out / SCORES_FILE, {"edges": result.edges, **nodes}, metadata={**meta, **circuit.metadata()})
+            "pairs": str(result.pairs), "graph": graph.family, "edges": str(graph.num_edges), **ablation}
     save_tensors(out / NODE_SCORES_FILE, {"heads": nodes["heads"], "mlps": nodes["mlps"]}, metadata=meta)
+    if result.edges is None:  # a node method: node scores alone, no edge graph
+        save_tensors(out / SCORES_FILE, nodes, metadata={**meta, "level": "nodes"})
+        names = graph.writers  # the graph's names: a0.h1, m0, the embeddings
+        order = result.writers.abs().argsort(descending=True)[:10].tolist()
+        metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
+                   **ablation, **({} if job.sample_seed is None else {"seed": job.sample_seed, "scored_pairs": sampled}),
+                   "edges": graph.num_edges, "nodes": len(names), "level": "nodes", "seconds": round(seconds, 3),
+                   "pairs_per_second": round(result.pairs / max(seconds, 1e-9), 3),
+                   "top_nodes": [{"node": names[i], "score": float(result.writers[i])} for i in order],
+                   "top_edges": []}
+        write_json(out / "metrics.json", metrics)
+        return metrics
+    circuit = Circuit(graph, result.edges, score_sign="absolute")
+    save_tensors(out / SCORES_FILE, {"edges": result.edges, **nodes}, metadata={**meta, **circuit.metadata()})
     write_json(out / "graph.json", {**circuit.to_dict(), "method": job.method})  # the method: is it linear in D_w
     order = result.edges.abs().argsort(descending=True)[:10].tolist()
-    metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs,
+    metrics = {"method": job.method, "steps": result.steps, "metric": job.metric, "pairs": result.pairs, **ablation,
                **({} if job.sample_seed is None else {"seed": job.sample_seed, "scored_pairs": sampled}),
                "edges": graph.num_edges, "seconds": round(seconds, 3),
                **({"kv_readers": "query" if graph.ungrouped_kv else "kv"} if graph.group > 1 else {}),
@@ -194,4 +243,5 @@ def scored_batches(task: Any, tokenizer: Any, job: AttributionJobConfig, pairs: 
         yield task.pair_batch(tokenizer, job.split, chosen[start:start + job.batch_size])
 
 
-__all__ = ["AttributionJobConfig", "METHODS", "NODE_SCORES_FILE", "SCORES_FILE", "attribution_run", "sampled_pairs"]
+__all__ = ["AttributionJobConfig", "METHODS", "NODE_SCORES_FILE", "SCORES_FILE", "attribution_run", "check_ablation",
+           "sampled_pairs"]

@@ -106,13 +106,22 @@ def attribution_sweep(base: AttributionJobConfig, out: Path, *, steps: Sequence[
 def score_stability(files: Sequence[Path], labels: Sequence[tuple[int, int | None]], targets: Sequence[float]
                     ) -> dict[str, Any]:
     """Per target sparsity: the stability of the top-|score| circuits of each scores file (``labels``: each
-    file's step count and seed), keyed as ``runs.controls`` keys its targets."""
+    file's step count and seed), keyed as ``runs.controls`` keys its targets. Node scores (nap, nap-ig): the
+    circuits are the top heads and MLPs (``L0.H0 ... L0.MLP``), as circuit-eval's node curves take them."""
+    from subnetlab.analysis.circuit_evaluation import node_vector
     from subnetlab.analysis.stability import mask_stability
     from subnetlab.io import load_tensors
     from subnetlab.models.circuit import Circuit, edges_kept, top_k_mask
+    from subnetlab.subnetwork.subnetwork import component_index
 
-    scores = [load_tensors(f)["edges"] for f in files]
-    names = list(Circuit.load(Path(files[0]).parent / "graph.json").graph.edge_names)  # the run's graph, beside it
+    tensors = [load_tensors(f) for f in files]
+    if "edges" in tensors[0]:
+        scores = [t["edges"] for t in tensors]
+        names = list(Circuit.load(Path(files[0]).parent / "graph.json").graph.edge_names)  # the run's graph, beside it
+    else:
+        scores = [node_vector(t["heads"], t["mlps"]) for t in tensors]
+        layers, heads = tensors[0]["heads"].shape
+        names = list(component_index(int(layers), int(heads)))
     out: dict[str, Any] = {}
     for target in sorted(targets):
         k = edges_kept(float(target), scores[0].numel())

@@ -147,7 +147,8 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         metrics["repair"] = result.repair
     if job.control is not None:
         metrics["control"] = job.control
-    metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity, evaluate.baseline("logit_diff"))
+    metrics["health"] = circuit_health(result, graph, sub.count(), cfg.sparsity, evaluate.baseline("logit_diff"),
+                                       cfg.selection)
     return metrics
 
 
@@ -224,14 +225,15 @@ def warm_start(job: CircuitJobConfig, adapter: Any) -> Any:
 
 
 def circuit_health(result: Any, graph: Graph, kept: int, target: float,
-                   baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   baseline: Mapping[str, Any] | None = None, selection: str | None = None) -> dict[str, Any]:
     """The ``health`` entry of an edge circuit (``runs.health.judge``): units are edges; the gates are the edge
     (and node) masks; the objective is the KL over training; ``baseline`` the logit difference of the full model
-    and the empty circuit its faithfulness divides by."""
+    and the empty circuit its faithfulness divides by; ``selection`` the settings' (the off-target message names
+    what it did)."""
     expected = result.history[-1].get("expected_sparsity") if result.history else None
     health = judge(kept=kept, maskable=graph.num_edges, undecided=result.selection.undecided,
                    gates=result.selection.num_masks, expected_sparsity=expected, target_sparsity=target,
-                   objective=[h.get("kl") for h in result.history], baseline=baseline)
+                   objective=[h.get("kl") for h in result.history], baseline=baseline, selection=selection)
     return health.to_dict()
 
 

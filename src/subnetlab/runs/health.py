@@ -14,7 +14,9 @@ over training); ``judge`` turns them into a ``Health`` with a flag per problem:
   another one.
 * **off target**: the expected sparsity at the end misses the target by more
   than ``TARGET_TOLERANCE``: a top-k selection then forced the target onto gates
-  that training never moved (so its sparsity reads as the target regardless).
+  that training never moved (so its sparsity reads as the target regardless); a
+  threshold selection (Edge Pruning's ``selection="threshold"``) forces nothing and
+  keeps what the gates decided, so its circuit misses the target too.
 * **unconverged**: the objective was still falling over the last
   ``CONVERGENCE_STRETCH`` of training by more than ``MAX_FINAL_FALL``.
 * **degenerate baseline** (circuits): faithfulness ``f = (m(C) - m(empty)) /
@@ -73,6 +75,8 @@ MIN_BASELINE_EFFECT = 0.2
 # chance" (two standard errors: a model at chance passes one time in forty; 40 rows of 3 labels: below 0.48).
 MAX_CHANCE_Z = 2.0
 
+THRESHOLD = "threshold"  # a selection that keeps the gates' own decisions (Edge Pruning's authors' final circuit)
+
 PROBLEMS = ("degenerate", "undecided", "off-target", "unconverged", "degenerate-baseline", "at-chance")
 
 
@@ -91,6 +95,7 @@ class Health:
     baseline: Mapping[str, Any] | None = None  # a circuit's m(full) and m(empty) (``analysis.faithfulness.baseline``)
     undecided_advice: str | None = None  # what to raise when gates stay undecided, in the run's own settings
     chance: Mapping[str, Any] | None = None  # a full model's accuracy against chance (``chance_level``)
+    selection: str | None = None  # how the binary subnetwork was taken from the gates (``THRESHOLD``: forces nothing)
 
     @property
     def ok(self) -> bool:
@@ -119,9 +124,13 @@ class Health:
                        + (f"raise {self.undecided_advice}" if self.undecided_advice
                           else "another seed may select other units"))
         if "off-target" in self.problems:
-            out.append(f"off target: expected sparsity {self.expected_sparsity:.3f} at the end against the target "
-                       f"{self.target_sparsity:.3f} (tolerance {TARGET_TOLERANCE:g}); the selection forced the target on "
-                       "gates training had not moved there")
+            head = (f"off target: expected sparsity {self.expected_sparsity:.3f} at the end against the target "
+                    f"{self.target_sparsity:.3f} (tolerance {TARGET_TOLERANCE:g}); ")
+            if self.selection == THRESHOLD:
+                out.append(head + "the threshold selection forces no target (it keeps the gates as training left "
+                           "them), so the circuit is off the target as well; train longer")
+            else:
+                out.append(head + "the selection forced the target on gates training had not moved there")
         if "unconverged" in self.problems:
             out.append(f"unconverged: the objective still fell {self.objective_fall:.1%} over the last "
                        f"{CONVERGENCE_STRETCH:.0%} of training (more than {MAX_FINAL_FALL:.0%}); train longer")
@@ -143,7 +152,8 @@ class Health:
                 "problems": list(self.problems), "messages": self.messages(), "thresholds": thresholds(),
                 **({"baseline": dict(self.baseline)} if self.baseline is not None else {}),
                 **({"undecided_advice": self.undecided_advice} if self.undecided_advice else {}),
-                **({"chance": dict(self.chance)} if self.chance is not None else {})}
+                **({"chance": dict(self.chance)} if self.chance is not None else {}),
+                **({"selection": self.selection} if self.selection else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Health:
@@ -153,7 +163,7 @@ class Health:
         return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()),
                    baseline=baseline if isinstance(baseline, Mapping) else None,
                    undecided_advice=data.get("undecided_advice"),
-                   chance=chance if isinstance(chance, Mapping) else None)
+                   chance=chance if isinstance(chance, Mapping) else None, selection=data.get("selection"))
 
 
 def thresholds() -> dict[str, Any]:
@@ -183,11 +193,13 @@ def final_fall(objective: Sequence[float]) -> float | None:
 def judge(*, kept: int | None = None, maskable: int | None = None, undecided: int | None = None,
           gates: int | None = None, expected_sparsity: float | None = None, target_sparsity: float | None = None,
           objective: Sequence[float] | None = None, baseline: Mapping[str, Any] | None = None,
-          undecided_advice: str | None = None, chance: Mapping[str, Any] | None = None) -> Health:
+          undecided_advice: str | None = None, chance: Mapping[str, Any] | None = None,
+          selection: str | None = None) -> Health:
     """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers);
     ``baseline``: a circuit's full-model and empty-circuit metric (``analysis.faithfulness.baseline``);
     ``undecided_advice``: the settings to raise, with their values, named in the undecided message;
-    ``chance``: a full model's accuracy against chance (``chance_level``)."""
+    ``chance``: a full model's accuracy against chance (``chance_level``); ``selection``: how the subnetwork was
+    taken from the gates (``THRESHOLD`` forces no target: the off-target message says so)."""
     fall = final_fall(objective) if objective is not None else None
     problems = []
     if kept is not None and maskable:
@@ -207,7 +219,7 @@ def judge(*, kept: int | None = None, maskable: int | None = None, undecided: in
         problems.append("at-chance")
     return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems),
                   None if baseline is None else dict(baseline), undecided_advice,
-                  None if chance is None else dict(chance))
+                  None if chance is None else dict(chance), selection)
 
 
 def chance_level(scores: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -288,6 +300,7 @@ def read_health(metrics: Mapping[str, Any]) -> Health | None:
 
 
 __all__ = ["CONVERGENCE_STRETCH", "Health", "HealthWarning", "MAX_FINAL_FALL", "MAX_UNDECIDED_SHARE",
-           "MAX_CHANCE_Z", "MIN_BASELINE_EFFECT", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR", "PROBLEMS", "TARGET_TOLERANCE", "UNDECIDED",
+           "MAX_CHANCE_Z", "MIN_BASELINE_EFFECT", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR", "PROBLEMS", "TARGET_TOLERANCE",
+           "THRESHOLD", "UNDECIDED",
            "baseline_degenerate", "baseline_message", "chance_level", "final_fall", "health_problems", "judge", "read_health",
            "refuse_or_warn", "report_health", "thresholds"]

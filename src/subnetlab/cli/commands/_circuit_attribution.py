@@ -1,4 +1,5 @@
-"""`subnetlab circuit --method eap|eap-ig`: attribution scores of every edge (``runs.attribution``), or, over
+"""`subnetlab circuit --method eap|eap-ig|...|nap|nap-ig`: attribution scores of every edge, or of every node
+(nap, nap-ig) (``runs.attribution``), or, over
 several step counts or seeds, one run each and the stability of their circuits (``runs.attribution_sweep``)."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def attribution_command(*, model: str, task: str, out: Path, method: str, ig_ste
                         data_flags: dict[str, Any], metric: str, embedding_nodes: Optional[int], limit: Optional[int],
                         device: str, batch_size: int = 16, seeds: Optional[list[int]] = None,
                         targets: Optional[list[float]] = None, kv_readers: Optional[str] = None,
-                        position_chunk: Optional[int] = None) -> None:
+                        position_chunk: Optional[int] = None, ablation: Optional[str] = None) -> None:
     """Score every edge on the training pairs, write DIR, print the largest edges; over several step counts or
     with seeds, one run per (steps, seed) and the circuits' stability."""
     from rich.console import Console
@@ -42,7 +43,7 @@ def attribution_command(*, model: str, task: str, out: Path, method: str, ig_ste
                                                            **data_flags)),
         method=method, ig_steps=ig_steps[0], split="train", metric=metric, batch_size=batch_size, limit=limit,
         embedding_nodes=embedding_nodes, device=device, kv_readers=kv_readers,
-        position_chunk=position_chunk)
+        position_chunk=position_chunk, ablation=ablation)
     console = Console()
     if sweep:
         from subnetlab.runs.attribution_sweep import DEFAULT_TARGET, attribution_sweep
@@ -60,6 +61,12 @@ def attribution_command(*, model: str, task: str, out: Path, method: str, ig_ste
                                "counts and seeds")
         return
     metrics = attribution_run(job, out)
+    if metrics.get("level") == "nodes":
+        console.print(f"{metrics['method']}: {metrics['nodes']} nodes scored on {metrics['pairs']} pairs in "
+                      f"{metrics['seconds']:.2f}s; largest: " +
+                      ", ".join(f"{n['node']} {n['score']:+.3g}" for n in metrics["top_nodes"][:5]))
+        console.print(f"written: {out / SCORES_FILE} (node scores); measure it with subnetlab circuit-eval --scores")
+        return
     console.print(f"{metrics['method']}: {metrics['edges']} edges scored on {metrics['pairs']} pairs in "
                   f"{metrics['seconds']:.2f}s; largest: " +
                   ", ".join(f"{e['edge']} {e['score']:+.3g}" for e in metrics["top_edges"][:5]))

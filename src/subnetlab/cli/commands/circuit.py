@@ -1,5 +1,6 @@
 """`subnetlab circuit`: edge-level circuits by Edge Pruning, over target sparsities and seeds, or attribution
-scores of every edge (``--method eap|eap-ig|eap-ig-activations|clean-corrupted|exact``, ``_circuit_attribution``).
+scores of every edge (``--method eap|eap-ig|eap-ig-activations|clean-corrupted|exact``) or of every node
+(``--method nap|nap-ig``), ``_circuit_attribution``.
 
     subnetlab circuit --model gpt2 --task circuit:ioi --method edge-pruning --sparsity 0.95 0.98 --seeds 0-2 \\
         --preset paper --out runs/ioi-circuits
@@ -105,9 +106,10 @@ def circuit(
     method: str = typer.Option("edge-pruning", "--method", help="edge-pruning (Bhaskar et al., 2024), or scores of every "
                                "edge written to DIR/scores.safetensors, on the training pairs: eap / eap-ig (Syed et al. "
                                "2023; Hanna et al. 2024), eap-ig-activations and clean-corrupted (as hannamw/EAP-IG), "
-                               "exact (patching each edge: one forward per edge, for small graphs). An option marked "
-                               "for another method is refused."),
-    ig_steps: str = typer.Option("5", "--ig-steps", help="eap-ig, eap-ig-activations: the interpolation steps k "
+                               "exact (patching each edge: one forward per edge, for small graphs); or scores of every "
+                               "node (head, MLP, embedding): nap / nap-ig (node attribution patching, MIB's node "
+                               "baselines). An option marked for another method is refused."),
+    ig_steps: str = typer.Option("5", "--ig-steps", help="eap-ig, eap-ig-activations, nap-ig: the interpolation steps k "
                                  "(k forward+backward passes per batch, per layer node for eap-ig-activations); "
                                  "several, 5,10,20: one run per count in DIR/steps-K/ and the circuits' stability "
                                  "across them in DIR/metrics.json."),
@@ -138,7 +140,8 @@ def circuit(
                                "or quick (your own small model on a CPU: 300 steps of 16 pairs per run; demo is the same)."),
     ablation: Optional[str] = typer.Option(None, "--ablation", help="edge-pruning: what a removed edge delivers, "
                                            "corrupted (default: its writer's output on the corrupted prompt), mean or "
-                                           "zero."),
+                                           "zero. eap, nap: corrupted (default) or mean (each writer's mean output "
+                                           "over the clean prompts in place of the corrupted one: MIB's EAP (mean))."),
     embedding_nodes: Optional[int] = typer.Option(None, "--embedding-nodes", help="0 leaves the embeddings out of the "
                                                   "graph (Edge Pruning's own default: they reach every reader and are "
                                                   "never cut); 1 joins the token and position embeddings into one "
@@ -167,7 +170,7 @@ def circuit(
     """Find edge-level circuits with Edge Pruning: hard-concrete masks over the edges of the model's computation
     graph, on the unmodified model; each circuit's faithfulness (MIB) and health go in its metrics.json, its
     figure (kept edges, Q/K/V readers marked) in circuit.png. Or score every edge by attribution patching
-    (--method eap / eap-ig). An option marked with methods (edge-pruning, eap-ig, eap / eap-ig; the Execution
+    (--method eap / eap-ig, --ablation mean under eap), or every node (--method nap / nap-ig). An option marked with methods (edge-pruning, eap-ig, eap / eap-ig; the Execution
     options are edge-pruning's) is refused under another method."""
     from rich.console import Console
     from rich.table import Table
@@ -195,7 +198,7 @@ def circuit(
                                    ig_steps=parse_step_counts(ig_steps), task_option=task_option,
                                    data_flags=data_flags, metric=metric, embedding_nodes=embedding_nodes, limit=limit,
                                    device=device, seeds=parse_int_list(seeds, "--seeds") if "seeds" in given else None,
-                                   kv_readers=kv_readers, position_chunk=position_chunk,
+                                   kv_readers=kv_readers, position_chunk=position_chunk, ablation=ablation,
                                    targets=parse_sparsities([*sparsity, *(more or [])]) if sparsity or more else None)
     runs_on = resolve_device(device)
     placement = DeviceMap.given(device_map, max_memory, offload_folder)

@@ -17,7 +17,7 @@ import typer
 
 from subnetlab.errors import SubnetlabError
 
-COMMANDS = {"prune": ("head-pruning",), "circuit": ("edge-pruning", "eap", "eap-ig"), "discover": ("discover",),
+COMMANDS = {"prune": ("head-pruning",), "circuit": ("edge-pruning", "eap", "eap-ig", "nap", "nap-ig"), "discover": ("discover",),
             "transfer": ("transfer",), "finetune": ("finetune",), "lottery-prune": ("lottery-prune",)}
 # the options each command's plan reads beyond --model, --dtype, --memory, --layers-sampled; another one is refused
 READS = {"prune": ("--batch", "--micro-batch", "--length", "--preset", "--sparsity"),

@@ -60,7 +60,8 @@ def control_run(model: Any, tokenizer: Any, settings: CircuitsSettings, control:
                "masks": result.selection.num_masks, "eval": {"split": "eval", **evaluate(kept.bool())},
                "faithfulness": circuit_faithfulness(kept, evaluate, empty=evaluate.corrupted_run),
                **({} if control is None else {"control": control}),
-               "health": circuit_health(result, graph, sub.count(), sparsity, evaluate.baseline("logit_diff"))}
+               "health": circuit_health(result, graph, sub.count(), sparsity, evaluate.baseline("logit_diff"),
+                                        config.selection)}
     write_json(run_dir / "metrics.json", metrics)
     return metrics
 

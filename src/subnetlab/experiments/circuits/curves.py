@@ -126,7 +126,7 @@ def edge_pruning_runs(model, tokenizer, task, key_edges: list[str], ep: dict[str
             "sparsity": sub.sparsity,
             "undecided_masks": result.selection.undecided, "masks": result.selection.num_masks,
             "eval": {"split": "eval", **evaluate(mask.bool())}, "faithfulness": run["faithfulness"],
-            "health": circuit_health(result, graph, len(kept), float(sparsity))})
+            "health": circuit_health(result, graph, len(kept), float(sparsity), selection=config.selection)})
     chosen = float(ep["curve_sparsity"])
     curve = curve_from_scores(log_alphas[chosen], evaluate, empty=empty, absolute=False).to_dict()
     curve["from_sparsity"] = chosen

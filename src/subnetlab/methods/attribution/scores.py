@@ -38,6 +38,13 @@ hannamw/EAP-IG's ``attribute`` does:
 * ``clean-corrupted`` (``get_scores_clean_corrupted``): the mean of the
   gradients on the clean prompt and on the corrupted prompt (two passes).
 
+Mean ablation (``means``, MIB's "EAP (mean)"; ``eap`` and ``nap``): the corrupted outputs are replaced by each
+writer's mean output over the clean prompts (``intervene.edges.writer_means``: over every real token, not per
+position), so ``D_w = mean_w - out_w(x)`` and no corrupted forward runs (``mean_node_outputs``).
+
+``nap`` and ``nap-ig`` (``methods.attribution.nodes``) score the writers themselves, one backward to the node
+outputs, not the readers.
+
 Node-level attribution patching scores a head or MLP by ``(out_w(x~) -
 out_w(x)) . dm/d out_w``. At "everything kept" the gradient of a writer's output
 is the sum of the gradients of every reader downstream of it, so a node's score
@@ -63,8 +70,8 @@ precision (at least float32).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -73,31 +80,56 @@ from torch import Tensor, nn
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.intervene.checkpoint import checkpointed_blocks, recomputing
-from subnetlab.intervene.edges import apply_edges, check_edge_family
-from subnetlab.methods.attribution.names import IG_METHODS, METHODS
+from subnetlab.intervene.edges import WriterValues, apply_edges, check_edge_family
+from subnetlab.methods.attribution.hooks import (
+    NodeHook,
+    NodeKey,
+    frozen_parameters,
+    mean_node_outputs,
+    node_hooks,
+    score_dtype,
+)
+from subnetlab.methods.attribution.names import IG_METHODS, MEAN_METHODS, METHODS, NODE_METHODS
 from subnetlab.methods.attribution.reader_gradients import ReaderGradients
 from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
-Method = Literal["eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact"]
+Method = Literal["eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact", "nap", "nap-ig"]
 # metric(logits [B, T, V], batch, full_logits [B, T, V]) -> [B]
 Metric = Callable[[Tensor, dict[str, Tensor], Tensor], Tensor]
-NodeKey = tuple[str, int]  # ("embedding", i), ("heads", layer), ("mlp", layer)
-NodeHook = Callable[[NodeKey, Tensor], "Tensor | None"]
 
 
 @dataclass
 class AttributionScores:
-    """Edge scores ``[edges]`` in ``graph`` order and node scores (heads ``[L, H]``, MLPs ``[L]``, embeddings)."""
+    """Edge scores ``[edges]`` in ``graph`` order and node scores (heads ``[L, H]``, MLPs ``[L]``, embeddings);
+    a node method (``NODE_METHODS``) has no edge scores (``edges`` None) and its ``writers`` ``[writers]`` in
+    graph order."""
 
     graph: Graph
-    edges: Tensor
+    edges: Tensor | None
     method: str
     steps: int
     pairs: int
+    writers: Tensor | None = None
+    ablation: str = "corrupted"
+
+    @property
+    def level(self) -> str:
+        return "edges" if self.edges is not None else "nodes"
 
     def node_scores(self) -> dict[str, Tensor]:
+        if self.writers is not None:
+            return writer_grid(self.graph, self.writers)
         return node_scores(self.graph, self.edges)
+
+
+def writer_grid(graph: Graph, per_writer: Tensor) -> dict[str, Tensor]:
+    """Per-writer scores ``[writers]`` (graph order) as heads ``[L, H]``, MLPs ``[L]`` and embeddings ``[E]``."""
+    L, H, E = graph.num_layers, graph.num_heads, graph.num_embeddings
+    dtype = torch.promote_types(per_writer.dtype, torch.float32)
+    grid = per_writer[E:].reshape(L, H + 1).to(dtype)
+    return {"heads": grid[:, :H].contiguous(), "mlps": grid[:, H].contiguous(),
+            "embeddings": per_writer[:E].to(dtype).contiguous()}
 
 
 def node_scores(graph: Graph, edges: Tensor) -> dict[str, Tensor]:
@@ -105,64 +137,22 @@ def node_scores(graph: Graph, edges: Tensor) -> dict[str, Tensor]:
     per_writer = torch.zeros(len(graph.writers), dtype=torch.float64)
     writers = torch.tensor([w for w, _ in graph.edges])
     per_writer.index_add_(0, writers, edges.double().cpu())
-    L, H, E = graph.num_layers, graph.num_heads, graph.num_embeddings
-    dtype = torch.promote_types(edges.dtype, torch.float32)
-    grid = per_writer[E:].view(L, H + 1).to(dtype)
-    return {"heads": grid[:, :H].contiguous(), "mlps": grid[:, H].contiguous(), "embeddings": per_writer[:E].to(dtype)}
+    return writer_grid(graph, per_writer.to(torch.promote_types(edges.dtype, torch.float32)))
 
 
-@contextmanager
-def _frozen_parameters(model: nn.Module) -> Iterator[None]:
-    """No parameter gradients during attribution (only activations' gradients are needed)."""
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    for p, _ in flags:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-
-
-@contextmanager
-def _node_hooks(adapter: Adapter, hook: NodeHook | None) -> Iterator[None]:
-    """``hook(key, output)`` on every node's output, ahead of any other hook; a returned tensor replaces it.
-
-    Keys: ``("embedding", i)`` per embedding module, ``("heads", l)`` the input of layer ``l``'s attention output
-    projection (every head's output ``[batch, pos, heads * head_dim]``), ``("mlp", l)`` the MLP's output."""
-    if hook is None:
-        yield
-        return
-
-    def pre(key: NodeKey, args: tuple) -> tuple | None:
-        new = hook(key, args[0])
-        return None if new is None else (new, *args[1:])
-
-    handles = [m.register_forward_hook(lambda mod, a, out, i=i: hook(("embedding", i), out), prepend=True)
-               for i, m in enumerate(adapter.embedding_modules())]
-    for layer in range(adapter.num_layers):
-        handles += [
-            adapter.head_output_module(layer).register_forward_pre_hook(
-                lambda mod, args, layer=layer: pre(("heads", layer), args), prepend=True),
-            adapter.mlp_output_module(layer).register_forward_hook(
-                lambda mod, a, out, layer=layer: hook(("mlp", layer), out), prepend=True)]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def score_dtype(model: nn.Module) -> torch.dtype:
-    """The precision of scores: the model's, at least float32 (a float64 model gives float64 scores)."""
-    return torch.promote_types(next(model.parameters()).dtype, torch.float32)
+def check_ablation(method: str, means: WriterValues | None) -> None:
+    """Mean ablation only where the method defines it (``MEAN_METHODS``)."""
+    if means is not None and method not in MEAN_METHODS:
+        raise SubnetlabError(f"ablation mean: method {method} scores the change to the corrupted prompt; mean "
+                             f"ablation is taken by {' and '.join(MEAN_METHODS)}", setting="ablation")
 
 
 def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
                     corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], *,
                     method: Method = "eap", steps: int = 5, expand_readers: bool = False,
-                    position_chunk: int | None = None) -> Tensor:
-    """Edge scores ``[edges]`` of one batch, summed over its pairs (divide by the pairs for the mean).
+                    position_chunk: int | None = None, means: WriterValues | None = None) -> Tensor:
+    """Edge scores ``[edges]`` of one batch, summed over its pairs (divide by the pairs for the mean); a node
+    method's (``nap``, ``nap-ig``) writer scores ``[writers]`` in graph order instead.
 
     ``metric(logits, clean_logits) -> [B]`` is differentiated (its sum); ``clean``/``corrupted`` are model inputs
     of equal shapes. See the module docstring for the methods and their conventions. Scores are in
@@ -172,10 +162,19 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
     ``position_chunk``: the batch's tokens scored per chunk (``reader_gradients``' long contexts; 0 never
     chunks; None chunks ``AUTO_CHUNK`` tokens at a time when the batch holds more), on the plain path; a chunked
     batch also recomputes each block's forward in the backward (``intervene.checkpoint``; not under
-    eap-ig-activations), so the backward keeps one block's activations at a time."""
+    eap-ig-activations), so the backward keeps one block's activations at a time. ``means``: mean ablation
+    (``writer_means`` of the clean prompts; ``eap`` and ``nap``): ``corrupted`` is not read."""
     check_method(method, steps)
+    check_ablation(method, means)
     check_edge_family(adapter)
     check_position_chunk(position_chunk)
+    if method in NODE_METHODS:
+        from subnetlab.methods.attribution.nodes import node_batch
+
+        return node_batch(model, adapter, graph, clean, corrupted, metric, method=method, steps=steps, means=means)
+    if means is not None and expand_readers:
+        raise SubnetlabError("mean ablation is scored on the plain path (the readers are not expanded)",
+                             setting="ablation")
     if method == "exact":
         from subnetlab.methods.attribution.exact import exact_batch
 
@@ -184,7 +183,7 @@ def attribute_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
         return _expanded_batch(model, adapter, graph, clean, corrupted, metric, method, steps)
     tokens = int(clean["input_ids"].numel())
     return _plain_batch(model, adapter, graph, clean, corrupted, metric, method, steps,
-                        chunk_of(position_chunk, tokens))
+                        chunk_of(position_chunk, tokens), means)
 
 
 def body(model: nn.Module) -> nn.Module:
@@ -212,9 +211,10 @@ def check_position_chunk(position_chunk: int | None) -> None:
 
 def _plain_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
                  corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], method: str,
-                 steps: int, chunk: int | None = None) -> Tensor:
+                 steps: int, chunk: int | None = None, means: WriterValues | None = None) -> Tensor:
     """``attribute_batch`` by ``reader_gradients``: EAP is a corrupted forward and one clean forward+backward
-    (the clean pass records the clean outputs and logits itself); the other methods add a clean forward."""
+    (the clean pass records the clean outputs and logits itself); the other methods add a clean forward. With
+    ``means`` (EAP only) there is no corrupted forward: the corrupted outputs are the means."""
     device = next(model.parameters()).device
     scores = torch.zeros(graph.num_edges, dtype=score_dtype(model), device=device)
     dtype = next(model.parameters()).dtype
@@ -231,20 +231,23 @@ def _plain_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[s
     # the forward (torch.utils.checkpoint's metadata check): its blocks are not recomputed
     recompute = chunk is not None and method != "eap-ig-activations"
     blocks = checkpointed_blocks(adapter) if recompute else nullcontext()
-    with _frozen_parameters(model), ReaderGradients(adapter, graph, scores, chunk) as readers, blocks:
+    with frozen_parameters(model), ReaderGradients(adapter, graph, scores, chunk) as readers, blocks:
         with torch.no_grad():
-            with _node_hooks(adapter, recorder("corrupted")):
-                body(model)(**corrupted)  # its nodes' outputs only: the LM head's logits go unread
+            if means is None:
+                with node_hooks(adapter, recorder("corrupted")):
+                    body(model)(**corrupted)  # its nodes' outputs only: the LM head's logits go unread
             if not one_pass:
-                with _node_hooks(adapter, recorder("clean")):
+                with node_hooks(adapter, recorder("clean")):
                     clean_logits = model(**clean).logits.detach()
                 readers.set_differences(seen["corrupted"], seen["clean"], dtype)
         passes = _gradient_passes(method, steps, adapter.num_layers, clean, corrupted, seen)
         for inputs, replace in passes:
-            with _node_hooks(adapter, recorder("clean") if one_pass else replace):
+            with node_hooks(adapter, recorder("clean") if one_pass else replace):
                 logits = model(**inputs).logits
             if one_pass:
                 clean_logits = logits.detach()
+                if means is not None:
+                    seen["corrupted"] = mean_node_outputs(means, seen["clean"])
                 readers.set_differences(seen["corrupted"], seen["clean"], dtype)
             metric(logits, clean_logits).sum().backward()
             readers.flush()
@@ -271,12 +274,12 @@ def _expanded_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
         return record
 
     # every edge kept and no ablation values: each writer's delta is its output, each reader's input the model's own
-    with _frozen_parameters(model), apply_edges(model, adapter, graph, leaf) as edges:
+    with frozen_parameters(model), apply_edges(model, adapter, graph, leaf) as edges:
         with torch.no_grad():
-            with _node_hooks(adapter, recorder("corrupted")):
+            with node_hooks(adapter, recorder("corrupted")):
                 model(**corrupted)
             corrupted_out = edges.writer_deltas()
-            with _node_hooks(adapter, recorder("clean")):
+            with node_hooks(adapter, recorder("clean")):
                 clean_logits = model(**clean).logits.detach()
             diff = (corrupted_out - edges.writer_deltas()).flatten(1)  # [writers, B * P * hidden]
         del corrupted_out
@@ -293,7 +296,7 @@ def _expanded_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dic
         edges.on_reader_input = on_reader_input
         passes = _gradient_passes(method, steps, adapter.num_layers, clean, corrupted, seen)
         for inputs, replace in passes:
-            with _node_hooks(adapter, replace):
+            with node_hooks(adapter, replace):
                 logits = model(**inputs).logits
             metric(logits, clean_logits).sum().backward()
         edges.on_reader_input = None
@@ -344,10 +347,11 @@ def check_method(method: str, steps: int) -> None:
 
 def attribute(model: nn.Module, adapter: Adapter, graph: Graph, batches: Iterable[dict[str, Tensor]],
               metric: Metric, *, method: Method = "eap", steps: int = 5,
-              position_chunk: int | None = None) -> AttributionScores:
+              position_chunk: int | None = None, means: WriterValues | None = None) -> AttributionScores:
     """Mean edge scores over the pairs of ``batches`` (circuit-task pair batches: ``input_ids``,
-    ``corrupted_input_ids``, ``attention_mask`` and what ``metric(logits, batch, clean_logits)`` reads).
-    ``position_chunk``: ``attribute_batch``'s.
+    ``corrupted_input_ids``, ``attention_mask`` and what ``metric(logits, batch, clean_logits)`` reads); the
+    mean writer scores of a node method. ``position_chunk`` and ``means`` (mean ablation, ``clean_means``):
+    ``attribute_batch``'s.
 
     Across processes (``subnetlab.distributed``: every rank calls this with the same ``batches``), rank ``r`` of
     ``n`` scores batches ``r, r + n, ...``; the float64 sums and the pair counts are summed over the ranks before
@@ -356,17 +360,19 @@ def attribute(model: nn.Module, adapter: Adapter, graph: Graph, batches: Iterabl
     from subnetlab.tasks.circuits.pairs import clean_inputs, corrupted_inputs
 
     check_method(method, steps)
+    check_ablation(method, means)
     check_position_chunk(position_chunk)
     device = next(model.parameters()).device
     here = world()
-    total, pairs = torch.zeros(graph.num_edges, dtype=torch.float64), 0
+    nodes = method in NODE_METHODS
+    total, pairs = torch.zeros(len(graph.writers) if nodes else graph.num_edges, dtype=torch.float64), 0
     for index, batch in enumerate(batches):
         if index % here.size != here.rank:  # another rank's batch
             continue
         batch = {k: v.to(device) for k, v in batch.items()}
         part = attribute_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
                                lambda logits, full, b=batch: metric(logits, b, full), method=method, steps=steps,
-                               position_chunk=position_chunk)
+                               position_chunk=None if nodes else position_chunk, means=means)
         total += part.double().cpu()
         pairs += int(batch["input_ids"].shape[0])
     if here.size > 1:  # one collective: the sums and, last, the pair count
@@ -374,5 +380,15 @@ def attribute(model: nn.Module, adapter: Adapter, graph: Graph, batches: Iterabl
         total, pairs = summed[:-1], int(round(float(summed[-1])))
     if pairs == 0:
         raise SubnetlabError("attribution needs at least one prompt pair")
-    return AttributionScores(graph, (total / pairs).to(score_dtype(model)), method,
-                             steps if method in IG_METHODS else 1, pairs)
+    mean = (total / pairs).to(score_dtype(model))
+    return AttributionScores(graph, None if nodes else mean, method, steps if method in IG_METHODS else 1, pairs,
+                             writers=mean if nodes else None, ablation="corrupted" if means is None else "mean")
+
+
+def clean_means(model: nn.Module, adapter: Adapter, batches: Iterable[dict[str, Tensor]]) -> WriterValues:
+    """Each writer's mean output over the real tokens of the clean prompts of pair ``batches`` (mean ablation)."""
+    from subnetlab.intervene.edges import writer_means
+    from subnetlab.tasks.circuits.pairs import clean_inputs
+
+    device = next(model.parameters()).device
+    return writer_means(model, adapter, ({k: v.to(device) for k, v in clean_inputs(b).items()} for b in batches))

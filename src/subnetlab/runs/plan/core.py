@@ -153,7 +153,7 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
     from subnetlab.runs.plan.lottery import lottery_step
     from subnetlab.runs.plan.transfer import transfer_step
 
-    if settings.method in ("eap", "eap-ig"):
+    if settings.method in ("eap", "eap-ig", "nap", "nap-ig"):
         return attribution_step(model, adapter, settings)
     if settings.method == "discover":
         return discover_step(model, adapter, settings, live)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from subnetlab.errors import SubnetlabError
 
-METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig", "discover", "transfer", "finetune", "lottery-prune")
+METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig", "nap", "nap-ig", "discover", "transfer", "finetune", "lottery-prune")
 DTYPES = ("float32", "bfloat16", "float16")
-UNACCUMULATED = ("eap", "eap-ig", "discover", "transfer", "finetune", "lottery-prune")  # the batch is one forward
+UNACCUMULATED = ("eap", "eap-ig", "nap", "nap-ig", "discover", "transfer", "finetune", "lottery-prune")  # the batch is one forward
 DEFAULT_PRESETS = {"finetune": "heuristic-core"}  # the others: "paper"
 MAX_EXAMPLES = 1 << 20  # the largest batch (and micro-batch) a plan takes: a fake batch is still built in Python
 AUTOCAST = ("discover", "transfer", "finetune", "lottery-prune")  # dtype: the forwards' autocast; weights float32
@@ -58,7 +58,7 @@ class PlanSettings:
         if self.batch % self.micro:
             raise SubnetlabError(f"micro-batch {self.micro} does not divide the batch {self.batch}",
                                  setting="micro_batch")
-        if self.method in ("eap", "eap-ig") and self.micro != self.batch:
+        if self.method in ("eap", "eap-ig", "nap", "nap-ig") and self.micro != self.batch:
             raise SubnetlabError("attribution has no optimiser step to accumulate micro-batches into: its batch "
                                  "is the micro-batch", setting="micro_batch")
         if self.method in UNACCUMULATED and self.micro != self.batch:
