@@ -15,6 +15,15 @@ The strategy is a small frozen dataclass of explicit hyperparameters; masks are
 ``nn.Module`` objects created eagerly (their state dict never depends on
 history) and plugged into the model through ``subnetlab.intervene.mask_weights``.
 The data side is three callables, so any task (arithmetic, images) can drive it.
+
+How a run ends: ``epochs`` fixed (``patience`` none: Algorithm 1 and the paper's
+50), or plateau stopping (``patience`` P, ``epochs`` the cap that beta's schedule
+still spans): the run stops at the epoch P epochs after the held-out objective
+(the task loss on evaluation rows under this epoch's soft masks, plus the same
+L0 term: the training objective on rows that never trained the masks) last
+fell by more than ``min_delta`` (``optim.Plateau``; without a held-out loss, the
+evaluation accuracy). ``DiscoveryResult.stopping`` records the rule and
+``"plateau at epoch k"`` or ``"cap reached"``; ``runs.health`` reads it.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from subnetlab.errors import SubnetlabError, check_field_types
 from subnetlab.intervene import mask_weights
 from subnetlab.methods.decided import count_undecided
 from subnetlab.models.adapters import Adapter
-from subnetlab.optim import make_optimizer
+from subnetlab.optim import Plateau, make_optimizer, stopping_record
 from subnetlab.progress import stage, track
 
 T = TypeVar("T")
@@ -112,6 +121,7 @@ class EpochRecord:
     kept_fraction: float
     undecided: int = 0  # mask entries whose soft value at this epoch's beta is undecided (``methods.decided``)
     masked: int = 0  # mask entries in all
+    held_out_objective: float | None = None  # plateau stopping's monitor: held-out task loss (soft masks) + penalty
 
 
 @dataclass
@@ -123,6 +133,7 @@ class DiscoveryResult:
     eval_accuracy: float
     epoch: int  # the epoch whose hard mask was kept
     history: list[EpochRecord] = field(default_factory=list)
+    stopping: dict[str, Any] = field(default_factory=dict)  # how the run ended (``optim.stopping_record``)
 
     @property
     def kept_fraction(self) -> float:
@@ -152,6 +163,8 @@ class ContinuousSparsification:
     batch_size: int = 500
     include: tuple[str, ...] = ("attention", "mlp")
     keep: str = "best"
+    patience: int | None = None  # None: all ``epochs``; else plateau stopping (epochs), ``epochs`` the cap
+    min_delta: float = 0.0  # plateau stopping: the fall of the held-out objective that counts as an improvement
 
     def __post_init__(self) -> None:
         check_field_types(self, "continuous-sparsification setting")  # lr="abc" named, before any comparison
@@ -163,6 +176,13 @@ class ContinuousSparsification:
             raise SubnetlabError(f"keep {self.keep!r}: expected one of {', '.join(KEEP)}", setting="keep")
         if not set(self.include) <= {"attention", "mlp"} or not self.include:
             raise SubnetlabError(f"include={self.include!r}: choose from 'attention', 'mlp'")
+        self.plateau(True)  # checks patience and min_delta
+
+    def plateau(self, held_out_loss: bool) -> Plateau | None:
+        """The plateau rule (on the held-out objective, or on the evaluation accuracy without a held-out loss)."""
+        if self.patience is None:
+            return None
+        return Plateau(self.patience, self.min_delta, "min" if held_out_loss else "max")
 
     def config(self) -> dict[str, Any]:
         return {**asdict(self), "include": list(self.include)}
@@ -217,6 +237,7 @@ class ContinuousSparsification:
         names: Sequence[str] | None = None,
         log: Callable[[EpochRecord], None] | None = None,
         seed: int | None = None,
+        held_out_loss: Callable[[nn.Module], Tensor | float] | None = None,
     ) -> DiscoveryResult:
         """Train masks over ``model``'s frozen weights; return the kept binary masks.
 
@@ -230,12 +251,14 @@ class ContinuousSparsification:
         the same input with the same mask would give a different loss each time.
         ``seed`` seeds (a fork of) the global generator for anything else the
         caller's callables draw from it; the caller's state is kept.
+        ``held_out_loss(model)``: the task loss on evaluation rows (called with this epoch's soft masks, no
+        gradient), the monitor of plateau stopping (module doc).
         """
         if seed is None:
-            return self._fit(model, adapter, batches, loss_fn, evaluate, names, log)
+            return self._fit(model, adapter, batches, loss_fn, evaluate, names, log, held_out_loss)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(seed))
-            return self._fit(model, adapter, batches, loss_fn, evaluate, names, log)
+            return self._fit(model, adapter, batches, loss_fn, evaluate, names, log, held_out_loss)
 
     def _fit(
         self,
@@ -246,8 +269,12 @@ class ContinuousSparsification:
         evaluate: Callable[[nn.Module], float],
         names: Sequence[str] | None,
         log: Callable[[EpochRecord], None] | None,
+        held_out_loss: Callable[[nn.Module], Tensor | float] | None = None,
     ) -> DiscoveryResult:
         masks = self.create_masks(adapter, names)
+        rule = self.plateau(held_out_loss is not None)
+        tracker = rule.tracker() if rule is not None else None
+        stopped_epoch = None
         frozen = {n: p.requires_grad for n, p in model.named_parameters()}
         was_training = model.training
         for p in model.parameters():
@@ -270,6 +297,10 @@ class ContinuousSparsification:
                         total, pen_total, steps = total + float(task_loss), pen_total + float(pen), steps + 1
                     if steps == 0:
                         raise SubnetlabError("discovery got no training batches")
+                    held = None
+                    if held_out_loss is not None and tracker is not None:
+                        with torch.no_grad():  # the masks still in training mode: this epoch's soft masks
+                            held = float(held_out_loss(model)) + float(self.penalty(masks))
                     model.eval()
                     for m in masks.values():
                         m.eval()
@@ -279,7 +310,8 @@ class ContinuousSparsification:
                     masked = sum(h.numel() for h in hard.values())
                     kept = sum(int(h.sum()) for h in hard.values()) / masked
                     undecided = sum(count_undecided(m.soft()) for m in masks.values())  # the masks' beta: this epoch's
-                    record = EpochRecord(epoch, beta, total / steps, pen_total / steps, acc, kept, undecided, masked)
+                    record = EpochRecord(epoch, beta, total / steps, pen_total / steps, acc, kept, undecided, masked,
+                                         held)
                     history.append(record)
                     if log is not None:
                         log(record)
@@ -289,12 +321,17 @@ class ContinuousSparsification:
                         better = best is None or (acc, -kept) > (best[0], -best[1]) or self.keep == "last"
                     if better:
                         best = (acc, kept, epoch, {n: h.clone() for n, h in hard.items()})
+                    if tracker is not None and tracker.update(acc if held is None else held):
+                        stopped_epoch = epoch
+                        break
         finally:
             for n, p in model.named_parameters():
                 p.requires_grad_(frozen.get(n, True))
             model.train(was_training)
         assert best is not None
-        return DiscoveryResult(best[3], self.l0_lambda, best[0], best[2], history)
+        monitor = "held_out_objective" if held_out_loss is not None else "eval_accuracy"
+        return DiscoveryResult(best[3], self.l0_lambda, best[0], best[2], history,
+                               stopping_record(rule, self.epochs, len(history), monitor, stopped_epoch))
 
 
 @dataclass(frozen=True)

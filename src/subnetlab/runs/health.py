@@ -16,7 +16,11 @@ over training); ``judge`` turns them into a ``Health`` with a flag per problem:
   than ``TARGET_TOLERANCE``: a top-k selection then forced the target onto gates
   that training never moved (so its sparsity reads as the target regardless).
 * **unconverged**: the objective was still falling over the last
-  ``CONVERGENCE_STRETCH`` of training by more than ``MAX_FINAL_FALL``.
+  ``CONVERGENCE_STRETCH`` of training by more than ``MAX_FINAL_FALL``. A run
+  trained with plateau stopping (``optim.Plateau``) is judged by its stopping
+  record instead (``stopping_verdict``): stopped at a plateau of its held-out
+  value, converged; reached its cap while that value still improved,
+  unconverged. The data decide, not a fixed epoch count.
 * **degenerate baseline** (circuits): faithfulness ``f = (m(C) - m(empty)) /
   (m(full) - m(empty))`` divides by the gap between the full model and the
   empty circuit. When that gap is small against how much the metric varies
@@ -83,6 +87,7 @@ class Health:
     problems: tuple[str, ...] = ()
     baseline: Mapping[str, Any] | None = None  # a circuit's m(full) and m(empty) (``analysis.faithfulness.baseline``)
     undecided_advice: str | None = None  # what to raise when gates stay undecided, in the run's own settings
+    stopping: Mapping[str, Any] | None = None  # how training ended (``optim.stopping_record``), when recorded
 
     @property
     def ok(self) -> bool:
@@ -114,7 +119,12 @@ class Health:
             out.append(f"off target: expected sparsity {self.expected_sparsity:.3f} at the end against the target "
                        f"{self.target_sparsity:.3f} (tolerance {TARGET_TOLERANCE:g}); the selection forced the target on "
                        "gates training had not moved there")
-        if "unconverged" in self.problems:
+        if "unconverged" in self.problems and stopping_verdict(self.stopping) is False:
+            s = self.stopping or {}
+            out.append(f"unconverged: {s.get('monitor', 'the held-out value')} still improved by more than "
+                       f"{s.get('min_delta')} within the last {s.get('patience')} evaluations when the cap of "
+                       f"{s.get('cap')} epochs was reached; raise the cap")
+        elif "unconverged" in self.problems:
             out.append(f"unconverged: the objective still fell {self.objective_fall:.1%} over the last "
                        f"{CONVERGENCE_STRETCH:.0%} of training (more than {MAX_FINAL_FALL:.0%}); train longer")
         if "degenerate-baseline" in self.problems and self.baseline is not None:
@@ -128,7 +138,8 @@ class Health:
                 "target_sparsity": self.target_sparsity, "objective_fall": self.objective_fall,
                 "problems": list(self.problems), "messages": self.messages(), "thresholds": thresholds(),
                 **({"baseline": dict(self.baseline)} if self.baseline is not None else {}),
-                **({"undecided_advice": self.undecided_advice} if self.undecided_advice else {})}
+                **({"undecided_advice": self.undecided_advice} if self.undecided_advice else {}),
+                **({"stopping": dict(self.stopping)} if self.stopping is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Health:
@@ -137,7 +148,8 @@ class Health:
         baseline = data.get("baseline")
         return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()),
                    baseline=baseline if isinstance(baseline, Mapping) else None,
-                   undecided_advice=data.get("undecided_advice"))
+                   undecided_advice=data.get("undecided_advice"),
+                   stopping=data.get("stopping") if isinstance(data.get("stopping"), Mapping) else None)
 
 
 def thresholds() -> dict[str, Any]:
@@ -164,13 +176,24 @@ def final_fall(objective: Sequence[float]) -> float | None:
     return (first - second) / abs(first)
 
 
+def stopping_verdict(stopping: Mapping[str, Any] | None) -> bool | None:
+    """Converged by its stopping record: True when a plateau-stopped run stopped at its plateau, False when it
+    reached its cap (its held-out value still improved within the patience); None for fixed epochs or no record
+    (the objective's fall, or the best epoch's place in training, judges those)."""
+    if not isinstance(stopping, Mapping) or stopping.get("rule") != "plateau":
+        return None
+    return str(stopping.get("reason", "")).startswith("plateau")
+
+
 def judge(*, kept: int | None = None, maskable: int | None = None, undecided: int | None = None,
           gates: int | None = None, expected_sparsity: float | None = None, target_sparsity: float | None = None,
           objective: Sequence[float] | None = None, baseline: Mapping[str, Any] | None = None,
-          undecided_advice: str | None = None) -> Health:
+          undecided_advice: str | None = None, stopping: Mapping[str, Any] | None = None) -> Health:
     """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers);
     ``baseline``: a circuit's full-model and empty-circuit metric (``analysis.faithfulness.baseline``);
-    ``undecided_advice``: the settings to raise, with their values, named in the undecided message."""
+    ``undecided_advice``: the settings to raise, with their values, named in the undecided message;
+    ``stopping``: how training ended (``optim.stopping_record``): under plateau stopping it decides "unconverged"
+    (``stopping_verdict``), the objective's fall is still recorded."""
     fall = final_fall(objective) if objective is not None else None
     problems = []
     if kept is not None and maskable:
@@ -182,12 +205,14 @@ def judge(*, kept: int | None = None, maskable: int | None = None, undecided: in
     if expected_sparsity is not None and target_sparsity is not None:
         if abs(expected_sparsity - target_sparsity) > TARGET_TOLERANCE:
             problems.append("off-target")
-    if fall is not None and fall > MAX_FINAL_FALL:
+    converged = stopping_verdict(stopping)
+    if converged is False or (converged is None and fall is not None and fall > MAX_FINAL_FALL):
         problems.append("unconverged")
     if baseline is not None and baseline_degenerate(baseline):
         problems.append("degenerate-baseline")
     return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems),
-                  None if baseline is None else dict(baseline), undecided_advice)
+                  None if baseline is None else dict(baseline), undecided_advice,
+                  None if stopping is None else dict(stopping))
 
 
 def baseline_degenerate(baseline: Mapping[str, Any]) -> bool:
@@ -253,4 +278,4 @@ def read_health(metrics: Mapping[str, Any]) -> Health | None:
 __all__ = ["CONVERGENCE_STRETCH", "Health", "HealthWarning", "MAX_FINAL_FALL", "MAX_UNDECIDED_SHARE",
            "MIN_BASELINE_EFFECT", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR", "PROBLEMS", "TARGET_TOLERANCE", "UNDECIDED",
            "baseline_degenerate", "baseline_message", "final_fall", "health_problems", "judge", "read_health",
-           "refuse_or_warn", "report_health", "thresholds"]
+           "refuse_or_warn", "report_health", "stopping_verdict", "thresholds"]
