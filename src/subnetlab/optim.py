@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -96,4 +97,66 @@ def lr_scheduler(optimizer: torch.optim.Optimizer, **schedule: Any) -> torch.opt
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, **schedule))
 
 
-__all__ = ["DECAYS", "OPTIMIZERS", "lr_factor", "lr_scheduler", "make_optimizer"]
+PLATEAU_MODES = ("max", "min")  # Plateau.mode: a held-out accuracy (higher is better) or loss (lower is better)
+CAP_REACHED = "cap reached"  # the stopping reason of a run that trained to its cap (or fixed epochs)
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """Plateau stopping: a run stops at the evaluation ``patience`` evaluations after its last *significant*
+    improvement, one that beats the best value so far by more than ``min_delta`` (``mode`` ``"max"``: higher is
+    better; ``"min"``: lower). The best value moves only on a significant improvement, so slow creeping gains
+    still add up against it. The first evaluation sets the best value."""
+
+    patience: int
+    min_delta: float = 0.0
+    mode: str = "max"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1:
+            raise SubnetlabError(f"patience {self.patience!r}: expected a whole number of evaluations, at least 1",
+                                 setting="patience")
+        if not isinstance(self.min_delta, (int, float)) or isinstance(self.min_delta, bool) or not self.min_delta >= 0:
+            raise SubnetlabError(f"min_delta {self.min_delta!r}: expected a non-negative number", setting="min_delta")
+        if self.mode not in PLATEAU_MODES:
+            raise SubnetlabError(f"plateau mode {self.mode!r}: choose from {', '.join(PLATEAU_MODES)}", setting="mode")
+
+    def tracker(self) -> PlateauTracker:
+        return PlateauTracker(self)
+
+
+class PlateauTracker:
+    """One run's state under a ``Plateau`` rule: ``update(value)`` after each evaluation returns True when the run
+    should stop there."""
+
+    def __init__(self, rule: Plateau) -> None:
+        self.rule = rule
+        self.best: float | None = None
+        self.since = 0  # evaluations since the last significant improvement
+        self.stopped = False
+
+    def update(self, value: float) -> bool:
+        value = float(value)
+        sign = 1.0 if self.rule.mode == "max" else -1.0
+        if self.best is None or (math.isfinite(value) and sign * (value - self.best) > self.rule.min_delta):
+            self.best, self.since = value, 0
+        else:
+            self.since += 1
+        self.stopped = self.since >= self.rule.patience
+        return self.stopped
+
+
+def stopping_record(rule: Plateau | None, cap: int, epochs_run: int, monitor: str,
+                    stopped_epoch: int | None = None) -> dict[str, Any]:
+    """What a run writes about how it ended (its config's rule and its metrics' reason): ``rule`` ``"plateau"``
+    (with ``monitor``, ``patience``, ``min_delta``, ``cap``) or ``"fixed"`` (the cap is the fixed epoch count);
+    ``reason`` ``"plateau at epoch k"`` (0-based, the epoch of the evaluation that ended it) or ``"cap reached"``."""
+    if rule is None:
+        return {"rule": "fixed", "cap": int(cap), "epochs_run": int(epochs_run), "reason": CAP_REACHED}
+    reason = CAP_REACHED if stopped_epoch is None else f"plateau at epoch {int(stopped_epoch)}"
+    return {"rule": "plateau", "monitor": monitor, "patience": rule.patience, "min_delta": rule.min_delta,
+            "mode": rule.mode, "cap": int(cap), "epochs_run": int(epochs_run), "reason": reason}
+
+
+__all__ = ["CAP_REACHED", "DECAYS", "OPTIMIZERS", "PLATEAU_MODES", "Plateau", "PlateauTracker", "lr_factor",
+           "lr_scheduler", "make_optimizer", "stopping_record"]

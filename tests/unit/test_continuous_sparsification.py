@@ -318,3 +318,32 @@ def test_each_epoch_reports_its_undecided_masks():
     total = sum(loaded.adapter.parameter(n).numel() for n in cs.targets(loaded.adapter))
     assert [r.masked for r in found.history] == [total, total]
     assert [r.undecided for r in found.history] == [total, 0]
+
+
+def test_plateau_stopping_on_the_held_out_objective():
+    """Stops at the epoch the rule reads off the recorded held-out objective; beta keeps the cap's schedule."""
+    loaded = tiny_model("gpt2", seed=1)
+    train, held = _data(64, 0), _data(32, 5)
+    cs = ContinuousSparsification(epochs=30, lr=0.05, batch_size=16, l0_lambda=1e-3, beta_final=20.0,
+                                  patience=2, min_delta=0.05)
+    g = torch.Generator().manual_seed(0)
+    result = cs.fit(loaded.model, loaded.adapter,
+                    batches=lambda e: [(train.input_ids[r], train.targets[r]) for r in train.batches(16, g)],
+                    loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]),
+                    evaluate=lambda m: accuracy(m, held),
+                    held_out_loss=lambda m: loss_on(last_logits(m, held.input_ids), held.targets), seed=0)
+    values = [r.held_out_objective for r in result.history]
+    best, since, stop = None, 0, None
+    for i, v in enumerate(values):  # the rule by hand: 2 epochs without a fall of more than 0.05 below the best
+        best, since = (v, 0) if best is None or best - v > 0.05 else (best, since + 1)
+        if since >= 2:
+            stop = i
+            break
+    assert stop is not None and stop == len(values) - 1 < 29
+    assert result.stopping == {"rule": "plateau", "monitor": "held_out_objective", "patience": 2, "min_delta": 0.05,
+                               "mode": "min", "cap": 30, "epochs_run": stop + 1, "reason": f"plateau at epoch {stop}"}
+    assert [r.beta for r in result.history] == [beta_at(e, 30, 20.0) for e in range(stop + 1)]
+    fixed = ContinuousSparsification(epochs=2, lr=0.05, batch_size=16).fit(
+        loaded.model, loaded.adapter, batches=lambda e: [(train.input_ids[r], train.targets[r]) for r in train.batches(16, g)],
+        loss_fn=lambda m, b: loss_on(last_logits(m, b[0]), b[1]), evaluate=lambda m: accuracy(m, held))
+    assert fixed.stopping["reason"] == "cap reached" and fixed.stopping["rule"] == "fixed" and len(fixed.history) == 2

@@ -144,3 +144,33 @@ def test_select_best_passes_over_a_degenerate_lambda() -> None:
     assert degenerate_passed_over(sweep, LambdaChoice("lambda", l0_lambda=1e-7)) == []
     empty = [run(1e-7, 0.5, 0), run(1e-8, 0.5, 0)]
     assert select_best(empty) is empty[0] and degenerate_passed_over(empty) == []  # none healthy: the rule decides
+
+
+def test_plateau_stopping_record_decides_unconverged() -> None:
+    from subnetlab.optim import Plateau, stopping_record
+
+    falling = [10.0] * 16 + [4.0, 4.0, 2.0, 2.0]  # the objective's fall alone would say unconverged
+    plateau = stopping_record(Plateau(3, 0.01), cap=20, epochs_run=12, monitor="held_out_objective", stopped_epoch=11)
+    assert plateau["reason"] == "plateau at epoch 11"
+    assert h.stopping_verdict(plateau) is True and h.judge(objective=falling, stopping=plateau).ok
+    capped = stopping_record(Plateau(3, 0.01), cap=20, epochs_run=20, monitor="held_out_objective")
+    got = h.judge(objective=[1.0] * 20, stopping=capped)  # flat objective, but the held-out value still improved
+    assert capped["reason"] == "cap reached" and got.problems == ("unconverged",)
+    assert "cap of 20 epochs was reached" in got.messages()[0]
+    assert h.read_health({"health": got.to_dict()}) == got
+    fixed = stopping_record(None, cap=20, epochs_run=20, monitor="x")
+    assert h.stopping_verdict(fixed) is None  # fixed epochs: the objective's fall judges
+    assert h.judge(objective=falling, stopping=fixed).problems == ("unconverged",)
+    assert h.judge(objective=[1.0] * 20, stopping=fixed).ok
+
+
+def test_transfer_runs_still_improving_read_the_stopping_reason() -> None:
+    from subnetlab.experiments.subtask_induction.report import still_improving
+
+    late = {"best_epoch": 95, "sequences": 100 * 10, "train_rows": 10}  # best in the last 20%: fixed-epoch rule
+    assert still_improving(late)
+    assert still_improving({**late, "stopping": {"rule": "fixed", "reason": "cap reached"}})
+    assert not still_improving({**late, "stopping": {"rule": "plateau", "reason": "plateau at epoch 99"}})
+    early = {"best_epoch": 10, "sequences": 100 * 10, "train_rows": 10}
+    assert not still_improving(early)
+    assert still_improving({**early, "stopping": {"rule": "plateau", "reason": "cap reached"}})

@@ -109,7 +109,15 @@ def test_each_commands_paper_and_quick_presets_build_typed_settings(command):
 
 def test_given_values_win_over_the_preset_and_none_means_not_given():
     assert preset_values(TRANSFER_PRESETS, "quick", {"epochs": 3, "lr": None}) == {"epochs": 3, "lr": 1e-3,
-                                                                                   "batch_size": 16}
+                                                                                   "batch_size": 16, "patience": 5,
+                                                                                   "min_delta": 0.01}
+
+
+def test_paper_presets_keep_fixed_epochs_and_quick_stops_at_a_plateau():
+    assert TrainSettings(**preset_values(TRANSFER_PRESETS, "paper", {})).plateau is None
+    assert TrainSettings(**preset_values(TRANSFER_PRESETS, "quick", {})).plateau is not None
+    assert all(cs.patience is None for cs in discovery(preset_values(DISCOVERY_PRESETS, "paper", {})))
+    assert all(cs.patience == 10 and cs.epochs == 50 for cs in discovery(preset_values(DISCOVERY_PRESETS, "quick", {})))
 
 
 def test_quick_is_smaller_than_paper_for_every_command():

@@ -126,3 +126,66 @@ def test_stacked_training_equals_single_runs_with_the_released_codes_choices():
         assert a.best_epoch == b.best_epoch and a.eval_accuracy == pytest.approx(b.eval_accuracy)
         assert [c["loss"] for c in a.curve] == pytest.approx([c["loss"] for c in b.curve], rel=1e-4)
         assert [c["eval_accuracy"] for c in a.curve] == [c["eval_accuracy"] for c in b.curve]
+
+
+def test_plateau_stops_exactly_where_the_rule_says():
+    from subnetlab.optim import Plateau
+
+    # best 0.1 -> 0.5 (eval 1); 0.5 and 0.52 are not more than 0.05 above it; 0.6 is (eval 4); then 3 without gain
+    values = [0.1, 0.5, 0.5, 0.52, 0.6, 0.6, 0.64, 0.6, 0.9]
+    tracker = Plateau(patience=3, min_delta=0.05).tracker()
+    stops = [tracker.update(v) for v in values[:8]]
+    assert stops == [False] * 7 + [True] and tracker.best == 0.6
+    losses = [2.0, 1.0, 0.99, 0.5, 0.5]  # "min": 0.99 is no gain beyond 0.1 below 1.0
+    tracker = Plateau(patience=1, min_delta=0.1, mode="min").tracker()
+    assert [tracker.update(v) for v in losses[:3]] == [False, False, True]
+    with pytest.raises(SubnetlabError, match="patience"):
+        Plateau(patience=0)
+
+
+def _curve_split(g, rows=24):
+    return LMSplit(torch.randint(3, 90, (rows, 3), generator=g), torch.randint(0, 7, (rows,), generator=g), torch.arange(7))
+
+
+def test_train_model_stops_at_the_plateau_and_records_it():
+    loaded = _model()
+    g = torch.Generator().manual_seed(1)
+    train = _curve_split(g, 40)
+    settings = TrainSettings(epochs=40, lr=5e-3, batch_size=8, patience=2, min_delta=0.0)
+    result = train_model(loaded.model, train, train, None, settings, seed=0)
+    accs = [c["eval_accuracy"] for c in result.curve]
+    # independent reading of the rule on the recorded curve: the first evaluation 2 after the last strict record
+    best, since, stop = None, 0, None
+    for i, a in enumerate(accs):
+        best, since = (a, 0) if best is None or a > best else (best, since + 1)
+        if since >= 2:
+            stop = i
+            break
+    assert stop is not None and stop == len(accs) - 1  # it stopped there, before the cap
+    assert result.stopping["reason"] == f"plateau at epoch {result.curve[stop]['epoch']}"
+    assert result.stopping["rule"] == "plateau" and result.stopping["cap"] == 40 and result.stopping["patience"] == 2
+    assert result.sequences == result.stopping["epochs_run"] * 40 < 40 * 40
+    fixed = train_model(_model().model, train, train, None, TrainSettings(epochs=3, lr=5e-3, batch_size=8), seed=0)
+    assert fixed.stopping == {"rule": "fixed", "cap": 3, "epochs_run": 3, "reason": "cap reached"}
+
+
+def test_stacked_with_per_run_stopping_equals_each_run_alone():
+    """One run of the stack stops at its plateau (frozen) while the other trains on: each equals its run alone."""
+    trained = _model(seed=5)
+    g = torch.Generator().manual_seed(3)
+    models = [build_transfer_model(trained.model, "scratch", seed=s) for s in (1, 2)]
+    singles = [copy.deepcopy(m) for m in models]
+    trains = [_curve_split(g), _curve_split(g)]
+    evals = [_curve_split(g), trains[1]]  # run 0: held-out noise (plateaus early); run 1: its own rows (keeps rising)
+    settings = TrainSettings(epochs=12, lr=1e-2, batch_size=8, patience=2)
+    stacked = train_stacked(models, trains, evals, [None, None], settings, [0, 1], keep_best=False)
+    single = [train_model(m.model, trains[i], evals[i], None, settings, seed=i, keep_best=False)
+              for i, m in enumerate(singles)]
+    assert stacked[0].stopping["epochs_run"] < stacked[1].stopping["epochs_run"]  # the case under test
+    probe = torch.randint(3, 90, (16, 3), generator=g)
+    for a, b, ma, mb in zip(stacked, single, models, singles):
+        assert a.stopping == b.stopping and a.sequences == b.sequences
+        assert [c["eval_accuracy"] for c in a.curve] == [c["eval_accuracy"] for c in b.curve]
+        assert [c["loss"] for c in a.curve] == pytest.approx([c["loss"] for c in b.curve], rel=1e-4)
+        with torch.no_grad():  # the last weights: a stopped run's frozen at its stopping epoch
+            assert torch.allclose(last_logits(ma.model, probe), last_logits(mb.model, probe), atol=1e-4)

@@ -18,7 +18,11 @@ over training); ``judge`` turns them into a ``Health`` with a flag per problem:
   threshold selection (Edge Pruning's ``selection="threshold"``) forces nothing and
   keeps what the gates decided, so its circuit misses the target too.
 * **unconverged**: the objective was still falling over the last
-  ``CONVERGENCE_STRETCH`` of training by more than ``MAX_FINAL_FALL``.
+  ``CONVERGENCE_STRETCH`` of training by more than ``MAX_FINAL_FALL``. A run
+  trained with plateau stopping (``optim.Plateau``) is judged by its stopping
+  record instead (``stopping_verdict``): stopped at a plateau of its held-out
+  value, converged; reached its cap while that value still improved,
+  unconverged. The data decide, not a fixed epoch count.
 * **degenerate baseline** (circuits): faithfulness ``f = (m(C) - m(empty)) /
   (m(full) - m(empty))`` divides by the gap between the full model and the
   empty circuit. When that gap is small against how much the metric varies
@@ -96,6 +100,7 @@ class Health:
     undecided_advice: str | None = None  # what to raise when gates stay undecided, in the run's own settings
     chance: Mapping[str, Any] | None = None  # a full model's accuracy against chance (``chance_level``)
     selection: str | None = None  # how the binary subnetwork was taken from the gates (``THRESHOLD``: forces nothing)
+    stopping: Mapping[str, Any] | None = None  # how training ended (``optim.stopping_record``), when recorded
 
     @property
     def ok(self) -> bool:
@@ -131,7 +136,12 @@ class Health:
                            "them), so the circuit is off the target as well; train longer")
             else:
                 out.append(head + "the selection forced the target on gates training had not moved there")
-        if "unconverged" in self.problems:
+        if "unconverged" in self.problems and stopping_verdict(self.stopping) is False:
+            s = self.stopping or {}
+            out.append(f"unconverged: {s.get('monitor', 'the held-out value')} still improved by more than "
+                       f"{s.get('min_delta')} within the last {s.get('patience')} evaluations when the cap of "
+                       f"{s.get('cap')} epochs was reached; raise the cap")
+        elif "unconverged" in self.problems:
             out.append(f"unconverged: the objective still fell {self.objective_fall:.1%} over the last "
                        f"{CONVERGENCE_STRETCH:.0%} of training (more than {MAX_FINAL_FALL:.0%}); train longer")
         if "degenerate-baseline" in self.problems and self.baseline is not None:
@@ -153,7 +163,8 @@ class Health:
                 **({"baseline": dict(self.baseline)} if self.baseline is not None else {}),
                 **({"undecided_advice": self.undecided_advice} if self.undecided_advice else {}),
                 **({"chance": dict(self.chance)} if self.chance is not None else {}),
-                **({"selection": self.selection} if self.selection else {})}
+                **({"selection": self.selection} if self.selection else {}),
+                **({"stopping": dict(self.stopping)} if self.stopping is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Health:
@@ -163,7 +174,8 @@ class Health:
         return cls(**{k: data.get(k) for k in fields}, problems=tuple(data.get("problems") or ()),
                    baseline=baseline if isinstance(baseline, Mapping) else None,
                    undecided_advice=data.get("undecided_advice"),
-                   chance=chance if isinstance(chance, Mapping) else None, selection=data.get("selection"))
+                   chance=chance if isinstance(chance, Mapping) else None, selection=data.get("selection"),
+                   stopping=data.get("stopping") if isinstance(data.get("stopping"), Mapping) else None)
 
 
 def thresholds() -> dict[str, Any]:
@@ -190,16 +202,27 @@ def final_fall(objective: Sequence[float]) -> float | None:
     return (first - second) / abs(first)
 
 
+def stopping_verdict(stopping: Mapping[str, Any] | None) -> bool | None:
+    """Converged by its stopping record: True when a plateau-stopped run stopped at its plateau, False when it
+    reached its cap (its held-out value still improved within the patience); None for fixed epochs or no record
+    (the objective's fall, or the best epoch's place in training, judges those)."""
+    if not isinstance(stopping, Mapping) or stopping.get("rule") != "plateau":
+        return None
+    return str(stopping.get("reason", "")).startswith("plateau")
+
+
 def judge(*, kept: int | None = None, maskable: int | None = None, undecided: int | None = None,
           gates: int | None = None, expected_sparsity: float | None = None, target_sparsity: float | None = None,
           objective: Sequence[float] | None = None, baseline: Mapping[str, Any] | None = None,
           undecided_advice: str | None = None, chance: Mapping[str, Any] | None = None,
-          selection: str | None = None) -> Health:
+          selection: str | None = None, stopping: Mapping[str, Any] | None = None) -> Health:
     """The ``Health`` of a subnetwork from what its method reported (each check needs its own numbers);
     ``baseline``: a circuit's full-model and empty-circuit metric (``analysis.faithfulness.baseline``);
     ``undecided_advice``: the settings to raise, with their values, named in the undecided message;
     ``chance``: a full model's accuracy against chance (``chance_level``); ``selection``: how the subnetwork was
-    taken from the gates (``THRESHOLD`` forces no target: the off-target message says so)."""
+    taken from the gates (``THRESHOLD`` forces no target: the off-target message says so); ``stopping``: how
+    training ended (``optim.stopping_record``): under plateau stopping it decides "unconverged"
+    (``stopping_verdict``), the objective's fall is still recorded."""
     fall = final_fall(objective) if objective is not None else None
     problems = []
     if kept is not None and maskable:
@@ -211,7 +234,8 @@ def judge(*, kept: int | None = None, maskable: int | None = None, undecided: in
     if expected_sparsity is not None and target_sparsity is not None:
         if abs(expected_sparsity - target_sparsity) > TARGET_TOLERANCE:
             problems.append("off-target")
-    if fall is not None and fall > MAX_FINAL_FALL:
+    converged = stopping_verdict(stopping)
+    if converged is False or (converged is None and fall is not None and fall > MAX_FINAL_FALL):
         problems.append("unconverged")
     if baseline is not None and baseline_degenerate(baseline):
         problems.append("degenerate-baseline")
@@ -219,7 +243,8 @@ def judge(*, kept: int | None = None, maskable: int | None = None, undecided: in
         problems.append("at-chance")
     return Health(kept, maskable, undecided, gates, expected_sparsity, target_sparsity, fall, tuple(problems),
                   None if baseline is None else dict(baseline), undecided_advice,
-                  None if chance is None else dict(chance), selection)
+                  None if chance is None else dict(chance), selection,
+                  None if stopping is None else dict(stopping))
 
 
 def chance_level(scores: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -303,4 +328,4 @@ __all__ = ["CONVERGENCE_STRETCH", "Health", "HealthWarning", "MAX_FINAL_FALL", "
            "MAX_CHANCE_Z", "MIN_BASELINE_EFFECT", "MIN_STRETCH_POINTS", "OBJECTIVE_FLOOR", "PROBLEMS", "TARGET_TOLERANCE",
            "THRESHOLD", "UNDECIDED",
            "baseline_degenerate", "baseline_message", "chance_level", "final_fall", "health_problems", "judge", "read_health",
-           "refuse_or_warn", "report_health", "thresholds"]
+           "refuse_or_warn", "report_health", "stopping_verdict", "thresholds"]

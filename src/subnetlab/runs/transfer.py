@@ -254,6 +254,7 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
             loss_fn=lambda m, b: task_loss(m, b[0], b[1], job.loss_name),
             evaluate=lambda m: accuracy(m, ev, over=over),
             seed=seed,
+            held_out_loss=lambda m: _held_out_loss(m, ev, job.loss_name),  # plateau stopping's monitor (eval rows)
         )
     sub = Subnetwork.from_weight_masks(
         adapter, found.masks, method="continuous-sparsification", seed=seed, ablation="zero",
@@ -267,11 +268,20 @@ def _discover(job: DiscoverJobConfig, out_dir: Path) -> dict:
         "eval_accuracy": found.eval_accuracy, "test_accuracy": test_acc, "epoch": found.epoch,
         "full_model_test_accuracy": full_acc, "kept_percent": kept["overall"], "kept_percent_per_layer": kept["per_layer"],
         "kept": kept["kept"], "masked_total": kept["total"],
-        "history": [vars(h) for h in found.history], "seconds": time.perf_counter() - started,
+        "history": [vars(h) for h in found.history], "stopping": found.stopping, "seconds": time.perf_counter() - started,
         "cpu_seconds": time.process_time() - cpu_started, "seed": seed,
         **({} if job.control is None else {"control": job.control}),
     }
     return {**metrics, "health": discovery_health(metrics).to_dict()}
+
+
+def _held_out_loss(model: torch.nn.Module, split: LMSplit, loss: str, batch_size: int = 1000) -> float:
+    """Mean task loss ``loss`` of ``model`` over ``split`` (no gradient; the caller sets the masks' mode)."""
+    total = 0.0
+    for start in range(0, len(split), batch_size):
+        rows = slice(start, start + batch_size)
+        total += float(task_loss(model, split.input_ids[rows], split.targets[rows], loss)) * len(split.input_ids[rows])
+    return total / len(split)
 
 
 def discovery_health(metrics: dict) -> Health:
@@ -283,7 +293,8 @@ def discovery_health(metrics: dict) -> Health:
     masked = last.get("masked") or None  # absent from runs written before the count was recorded
     return judge(kept=metrics.get("kept"), maskable=metrics.get("masked_total"),
                  undecided=last.get("undecided") if masked else None, gates=masked,
-                 objective=[h["loss"] + h["penalty"] for h in history if "loss" in h and "penalty" in h])
+                 objective=[h["loss"] + h["penalty"] for h in history if "loss" in h and "penalty" in h],
+                 stopping=metrics.get("stopping") if isinstance(metrics.get("stopping"), dict) else None)
 
 
 def sweep_health(metrics: list[dict]) -> list[Health]:
@@ -411,6 +422,7 @@ def _transfer(job: TransferJobConfig, out_dir: Path) -> dict:
                      "best_epoch": res.best_epoch, "final_eval_accuracy": res.final_eval_accuracy,
                      "transferred": item["tm"].transferred, "train_rows": len(item["splits"]["train"]),
                      "seconds": res.seconds, "cpu_seconds": res.cpu_seconds, "sequences": res.sequences,
+                     "stopping": res.stopping,
                      "curve": [[c["epoch"], round(c["loss"], 5), c["eval_accuracy"]] for c in res.curve]})
     return {"runs": runs, **({"health": health.to_dict()} if health is not None else {})}
 

@@ -14,6 +14,12 @@ models ``build_transfer_model`` built (the loss, AdamW step, shuffling and
 best-on-eval choice are those of ``train_model``; AdamW is elementwise, so a
 stacked AdamW is K independent ones; ``TrainSettings.loss``, ``accuracy`` and
 ``ties`` as there). The best weights are written back.
+
+Plateau stopping (``TrainSettings.patience``) is per run: a run that reaches its
+plateau is frozen, its update masked out of every later step (its weights put
+back after each optimiser step), while the others train on; the stack ends when
+every run has stopped or the cap is reached. A stopped run's result is that of
+the same run trained alone to its stopping epoch.
 """
 
 from __future__ import annotations
@@ -70,8 +76,11 @@ def train_stacked(
     tests: Sequence[LMSplit | None],
     settings: TrainSettings,
     seeds: Sequence[int],
+    *,
+    keep_best: bool = True,
 ) -> list[TrainResult]:
-    """Train ``models`` together (same architecture, same parameter roles, same training-set size)."""
+    """Train ``models`` together (same architecture, same parameter roles, same training-set size);
+    ``keep_best=False`` writes back each run's last weights (for a stopped run: those of its stopping epoch)."""
     k = len(models)
     if not (k == len(trains) == len(evals) == len(tests) == len(seeds)) or k == 0:
         raise SubnetlabError("train_stacked needs one training, evaluation and test split and one seed per model")
@@ -117,6 +126,9 @@ def train_stacked(
     best_T = {n: v.clone() for n, v in T.items()}
     curves: list[list[dict[str, float]]] = [[] for _ in range(k)]
     last_acc = [float("nan")] * k
+    trackers = [settings.plateau.tracker() for _ in range(k)] if settings.plateau is not None else None
+    active = [True] * k  # runs still training (plateau stopping freezes the others)
+    epochs_run, stopped_at = [0] * k, [None] * k
     started, cpu_started = time.perf_counter(), time.process_time()
 
     def accuracies(splits: Sequence[LMSplit]) -> list[float]:
@@ -140,20 +152,28 @@ def train_stacked(
             base.train()
             orders = [t.batches(settings.batch_size, g) for t, g in zip(trains, gens)]
             totals = torch.zeros(k)
+            frozen = [i for i in range(k) if not active[i]]
             for b in range(len(orders[0])):
                 x = torch.stack([t.input_ids[o[b]] for t, o in zip(trains, orders)])  # [K, B, T]
                 y = torch.stack([t.targets[o[b]] for t, o in zip(trains, orders)])  # [K, B]
                 grads, losses = step(T, Fx, M, Kp, x, y)
                 for n, v in T.items():
                     v.grad = grads[n].contiguous()  # torch's fused CPU AdamW misreads strided gradients
+                kept = {n: v[frozen].clone() for n, v in T.items()} if frozen else None
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+                if kept is not None:  # a stopped run's update masked out: its weights as they were
+                    with torch.no_grad():
+                        for n, v in T.items():
+                            v[frozen] = kept[n]
                 totals += losses.detach()
-            if (epoch + 1) % settings.eval_every and epoch != settings.epochs - 1:
+            for i in range(k):
+                if active[i]:
+                    epochs_run[i] = epoch + 1
+            if not settings.evaluates_at(epoch):
                 continue
             accs = accuracies(evals)
-            last_acc = accs
-            improved = [i for i in range(k) if settings.improves(accs[i], best[i][0])]
+            improved = [i for i in range(k) if active[i] and settings.improves(accs[i], best[i][0])]
             if improved:
                 with_test = [i for i in improved if tests[i] is not None]
                 test_accs = accuracies([tests[i] if tests[i] is not None else evals[i] for i in range(k)]) if with_test else [float("nan")] * k
@@ -162,11 +182,19 @@ def train_stacked(
                     for n in names_t:
                         best_T[n][i] = T[n][i].detach()
             for i in range(k):
+                if not active[i]:
+                    continue
+                last_acc[i] = accs[i]
                 curves[i].append({"epoch": epoch, "loss": float(totals[i]) / len(orders[0]), "eval_accuracy": accs[i]})
+                if trackers is not None and trackers[i].update(accs[i]):
+                    active[i], stopped_at[i] = False, epoch
+            if not any(active):
+                break
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    _write_back(models, best_T)
+    _write_back(models, best_T if keep_best else T)
     return [TrainResult(best[i][1], best[i][0], best[i][2], last_acc[i], curves[i], seconds / k,
-                        settings.epochs * len(trains[i]), cpu / k) for i in range(k)]
+                        epochs_run[i] * len(trains[i]), cpu / k, settings.stopping(epochs_run[i], stopped_at[i]))
+            for i in range(k)]
 
 
 def _acc_one(base: nn.Module, weights, T, Fx, M, Kp, i: int, split: LMSplit, settings: TrainSettings) -> float:

@@ -106,7 +106,8 @@ def discover(
     precision = dtype_name(forward)
     stage(describe_runtime(where, forward))
     parts = tuple(p.strip() for p in include.split(",") if p.strip())
-    cs = dict(epochs=epochs, lr=lr, batch_size=batch_size, include=list(parts), keep=keep, beta_final=beta_final, init=init)
+    cs = dict(epochs=epochs, lr=lr, batch_size=batch_size, include=list(parts), keep=keep, beta_final=beta_final, init=init,
+              **{k: settings[k] for k in ("patience", "min_delta") if settings.get(k) is not None})  # the preset's stopping
     ContinuousSparsification(**{**cs, "include": parts})  # validate before any job starts
     chooser = LambdaChoice(selection, selection_tolerance, selection_lambda)
     if chooser.rule == "lambda" and not any(abs(v - selection_lambda) <= 1e-9 * abs(v) for v in values):

@@ -30,10 +30,12 @@ Rules (``experiments.demo.verdicts``), each over every measured point:
   re-initialised model and on shuffled labels by more than the seed spread
   (test accuracy, ``L<depth>/discover/controls/metrics.json``), at every depth;
 * unconverged inputs: a comparison any of whose transfer runs was still
-  improving when training stopped (best evaluation in the last 20% of its
-  training, ``report.still_improving``), and a density whose transferred
-  lambda's mask training had not converged (``runs.health``), are not
-  measurable: more training could change them.
+  improving when training stopped (``report.still_improving``: under plateau
+  stopping, a run that reached its cap with its evaluation accuracy still
+  rising; under fixed epochs, best evaluation in the last 20% of its training),
+  and a density whose transferred lambda's mask training had not converged
+  (``runs.health``: under plateau stopping, its held-out objective reached the
+  cap still falling), are not measurable: more training could change them.
 """
 
 from __future__ import annotations

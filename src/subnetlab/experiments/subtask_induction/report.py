@@ -16,6 +16,7 @@ from subnetlab.experiments.subtask_induction.settings import SubtaskInductionSet
 from subnetlab.io import write_json
 from subnetlab.report.markdown import MarkdownReport, pct
 from subnetlab.report.search_controls import controls_table
+from subnetlab.runs.health import stopping_verdict
 
 PAPER_TABLE3 = {2: 7.68, 4: 7.00, 6: 4.70, 8: 3.55, 10: 3.56, 12: 3.20}  # % of masked parameters kept
 PAPER_SCRATCH_MEAN = 0.506
@@ -145,7 +146,12 @@ def summary_table(summary: Mapping[str, Any], sizes: Sequence[int]) -> str:
 
 
 def still_improving(run: dict, tail: float = 0.2) -> bool:
-    """A transfer run whose best evaluation came in the last ``tail`` of its training: it had not converged."""
+    """A transfer run that had not converged: under plateau stopping, one that reached its cap still improving
+    (its recorded stopping reason, ``runs.health.stopping_verdict``); under fixed epochs (or a run written before
+    the reason was recorded), one whose best evaluation came in the last ``tail`` of its training."""
+    converged = stopping_verdict(run.get("stopping"))
+    if converged is not None:
+        return not converged
     epochs = run["sequences"] // max(int(run.get("train_rows") or 0), 1) if run.get("train_rows") else None
     return epochs is not None and run["best_epoch"] + 1 > (1 - tail) * epochs
 
@@ -360,8 +366,11 @@ def write_report(out: Path, settings: SubtaskInductionSettings, bases: dict, dis
                   caption=f"Secondary table, reinit `{secondary}` (the literal reading of section 3.2); `scratch` and "
                           "`full` do not depend on reinit and are the main table's runs.")
     late = late_best(runs)
-    doc.para("Runs whose best evaluation came in the last 20% of their training (still improving when training "
-             "stopped, so more steps could change the ranking): "
+    rule = (f"under plateau stopping (patience {settings.transfer_patience} evaluations, min gain "
+            f"{settings.transfer_min_delta or 0:g} in evaluation accuracy; the cap: the fixed schedule's epochs), runs "
+            "that reached the cap still improving" if settings.transfer_patience is not None else
+            "under fixed epochs, runs whose best evaluation came in the last 20% of their training")
+    doc.para(f"Runs still improving when training stopped ({rule}; more steps could change the ranking): "
              + ", ".join(f"{label} {late[label][0]}/{late[label][1]}" for label in [*main_labels, *second_labels]
                          if label in late) + ".")
     controls = [c for c in ("scratch", "random-matched", "random-released", "complement-matched", "empty-mask", "full")

@@ -69,6 +69,13 @@ class SubtaskInductionSettings(StudySettings):
     # ``control_seeds`` beside the real discovery's (``seed`` is the sweep's own run); None: no controls
     controls: list[str] | None = optional()
     control_seeds: list[int] | None = optional()
+    # plateau stopping (optim.Plateau) of transfer runs (evaluations, on the evaluation accuracy; transfer_epochs and
+    # transfer_min_steps then set the cap) and of discovery runs (epochs, on the held-out objective; cs_epochs the
+    # cap); None: fixed epochs (the paper preset)
+    transfer_patience: int | None = optional()
+    transfer_min_delta: float | None = optional()
+    cs_patience: int | None = optional()
+    cs_min_delta: float | None = optional()
 
     def check(self) -> None:
         """Every setting that can be checked without training: conditions, choices, the tasks' sizes, learning
@@ -87,6 +94,14 @@ class SubtaskInductionSettings(StudySettings):
         self._check_choices()
         self._check_sizes()
         self._check_controls()
+        from subnetlab.optim import Plateau
+
+        for key, delta in (("transfer_patience", "transfer_min_delta"), ("cs_patience", "cs_min_delta")):
+            if getattr(self, key) is not None:
+                try:
+                    Plateau(getattr(self, key), getattr(self, delta) or 0.0)
+                except SubnetlabError as e:
+                    raise SubnetlabError(f"{key}/{delta}: {e}", setting=key) from None
         for key in ("base_lr", "cs_lr", "transfer_lr"):
             if getattr(self, key) <= 0:
                 raise SubnetlabError(f"{key} {getattr(self, key)}: must be positive", setting=key)
