@@ -12,6 +12,7 @@ from subnetlab.runs.plan.fake import fake_data
 from subnetlab.runs.plan.settings import PlanSettings
 
 PAPER_SPARSITY = {"head-pruning": 0.5, "edge-pruning": 0.95}
+GRADIENT_METHODS = ("eap", "eap-ig", "eap-ig-activations", "clean-corrupted")  # attribute_batch's gradient path
 
 
 def method_config(settings: PlanSettings) -> Any:
@@ -36,6 +37,21 @@ def circuit_steps(settings: PlanSettings) -> tuple[int, str]:
     if config is not None:
         return int(config.total_steps), ""
     return math.ceil((settings.examples or settings.batch) / settings.batch), ""
+
+
+def micro_batch_breaks(settings: PlanSettings) -> tuple[int, ...]:
+    """The micro-batches at which the method's step changes with the micro-batch: the first that edge pruning
+    checkpoints its blocks at (unset ``checkpoint_blocks``: ``AUTO_CHECKPOINT_TOKENS`` tokens a forward), or that
+    attribution scores in position chunks at (unset ``position_chunk``: ``AUTO_CHUNK`` tokens a batch)."""
+    if settings.method == "edge-pruning" and settings.checkpoint_blocks is None:
+        from subnetlab.methods.edge_pruning.train import AUTO_CHECKPOINT_TOKENS
+
+        return (AUTO_CHECKPOINT_TOKENS // settings.length + 1,)
+    if settings.method in GRADIENT_METHODS and settings.position_chunk is None:
+        from subnetlab.methods.attribution.scores import AUTO_CHUNK
+
+        return (AUTO_CHUNK // settings.length + 1,)
+    return ()
 
 
 def pruning_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None) -> Callable[[int], None]:
@@ -99,4 +115,5 @@ def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callab
     return step
 
 
-__all__ = ["PAPER_SPARSITY", "attribution_step", "circuit_steps", "method_config", "pruning_step"]
+__all__ = ["GRADIENT_METHODS", "PAPER_SPARSITY", "attribution_step", "circuit_steps", "method_config",
+           "micro_batch_breaks", "pruning_step"]
