@@ -157,7 +157,7 @@ def fitting_micro_batch(settings: PlanSettings, memory: int, places_at: Callable
         if largest >= lo:
             break
         largest = 0
-    if not largest or peak_at(settings.micro) <= memory:
+    if not largest or max(places_at(settings.micro).values()) <= memory:  # measured already
         return largest, None, None
     fix = largest if settings.method in UNACCUMULATED else max(
         d for d in range(1, min(largest, settings.batch) + 1) if settings.batch % d == 0 and peak_at(d) <= memory)
