@@ -94,6 +94,21 @@ def pruning_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = N
     return step
 
 
+def exact_patched(model: Any, graph: Any, settings: PlanSettings) -> int:
+    """The edges the plan's exact step patches: one forward's worth (``exact.copies_per_forward`` copies of the
+    batch) of the run's edges. The run's other forwards are the same forward on other edges, one at a time,
+    so its peak is this step's, and its FLOPs are ``(2 + edges)`` forwards of the batch (the patch itself is a
+    subtraction, no product)."""
+    from subnetlab.methods.attribution.exact import copies_per_forward
+
+    config = model.config
+    copies = settings.copies or copies_per_forward(max(len(b.readers) for b in graph.reader_blocks),
+                                                   len(graph.writers), settings.batch, settings.length, int(config.hidden_size),
+                                                   int(config.vocab_size),
+                                                   torch.finfo(next(model.parameters()).dtype).bits // 8)
+    return max(1, min(settings.edges or graph.num_edges, graph.num_edges, copies))
+
+
 def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callable[[int], None]:
     from subnetlab.methods.attribution.scores import attribute_batch
     from subnetlab.models.graph import Graph
@@ -108,6 +123,14 @@ def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callab
         if i < 0:
             return
         batch = data.batch_at(range(settings.batch))
+        if method == "exact":  # one forward of patched copies: the peak of every one (they run one at a time)
+            from subnetlab.methods.attribution.exact import exact_batch
+
+            exact_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
+                        lambda logits, full: logit_difference(logits, batch),
+                        edges=range(exact_patched(model, graph, settings)), bytes_per_forward=1 << 60,
+                        rows_per_forward=settings.batch * exact_patched(model, graph, settings))
+            return
         attribute_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
                         lambda logits, full: logit_difference(logits, batch), method=method,  # type: ignore[arg-type]
                         steps=settings.ig_steps, position_chunk=settings.position_chunk)
@@ -115,5 +138,6 @@ def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callab
     return step
 
 
-__all__ = ["GRADIENT_METHODS", "PAPER_SPARSITY", "attribution_step", "circuit_steps", "method_config",
+__all__ = ["GRADIENT_METHODS", "PAPER_SPARSITY", "attribution_step", "circuit_steps", "exact_patched",
+           "method_config",
            "micro_batch_breaks", "pruning_step"]

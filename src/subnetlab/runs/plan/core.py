@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.runs.plan.fake import fake_model
-from subnetlab.runs.plan.settings import UNACCUMULATED, PlanSettings
+from subnetlab.runs.plan.settings import ATTRIBUTION, UNACCUMULATED, PlanSettings
 
 MAX_MICRO_BATCH = 1 << 16  # the largest micro-batch a plan answers
 H100_BF16_DENSE = 989e12  # FLOP/s: an H100 SXM's dense bf16 tensor-core peak, for a time lower bound
@@ -78,8 +78,11 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
     largest micro-batch whose peak fits it (``MicroBatchLines``: one more measurement, at half the micro-batch).
     With ``layers_sampled`` (three or more layer counts below the model's), the model is planned at those depths
     and each quantity fitted to its own (``runs.plan.layers``)."""
+    import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from subnetlab.models.graph import Graph
+    from subnetlab.runs.plan.circuit import exact_patched
     from subnetlab.runs.plan.layers import check_samples, fitted_places, layer_count, quadratic_at, with_layers
     from subnetlab.runs.plan.memory import LiveBytes
 
@@ -93,6 +96,23 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
             before = live.live
             model, adapter = fake_model(with_layers(config, n) if samples else config, settings)
             built[n] = (model, adapter, live.live - before)
+        graphs = {n: Graph.from_adapter(b[1]) for n, b in built.items()} if settings.method == "exact" else {}
+        edges = {n: g.num_edges for n, g in graphs.items()}
+        total_edges = (quadratic_at(edges, layers) if samples else edges[layers]) if edges else 0
+        if samples and graphs and settings.copies is None:  # the model's own copies a forward, not a sample's
+            from dataclasses import replace
+
+            from subnetlab.methods.attribution.exact import copies_per_forward
+
+            model = next(iter(built.values()))[0]
+            writers = quadratic_at({n: len(g.writers) for n, g in graphs.items()}, layers)
+            readers = max(len(b.readers) for b in next(iter(graphs.values())).reader_blocks)
+            settings = replace(settings, copies=copies_per_forward(
+                readers, writers, settings.batch, settings.length, int(model.config.hidden_size), int(model.config.vocab_size),
+                torch.finfo(next(model.parameters()).dtype).bits // 8))
+        if settings.edges is not None and settings.edges > total_edges:
+            raise SubnetlabError(f"edges {settings.edges:,} is more than the model's {total_edges:,} edges",
+                                 setting="edges")
         gc.collect()
         gc.freeze()  # the models and the modules imported: no garbage, so the collections between steps skip them
         try:
@@ -107,11 +127,15 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
                     if not samples:  # the step's own peak, at least every place's (sampled: not one polynomial)
                         places[n][("", "step")] = peak - others
                     persistent[n] = live.between_steps - others
+                if s.method == "exact":  # FLOPs of one forward of the batch, from the step's forwards
+                    counted = {n: counted[n] // (2 + exact_patched(b[0], graphs[n], s)) for n, b in built.items()}
                 if samples:
                     return fitted_places(places, layers, persistent), quadratic_at(counted, layers)
                 return places[layers], counted[layers]
 
             at_micro, flops = places_at(settings, True)
+            if settings.method == "exact":
+                flops *= 2 + (settings.edges or total_edges)  # clean, corrupted, and one forward per edge
             peak = max(at_micro.values())
             largest = fit_micro = fit_peak = None
             if memory is not None:
@@ -215,7 +239,7 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
     from subnetlab.runs.plan.lottery import lottery_step
     from subnetlab.runs.plan.transfer import transfer_step
 
-    if settings.method in ("eap", "eap-ig"):
+    if settings.method in ATTRIBUTION:
         return attribution_step(model, adapter, settings)
     if settings.method == "discover":
         return discover_step(model, adapter, settings, live)
