@@ -57,6 +57,14 @@ class Plan:
         """Whether the peak fits ``memory_limit`` (None without one)."""
         return None if self.memory_limit is None else self.peak_bytes <= self.memory_limit
 
+    @property
+    def verdict(self) -> str:
+        """One line: the peak, whether it fits ``memory_limit`` and, if not, the micro-batch that does
+        (``plan.report.verdict``)."""
+        from subnetlab.runs.plan.report import verdict
+
+        return verdict(self)
+
     def time_bound(self, flops_per_second: float = H100_BF16_DENSE) -> float:
         """Seconds the run's steps take at least at ``flops_per_second`` (a lower bound, not an estimate)."""
         return self.flops_per_step * self.steps / flops_per_second
@@ -69,7 +77,8 @@ class Plan:
                 "largest_micro_batch": self.largest_micro_batch, "layers": self.layers,
                 "layers_sampled": list(self.layers_sampled) if self.layers_sampled else None,
                 "time_bound_s_at_h100_bf16_peak": self.time_bound(), "steps_from": self.steps_from,
-                "fits": self.fits(), "fit_micro_batch": self.fit_micro_batch, "fit_peak_bytes": self.fit_peak_bytes}
+                "fits": self.fits(), "fit_micro_batch": self.fit_micro_batch, "fit_peak_bytes": self.fit_peak_bytes,
+                "verdict": self.verdict}
 
 
 def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: int | None = None,
