@@ -98,6 +98,7 @@ def exact_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[st
             logits = model(**inputs).logits
             for j, e in enumerate(chunk):
                 scores[e] = (metric(logits[j * rows:(j + 1) * rows], clean_logits).to(dtype) - baseline).sum()
+            del inputs, logits  # not alive through the next chunk's forward
         masked.on_reader_input = None
     return scores
 

@@ -95,10 +95,10 @@ def pruning_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = N
 
 
 def exact_patched(model: Any, graph: Any, settings: PlanSettings) -> int:
-    """The edges the plan's exact step patches: one forward's worth (``exact.copies_per_forward`` copies of the
-    batch) of the run's edges. The run's other forwards are the same forward on other edges, one at a time,
-    so its peak is this step's, and its FLOPs are ``(2 + edges)`` forwards of the batch (the patch itself is a
-    subtraction, no product)."""
+    """The copies of the batch one patched forward of the plan's exact step holds: one forward's worth
+    (``exact.copies_per_forward``) of the run's edges. The run's other forwards are the same forward on other
+    edges, one at a time, so its peak is this step's; its FLOPs are the clean and corrupted forwards and a forward
+    of the batch per edge (``plan.core``: step 0 patches one forward, step 1 two)."""
     from subnetlab.methods.attribution.exact import copies_per_forward
 
     config = model.config
@@ -123,13 +123,14 @@ def attribution_step(model: Any, adapter: Any, settings: PlanSettings) -> Callab
         if i < 0:
             return
         batch = data.batch_at(range(settings.batch))
-        if method == "exact":  # one forward of patched copies: the peak of every one (they run one at a time)
+        if method == "exact":  # one forward of patched copies, then two: the peak of any number (one at a time)
             from subnetlab.methods.attribution.exact import exact_batch
 
+            copies = exact_patched(model, graph, settings)
             exact_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
-                        lambda logits, full: logit_difference(logits, batch),
-                        edges=range(exact_patched(model, graph, settings)), bytes_per_forward=1 << 60,
-                        rows_per_forward=settings.batch * exact_patched(model, graph, settings))
+                        lambda logits, full: logit_difference(logits, batch), bytes_per_forward=1 << 60,
+                        edges=range(min(graph.num_edges, settings.edges or graph.num_edges, copies * (1 + min(i, 1)))),
+                        rows_per_forward=settings.batch * copies)
             return
         attribute_batch(model, adapter, graph, clean_inputs(batch), corrupted_inputs(batch),
                         lambda logits, full: logit_difference(logits, batch), method=method,  # type: ignore[arg-type]

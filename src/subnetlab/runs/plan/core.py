@@ -125,26 +125,33 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
         gc.collect()
         gc.freeze()  # the models and the modules imported: no garbage, so the collections between steps skip them
         try:
+            def exact_flops(n: int, s: PlanSettings, one: int, two: int) -> int:
+                """FLOPs of exact patching of the run's edges at the sample of ``n`` layers: the clean and
+                corrupted forwards (``2 f``) and a forward of the batch per edge (``p``), from step 0's forward
+                of ``c`` patched copies (``2 f + c p``) and step 1's two (``2 f + 2 c p``)."""
+                copies = exact_patched(built[n][0], graphs[n], s)
+                per_edge = Fraction(two - one, copies) if two != one else Fraction(0)
+                return round(one - copies * per_edge + (s.edges or total_edges) * per_edge) if two != one else two
+
             def places_at(s: PlanSettings, flops: bool) -> tuple[dict[Any, int], int]:
                 """Each place's peak (``LiveBytes.phase_peaks``, its own weights' included, not the other samples')
                 and the step's FLOPs at the model's depth: measured, or fitted from the samples."""
-                places, persistent, counted = {}, {}, {}
+                places, persistent, counted, exact_counts = {}, {}, {}, {}
                 for n, (model, adapter, weights) in built.items():
                     others = live.live - weights
                     peak, counted[n] = measure_step(model, adapter, s, live, flops)
+                    exact_counts[n] = list(live.step_flops)
                     places[n] = {key: value - others for key, value in live.phase_peaks.items()}
                     if not samples:  # the step's own peak, at least every place's (sampled: not one polynomial)
                         places[n][("", "step")] = peak - others
                     persistent[n] = live.between_steps - others
-                if s.method == "exact":  # FLOPs of one forward of the batch, from the step's forwards
-                    counted = {n: counted[n] // (2 + exact_patched(b[0], graphs[n], s)) for n, b in built.items()}
+                if s.method == "exact" and flops:  # step 0 patches one forward of edges, step 1 two
+                    counted = {n: exact_flops(n, s, *exact_counts[n]) for n in counted}
                 if samples:
                     return fitted_places(places, layers, persistent), quadratic_at(counted, layers)
                 return places[layers], counted[layers]
 
             at_micro, flops = places_at(settings, True)
-            if settings.method == "exact":
-                flops *= 2 + (settings.edges or total_edges)  # clean, corrupted, and one forward per edge
             peak = max(at_micro.values())
             largest = fit_micro = fit_peak = None
             if memory is not None:
@@ -309,19 +316,20 @@ def count_steps(settings: PlanSettings) -> int:
 
 def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any, flops: bool = True) -> tuple[int, int]:
     """``(peak bytes, FLOPs of one step)``: the peak over the set-up and two steps (``live.phase_peaks`` per
-    place, the phases ``setup``, ``step0``, ``step1``), the FLOPs counted on the second by ``live`` itself
-    (``plan.memory.LiveBytes.count_flops``: it keeps nothing alive, so the same step gives both); 0 FLOPs without
-    ``flops``."""
+    place, the phases ``setup``, ``step0``, ``step1``), the FLOPs of the second counted by ``live`` itself
+    (``plan.memory.LiveBytes.count_flops``: it keeps nothing alive, so the same step gives both; each step's in
+    ``live.step_flops``); 0 FLOPs without ``flops``."""
     gc.collect()
     live.reset_peak()
     live.phase = "setup"
     step = run_step(model, adapter, settings, live)
-    live.flops = 0
+    live.step_flops = []
     try:
         for i in (0, 1):
             live.phase = f"step{i}"
-            live.count_flops = flops and i == 1
+            live.count_flops, live.flops = flops, 0
             step(i)
+            live.step_flops.append(live.flops)
         live.count_flops = False
         peak, places = live.peak, dict(live.phase_peaks)
         live.between_steps = live.live  # weights, masks, optimiser state: what stays alive from step to step
@@ -331,7 +339,7 @@ def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any, fl
     del step
     gc.collect()
     live.phase_peaks = places
-    return peak, live.flops if flops else 0
+    return peak, live.step_flops[1] if flops else 0
 
 
 __all__ = ["H100_BF16_DENSE", "MAX_MICRO_BATCH", "MicroBatchLines", "Plan", "check_length", "count_steps",

@@ -56,6 +56,7 @@ class LiveBytes(TorchDispatchMode):
         self.between_steps = 0  # bytes alive after the last step measured (runs.plan.core.measure_step)
         self.count_flops = False  # while True, ``flops`` adds each operation's FLOPs (torch's own formulas)
         self.flops = 0
+        self.step_flops: list[int] = []  # runs.plan.core.measure_step: the FLOPs of each step it counted
 
     def reset_peak(self) -> None:
         """Start a new peak (and new peaks per place) from what is alive now."""
