@@ -1092,6 +1092,13 @@ CASES: list[tuple[str, list[str], str]] = [
      "--batch 1000000000000 is more than the plan's bound of 1,048,576 examples"),
     ("plan-length-past-the-positions", ["plan", "circuit", "--model", "{gpt2}", "--length", "100000"],
      "--length 100000 is more than the model's"),
+    # plan's exact patching (issue 47): the edges patched, read by exact only, at least 1, at most the graph's
+    ("plan-edges-not-exact", ["plan", "circuit", "--model", "{gpt2}", "--method", "eap", "--edges", "10"],
+     "--edges: read by exact patching only, not eap"),
+    ("plan-edges-zero", ["plan", "circuit", "--model", "{gpt2}", "--method", "exact", "--edges", "0"],
+     "--edges 0 must be at least 1"),
+    ("plan-edges-past-the-graph", ["plan", "circuit", "--model", "{gpt2}", "--method", "exact", "--edges", "100000000",
+                                   "--batch", "2", "--length", "8"], "is more than the model's"),
     ("mib-unfit", [*CIRCUIT_EVAL, "--task", "mib-ioi", "--task-option", "path={mib-ioi}", "--task-option",
                    "unfit=skip"], "unfit"),
     # subnetlab view (issue 38): no run, damaged graph / scores files, runs of two graphs, --out a directory

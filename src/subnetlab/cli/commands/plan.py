@@ -16,13 +16,14 @@ from typing import Optional
 import typer
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.runs.circuit_methods import CIRCUIT_METHODS
 
-COMMANDS = {"prune": ("head-pruning",), "circuit": ("edge-pruning", "eap", "eap-ig", "nap", "nap-ig"), "discover": ("discover",),
+COMMANDS = {"prune": ("head-pruning",), "circuit": CIRCUIT_METHODS, "discover": ("discover",),
             "transfer": ("transfer",), "finetune": ("finetune",), "lottery-prune": ("lottery-prune",)}
 # the options each command's plan reads beyond --model, --dtype, --memory, --layers-sampled; another one is refused
 READS = {"prune": ("--batch", "--micro-batch", "--length", "--preset", "--sparsity"),
          "circuit": ("--method", "--batch", "--micro-batch", "--length", "--preset", "--sparsity", "--ig-steps",
-                     "--examples"),
+                     "--examples", "--edges"),
          "discover": ("--batch", "--length", "--preset", "--examples"),
          "transfer": ("--batch", "--length", "--preset", "--examples"),
          "finetune": ("--batch", "--length", "--preset", "--examples"),
@@ -35,7 +36,7 @@ def plan(
                                   "condition), finetune or lottery-prune (importance)."),
     model: str = typer.Option(..., "--model", help="A config.json file, a model directory holding one, or a hub "
                               "id already in the local cache (nothing is downloaded)."),
-    method: Optional[str] = typer.Option(None, "--method", help="circuit: edge-pruning, eap or eap-ig "
+    method: Optional[str] = typer.Option(None, "--method", help=f"circuit: {', '.join(CIRCUIT_METHODS)} "
                                          "[edge-pruning]."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Examples per optimiser step (attribution: pairs "
                                         "per batch) [prune 128, circuit 32; discover, transfer, finetune, "
@@ -61,6 +62,7 @@ def plan(
                                            "training rows [the preset's task's: discover paper 50,000; transfer an "
                                            "ambiguous arithmetic task's 1,000; finetune heuristic-core MNLI's "
                                            "392,702]."),
+    edges: Optional[int] = typer.Option(None, "--edges", help="exact: the edges patched [every edge of the graph]."),
     layers_sampled: str = typer.Option("auto", "--layers-sampled", help="Plan the model at these layer counts "
                                        "(e.g. 2,3,4) and fit each quantity in the number of layers; 'all' plans "
                                        "every layer; 'auto' samples 2,3,4 for models of more than 8 layers."),
@@ -73,7 +75,8 @@ def plan(
     if command not in COMMANDS:
         raise SubnetlabError(f"COMMAND {command!r}: plan one of {', '.join(COMMANDS)}")
     given = {"--method": method, "--batch": batch, "--micro-batch": micro_batch, "--length": length,
-             "--preset": preset, "--sparsity": sparsity, "--ig-steps": ig_steps, "--examples": examples}
+             "--preset": preset, "--sparsity": sparsity, "--ig-steps": ig_steps, "--examples": examples,
+             "--edges": edges}
     unread = [flag for flag, value in given.items() if value is not None and flag not in READS[command]]
     if unread:
         raise SubnetlabError(f"plan {command} does not read {', '.join(unread)} (it reads --model, --dtype, "
@@ -90,7 +93,7 @@ def plan(
     settings = PlanSettings(chosen, batch=default_batch if batch is None else batch,
                             length=default_length if length is None else length,
                             micro_batch=micro, dtype=dtype, preset=preset, sparsity=sparsity,
-                            ig_steps=5 if ig_steps is None else ig_steps, examples=examples)
+                            ig_steps=5 if ig_steps is None else ig_steps, examples=examples, edges=edges)
     config = read_model_config(model)
     if layers_sampled == "auto":
         samples = default_samples(config)

@@ -32,13 +32,29 @@ from subnetlab.models.adapters import Adapter
 from subnetlab.models.graph import Graph
 
 ROWS_PER_FORWARD = 64  # copies of the batch per forward x its pairs: larger amortises the hooks, costs memory
+BYTES_PER_FORWARD = 256 * 2**20  # and at most this much of the copies' reader inputs, writer outputs and logits
+
+
+def copies_per_forward(readers: int, writers: int, rows: int, length: int, hidden: int, vocab: int, itemsize: int = 4,
+                       rows_per_forward: int = ROWS_PER_FORWARD, budget: int = BYTES_PER_FORWARD) -> int:
+    """Copies of a batch of ``rows`` x ``length`` tokens one patched forward holds (``exact_batch``): its rows at
+    most ``rows_per_forward`` and, where a row's tensors (the input of each of the widest block's ``readers``,
+    twice with its norm; the ``writers``' outputs; the logits) take more, at most ``budget`` bytes of them."""
+    per_row = length * itemsize * (vocab + hidden * (2 * readers + writers))
+    return max(1, min(rows_per_forward, budget // per_row) // rows)
 
 
 def exact_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[str, Tensor],
                 corrupted: dict[str, Tensor], metric: Callable[[Tensor, Tensor], Tensor], *,
-                rows_per_forward: int = ROWS_PER_FORWARD, edges: Sequence[int] | None = None) -> Tensor:
+                rows_per_forward: int = ROWS_PER_FORWARD, edges: Sequence[int] | None = None,
+                bytes_per_forward: int = BYTES_PER_FORWARD) -> Tensor:
     """``[edges]`` exact patching scores of one batch, summed over its pairs (the metric as ``attribute_batch``'s);
-    with ``edges`` (indices in graph order) only those are patched and scored, every other score 0."""
+    with ``edges`` (indices in graph order) only those are patched and scored, every other score 0.
+
+    One patched forward holds ``rows_per_forward`` rows (copies of the batch x its pairs), fewer where a row's
+    tensors (every reader's input of the widest block, twice with its norm; the writers' outputs; the logits)
+    would pass ``bytes_per_forward``: GPT-2 small at 32 tokens holds 16 MB a row, so 64 rows took 1 GB of
+    copies; Llama-3.2-1B's vocabulary and 97 readers a block took 12 GB. The scores do not depend on it."""
     check_edge_family(adapter)
     chosen = range(graph.num_edges) if edges is None else sorted({int(e) for e in edges})
     if edges is not None and (not chosen or chosen[0] < 0 or chosen[-1] >= graph.num_edges):
@@ -47,7 +63,6 @@ def exact_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[st
     device = next(model.parameters()).device
     dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)
     rows = int(clean["input_ids"].shape[0])
-    per_forward = max(1, rows_per_forward // rows)
     blocks = graph.reader_blocks
     scores = torch.zeros(graph.num_edges, dtype=dtype, device=device)
     chunk: list[int] = []
@@ -58,6 +73,9 @@ def exact_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[st
         deltas = masked.writer_deltas() - corrupted_out  # [writers, B, P, hidden]
         del corrupted_out
         baseline = metric(clean_logits, clean_logits).to(dtype)  # [B]
+        per_forward = copies_per_forward(max(len(b.readers) for b in blocks), len(graph.writers), rows, int(clean_logits.shape[1]), int(deltas.shape[-1]),
+                                         int(clean_logits.shape[-1]), clean_logits.element_size(), rows_per_forward,
+                                         bytes_per_forward)
 
         def patch(i: int, readers: Tensor) -> Tensor | None:
             """Shift copy ``j``'s input of the edge ``chunk[j]``'s reader by ``-D`` of its writer."""
@@ -76,12 +94,13 @@ def exact_batch(model: nn.Module, adapter: Adapter, graph: Graph, clean: dict[st
         for start in range(0, len(chosen), per_forward):
             chunk[:] = chosen[start:start + per_forward]
             n = len(chunk)
-            inputs = {k: v.repeat(n, *[1] * (v.dim() - 1)) for k, v in clean.items()}
+            inputs = {k: v if v is None else v.repeat(n, *[1] * (v.dim() - 1)) for k, v in clean.items()}
             logits = model(**inputs).logits
             for j, e in enumerate(chunk):
                 scores[e] = (metric(logits[j * rows:(j + 1) * rows], clean_logits).to(dtype) - baseline).sum()
+            del inputs, logits  # not alive through the next chunk's forward
         masked.on_reader_input = None
     return scores
 
 
-__all__ = ["ROWS_PER_FORWARD", "exact_batch"]
+__all__ = ["BYTES_PER_FORWARD", "ROWS_PER_FORWARD", "copies_per_forward", "exact_batch"]

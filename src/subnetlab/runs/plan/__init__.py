@@ -8,10 +8,10 @@ and circuit; ``discover``, ``transfer``, ``finetune``, ``lottery``).
 
 from subnetlab.runs.plan.core import (
                                       H100_BF16_DENSE,
+                                      MicroBatchLines,
                                       Plan,
                                       count_steps,
                                       default_sizes,
-                                      largest_micro_batch,
                                       measure_step,
                                       plan_run,
                                       run_step,
@@ -21,5 +21,5 @@ from subnetlab.runs.plan.report import format_bytes, parse_memory, plan_table, v
 from subnetlab.runs.plan.settings import DTYPES, METHODS, PlanSettings
 
 __all__ = ["DTYPES", "H100_BF16_DENSE", "METHODS", "PACKAGED_CONFIGS", "Plan", "PlanSettings", "count_steps",
-           "default_sizes", "fake_data", "fake_model", "format_bytes", "largest_micro_batch", "measure_step",
+           "default_sizes", "fake_data", "fake_model", "format_bytes", "MicroBatchLines", "measure_step",
            "parse_memory", "plan_run", "plan_table", "read_model_config", "run_step", "verdict"]

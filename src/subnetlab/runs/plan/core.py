@@ -13,8 +13,8 @@ FLOPs of one step (matrix products and attention).
                  dtype="bfloat16", micro_batch=2))
     p.peak_bytes, p.flops_per_step, p.steps
 
-Peak memory grows linearly with the micro-batch, so ``largest_micro_batch`` fits a line through two micro-batch
-sizes, then checks the batch it solves for (and steps down while it does not fit).
+Peak memory grows linearly with the micro-batch, so the largest micro-batch that fits a memory comes from one
+more measurement, at half the micro-batch: each place's peak is a line through the two (``MicroBatchLines``).
 
 What the plan leaves out: the CUDA context and the allocator's fragmentation (add a few GB on a GPU), data
 loading, and the full model's outputs of training examples beyond one optimiser step (the method keeps them
@@ -24,14 +24,16 @@ for the whole run: the classes of a classification task, the vocabulary of a lan
 from __future__ import annotations
 
 import gc
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Callable
 
 from subnetlab.errors import SubnetlabError
 from subnetlab.runs.plan.fake import fake_model
-from subnetlab.runs.plan.settings import UNACCUMULATED, PlanSettings
+from subnetlab.runs.plan.settings import ATTRIBUTION, UNACCUMULATED, PlanSettings
 
-MAX_MICRO_BATCH = 1 << 16  # the largest micro-batch the search tries
+MAX_MICRO_BATCH = 1 << 16  # the largest micro-batch a plan answers
 H100_BF16_DENSE = 989e12  # FLOP/s: an H100 SXM's dense bf16 tensor-core peak, for a time lower bound
 
 
@@ -55,6 +57,14 @@ class Plan:
         """Whether the peak fits ``memory_limit`` (None without one)."""
         return None if self.memory_limit is None else self.peak_bytes <= self.memory_limit
 
+    @property
+    def verdict(self) -> str:
+        """One line: the peak, whether it fits ``memory_limit`` and, if not, the micro-batch that does
+        (``plan.report.verdict``)."""
+        from subnetlab.runs.plan.report import verdict
+
+        return verdict(self)
+
     def time_bound(self, flops_per_second: float = H100_BF16_DENSE) -> float:
         """Seconds the run's steps take at least at ``flops_per_second`` (a lower bound, not an estimate)."""
         return self.flops_per_step * self.steps / flops_per_second
@@ -67,17 +77,22 @@ class Plan:
                 "largest_micro_batch": self.largest_micro_batch, "layers": self.layers,
                 "layers_sampled": list(self.layers_sampled) if self.layers_sampled else None,
                 "time_bound_s_at_h100_bf16_peak": self.time_bound(), "steps_from": self.steps_from,
-                "fits": self.fits(), "fit_micro_batch": self.fit_micro_batch, "fit_peak_bytes": self.fit_peak_bytes}
+                "fits": self.fits(), "fit_micro_batch": self.fit_micro_batch, "fit_peak_bytes": self.fit_peak_bytes,
+                "verdict": self.verdict}
 
 
 def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: int | None = None,
              layers_sampled: tuple[int, ...] | None = None) -> Plan:
     """The plan of ``settings`` on the model of ``config`` (module docstring); with ``memory`` (bytes), also the
-    largest micro-batch whose peak fits it. With ``layers_sampled`` (three or more layer counts below the model's),
-    the model is planned at those depths and each quantity fitted to its own (``runs.plan.layers``)."""
+    largest micro-batch whose peak fits it (``MicroBatchLines``: one more measurement, at half the micro-batch).
+    With ``layers_sampled`` (three or more layer counts below the model's), the model is planned at those depths
+    and each quantity fitted to its own (``runs.plan.layers``)."""
+    import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from subnetlab.runs.plan.layers import check_samples, fitted_peak, layer_count, quadratic_at, with_layers
+    from subnetlab.models.graph import Graph
+    from subnetlab.runs.plan.circuit import exact_patched
+    from subnetlab.runs.plan.layers import check_samples, fitted_places, layer_count, quadratic_at, with_layers
     from subnetlab.runs.plan.memory import LiveBytes
 
     steps, steps_from = steps_of(settings)  # before the long work: a missing number of rows is refused here
@@ -90,50 +105,137 @@ def plan_run(config: Any, settings: PlanSettings, name: str = "model", memory: i
             before = live.live
             model, adapter = fake_model(with_layers(config, n) if samples else config, settings)
             built[n] = (model, adapter, live.live - before)
+        graphs = {n: Graph.from_adapter(b[1]) for n, b in built.items()} if settings.method == "exact" else {}
+        edges = {n: g.num_edges for n, g in graphs.items()}
+        total_edges = (quadratic_at(edges, layers) if samples else edges[layers]) if edges else 0
+        if samples and graphs and settings.copies is None:  # the model's own copies a forward, not a sample's
+            from dataclasses import replace
 
-        def measured(s: PlanSettings, flops: bool) -> tuple[dict[int, int], dict[int, dict[Any, int]], dict[int, int],
-                                                            dict[int, int]]:
-            """Per layer count: the peak (its own weights, not the other samples'), the places' peaks, FLOPs, the
-            bytes alive between steps."""
-            peaks, places, counted, persistent = {}, {}, {}, {}
-            for n, (model, adapter, weights) in built.items():
-                others = live.live - weights
-                peak, counted[n] = measure_step(model, adapter, s, live, flops)
-                peaks[n] = peak - others
-                places[n] = {key: value - others for key, value in live.phase_peaks.items()}
-                persistent[n] = live.between_steps - others
-            return peaks, places, counted, persistent
+            from subnetlab.methods.attribution.exact import copies_per_forward
 
-        def peak_at(s: PlanSettings) -> int:
-            peaks, places, _, persistent = measured(s, False)
-            return fitted_peak(places, layers, persistent) if samples else peaks[layers]
+            model = next(iter(built.values()))[0]
+            writers = quadratic_at({n: len(g.writers) for n, g in graphs.items()}, layers)
+            readers = max(len(b.readers) for b in next(iter(graphs.values())).reader_blocks)
+            settings = replace(settings, copies=copies_per_forward(
+                readers, writers, settings.batch, settings.length, int(model.config.hidden_size), int(model.config.vocab_size),
+                torch.finfo(next(model.parameters()).dtype).bits // 8))
+        if settings.edges is not None and settings.edges > total_edges:
+            raise SubnetlabError(f"edges {settings.edges:,} is more than the model's {total_edges:,} edges",
+                                 setting="edges")
+        gc.collect()
+        gc.freeze()  # the models and the modules imported: no garbage, so the collections between steps skip them
+        try:
+            def exact_flops(n: int, s: PlanSettings, one: int, two: int) -> int:
+                """FLOPs of exact patching of the run's edges at the sample of ``n`` layers: the clean and
+                corrupted forwards (``2 f``) and a forward of the batch per edge (``p``), from step 0's forward
+                of ``c`` patched copies (``2 f + c p``) and step 1's two (``2 f + 2 c p``)."""
+                copies = exact_patched(built[n][0], graphs[n], s)
+                per_edge = Fraction(two - one, copies) if two != one else Fraction(0)
+                return round(one - copies * per_edge + (s.edges or total_edges) * per_edge) if two != one else two
 
-        peaks, places, counted, persistent = measured(settings, True)
-        if samples:
-            weights = quadratic_at({n: b[2] for n, b in built.items()}, layers)
-            peak, flops = fitted_peak(places, layers, persistent), quadratic_at(counted, layers)
-        else:
-            weights, peak, flops = built[layers][2], peaks[layers], counted[layers]
-        largest = fit_micro = fit_peak = None
-        if memory is not None:
-            seen: dict[int, int] = {settings.micro: peak}
+            def places_at(s: PlanSettings, flops: bool) -> tuple[dict[Any, int], int]:
+                """Each place's peak (``LiveBytes.phase_peaks``, its own weights' included, not the other samples')
+                and the step's FLOPs at the model's depth: measured, or fitted from the samples."""
+                places, persistent, counted, exact_counts = {}, {}, {}, {}
+                for n, (model, adapter, weights) in built.items():
+                    others = live.live - weights
+                    peak, counted[n] = measure_step(model, adapter, s, live, flops)
+                    exact_counts[n] = list(live.step_flops)
+                    places[n] = {key: value - others for key, value in live.phase_peaks.items()}
+                    if not samples:  # the step's own peak, at least every place's (sampled: not one polynomial)
+                        places[n][("", "step")] = peak - others
+                    persistent[n] = live.between_steps - others
+                if s.method == "exact" and flops:  # step 0 patches one forward of edges, step 1 two
+                    counted = {n: exact_flops(n, s, *exact_counts[n]) for n in counted}
+                if samples:
+                    return fitted_places(places, layers, persistent), quadratic_at(counted, layers)
+                return places[layers], counted[layers]
 
-            def at(m: int) -> int:
-                if m not in seen:
-                    seen[m] = peak_at(settings.with_micro(m))
-                return seen[m]
-
-            largest = largest_micro_batch(at, settings.micro, peak, memory)
-            if largest and peak > memory:  # the fix: the largest micro-batch that fits and keeps the batch
-                from dataclasses import replace
-
-                if settings.method in UNACCUMULATED:
-                    fit_micro, fit_peak = largest, at(largest)
-                else:
-                    fit_micro = max(d for d in range(1, min(largest, settings.batch) + 1) if settings.batch % d == 0)
-                    fit_peak = peak_at(replace(settings, micro_batch=fit_micro))
+            at_micro, flops = places_at(settings, True)
+            peak = max(at_micro.values())
+            largest = fit_micro = fit_peak = None
+            if memory is not None:
+                found = {settings.micro: at_micro}
+                largest, fit_micro, fit_peak = fitting_micro_batch(
+                    settings, memory, lambda m: found.get(m) or found.setdefault(
+                        m, places_at(settings.with_micro(m), False)[0]))
+        finally:
+            gc.unfreeze()
+    weights = quadratic_at({n: b[2] for n, b in built.items()}, layers) if samples else built[layers][2]
     return Plan(settings, name, weights, peak, flops, steps, largest, memory, layers, samples, steps_from, fit_micro,
                 fit_peak)
+
+
+def fitting_micro_batch(settings: PlanSettings, memory: int, places_at: Callable[[int], dict[Any, int]]
+                        ) -> tuple[int, int | None, int | None]:
+    """``(largest, fix, its peak)``: the largest micro-batch whose peak fits ``memory`` and, where the planned one
+    does not fit, the largest that does and keeps the batch (a divisor of it where the method accumulates).
+
+    ``places_at(m)`` is each place's peak at micro-batch ``m``. Between the sizes where the method's step changes
+    (``micro_batch_breaks``: blocks checkpointed, positions chunked) every place's peak is a line in ``m``, so two
+    sizes of a range give the whole range (``MicroBatchLines``); the ranges are tried from the largest down, and
+    the first with a size that fits holds the answer: two measurements, or four across a change."""
+    from subnetlab.runs.plan.circuit import micro_batch_breaks
+
+    cuts = sorted({b for b in micro_batch_breaks(settings) if 1 < b <= MAX_MICRO_BATCH})
+    ranges = list(zip([1, *cuts], [*(c - 1 for c in cuts), MAX_MICRO_BATCH]))
+    lines: dict[tuple[int, int], MicroBatchLines] = {}
+
+    def lines_of(lo: int, hi: int) -> MicroBatchLines:
+        if (lo, hi) not in lines:
+            m1 = settings.micro if lo <= settings.micro <= hi else lo
+            m2 = m1 // 2 if m1 // 2 >= lo else min(hi, 2 * m1)
+            lines[lo, hi] = MicroBatchLines.through(m1, places_at(m1), m2, places_at(m2))
+        return lines[lo, hi]
+
+    def peak_at(m: int) -> int:
+        return lines_of(*next(r for r in ranges if r[0] <= m <= r[1])).peak(m)
+
+    largest = 0
+    for lo, hi in reversed(ranges):
+        largest = min(hi, lines_of(lo, hi).largest(memory))
+        if largest >= lo:
+            break
+        largest = 0
+    if not largest or max(places_at(settings.micro).values()) <= memory:  # measured already
+        return largest, None, None
+    fix = largest if settings.method in UNACCUMULATED else max(
+        d for d in range(1, min(largest, settings.batch) + 1) if settings.batch % d == 0 and peak_at(d) <= memory)
+    return largest, fix, peak_at(fix)
+
+
+@dataclass(frozen=True)
+class MicroBatchLines:
+    """The step's peak as a function of the micro-batch ``m``: the largest of its places' lines ``a + b m``.
+
+    A place's bytes (a stored activation, a gradient, the logits) are a fixed part (weights, masks, optimiser
+    state) plus a part in proportion to the examples of a forward, so two micro-batches give each place's line and
+    the largest of the lines is the peak at any other; where the peak's place changes with ``m`` (the set-up's
+    evaluation batch at small ones, the step's backward at large ones) the lines' maximum follows it. The test
+    against a direct measurement at a size not measured: ``tests/unit/test_plan.py``."""
+
+    lines: dict[Any, tuple[Fraction, Fraction]]  # place -> (bytes at m = 0, bytes per example of a micro-batch)
+
+    @classmethod
+    def through(cls, m1: int, at_m1: dict[Any, int], m2: int, at_m2: dict[Any, int]) -> "MicroBatchLines":
+        lines = {}
+        for key in set(at_m1) & set(at_m2):
+            slope = Fraction(at_m2[key] - at_m1[key], m2 - m1) if m2 != m1 else Fraction(0)
+            lines[key] = (at_m1[key] - slope * m1, slope)
+        return cls(lines)
+
+    def peak(self, m: int) -> int:
+        return math.ceil(max(a + b * m for a, b in self.lines.values()))
+
+    def largest(self, memory: int) -> int:
+        """The largest micro-batch (at most ``MAX_MICRO_BATCH``) whose peak fits ``memory``; 0 when one does not."""
+        if self.peak(1) > memory:
+            return 0
+        bounds = [math.floor((memory - a) / b) for a, b in self.lines.values() if b > 0]
+        m = max(1, min([MAX_MICRO_BATCH, *bounds]))
+        while m > 1 and self.peak(m) > memory:  # rounding
+            m -= 1
+        return m
 
 
 def check_length(config: Any, length: int) -> None:
@@ -153,7 +255,7 @@ def run_step(model: Any, adapter: Any, settings: PlanSettings, live: Any = None)
     from subnetlab.runs.plan.lottery import lottery_step
     from subnetlab.runs.plan.transfer import transfer_step
 
-    if settings.method in ("eap", "eap-ig", "nap", "nap-ig"):
+    if settings.method in ATTRIBUTION:
         return attribution_step(model, adapter, settings)
     if settings.method == "discover":
         return discover_step(model, adapter, settings, live)
@@ -214,72 +316,31 @@ def count_steps(settings: PlanSettings) -> int:
 
 def measure_step(model: Any, adapter: Any, settings: PlanSettings, live: Any, flops: bool = True) -> tuple[int, int]:
     """``(peak bytes, FLOPs of one step)``: the peak over the set-up and two steps (``live.phase_peaks`` per
-    place, the phases ``setup``, ``step0``, ``step1``), the FLOPs counted on a third (the counter keeps module
-    outputs alive while it runs); 0 FLOPs without ``flops`` (a memory search)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
+    place, the phases ``setup``, ``step0``, ``step1``), the FLOPs of the second counted by ``live`` itself
+    (``plan.memory.LiveBytes.count_flops``: it keeps nothing alive, so the same step gives both; each step's in
+    ``live.step_flops``); 0 FLOPs without ``flops``."""
     gc.collect()
     live.reset_peak()
     live.phase = "setup"
     step = run_step(model, adapter, settings, live)
-    counted = 0
+    live.step_flops = []
     try:
         for i in (0, 1):
             live.phase = f"step{i}"
+            live.count_flops, live.flops = flops, 0
             step(i)
+            live.step_flops.append(live.flops)
+        live.count_flops = False
         peak, places = live.peak, dict(live.phase_peaks)
         live.between_steps = live.live  # weights, masks, optimiser state: what stays alive from step to step
-        live.phase = "flops"
-        if flops:
-            with FlopCounterMode(display=False) as counter:
-                step(2)
-            counted = int(counter.get_total_flops())
     finally:
+        live.count_flops = False
         step(-1)
     del step
     gc.collect()
     live.phase_peaks = places
-    return peak, counted
+    return peak, live.step_flops[1] if flops else 0
 
 
-MAX_PROBES = 12  # micro-batch sizes the search measures at most (each one runs the method's step on fake tensors)
-
-
-def largest_micro_batch(peak_at: Callable[[int], int], micro: int, peak: int, memory: int) -> int:
-    """The largest micro-batch whose peak fits ``memory`` (0 when not even one example fits), in at most
-    ``MAX_PROBES`` measurements. A candidate solves the line through the sizes measured (the largest seen to fit
-    and the smallest seen not to; beyond them, the two largest, and at most 16 times the largest
-    that fits) and is checked with the one above it; between two sizes, line and halving take turns, so a curved peak narrows the range too. Where the budget ends first,
-    the answer is the largest size measured to fit: it holds (a bound, never an extrapolation)."""
-    known = {micro: peak}
-
-    def fits(m: int) -> bool:
-        if m not in known:
-            known[m] = peak_at(m)
-        return known[m] <= memory
-
-    fits(min(2 * micro, MAX_MICRO_BATCH))
-    halve = False
-    while True:
-        lo = max((m for m, v in known.items() if v <= memory), default=0)
-        hi = min((m for m, v in known.items() if v > memory), default=None)
-        if (hi is None and lo >= MAX_MICRO_BATCH) or (hi is not None and hi - lo <= 1) or len(known) >= MAX_PROBES:
-            return lo
-        if hi is None:  # beyond every size measured: extrapolate from the two largest
-            a, b = sorted(known)[-2:]
-            slope = max(1.0, (known[b] - known[a]) / (b - a))
-            guess = min(MAX_MICRO_BATCH, 16 * max(lo, 1), max(lo + 1, int(lo + (memory - known[lo]) // slope)))
-        elif halve:
-            guess = (lo + hi) // 2
-        elif lo == 0:  # not even the smallest measured fits: the line through it and nothing
-            guess = max(1, min(hi - 1, int(hi * memory / max(1, known[hi]))))
-        else:
-            t = (memory - known[lo]) / max(1, known[hi] - known[lo])
-            guess = min(hi - 1, max(lo + 1, int(lo + t * (hi - lo))))
-        halve = hi is not None and not halve
-        if fits(guess) and guess + 1 < (MAX_MICRO_BATCH + 1 if hi is None else hi) and len(known) < MAX_PROBES:
-            fits(guess + 1)
-
-
-__all__ = ["H100_BF16_DENSE", "MAX_MICRO_BATCH", "MAX_PROBES", "Plan", "check_length", "count_steps", "default_sizes",
-           "largest_micro_batch", "measure_step", "plan_run", "run_step", "steps_of"]
+__all__ = ["H100_BF16_DENSE", "MAX_MICRO_BATCH", "MicroBatchLines", "Plan", "check_length", "count_steps",
+           "default_sizes", "fitting_micro_batch", "measure_step", "plan_run", "run_step", "steps_of"]

@@ -82,10 +82,16 @@ def fitted_peak(places: dict[int, dict[Any, int]], layers: int, persistent: dict
     their optimiser state), alive from the set-up on: ``persistent`` (layer count -> bytes alive between steps).
     So each place's curvature is held between 0 and the persistent bytes' own (0 without ``persistent``), and its
     line drawn through the two deepest samples once that curvature is taken off."""
+    return max(fitted_places(places, layers, persistent).values())
+
+
+def fitted_places(places: dict[int, dict[Any, int]], layers: int,
+                  persistent: dict[int, int] | None = None) -> dict[Any, int]:
+    """Each place's peak at ``layers`` (``fitted_peak``'s fit), for the places present at every sampled count."""
     ns = sorted(places)[-3:]
     limit = max(0.0, float(quadratic_coefficient(persistent, ns))) if persistent else 0.0
     common = set.intersection(*(set(p) for p in places.values()))
-    return max(bounded_fit({n: places[n][key] for n in ns}, layers, limit) for key in common)
+    return {key: bounded_fit({n: places[n][key] for n in ns}, layers, limit) for key in common}
 
 
 def quadratic_coefficient(points: dict[int, int], xs: list[int]) -> Fraction:
@@ -109,5 +115,5 @@ def bounded_fit(points: dict[int, int], x: int, curvature: float) -> int:
     return round(value)
 
 
-__all__ = ["DEFAULT_SAMPLES", "SAMPLED_ABOVE", "bounded_fit", "check_samples", "default_samples", "fitted_peak",
+__all__ = ["DEFAULT_SAMPLES", "SAMPLED_ABOVE", "bounded_fit", "check_samples", "default_samples", "fitted_peak", "fitted_places",
            "layer_count", "quadratic_at", "quadratic_coefficient", "with_layers"]

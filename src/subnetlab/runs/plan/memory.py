@@ -11,6 +11,10 @@ data order) cannot do so from a fake tensor. Under ``fake=True`` the mode answer
 gives 1 (``True`` for a boolean), which is finite and keeps Adam's bias correction non-zero, and a random
 permutation is computed for real (it is an index list the code iterates over, not model memory).
 
+With ``count_flops`` set, the mode also adds up the FLOPs of the operations it sees by the formulas of
+``torch.utils.flop_counter`` (matrix products, convolutions, attention), so one pass gives a step's peak and its
+FLOPs: ``FlopCounterMode`` itself keeps every module's outputs alive while it runs, so it needs a step of its own.
+
 ``phase_peaks`` keeps the peak per place a storage was made: ``(phase, operation)``, the phase a name the
 caller sets (``live.phase = "step0"``) and the operation the autograd node running (backward) or the operator
 (forward). A plan from fewer layers fits each place's peak across layer counts (``runs.plan.layers``): the
@@ -32,6 +36,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
 
 aten = torch.ops.aten
 REAL_OPS = (aten.randperm.default, aten.randperm.generator)  # index lists the Python code iterates over
@@ -49,6 +54,9 @@ class LiveBytes(TorchDispatchMode):
         self.phase = ""
         self.phase_peaks: dict[tuple[str, str], int] = {}
         self.between_steps = 0  # bytes alive after the last step measured (runs.plan.core.measure_step)
+        self.count_flops = False  # while True, ``flops`` adds each operation's FLOPs (torch's own formulas)
+        self.flops = 0
+        self.step_flops: list[int] = []  # runs.plan.core.measure_step: the FLOPs of each step it counted
 
     def reset_peak(self) -> None:
         """Start a new peak (and new peaks per place) from what is alive now."""
@@ -63,6 +71,8 @@ class LiveBytes(TorchDispatchMode):
             with _disable_current_modes():
                 return func(*args, **kwargs)
         out = func(*args, **kwargs)
+        if self.count_flops and func._overloadpacket in flop_registry:
+            self.flops += int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self.count(t, str(func))

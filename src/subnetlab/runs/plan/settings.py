@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from subnetlab.errors import SubnetlabError
+from subnetlab.methods.attribution.names import METHODS as ATTRIBUTION
 
-METHODS = ("head-pruning", "edge-pruning", "eap", "eap-ig", "nap", "nap-ig", "discover", "transfer", "finetune", "lottery-prune")
+METHODS = ("head-pruning", "edge-pruning", *ATTRIBUTION, "discover", "transfer", "finetune", "lottery-prune")
 DTYPES = ("float32", "bfloat16", "float16")
-UNACCUMULATED = ("eap", "eap-ig", "nap", "nap-ig", "discover", "transfer", "finetune", "lottery-prune")  # the batch is one forward
+UNACCUMULATED = (*ATTRIBUTION, "discover", "transfer", "finetune", "lottery-prune")  # the batch is one forward
 DEFAULT_PRESETS = {"finetune": "heuristic-core"}  # the others: "paper"
 MAX_EXAMPLES = 1 << 20  # the largest batch (and micro-batch) a plan takes: a fake batch is still built in Python
 AUTOCAST = ("discover", "transfer", "finetune", "lottery-prune")  # dtype: the forwards' autocast; weights float32
@@ -36,6 +37,8 @@ class PlanSettings:
     labels: int = 3  # classes of a classification task (MNLI: 3)
     position_chunk: int | None = None  # eap, eap-ig: tokens scored per chunk (the method's setting; None: its auto)
     checkpoint_blocks: bool | None = None  # edge-pruning: blocks recomputed in the backward (None: its auto)
+    edges: int | None = None  # exact: the edges patched (None: every edge of the graph)
+    copies: int | None = None  # exact: copies of the batch a patched forward holds (None: the method's bound)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -45,7 +48,7 @@ class PlanSettings:
         for name in ("batch", "length", "ig_steps", "labels"):
             if int(getattr(self, name)) < 1:
                 raise SubnetlabError(f"{name} {getattr(self, name)} must be at least 1", setting=name)
-        for name in ("micro_batch", "examples"):
+        for name in ("micro_batch", "examples", "edges", "copies"):
             if getattr(self, name) is not None and int(getattr(self, name)) < 1:
                 raise SubnetlabError(f"{name} {getattr(self, name)} must be at least 1", setting=name)
         for name in ("batch", "micro_batch"):
@@ -58,7 +61,10 @@ class PlanSettings:
         if self.batch % self.micro:
             raise SubnetlabError(f"micro-batch {self.micro} does not divide the batch {self.batch}",
                                  setting="micro_batch")
-        if self.method in ("eap", "eap-ig", "nap", "nap-ig") and self.micro != self.batch:
+        for name in ("edges", "copies"):
+            if getattr(self, name) is not None and self.method != "exact":
+                raise SubnetlabError(f"{name}: read by exact patching only, not {self.method}", setting=name)
+        if self.method in ATTRIBUTION and self.micro != self.batch:
             raise SubnetlabError("attribution has no optimiser step to accumulate micro-batches into: its batch "
                                  "is the micro-batch", setting="micro_batch")
         if self.method in UNACCUMULATED and self.micro != self.batch:
@@ -89,4 +95,4 @@ class PlanSettings:
         return replace(self, batch=batch, micro_batch=micro)
 
 
-__all__ = ["AUTOCAST", "DEFAULT_PRESETS", "DTYPES", "MAX_EXAMPLES", "METHODS", "UNACCUMULATED", "PlanSettings"]
+__all__ = ["ATTRIBUTION", "AUTOCAST", "DEFAULT_PRESETS", "DTYPES", "MAX_EXAMPLES", "METHODS", "UNACCUMULATED", "PlanSettings"]
