@@ -173,7 +173,12 @@ def world() -> World:
 
     A process a launcher started (``launched()``) joins the group at the first call (``init_from_env``): every
     rank reaches it at the same point of the same command, after the command's checks of its input, so bad input
-    ends every rank before any of them waits for the others."""
+    ends every rank before any of them waits for the others. A single process that never imported
+    ``torch.distributed`` (a sweep's driver, a job without torch) gets ``World()`` without importing torch."""
+    import sys
+
+    if "torch.distributed" not in sys.modules and not launched():  # no group joined without importing it
+        return World()
     import torch.distributed as dist
 
     if not dist.is_available():
