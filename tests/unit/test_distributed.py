@@ -235,3 +235,28 @@ def test_a_killed_rank_leaves_the_run_resumable_under_one_process(tiny, tmp_path
     _run([*base, "--out", str(tmp_path / "two")], capsys)
     _same_circuit(tmp_path / "one" / SEED0, two)
     assert json.loads((two / "metrics.json").read_text())["resumed_from"] == 5
+
+
+def test_ranks_that_see_different_runs_finished_are_refused(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """``--out`` not on a file system every rank sees, simulated by giving the ranks different directories: rank 1's
+    holds the finished run, rank 0's none. Both ranks are refused with one ``error:`` line before any job starts
+    (they would otherwise run different jobs, each meeting the other's collectives)."""
+    root = tiny[0]
+    base = ["circuit", "--model", str(root / "model"), *EDGE_PRUNING, "--seeds", "0"]
+    _run([*base, "--out", str(tmp_path / "seen")], capsys)
+    env = {**_torchrun_env(), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    command = [sys.executable, "-m", "subnetlab", *base, "--out"]
+    rank0 = subprocess.Popen([*command, str(tmp_path / "empty")], env={**env, "RANK": "0", "LOCAL_RANK": "0"},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        rank1 = subprocess.run([*command, str(tmp_path / "seen")], env={**env, "RANK": "1", "LOCAL_RANK": "1"},
+                               capture_output=True, text=True, timeout=120, cwd=REPO)
+        err0 = rank0.communicate(timeout=60)[1]
+    finally:
+        rank0.kill()
+    for rank, code, err in ((0, rank0.returncode, err0), (1, rank1.returncode, rank1.stderr)):
+        lines = [line for line in err.splitlines() if "error" in line]  # rank 0 also prints its stage lines
+        assert code == 2 and len(lines) == 1, err[-3000:]
+        assert lines[0].startswith(f"error: rank {rank} of 2: the ranks see different runs finished"), lines[0]
+        assert f"this rank: {rank} of 1" in lines[0], lines[0]
+    assert not (tmp_path / "empty" / SEED0).exists()  # no job started

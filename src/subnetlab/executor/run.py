@@ -115,7 +115,7 @@ def stopped_sweep(job: Job, error: BaseException) -> SubnetlabError:
                           "same launch to resume)")
 
 
-def agreed_pending(jobs: Sequence[Job]) -> list[Job]:
+def agreed_pending(jobs: Sequence[Job], root: Path) -> list[Job]:
     """The jobs not done yet, the same on every rank: each rank reads the run directories (written by rank 0), so
     a rank that sees other runs finished (``--out`` not on a file system every rank sees) is refused on every rank
     before any job starts."""
@@ -123,8 +123,8 @@ def agreed_pending(jobs: Sequence[Job]) -> list[Job]:
     pending = [job for job in jobs if not job.is_done]
     if not here.all_same([0 if job.is_done else 1 for job in jobs]):
         raise SubnetlabError(f"rank {here.rank} of {here.size}: the ranks see different runs finished under "
-                             f"{default_sweep_dir(jobs)} (this rank: {len(jobs) - len(pending)} of {len(jobs)}); the "
-                             "output directory must be on a file system every rank sees", setting="out")
+                             f"{root} (this rank: {len(jobs) - len(pending)} of {len(jobs)}); the "
+                             "output directory must be on a file system every rank sees")
     return pending
 
 
@@ -169,7 +169,7 @@ def run_jobs(
         check_existing_config(job)
 
     results: dict[str, JobResult] = {}
-    pending = agreed_pending(jobs) if backend == "local" else [job for job in jobs if not job.is_done]
+    pending = agreed_pending(jobs, root) if backend == "local" else [job for job in jobs if not job.is_done]
     waiting = {job.name for job in pending}
     for job in jobs:
         if job.name not in waiting:

@@ -278,7 +278,7 @@ def train(trainer: MaskTrainer, run_dir: Path | None = None, *, stop_at: int | N
     if not here.all_same([start]):  # across processes every rank resumes from rank 0's checkpoint
         raise SubnetlabError(f"rank {here.rank} of {here.size}: {trainer.name} resumes at step {start} here and at "
                              f"another step on another rank: {run_dir} must be on a file system every rank sees, "
-                             "its checkpoint written by rank 0 alone", setting="out")
+                             "its checkpoint written by rank 0 alone")
     if start == 0 and warm_start is not None:
         warm_start()
     if start and stop_at is None:  # a part of a run in parts resumes by design
