@@ -7,6 +7,8 @@ scores of every edge (``--method eap|eap-ig|eap-ig-activations|clean-corrupted|e
 One run directory per (sparsity, seed) through ``subnetlab.executor`` (finished
 runs skipped, killed runs resumed); the layout is documented in
 ``subnetlab.runs.circuit``. ``DIR/graph.json`` holds the model's graph.
+Under ``torchrun --nproc-per-node N -m subnetlab circuit ...`` every rank runs the same sweep on the local
+backend, each run's mask training data parallel; rank 0 writes, measures and reports (``docs/distributed.md``).
 
 The two pipelines read different options (``runs.circuit_methods.METHOD_SETTINGS``): an option the
 chosen method does not read, given on the command line, is refused before any
