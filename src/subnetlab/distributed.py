@@ -6,15 +6,17 @@ A launcher starts one process per rank and sets ``WORLD_SIZE``, ``RANK``, ``LOCA
 tensors when this torch has it; each rank on the GPU of its local rank). What the ranks share is small:
 
 * ``World`` (``world()``): this process's ``rank`` of ``size``, ``is_writer`` (rank 0, the one that writes
-  run directories and reports), ``share(n)`` (the items a rank takes of ``n``, contiguous and balanced) and
-  ``all_reduce_sum(tensor)`` (in place; a no-op in a single process).
+  run directories and reports), ``share(n)`` (the items a rank takes of ``n``, contiguous and balanced),
+  ``all_reduce_sum(tensor)`` (in place; a no-op in a single process), ``barrier()`` and ``all_same(values)``
+  (whether every rank holds the same numbers: the runs a sweep skips, the step a run resumes from).
 * A rank that stops (an error, a kill) leaves the others waiting in a collective: each waits at most the
   group's timeout (``SUBNETLAB_DIST_TIMEOUT_MINUTES``, default ``DEFAULT_TIMEOUT_MINUTES``), then ends with
   an error naming its rank. ``torchrun`` ends the others as soon as one fails.
 
 Methods read ``world()`` themselves: an attribution pass scores each rank's batches and all-reduces the sums
 (``methods.attribution.scores.attribute``), the mask trainer gives each rank a slice of every batch and
-all-reduces the gradients (``methods.l0.trainer``); in a single process both are unchanged.
+all-reduces the gradients (``methods.l0.trainer``), the executor's local backend runs every job of a sweep on
+every rank in the same order, rank 0 alone writing (``executor.run``); in a single process all are unchanged.
 """
 
 from __future__ import annotations
@@ -135,11 +137,35 @@ class World:
         try:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         except RuntimeError as e:  # the group's timeout, or a rank gone: one line naming this rank
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise SubnetlabError(f"rank {self.rank} of {self.size}: the other ranks did not answer (one stopped, or "
-                                 f"took longer than the timeout of {timeout_minutes():g} minutes, "
-                                 f"{TIMEOUT_VARIABLE}): {first}") from None
+            raise self.lost(e) from None
         return tensor
+
+    def barrier(self) -> None:
+        """Wait until every rank is here (an all-reduce of one number, so it fails as ``all_reduce_sum`` does)."""
+        if self.size > 1:
+            import torch
+
+            self.all_reduce_sum(torch.zeros(1, dtype=torch.int64))
+
+    def all_same(self, values: "list[int]") -> bool:
+        """Whether every rank holds the same whole numbers ``values`` (every rank gets the same answer; a single
+        process: True). One all-reduce of the values and their squares: equal on every rank exactly when
+        ``size * sum(v * v) == sum(v) ** 2`` for each value."""
+        if self.size == 1:
+            return True
+        import torch
+
+        v = torch.tensor([int(x) for x in values], dtype=torch.int64)
+        sums = self.all_reduce_sum(torch.cat([v, v * v]))
+        total, squares = sums[:len(v)], sums[len(v):]
+        return bool(torch.equal(total * total, squares * self.size))
+
+    def lost(self, error: BaseException) -> SubnetlabError:
+        """The one-line error of a collective that failed on this rank: another rank stopped, or the timeout."""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return SubnetlabError(f"rank {self.rank} of {self.size}: the other ranks did not answer (one stopped, or "
+                              f"took longer than the timeout of {timeout_minutes():g} minutes, {TIMEOUT_VARIABLE}): "
+                              f"{first}")
 
 
 def world() -> World:
@@ -147,7 +173,12 @@ def world() -> World:
 
     A process a launcher started (``launched()``) joins the group at the first call (``init_from_env``): every
     rank reaches it at the same point of the same command, after the command's checks of its input, so bad input
-    ends every rank before any of them waits for the others."""
+    ends every rank before any of them waits for the others. A single process that never imported
+    ``torch.distributed`` (a sweep's driver, a job without torch) gets ``World()`` without importing torch."""
+    import sys
+
+    if "torch.distributed" not in sys.modules and not launched():  # no group joined without importing it
+        return World()
     import torch.distributed as dist
 
     if not dist.is_available():

@@ -1288,7 +1288,12 @@ def test_bad_input_is_one_error_line_before_any_work(name, args, fragment, files
 LAUNCHED = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
 LAUNCHED_CASES: list[tuple[str, list[str], str, dict[str, str]]] = [
     ("torchrun-prune", PRUNE, "prune: runs in one process; under torchrun", {}),
-    ("torchrun-edge-pruning", [*CIRCUIT, "--sparsity", "0.9"], "--method edge-pruning: under torchrun", {}),
+    ("torchrun-edge-pruning-jobs", [*CIRCUIT, "--sparsity", "0.9", "--jobs", "2"],
+     "--backend processes: under torchrun (2 processes) every rank runs the sweep's runs", {}),
+    ("torchrun-edge-pruning-ray", [*CIRCUIT, "--sparsity", "0.9", "--backend", "ray"], "--backend ray: under torchrun",
+     {}),
+    ("torchrun-edge-pruning-batch", [*CIRCUIT, "--sparsity", "0.9", "--preset", "quick", "--set", "batch_size=1"],
+     "batch_size 1 across 2 processes", {}),
     ("torchrun-device-map", [*CIRCUIT, "--device-map", "auto"], "--device-map: under torchrun", {}),
     ("torchrun-attribution-sweep", [*EAP, "--seeds", "0,1", "--limit", "2"], "--ig-steps / --seeds: under torchrun",
      {}),

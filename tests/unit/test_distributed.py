@@ -132,3 +132,131 @@ def test_edge_pruning_masks_on_two_gloo_ranks_are_one_process(tmp_path, one_thre
         assert torch.allclose(one[key], two[key], rtol=0, atol=1e-5), (key, (one[key] - two[key]).abs().max())
     assert torch.equal(one["selection"], two["selection"])
     assert load_checkpoint(tmp_path / "two").step == STEPS
+
+
+# Edge Pruning through the command: 14 training pairs in batches of 7 (slices of 4 and 3 on 2 ranks), 12 steps,
+# checkpoints at steps 5, 10 and 12
+EDGE_PRUNING = ["--task", "circuit:ioi", "--task-option", "n_train=14", "--task-option", "n_eval=6", "--method",
+                "edge-pruning", "--preset", "quick", "--set", "total_steps=12", "--set", "warmup_steps=8", "--set",
+                "batch_size=7", "--set", "accumulation=2", "--set", "checkpoint_every=5", "--sparsity", "0.5",
+                "--device", "cpu"]
+SEED0 = Path("sparsity-0.500") / "seed-0"
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def _same_circuit(one: Path, two: Path) -> None:
+    """The run ``two`` ended with the masks of ``one`` (checkpoints to 1e-5, float32) and the same circuit (kept
+    edges, its subnetwork file's masks, its metrics)."""
+    a, b = load_tensors(one / "checkpoint.safetensors"), load_tensors(two / "checkpoint.safetensors")
+    assert a.keys() == b.keys() and a["log_alpha_edges"].dtype == torch.float32
+    assert float((a["log_alpha_edges"] - 3.0).abs().max()) > 0.05  # the masks moved from the quick preset's start
+    for key in a:
+        assert torch.allclose(a[key].double(), b[key].double(), rtol=0, atol=1e-5), (key, (a[key] - b[key]).abs().max())
+    sub_a, sub_b = load_tensors(one / "subnetwork.safetensors"), load_tensors(two / "subnetwork.safetensors")
+    assert sub_a.keys() == sub_b.keys() and all(torch.equal(sub_a[k], sub_b[k]) for k in sub_a)
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (one, two))
+    assert 0 < ma["kept_edges"] < ma["edges"] and mb["kept"] == ma["kept"] and mb["kept_edges"] == ma["kept_edges"]
+    assert mb["faithfulness"] == pytest.approx(ma["faithfulness"], abs=1e-5)
+    assert json.loads((two / "config.json").read_text()) == json.loads((one / "config.json").read_text())
+
+
+def test_edge_pruning_circuit_on_two_gloo_ranks_is_one_process(tiny, tmp_path, capsys, monkeypatch,  # noqa: F811
+                                                              one_thread):
+    """``circuit --method edge-pruning --seeds 0,1`` on 2 gloo ranks writes the sweep one process writes: the same
+    files, each run's masks to 1e-5 and the same kept edges; rank 0 alone writes and reports. Its seed-0 run
+    resumes, on 2 ranks, a checkpoint one process wrote at step 5 (the other direction is the killed-rank test)."""
+    import shutil
+
+    import subnetlab.methods.l0.trainer as trainer
+
+    root = tiny[0]
+    base = ["circuit", "--model", str(root / "model"), *EDGE_PRUNING, "--seeds", "0,1"]
+    written = trainer.save_checkpoint
+
+    def keep_step_5(run_dir, state, optimizer):  # the one-process run's seed 0 as a kill at step 5 would leave it
+        written(run_dir, state, optimizer)
+        if state.step == 5 and Path(run_dir).as_posix().endswith(SEED0.as_posix()):
+            shutil.copytree(run_dir, tmp_path / "two" / SEED0)
+
+    monkeypatch.setattr(trainer, "save_checkpoint", keep_step_5)
+    _run([*base, "--out", str(tmp_path / "one")], capsys)
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "two" / SEED0 / "checkpoint.json").read_text())["step"] == 5
+    result = torchrun([*base, "--out", str(tmp_path / "two")])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("edge circuits (edge-pruning)") == 1, result.stdout  # rank 0 reports, rank 1 is quiet
+    assert "rank 1" not in result.stderr, result.stderr[-3000:]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert _files(two) == _files(one) and "stability.md" in _files(two)  # the sweep's files too; no lock left
+    for seed, resumed in ((0, 5), (1, 0)):
+        run = Path("sparsity-0.500") / f"seed-{seed}"
+        _same_circuit(one / run, two / run)
+        assert json.loads((two / run / "metrics.json").read_text())["resumed_from"] == resumed
+    sweep = json.loads((two / "sweep.json").read_text())
+    assert [job["status"] for job in sweep["jobs"]] == ["done", "done"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_killed_rank_leaves_the_run_resumable_under_one_process(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """Two ranks started as a launcher other than torchrun starts them (one process each, the launch variables
+    set by hand: torchrun would end the survivor itself). Rank 0 is SIGKILLed after writing its checkpoint at
+    step 5; rank 1, waiting in the next step's all-reduce, exits with status 2 and one ``error:`` line naming
+    itself. One process then resumes the 2 ranks' checkpoint to the circuit an uninterrupted process finds."""
+    root = tiny[0]
+    base = ["circuit", "--model", str(root / "model"), *EDGE_PRUNING, "--seeds", "0"]
+    _run([*base, "--out", str(tmp_path / "one")], capsys)
+    env = {**_torchrun_env(), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "SUBNETLAB_DIST_TIMEOUT_MINUTES": "1"}  # the backstop: a closed connection fails the all-reduce at once
+    command = [sys.executable, "-m", "subnetlab", *base, "--out", str(tmp_path / "two")]
+    killed = subprocess.Popen(command, env={**env, "RANK": "0", "LOCAL_RANK": "0",
+                                            "SUBNETLAB_TEST_KILL_AFTER_WRITE": "*/checkpoint.json"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        survivor = subprocess.run(command, env={**env, "RANK": "1", "LOCAL_RANK": "1"}, capture_output=True,
+                                  text=True, timeout=120, cwd=REPO)
+        assert killed.wait(timeout=60) == -9, killed.stderr.read()[-3000:]
+    finally:
+        killed.kill()
+    lines = [line for line in survivor.stderr.splitlines() if line.strip()]
+    assert survivor.returncode == 2 and len(lines) == 1, survivor.stderr[-3000:]
+    assert lines[0].startswith("error: rank 1 of 2: the other ranks did not answer"), lines[0]
+    two = tmp_path / "two" / SEED0
+    assert json.loads((two / "checkpoint.json").read_text())["step"] == 5 and not (two / "metrics.json").exists()
+    _run([*base, "--out", str(tmp_path / "two")], capsys)
+    _same_circuit(tmp_path / "one" / SEED0, two)
+    assert json.loads((two / "metrics.json").read_text())["resumed_from"] == 5
+
+
+def test_ranks_that_see_different_runs_finished_are_refused(tiny, tmp_path, capsys, one_thread):  # noqa: F811
+    """``--out`` not on a file system every rank sees, simulated by giving the ranks different directories: rank 1's
+    holds the finished run, rank 0's none. Both ranks are refused with one ``error:`` line before any job starts
+    (they would otherwise run different jobs, each meeting the other's collectives)."""
+    root = tiny[0]
+    base = ["circuit", "--model", str(root / "model"), *EDGE_PRUNING, "--seeds", "0"]
+    _run([*base, "--out", str(tmp_path / "seen")], capsys)
+    env = {**_torchrun_env(), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    command = [sys.executable, "-m", "subnetlab", *base, "--out"]
+    rank0 = subprocess.Popen([*command, str(tmp_path / "empty")], env={**env, "RANK": "0", "LOCAL_RANK": "0"},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        rank1 = subprocess.run([*command, str(tmp_path / "seen")], env={**env, "RANK": "1", "LOCAL_RANK": "1"},
+                               capture_output=True, text=True, timeout=120, cwd=REPO)
+        err0 = rank0.communicate(timeout=60)[1]
+    finally:
+        rank0.kill()
+    for rank, code, err in ((0, rank0.returncode, err0), (1, rank1.returncode, rank1.stderr)):
+        lines = [line for line in err.splitlines() if "error" in line]  # rank 0 also prints its stage lines
+        assert code == 2 and len(lines) == 1, err[-3000:]
+        assert lines[0].startswith(f"error: rank {rank} of 2: the ranks see different runs finished"), lines[0]
+        assert f"this rank: {rank} of 1" in lines[0], lines[0]
+    assert not (tmp_path / "empty" / SEED0).exists()  # no job started

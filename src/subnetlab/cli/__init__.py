@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> None:
         with _launched(argv):
             code = app(args=_global_options_first(argv), standalone_mode=False, prog_name="subnetlab")
     except SubnetlabError as e:
-        print(f"error: {_rank_prefix()}{error_message(e, _flags_of(argv))}", file=sys.stderr)
+        message = error_message(e, _flags_of(argv))
+        prefix = "" if message.startswith(_rank_prefix()) else _rank_prefix()  # a collective's error names it
+        print(f"error: {prefix}{message}", file=sys.stderr)
         sys.exit(2)
     except click_errors.NoArgsIsHelpError as e:
         print(e.format_message() if hasattr(e, "format_message") else e, file=sys.stderr)

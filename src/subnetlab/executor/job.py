@@ -8,6 +8,11 @@ metrics. ``execute`` wraps the call with the run-directory contract: it writes
 *done* exactly when its ``metrics.json`` exists. The job function writes its
 other artefacts itself (through ``subnetlab.io``) and may resume from its own
 checkpoints.
+
+Across processes (``subnetlab.distributed``, the local backend under ``torchrun``) every rank calls the job
+function and rank 0 alone writes ``config.json`` and ``metrics.json``; the job function leaves its own writes to
+rank 0 too (``world().is_writer``) and returns what it likes on the other ranks. Every rank leaves ``execute``
+at one barrier, after ``metrics.json`` is written.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from subnetlab.distributed import world
 from subnetlab.errors import SubnetlabError
 from subnetlab.io import read_json, write_json
 from subnetlab.run_directory import CONFIG_FILE, METRICS_FILE, check_config, remove_temporaries
@@ -127,15 +133,21 @@ def execute(job: Job, threads: int | None = None) -> dict:
     function propagate; nothing is written under ``metrics.json`` then.
     """
     fn = resolve_function(job.fn)
+    here = world()
     job.out_dir.mkdir(parents=True, exist_ok=True)
-    remove_temporaries(job.out_dir)  # left by a killed earlier attempt
-    write_json(job.out_dir / CONFIG_FILE, job.config)
+    if here.is_writer:
+        remove_temporaries(job.out_dir)  # left by a killed earlier attempt
+        write_json(job.out_dir / CONFIG_FILE, job.config)
     with torch_threads(threads):
         _reset_global_rngs(job.config)
         metrics = fn(copy.deepcopy(job.config), job.out_dir)
     if not isinstance(metrics, Mapping):
         raise TypeError(f"{job.fn} returned {type(metrics).__name__}; a job function must return a dict of metrics")
+    if not here.is_writer:  # rank 0 writes the run (and measures it); this rank waits for it, then goes on
+        here.barrier()
+        return dict(metrics)
     write_json(job.out_dir / METRICS_FILE, dict(metrics))
+    here.barrier()  # across processes: the run is finished (metrics.json written) when every rank leaves it
     return read_json(job.out_dir / METRICS_FILE)
 
 

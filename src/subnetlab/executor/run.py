@@ -14,6 +14,7 @@ import time
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 
+from subnetlab.distributed import world
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor.job import Job, check_existing_config, execute, load_metrics, resolve_function
 from subnetlab.executor.report import JobResult, SweepReport, error_text, traceback_text
@@ -81,7 +82,12 @@ def default_sweep_dir(jobs: Sequence[Job]) -> Path:
 
 
 def run_local(jobs: Sequence[Job]) -> Iterator[JobResult]:
-    """The default backend: one job after another in this process (no retries: a death ends the sweep)."""
+    """The default backend: one job after another in this process (no retries: a death ends the sweep).
+
+    Across processes (``torchrun``: every rank runs the same jobs in the same order, each job's collectives
+    matching the other ranks') a job that fails ends the sweep on this rank, after its result is reported: a
+    rank that went on to the next job would meet the others' collectives of this one."""
+    across = world().size > 1
     for job in jobs:
         common = dict(name=job.name, out_dir=job.out_dir, config=job.config, attempts=1)
         started, cpu_started = time.perf_counter(), time.process_time()
@@ -91,9 +97,35 @@ def run_local(jobs: Sequence[Job]) -> Iterator[JobResult]:
             yield JobResult(status="failed", error=error_text(e), traceback=traceback_text(e),
                             seconds=time.perf_counter() - started, cpu_seconds=time.process_time() - cpu_started,
                             **common)
+            if across:
+                raise stopped_sweep(job, e) from None
         else:
             yield JobResult(status="done", metrics=metrics, seconds=time.perf_counter() - started,
                             cpu_seconds=time.process_time() - cpu_started, **common)
+
+
+def stopped_sweep(job: Job, error: BaseException) -> SubnetlabError:
+    """Across processes: the one-line error that ends a sweep at its failed ``job`` (a library error as it is: it
+    names its rank and cause already; anything else named with the job)."""
+    if isinstance(error, SubnetlabError):
+        return error
+    here = world()
+    return SubnetlabError(f"rank {here.rank} of {here.size}: run {job.name} failed ({error_text(error)}); across "
+                          "processes every rank runs the sweep's jobs in step, so the sweep stops here (rerun the "
+                          "same launch to resume)")
+
+
+def agreed_pending(jobs: Sequence[Job], root: Path) -> list[Job]:
+    """The jobs not done yet, the same on every rank: each rank reads the run directories (written by rank 0), so
+    a rank that sees other runs finished (``--out`` not on a file system every rank sees) is refused on every rank
+    before any job starts."""
+    here = world()
+    pending = [job for job in jobs if not job.is_done]
+    if not here.all_same([0 if job.is_done else 1 for job in jobs]):
+        raise SubnetlabError(f"rank {here.rank} of {here.size}: the ranks see different runs finished under "
+                             f"{root} (this rank: {len(jobs) - len(pending)} of {len(jobs)}); the "
+                             "output directory must be on a file system every rank sees")
+    return pending
 
 
 def run_jobs(
@@ -137,12 +169,11 @@ def run_jobs(
         check_existing_config(job)
 
     results: dict[str, JobResult] = {}
-    pending = []
+    pending = agreed_pending(jobs, root) if backend == "local" else [job for job in jobs if not job.is_done]
+    waiting = {job.name for job in pending}
     for job in jobs:
-        if job.is_done:
+        if job.name not in waiting:
             results[job.name] = JobResult(job.name, job.out_dir, "skipped", job.config, metrics=load_metrics(job))
-        else:
-            pending.append(job)
     report = SweepReport([], backend)
     where = f"{backend}" + (f" x{n_jobs}" if n_jobs else "")
     stage(f"sweep: {len(jobs)} jobs, {len(jobs) - len(pending)} already done, running {len(pending)} ({where})")
@@ -157,7 +188,8 @@ def run_jobs(
         report.jobs = [
             results.get(j.name) or JobResult(j.name, j.out_dir, "pending", j.config, attempts=None) for j in jobs
         ]
-        report.write(root)
+        if world().is_writer:  # across processes rank 0 writes the sweep's record
+            report.write(root)
     stage(f"sweep: {report.summary()}")
     return report
 

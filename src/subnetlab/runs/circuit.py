@@ -22,6 +22,10 @@ Layout of a circuit sweep's directory DIR (what ``subnetlab circuit`` writes)::
                                           verdict, and the circuits' stability over seeds (``runs.controls``)
       stability.md                        with several seeds: the stability as tables (``report.stability``)
 
+Across processes (``torchrun``; ``subnetlab.distributed``) every rank runs every job, the mask training data
+parallel; rank 0 alone writes the run directories and measures each circuit while the other ranks wait for it
+(``executor.job.execute``'s barrier).
+
 The circuit is measured as ``subnetlab circuit-eval`` measures one: removed
 edges patched from each pair's corrupted prompt, every metric the task
 measures, and ``f = (m(C) - m(empty)) / (m(full) - m(empty))`` with
@@ -38,6 +42,7 @@ from typing import Any
 
 import torch
 
+from subnetlab.distributed import launched_size, world
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import Job
 from subnetlab.intervene.edges import check_edge_family, check_trainable_edges
@@ -126,6 +131,9 @@ def circuit_job(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     stage(f"edge pruning seed {cfg.seed} to {cfg.sparsity:.3f} of the edges removed ({cfg.total_steps} steps)")
     result = prune_edges(model, adapter, data, cfg, run_dir=out_dir, init_log_alpha_edges=warm_start(job, adapter))
     graph, kept = result.graph, result.selection.edges
+    if not world().is_writer:  # across processes: the same circuit on every rank; rank 0 writes and measures it
+        return {"target_sparsity": cfg.sparsity, "seed": cfg.seed, "edges": graph.num_edges,
+                "kept_edges": int(kept.sum()), "steps": cfg.total_steps, "resumed_from": result.resumed_from}
     sub = write_circuit_files(out_dir, adapter, result, cfg, task=str(job.task), model=str(job.model))
     stage(f"seed {cfg.seed}: measuring the circuit ({int(kept.sum())} of {graph.num_edges} edges)")
     evaluate = edge_evaluator(model, adapter, graph, task, tokenizer, job.eval_split, limit=job.eval_limit,
@@ -281,6 +289,7 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     jobs = circuit_sweep(base, out, targets=targets, seeds=seeds, preset=preset, overrides=overrides,
                          eval_split=split, eval_limit=limit, init_from=init_from)  # builds (so checks) every config
     first = CircuitJobConfig.from_dict(jobs[0].config)
+    check_batch_across_processes(first.settings.batch_size)
     resolve_dtype(first.settings.dtype, resolve_device(device))  # float16 on the CPU: refused
     loaded, built, _ = load_circuit_task(first)  # the model, its family and every prompt pair
     refuse_offloaded(loaded.model, "edge interventions")  # a device map may place layers, not offload them
@@ -292,6 +301,15 @@ def plan_circuit(model: str, task: str, out: Path, *, targets: Sequence[float], 
     return jobs + control_jobs(jobs, out, controls, CIRCUIT_JOB), loaded.adapter
 
 
+def check_batch_across_processes(batch_size: int) -> None:
+    """Launched as several processes (``torchrun``), each rank takes a slice of every training batch: a batch of
+    fewer pairs than processes is refused before any rank waits for another."""
+    size = launched_size()
+    if size > batch_size:
+        raise SubnetlabError(f"batch_size {batch_size} across {size} processes: each process takes a slice of every "
+                             "batch, so the batch needs at least one pair per process", setting="batch_size")
+
+
 def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> Graph:
     """``DIR/graph.json``: the model's graph, for other tools (every run's own copy adds scores and in_graph)."""
     graph = Graph.from_adapter(adapter, embedding_nodes)
@@ -300,5 +318,6 @@ def write_sweep_graph(adapter: Any, out: Path, embedding_nodes: int | None) -> G
 
 
 __all__ = ["CIRCUIT_FIGURE", "CIRCUIT_JOB", "WARM_START_DIR", "WARM_START_METHODS", "CircuitJobConfig",
+           "check_batch_across_processes",
            "check_warm_start", "circuit_health", "circuit_job", "circuit_sweep", "load_circuit_task", "plan_circuit",
            "run_dir_name", "warm_start", "write_circuit_files", "write_sweep_graph"]

@@ -8,6 +8,8 @@ scores of every edge (``--method eap|eap-ig|eap-ig-activations|clean-corrupted|e
 One run directory per (sparsity, seed) through ``subnetlab.executor`` (finished
 runs skipped, killed runs resumed); the layout is documented in
 ``subnetlab.runs.circuit``. ``DIR/graph.json`` holds the model's graph.
+Under ``torchrun --nproc-per-node N -m subnetlab circuit ...`` every rank runs the same sweep on the local
+backend, each run's mask training data parallel; rank 0 writes, measures and reports (``docs/distributed.md``).
 
 The two pipelines read different options (``runs.circuit_methods.METHOD_SETTINGS``): an option the
 chosen method does not read, given on the command line, is refused before any
@@ -37,7 +39,6 @@ from subnetlab.cli.commands._options import (
 )
 from subnetlab.errors import SubnetlabError
 from subnetlab.executor import ExecutorOptions
-from subnetlab.runs.circuit_methods import ATTRIBUTION_METHODS as ATTRIBUTION
 from subnetlab.runs.circuit_methods import CIRCUIT_METHODS as METHODS
 from subnetlab.runs.circuit_methods import joined, readers
 
@@ -75,9 +76,11 @@ def refuse_across_processes(method: str, *, device: str, device_map: Optional[st
                             sweep: bool) -> None:
     """Under torchrun (``subnetlab.distributed``): one error line for what does not split across processes.
 
-    Supported: one attribution run (each rank scores its share of the pairs). Refused: attribution sweeps, a
-    device map (one model over several devices of one process), a named CUDA device (each rank takes the GPU
-    of its local rank), and edge-pruning for now."""
+    Supported: one attribution run (each rank scores its share of the pairs) and an edge-pruning sweep (every
+    rank runs every job in the same order, in its own process, the mask training data parallel; rank 0 writes).
+    Refused: attribution sweeps, another executor than the local one (worker processes or Ray would each join
+    no group), a device map (one model over several devices of one process), and a named CUDA device (each rank
+    takes the GPU of its local rank)."""
     from subnetlab.distributed import launched, launched_size
 
     if not launched():
@@ -90,9 +93,11 @@ def refuse_across_processes(method: str, *, device: str, device_map: Optional[st
         raise SubnetlabError(f"--device {device}: {where} each rank takes the GPU of its local rank; give "
                              "--device cuda (or auto)")
     if method == "edge-pruning":
-        raise SubnetlabError(f"--method edge-pruning: {where} only the attribution methods ("
-                             f"{', '.join(ATTRIBUTION)}) split their pairs across the processes; run edge-pruning "
-                             "without torchrun")
+        if executor is not None and executor.resolved_backend != "local":
+            raise SubnetlabError(f"--backend {executor.resolved_backend}: {where} every rank runs the sweep's runs one "
+                                 "after another in its own process (the local backend), each run's mask training "
+                                 "split across the processes; leave out --jobs, --backend and --address")
+        return
     if sweep:
         raise SubnetlabError(f"--ig-steps / --seeds: {where} one scoring run splits its pairs across the processes; "
                              "a sweep over step counts or seeds runs without torchrun (or one torchrun per run)")
@@ -177,7 +182,13 @@ def circuit(
 
     from subnetlab.cli.commands._controls import parse_controls, report_sweep
     from subnetlab.cli.commands._health import report_health
-    from subnetlab.cli.commands._options import parse_int_list, parse_key_values, parse_sparsities, parse_task_options
+    from subnetlab.cli.commands._options import (
+        parse_int_list,
+        parse_key_values,
+        parse_sparsities,
+        parse_task_options,
+        writes_here,
+    )
     from subnetlab.models.device_map import DeviceMap
     from subnetlab.progress import stage
     from subnetlab.runs.circuit import CircuitJobConfig, check_warm_start, plan_circuit, write_sweep_graph
@@ -225,9 +236,12 @@ def circuit(
                                  init_from=None if init_from is None else str(init_from),
                                  device=device, controls=controls,
                                  device_map=placement)  # every check sl.circuit runs too, before any job
-    write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(jobs[0].config).settings.embedding_nodes)
+    if writes_here():  # across processes rank 0 writes the sweep's files
+        write_sweep_graph(adapter, out, CircuitJobConfig.from_dict(jobs[0].config).settings.embedding_nodes)
     stage(describe_runtime(runs_on) if placement is None else f"device map {placement.describe()}")
     report = executor.run(jobs, sweep_dir=out)
+    if not writes_here():  # the other ranks trained the same circuits; rank 0 measured, wrote and reports them
+        return
     table = Table(title=f"edge circuits ({method})")
     for col in ("run", "kept edges", "sparsity", "f(logit_diff)", "kl"):
         table.add_column(col, justify="right")
@@ -288,6 +302,7 @@ def warm_start_scores(method: str, init_from: Optional[Path], base: dict, out: P
     METHOD --out DIR/warm-start`` would (``ig_steps`` and ``metric`` are the defaults: edge-pruning refuses
     their flags), and return the scores file for ``--init-from``."""
     from subnetlab.cli.commands._circuit_attribution import attribution_command
+    from subnetlab.distributed import world
     from subnetlab.runs.attribution import SCORES_FILE
     from subnetlab.runs.circuit import WARM_START_DIR, check_warm_start, circuit_sweep
 
@@ -297,6 +312,7 @@ def warm_start_scores(method: str, init_from: Optional[Path], base: dict, out: P
                         ig_steps=[ig_steps], task_option=task_option, data_flags=data_flags, metric=metric,
                         embedding_nodes=embedding_nodes, limit=None, device=device,
                         kv_readers="kv")  # Edge Pruning's graph: one key/value reader per key/value head
+    world().barrier()  # across processes: rank 0 has written the scores every rank reads next
     return out / WARM_START_DIR / SCORES_FILE
 
 

@@ -18,7 +18,10 @@ a contiguous slice of every batch (``World.share``); its KL is weighted by the s
 penalty divided by the world size, so the sum of the ranks' gradients, all-reduced in one collective before
 clipping, is the global batch's gradient; every rank then takes the same step (the same mask sample too: the
 same generators). The global batch, the schedule and the seeds do not depend on the world size, so N ranks train
-the masks one process trains (to rounding); rank 0 alone writes the checkpoints.
+the masks one process trains (to rounding); rank 0 alone writes the checkpoints, and every rank resumes from
+it (``train`` checks that they start at the same step). A checkpoint holds nothing that depends on the world
+size (the masks, multipliers, generator states, the optimiser's moments of the global gradient, the history of
+the global KL), so one written by N ranks resumes under M.
 """
 
 from __future__ import annotations
@@ -271,13 +274,18 @@ def train(trainer: MaskTrainer, run_dir: Path | None = None, *, stop_at: int | N
     if stop_at is not None and run_dir is None:
         raise SubnetlabError(f"{trainer.name} in parts (stop_at) needs a run directory to continue from")
     start = trainer.restore(run_dir) if run_dir is not None else 0
+    here = world()
+    if not here.all_same([start]):  # across processes every rank resumes from rank 0's checkpoint
+        raise SubnetlabError(f"rank {here.rank} of {here.size}: {trainer.name} resumes at step {start} here and at "
+                             f"another step on another rank: {run_dir} must be on a file system every rank sees, "
+                             "its checkpoint written by rank 0 alone")
     if start == 0 and warm_start is not None:
         warm_start()
     if start and stop_at is None:  # a part of a run in parts resumes by design
         stage(f"resuming {trainer.name} at step {start} of {trainer.total}")
     end = trainer.total if stop_at is None else min(int(stop_at), trainer.total)
     every = trainer.config.checkpoint_every
-    writer = world().is_writer  # across processes rank 0 alone writes checkpoints (every rank holds the same masks)
+    writer = here.is_writer  # across processes rank 0 alone writes checkpoints (every rank holds the same masks)
     began = time.perf_counter()
     with contextlib.nullcontext() if start >= end else trainer:
         for step in track(range(start, end), total=max(0, end - start), description=trainer.name):
