@@ -117,8 +117,8 @@ def stopped_sweep(job: Job, error: BaseException) -> SubnetlabError:
 
 def agreed_pending(jobs: Sequence[Job], root: Path) -> list[Job]:
     """The jobs not done yet, the same on every rank: each rank reads the run directories (written by rank 0), so
-    a rank that sees other runs finished (``--out`` not on a file system every rank sees) is refused on every rank
-    before any job starts."""
+    a rank that sees other runs finished (the sweep directory not on a file system every rank sees) is refused on
+    every rank before any job starts."""
     here = world()
     pending = [job for job in jobs if not job.is_done]
     if not here.all_same([0 if job.is_done else 1 for job in jobs]):
