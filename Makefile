@@ -25,7 +25,7 @@ demo: $(STAMP)
 TEST_JOBS ?= 2
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile \
-	  --no-loadscope-reorder tests
+	  --no-loadscope-reorder --durations=25 tests
 
 # On a GPU machine whose python3 already holds torch with CUDA (no network, nothing installed): every gpu-marked
 # test, then benchmarks/bench_gpu.py part by part under time limits; tables under $$OUT (scripts/gpu-check.sh).

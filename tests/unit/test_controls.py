@@ -16,6 +16,7 @@ from subnetlab.methods.controls import (
     apply_control,
     check_controls,
     control_verdict,
+    control_init_seed,
     permutation,
     reinitialised,
     shuffle_labels,
@@ -38,11 +39,25 @@ def test_random_weights_is_the_same_config_initialised_afresh_by_its_seed(family
     mine, theirs = control.model.state_dict(), trained.model.state_dict()
     assert mine.keys() == theirs.keys()
     assert any(not torch.equal(mine[k], theirs[k]) for k in mine)
-    independent = tiny_model(family, seed=5).model.state_dict()  # the model's own initialiser, seeded alike
+    independent = tiny_model(family, seed=control_init_seed(5)).model.state_dict()  # its initialiser, seeded alike
     assert all(torch.equal(mine[k], independent[k]) for k in mine)
     again = reinitialised(trained, seed=5).model.state_dict()
     assert all(torch.equal(mine[k], again[k]) for k in mine)
     assert control.adapter.model is control.model and not control.model.training
+
+
+def test_an_untrained_model_built_from_the_run_seed_gets_a_control_that_differs():
+    built = tiny_model("gpt2", seed=0)  # a scratch model from seed 0, searched with run seed 0
+    mine, theirs = reinitialised(built, seed=0).model.state_dict(), built.model.state_dict()
+    assert any(not torch.equal(mine[k], theirs[k]) for k in mine)
+    assert control_init_seed(0) != 0 and control_init_seed(0) != control_init_seed(1)
+
+
+def test_a_control_that_would_rebuild_the_model_itself_is_refused():
+    built = tiny_model("gpt2", seed=control_init_seed(7))  # the one seed whose control equals the model
+    with pytest.raises(SubnetlabError, match="model's own weights") as e:
+        reinitialised(built, seed=7)
+    assert e.value.setting == "control"
 
 
 # --------------------------------------------------------------- shuffled labels
@@ -173,7 +188,8 @@ def test_circuit_controls_run_beside_the_search_and_are_measured_as_it_is(tmp_pa
     assert json.loads((run / "config.json").read_text())["control"] == "random-weights"
     assert metrics["control"] == "random-weights" and "health" in metrics
 
-    model = build_model(GPT2Config.from_pretrained(tmp_path / "model"), head="causal-lm", seed=1).model
+    model = build_model(GPT2Config.from_pretrained(tmp_path / "model"), head="causal-lm",
+                        seed=control_init_seed(1)).model
     task = get_task("circuit:ioi", n_train=8, n_eval=6).bind(tok)
     sub = Subnetwork.load(run / "subnetwork.safetensors")
     evaluate = edge_evaluator(model, get_adapter(model), sub.graph(), task, tok, "eval")
@@ -313,7 +329,7 @@ def test_discover_controls_sweep_and_choose_as_the_real_run_does(tmp_path, capsy
 
     real, task = load_lm(str(lm), "arith:ab", {"seed": 2, **ARITH})
     test = lm_split(task, "test")
-    fresh = build_model(GPT2Config.from_pretrained(lm), head="causal-lm", seed=2).model.eval()  # the control's seed
+    fresh = build_model(GPT2Config.from_pretrained(lm), head="causal-lm", seed=control_init_seed(2)).model.eval()
     sub = Subnetwork.load(chosen["random-weights"]["subnetwork"])
     with mask_weights(fresh, dict(sub.weights)):
         assert accuracy(fresh, test) == pytest.approx(chosen["random-weights"]["test_accuracy"])
@@ -383,7 +399,8 @@ def test_lottery_prune_controls_prune_alike_and_are_compared(tmp_path, capsys, o
 
     tok = load_model(str(tmp_path / "bert"), head="classification").tokenizer  # as saved and read back
     task = TaskSpec("nli-synthetic", options).build()
-    fresh = build_model(BertConfig.from_pretrained(tmp_path / "bert"), head="classification", seed=0).model.eval()
+    fresh = build_model(BertConfig.from_pretrained(tmp_path / "bert"), head="classification",
+                        seed=control_init_seed(0)).model.eval()
     split = real["split"]
     again = evaluate(fresh, tok, task, [split], batch_size=32, max_length=64, limit=300)[split]["accuracy"]
     assert runs["random-weights"]["full_metric"] == pytest.approx(again)

@@ -5,7 +5,7 @@ reach high accuracy: Zhou et al. 2019; Ramanujan et al. 2020). Two controls run 
 seed on inputs that hold no learned solution:
 
 * ``random-weights``: the same architecture built from the model's config and initialised by its own
-  initialiser (``post_init``, i.e. ``_init_weights``) under an explicit seed;
+  initialiser (``post_init``, i.e. ``_init_weights``) under a seed drawn from the run's (``control_init_seed``);
 * ``shuffled-labels``: the same inputs with the answers permuted within each split (a classification
   task's labels; a circuit task's answer and wrong answer moved across prompt pairs), seeded.
 
@@ -16,6 +16,7 @@ Every command that searches for a subnetwork builds its controls here.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -46,20 +47,35 @@ def check_controls(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def control_init_seed(seed: int) -> int:
+    """The initialisation seed of the random-weights control of a run with ``seed``: its own stream, so a model
+    that was itself built from a config with the run's seed (a tiny or scratch model) is not rebuilt exactly."""
+    digest = hashlib.sha256(f"{RANDOM_WEIGHTS}:{int(seed)}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
 def reinitialised(loaded: LoadedModel, seed: int) -> LoadedModel:
-    """A fresh model of the same class and config, initialised by its own initialiser from ``seed``, on the same
-    device and dtype, in the same train/eval mode, with its own adapter."""
+    """A fresh model of the same class and config, initialised by its own initialiser from
+    ``control_init_seed(seed)``, on the same device and dtype, in the same train/eval mode, with its own adapter.
+    Refused if the fresh weights equal the model's: such a control would measure the model itself."""
     model = loaded.model
     if not hasattr(model, "post_init") or not hasattr(model, "config"):
         raise SubnetlabError(f"{loaded.source}: a random-weights control needs a Hugging Face model (built from its "
                              "config)", setting="control")
     first = next(model.parameters())
+    init = control_init_seed(seed)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
+        torch.manual_seed(init)
         fresh = type(model)(copy.deepcopy(model.config))  # its __init__ ends in post_init: the model's initialiser
     fresh.to(device=first.device, dtype=first.dtype)
     fresh.train(model.training)
-    return LoadedModel(fresh, loaded.tokenizer, get_adapter(fresh), f"{loaded.source} ({RANDOM_WEIGHTS}, seed {seed})")
+    theirs = model.state_dict()
+    if all(torch.equal(v, theirs[k]) for k, v in fresh.state_dict().items() if k in theirs):
+        raise SubnetlabError(f"{loaded.source}: the random-weights control initialised from seed {init} has the "
+                             "model's own weights (the model is itself an untrained initialisation from that seed); "
+                             "use another seed", setting="control")
+    return LoadedModel(fresh, loaded.tokenizer, get_adapter(fresh),
+                       f"{loaded.source} ({RANDOM_WEIGHTS}, seed {seed}, initialised from {init})")
 
 
 def permutation(n: int, seed: int) -> list[int]:
@@ -149,4 +165,4 @@ def control_verdict(real: Sequence[float], controls: Mapping[str, Sequence[float
 
 
 __all__ = ["CONTROLS", "CONTROLS_DIR", "RANDOM_WEIGHTS", "SHUFFLED_LABELS", "apply_control", "check_controls",
-           "check_shufflable", "control_verdict", "permutation", "reinitialised", "shuffle_labels", "spread"]
+           "check_shufflable", "control_init_seed", "control_verdict", "permutation", "reinitialised", "shuffle_labels", "spread"]
