@@ -33,6 +33,8 @@ model out) and measured / planned. The plan covers eap, eap-ig, edge-pruning and
     python benchmarks/real_shapes.py                          # the four shapes, every job, batch 2 x length 32
     python benchmarks/real_shapes.py --shapes gpt2-small --jobs eap,edge-pruning --batch 4 --length 64
     python benchmarks/real_shapes.py --dtype bfloat16 --device cuda --batch 32 --length 64   # on a GPU
+    python benchmarks/real_shapes.py --shapes llama-3.1-8b --jobs eap,eap-ig,edge-pruning --dtype bfloat16 \
+        --device cuda --batch 8 --length 256 --rounds 1                  # the 8B check of scripts/gpu-check.sh
 
 Writes ``real_shapes.json`` and ``real_shapes.md`` to ``--out`` (default ``real_shapes_out``), rewritten after every
 shape. ``tests/unit/test_real_shapes_smoke.py`` runs every job once at GPT-2 small's shape through ``run_jobs``.
@@ -56,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 SHAPES = ("gpt2-small", "pythia-160m", "qwen2.5-0.5b", "llama-3.2-1b")
+LARGE_SHAPES = ("llama-3.1-8b",)  # by name only (a GPU's check: scripts/gpu-check.sh), never by default
 JOBS = ("eap", "eap-ig", "eap-ig-activations", "clean-corrupted", "exact", "edge-pruning", "head-pruning",
         "circuit-eval", "circuit-eval-mib", "view", "mib")
 PLANNED = {"eap": "eap", "eap-ig": "eap-ig", "edge-pruning": "edge-pruning", "head-pruning": "head-pruning"}
@@ -514,7 +517,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+    p.add_argument("--shapes", default=",".join(SHAPES),
+                   help=f"comma-separated, of {', '.join(SHAPES + LARGE_SHAPES)}")
     p.add_argument("--jobs", default=",".join(JOBS), help=f"comma-separated, of {', '.join(JOBS)}")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--length", type=int, default=32)
@@ -536,7 +540,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
     jobs = [j for j in args.jobs.split(",") if j]
-    unknown = [j for j in jobs if j not in JOBS] + [s for s in args.shapes.split(",") if s not in SHAPES]
+    unknown = [j for j in jobs if j not in JOBS] + [s for s in args.shapes.split(",") if s not in SHAPES + LARGE_SHAPES]
     if unknown:
         raise SystemExit(f"unknown job or shape: {', '.join(unknown)}")
     if args.child:
