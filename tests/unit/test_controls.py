@@ -15,8 +15,8 @@ from subnetlab.errors import SubnetlabError
 from subnetlab.methods.controls import (
     apply_control,
     check_controls,
-    control_verdict,
     control_init_seed,
+    control_verdict,
     permutation,
     reinitialised,
     shuffle_labels,
